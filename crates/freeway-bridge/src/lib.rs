@@ -1,0 +1,28 @@
+//! Freeway's learning bridge.
+//!
+//! * [`table`]: the lock-free (MAC, VLAN) hash table: RCU-style chains, one writer, epoch
+//!   reclamation.
+//! * [`layout`]: where an entry keeps its write-heavy timestamps (own cache line, written once
+//!   per tick; or the naive "before" layout for the benchmark).
+//! * [`fdb`]: the forwarding database on top of the table: the workers' read handle, the single
+//!   writer (learning queue, learning limit, static entries, flush, chunked ageing).
+//! * [`vlan`]: access and trunk ports, ingress filtering, egress tagging.
+//! * [`stage`]: the per-batch L2 stage run by workers.
+//!
+//! Locking context, as in Linux `net/bridge`: functions on [`Fdb`], [`table::Table::lookup`]
+//! and [`Bridge::process`] run on worker threads and never block; functions on
+//! [`FdbWriter`] run on the one FDB writer thread (or a worker that owns it in offline mode).
+#![warn(missing_docs)]
+
+pub mod fdb;
+pub mod layout;
+pub mod mac;
+pub mod stage;
+pub mod table;
+pub mod vlan;
+
+pub use fdb::{Fdb, FdbConfig, FdbEntry, FdbError, FdbStats, FdbWriter, LearnRequest, Learned};
+pub use layout::{Layout, Naive, Padded};
+pub use mac::Mac;
+pub use stage::{Bridge, BridgeCounters, BridgeWorker, Emit, Learning};
+pub use vlan::{PortVlan, PortVlanConfig, VlanSet};

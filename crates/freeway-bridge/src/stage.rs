@@ -1,0 +1,302 @@
+//! The L2 stage: ingress VLAN classification, learning, lookup, forwarding and flooding.
+//!
+//! Runs on a worker thread, once per batch, to completion. Reads the FDB lock-free under one
+//! epoch guard per batch; its only shared writes are those the packet's own flow demands
+//! (an entry's timestamps at most once per tick, the port of a moved MAC). New addresses are
+//! handed to the FDB writer through its bounded queue ([`Learning::Queue`]), or learned on the
+//! spot by a worker that owns the writer ([`Learning::Inline`], offline runs and tests).
+//!
+//! Per packet, in order: drop if the source MAC is a group address; classify the VLAN by the
+//! ingress port's mode (drop if filtered); learn or refresh the source; forward to the port of
+//! a known unicast destination (drop if that is the ingress port), or flood broadcast,
+//! multicast and unknown unicast to every other member port of the VLAN; tag or untag each
+//! copy for its egress port.
+
+use freeway_packet::{vlan_pop, vlan_push, Batch, Packet, PacketPool, NO_VLAN};
+use freeway_sync::{CachePadded, Counter, Tick};
+
+use crate::fdb::{Fdb, FdbWriter, LearnRequest};
+use crate::layout::{Layout, Padded};
+use crate::table::key;
+use crate::vlan::PortVlan;
+
+/// Where the stage sends packets. Implemented by the worker's per-port transmit batches.
+pub trait Emit {
+    /// The worker's buffer pool (for flood copies and dropped packets).
+    fn pool(&mut self) -> &mut PacketPool;
+    /// Queues `pkt` for transmission on `port`.
+    fn emit(&mut self, port: u16, pkt: Packet);
+}
+
+/// How the stage learns new addresses.
+pub enum Learning<'a, L: Layout = Padded> {
+    /// Push requests to the FDB writer thread (live runs).
+    Queue,
+    /// Learn immediately with a writer this worker owns (offline runs, tests).
+    Inline(&'a mut FdbWriter<L>),
+}
+
+macro_rules! counters {
+    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $f:ident,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Default)]
+        pub struct $name { $($(#[$fm])* pub $f: Counter,)* }
+        impl $name {
+            /// Every counter by name, for tables and JSON.
+            pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($f), self.$f.get()),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// The stage's counters for one worker (single writer: that worker).
+    BridgeCounters {
+        /// Frames that entered the stage.
+        rx,
+        /// Frames sent to one known port.
+        forwarded,
+        /// Frames flooded (broadcast, multicast, unknown unicast).
+        flooded,
+        /// Of the flooded frames, unknown unicast.
+        unknown_unicast,
+        /// Copies transmitted by flooding.
+        flood_copies,
+        /// Dropped: source MAC is a group address.
+        drop_src_multicast,
+        /// Dropped: VLAN not allowed on the ingress port.
+        drop_vlan_filtered,
+        /// Dropped: the destination is on the ingress port.
+        drop_same_port,
+        /// Dropped: ingress port is not a bridge port.
+        drop_bad_port,
+        /// Dropped: the VLAN has no other member port.
+        drop_flood_empty,
+        /// Copies dropped: no room to add a VLAN tag.
+        drop_no_headroom,
+        /// Learn requests sent to the FDB writer.
+        learn_requests,
+        /// Learn requests dropped because the queue was full (retried on a later frame).
+        learn_queue_full,
+        /// MAC moves applied in place.
+        moves,
+        /// Frames whose source is a static entry on another port (entry left alone).
+        static_conflict,
+    }
+}
+
+/// Per-worker state of the stage.
+pub struct BridgeWorker {
+    /// Counters; read by the stats thread.
+    pub counters: std::sync::Arc<CachePadded<BridgeCounters>>,
+    recent: Box<[(u64, Tick); RECENT]>,
+}
+
+const RECENT: usize = 256;
+/// A worker asks again to learn an address it asked for this long ago.
+const RELEARN_MS: Tick = 10;
+
+impl Default for BridgeWorker {
+    fn default() -> Self {
+        BridgeWorker {
+            counters: Default::default(),
+            recent: Box::new([(u64::MAX, 0); RECENT]),
+        }
+    }
+}
+
+/// The bridge: its FDB and the VLAN tables of its ports. Shared read-only by all workers.
+pub struct Bridge<L: Layout = Padded> {
+    fdb: Fdb<L>,
+    ports: Box<[PortVlan]>,
+    /// For each VLAN, its member ports.
+    members: Box<[Box<[u16]>]>,
+}
+
+impl<L: Layout> Bridge<L> {
+    /// A bridge over `ports` (indexed by port number) with the given FDB.
+    pub fn new(fdb: Fdb<L>, ports: Vec<PortVlan>) -> Bridge<L> {
+        let members = (0..4096u16)
+            .map(|vid| {
+                (0..ports.len() as u16)
+                    .filter(|p| vid != 0 && ports[*p as usize].is_member(vid))
+                    .collect::<Vec<_>>()
+                    .into_boxed_slice()
+            })
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        Bridge {
+            fdb,
+            ports: ports.into_boxed_slice(),
+            members,
+        }
+    }
+
+    /// The FDB.
+    pub fn fdb(&self) -> &Fdb<L> {
+        &self.fdb
+    }
+
+    /// The VLAN mode of each port.
+    pub fn ports(&self) -> &[PortVlan] {
+        &self.ports
+    }
+
+    /// Member ports of a VLAN.
+    pub fn members(&self, vid: u16) -> &[u16] {
+        &self.members[usize::from(vid & 0x0fff)]
+    }
+
+    /// Runs the stage over a parsed batch (`meta.in_port`, `meta.vlan`, `meta.vlan_depth`
+    /// filled). Every packet is either emitted (possibly as several copies) or dropped, counted,
+    /// and its buffer returned to the pool; the batch is left empty.
+    pub fn process<E: Emit>(
+        &self,
+        w: &mut BridgeWorker,
+        batch: &mut Batch,
+        now: Tick,
+        out: &mut E,
+        learning: &mut Learning<'_, L>,
+    ) {
+        let guard = self.fdb.pin();
+        let table = self.fdb.table();
+        let c = &*w.counters.clone();
+        c.rx.add(batch.len() as u64);
+        for p in batch.drain() {
+            let d = p.data();
+            if d.len() < 14 {
+                c.drop_bad_port.inc();
+                out.pool().put(p);
+                continue;
+            }
+            let dst = [d[0], d[1], d[2], d[3], d[4], d[5]];
+            let src = [d[6], d[7], d[8], d[9], d[10], d[11]];
+            if src[0] & 1 != 0 {
+                c.drop_src_multicast.inc();
+                out.pool().put(p);
+                continue;
+            }
+            let in_port = p.meta.in_port;
+            let Some(pv) = self.ports.get(usize::from(in_port)) else {
+                c.drop_bad_port.inc();
+                out.pool().put(p);
+                continue;
+            };
+            let tag = (p.meta.vlan_depth > 0 && p.meta.vlan != NO_VLAN).then_some(p.meta.vlan);
+            let Some(vid) = pv.classify(tag) else {
+                c.drop_vlan_filtered.inc();
+                out.pool().put(p);
+                continue;
+            };
+
+            // Learn the source.
+            let sk = key(src, vid);
+            match table.lookup(sk, &guard) {
+                Some(n) => {
+                    if n.port() != in_port {
+                        if n.move_to(in_port) {
+                            c.moves.inc();
+                        } else if n.is_static() {
+                            c.static_conflict.inc();
+                        }
+                    }
+                    n.touch_updated(now);
+                }
+                None => match learning {
+                    Learning::Inline(wr) => {
+                        wr.learn(sk, in_port, now);
+                    }
+                    Learning::Queue => {
+                        let slot = &mut w.recent[(sk.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % RECENT];
+                        if slot.0 != sk || now.saturating_sub(slot.1) >= RELEARN_MS {
+                            *slot = (sk, now);
+                            if self.fdb.request_learn(LearnRequest { key: sk, port: in_port }) {
+                                c.learn_requests.inc();
+                            } else {
+                                c.learn_queue_full.inc();
+                            }
+                        }
+                    }
+                },
+            }
+
+            // Forward.
+            if dst[0] & 1 == 0 {
+                if let Some(n) = table.lookup(key(dst, vid), &guard) {
+                    n.touch_used(now);
+                    let o = n.port();
+                    if o == in_port {
+                        c.drop_same_port.inc();
+                        out.pool().put(p);
+                    } else {
+                        c.forwarded.inc();
+                        self.egress(p, o, vid, tag, c, out);
+                    }
+                    continue;
+                }
+                c.unknown_unicast.inc();
+            }
+            self.flood(p, in_port, vid, tag, c, out);
+        }
+    }
+
+    fn flood<E: Emit>(&self, p: Packet, in_port: u16, vid: u16, tag: Option<u16>, c: &BridgeCounters, out: &mut E) {
+        let members = self.members(vid);
+        let mut targets = members.iter().copied().filter(|m| *m != in_port).peekable();
+        if targets.peek().is_none() {
+            c.drop_flood_empty.inc();
+            out.pool().put(p);
+            return;
+        }
+        c.flooded.inc();
+        let mut p = Some(p);
+        while let Some(m) = targets.next() {
+            let copy = if targets.peek().is_some() {
+                let orig = p.as_ref().expect("original kept until the last member");
+                let mut q = out.pool().get();
+                if q.set_frame(orig.data()).is_err() {
+                    // Pool buffers are never smaller than the frame's own; count, do not panic.
+                    c.drop_no_headroom.inc();
+                    out.pool().put(q);
+                    continue;
+                }
+                q.meta = orig.meta;
+                q
+            } else {
+                p.take().expect("original used once, for the last member")
+            };
+            c.flood_copies.inc();
+            self.egress(copy, m, vid, tag, c, out);
+        }
+        if let Some(p) = p {
+            out.pool().put(p);
+        }
+    }
+
+    #[inline(always)]
+    fn egress<E: Emit>(&self, mut p: Packet, port: u16, vid: u16, tag: Option<u16>, c: &BridgeCounters, out: &mut E) {
+        let want = self.ports[usize::from(port)].egress_tagged(vid);
+        let ok = match (tag, want) {
+            (None, false) => true,
+            (Some(t), true) => {
+                if t != vid {
+                    // Priority-tagged frame leaving tagged: write the VID, keep the PCP/DEI bits.
+                    let d = p.data_mut();
+                    let tci = (u16::from_be_bytes([d[14], d[15]]) & 0xf000) | vid;
+                    d[14..16].copy_from_slice(&tci.to_be_bytes());
+                }
+                true
+            }
+            (Some(_), false) => vlan_pop(&mut p),
+            (None, true) => vlan_push(&mut p, vid),
+        };
+        if ok {
+            p.meta.vlan = vid;
+            out.emit(port, p);
+        } else {
+            c.drop_no_headroom.inc();
+            out.pool().put(p);
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The bridge checked against a simple reference model with property tests: learning, MAC
+//! moves, ageing, static entries, the learning limit, VLAN filtering and isolation, flooding.
+
+use std::collections::{BTreeMap, HashMap};
+
+use freeway_bridge::fdb::{new_seeded, FdbConfig};
+use freeway_bridge::{Bridge, BridgeWorker, Emit, Learning, Mac, Padded, PortVlan, PortVlanConfig};
+use freeway_packet::{Batch, Packet, PacketPool, NO_VLAN};
+use proptest::prelude::*;
+
+const LEARN_LIMIT: usize = 5;
+const STATIC_LIMIT: usize = 3;
+const AGEING: u64 = 100_000;
+
+fn ports() -> Vec<PortVlan> {
+    let trunk = |v: &[&str], native: Option<u16>| {
+        PortVlanConfig::Trunk {
+            vlans: v.iter().map(|s| s.to_string()).collect(),
+            native,
+        }
+        .build()
+        .unwrap()
+    };
+    vec![
+        PortVlan::Access(1),
+        PortVlan::Access(1),
+        PortVlan::Access(2),
+        trunk(&["1", "2"], None),
+        trunk(&["1-3"], Some(1)),
+    ]
+}
+
+fn mac(i: u8) -> Mac {
+    match i {
+        6 => Mac([0x01, 0x00, 0x5e, 0, 0, 1]),
+        7 => Mac::BROADCAST,
+        _ => Mac([0x02, 0, 0, 0, 0, i]),
+    }
+}
+
+fn frame(src: Mac, dst: Mac, tag: Option<u16>, payload: u8) -> Packet {
+    let mut f = Vec::new();
+    f.extend_from_slice(&dst.0);
+    f.extend_from_slice(&src.0);
+    if let Some(t) = tag {
+        f.extend_from_slice(&[0x81, 0x00]);
+        f.extend_from_slice(&(0x2000 | t).to_be_bytes()); // PCP 1
+    }
+    f.extend_from_slice(&[0x88, 0xb5]); // local experimental ethertype
+    f.extend(std::iter::repeat_n(payload, 46));
+    let mut p = Packet::from_frame(&f).unwrap();
+    p.meta.vlan = tag.unwrap_or(NO_VLAN);
+    p.meta.vlan_depth = tag.is_some() as u8;
+    p
+}
+
+/// What left a port: (port, VLAN tag if tagged, the frame without any tag).
+type Out = (u16, Option<u16>, Vec<u8>);
+
+fn untag(d: &[u8]) -> (Option<u16>, Vec<u8>) {
+    if d[12..14] == [0x81, 0x00] {
+        let tci = u16::from_be_bytes([d[14], d[15]]);
+        let mut v = d[..12].to_vec();
+        v.extend_from_slice(&d[16..]);
+        (Some(tci & 0x0fff), v)
+    } else {
+        (None, d.to_vec())
+    }
+}
+
+struct Collect {
+    pool: PacketPool,
+    out: Vec<Out>,
+}
+
+impl Emit for Collect {
+    fn pool(&mut self) -> &mut PacketPool {
+        &mut self.pool
+    }
+    fn emit(&mut self, port: u16, pkt: Packet) {
+        let (t, f) = untag(pkt.data());
+        self.out.push((port, t, f));
+    }
+}
+
+#[derive(Default)]
+struct Model {
+    fdb: HashMap<(Mac, u16), (u16, bool, u64)>,
+    learned: usize,
+    statics: usize,
+    last_age: Option<u64>,
+}
+
+impl Model {
+    fn frame(
+        &mut self,
+        ports: &[PortVlan],
+        src: Mac,
+        dst: Mac,
+        inp: u16,
+        tag: Option<u16>,
+        now: u64,
+        body: &[u8],
+    ) -> Vec<Out> {
+        if src.is_multicast() {
+            return vec![];
+        }
+        let Some(vid) = ports[inp as usize].classify(tag) else {
+            return vec![];
+        };
+        match self.fdb.get_mut(&(src, vid)) {
+            Some(e) => {
+                if !e.1 {
+                    e.0 = inp;
+                }
+                e.2 = now;
+            }
+            None => {
+                if self.learned < LEARN_LIMIT {
+                    self.fdb.insert((src, vid), (inp, false, now));
+                    self.learned += 1;
+                }
+            }
+        }
+        let targets: Vec<u16> = match (dst.is_multicast(), self.fdb.get(&(dst, vid))) {
+            (false, Some(e)) if e.0 == inp => vec![],
+            (false, Some(e)) => vec![e.0],
+            _ => (0..ports.len() as u16)
+                .filter(|p| *p != inp && ports[*p as usize].is_member(vid))
+                .collect(),
+        };
+        targets
+            .into_iter()
+            .map(|p| {
+                let t = ports[p as usize].egress_tagged(vid).then_some(vid);
+                (p, t, body.to_vec())
+            })
+            .collect()
+    }
+
+    fn add_static(&mut self, m: Mac, vid: u16, port: u16) -> bool {
+        let existing = self.fdb.get(&(m, vid)).map(|e| e.1);
+        if existing != Some(true) && self.statics >= STATIC_LIMIT {
+            return false;
+        }
+        match existing {
+            Some(true) => self.statics -= 1,
+            Some(false) => self.learned -= 1,
+            None => {}
+        }
+        self.fdb.insert((m, vid), (port, true, 0));
+        self.statics += 1;
+        true
+    }
+
+    fn delete(&mut self, m: Mac, vid: u16) -> bool {
+        match self.fdb.remove(&(m, vid)) {
+            Some((_, true, _)) => {
+                self.statics -= 1;
+                true
+            }
+            Some(_) => {
+                self.learned -= 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn age(&mut self, now: u64) {
+        if self.last_age.is_some_and(|l| now < l + 10) {
+            return;
+        }
+        self.last_age = Some(now);
+        let before = self.fdb.len();
+        self.fdb.retain(|_, e| e.1 || now.saturating_sub(e.2) < AGEING);
+        self.learned -= before - self.fdb.len();
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Frame {
+        src: u8,
+        dst: u8,
+        port: u16,
+        tag: Option<u16>,
+    },
+    Static {
+        mac: u8,
+        vlan: u16,
+        port: u16,
+    },
+    Delete {
+        mac: u8,
+        vlan: u16,
+    },
+    Advance(u64),
+    Age,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0u8..8, 0u8..8, 0u16..5, prop_oneof![Just(None), Just(Some(0)), (1u16..4).prop_map(Some), Just(Some(7))])
+            .prop_map(|(src, dst, port, tag)| Op::Frame { src, dst, port, tag }),
+        1 => (0u8..6, 1u16..4, 0u16..5).prop_map(|(mac, vlan, port)| Op::Static { mac, vlan, port }),
+        1 => (0u8..6, 1u16..4).prop_map(|(mac, vlan)| Op::Delete { mac, vlan }),
+        2 => prop_oneof![0u64..50, 40_000u64..120_000].prop_map(Op::Advance),
+        2 => Just(Op::Age),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn bridge_matches_reference_model(ops in proptest::collection::vec(op(), 1..120)) {
+        let cfg = FdbConfig {
+            learn_limit: LEARN_LIMIT,
+            static_limit: STATIC_LIMIT,
+            ageing_ms: AGEING,
+            age_chunk_buckets: 1 << 20,
+            ..Default::default()
+        };
+        let (fdb, mut writer) = new_seeded::<Padded>(cfg, 3);
+        let ports = ports();
+        let bridge = Bridge::new(fdb.clone(), ports.clone());
+        let mut bw = BridgeWorker::default();
+        let mut em = Collect { pool: PacketPool::default(), out: vec![] };
+        let mut model = Model::default();
+        let mut now = 1u64;
+        for (i, o) in ops.into_iter().enumerate() {
+            match o {
+                Op::Frame { src, dst, port, tag } => {
+                    let p = frame(mac(src), mac(dst), tag, i as u8);
+                    let body = untag(p.data()).1;
+                    let mut b = Batch::new();
+                    let mut p = p;
+                    p.meta.in_port = port;
+                    b.push(p).unwrap();
+                    em.out.clear();
+                    bridge.process(&mut bw, &mut b, now, &mut em, &mut Learning::Inline(&mut writer));
+                    let mut got = em.out.clone();
+                    let mut want = model.frame(&ports, mac(src), mac(dst), port, tag, now, &body);
+                    got.sort();
+                    want.sort();
+                    prop_assert_eq!(got, want, "op {}: frame {:?}", i, (src, dst, port, tag));
+                }
+                Op::Static { mac: m, vlan, port } => {
+                    let ok = writer.add_static(mac(m), vlan, port, now).is_ok();
+                    prop_assert_eq!(ok, model.add_static(mac(m), vlan, port));
+                }
+                Op::Delete { mac: m, vlan } => {
+                    prop_assert_eq!(writer.delete(mac(m), vlan), model.delete(mac(m), vlan));
+                }
+                Op::Advance(ms) => now += ms,
+                Op::Age => {
+                    writer.age(now);
+                    model.age(now);
+                }
+            }
+            // The tables agree entry by entry.
+            let got: BTreeMap<(Mac, u16), (u16, bool)> =
+                fdb.entries(now).into_iter().map(|e| ((e.mac, e.vlan), (e.port, e.is_static))).collect();
+            let want: BTreeMap<(Mac, u16), (u16, bool)> =
+                model.fdb.iter().map(|(k, v)| (*k, (v.0, v.1))).collect();
+            prop_assert_eq!(got, want);
+            prop_assert!(writer.learned_len() <= LEARN_LIMIT);
+        }
+    }
+}
+
+#[test]
+fn vlans_are_isolated() {
+    let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 1);
+    let bridge = Bridge::new(fdb.clone(), ports());
+    let mut bw = BridgeWorker::default();
+    let mut em = Collect {
+        pool: PacketPool::default(),
+        out: vec![],
+    };
+    // Host 1 in VLAN 2 (port 2) broadcasts: only VLAN 2 members (trunks 3 and 4) see it, tagged.
+    let mut b = Batch::new();
+    let mut p = frame(mac(1), Mac::BROADCAST, None, 0);
+    p.meta.in_port = 2;
+    b.push(p).unwrap();
+    bridge.process(&mut bw, &mut b, 1, &mut em, &mut Learning::Inline(&mut w));
+    let mut ports_seen: Vec<(u16, Option<u16>)> = em.out.iter().map(|o| (o.0, o.1)).collect();
+    ports_seen.sort();
+    assert_eq!(ports_seen, vec![(3, Some(2)), (4, Some(2))]);
+    // The same MAC in VLAN 1 is a different entry: a frame to it from VLAN 1 is flooded.
+    em.out.clear();
+    let mut p = frame(mac(2), mac(1), None, 0);
+    p.meta.in_port = 0;
+    b.push(p).unwrap();
+    bridge.process(&mut bw, &mut b, 2, &mut em, &mut Learning::Inline(&mut w));
+    let mut seen: Vec<u16> = em.out.iter().map(|o| o.0).collect();
+    seen.sort();
+    assert_eq!(seen, vec![1, 3, 4], "unknown unicast floods VLAN 1 only");
+    assert_eq!(bw.counters.unknown_unicast.get(), 1);
+}
+
+#[test]
+fn queued_learning_reaches_the_table_through_the_writer() {
+    let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 1);
+    let bridge = Bridge::new(fdb.clone(), ports());
+    let mut bw = BridgeWorker::default();
+    let mut em = Collect {
+        pool: PacketPool::default(),
+        out: vec![],
+    };
+    let mut b = Batch::new();
+    for _ in 0..10 {
+        let mut p = frame(mac(1), mac(2), None, 0);
+        p.meta.in_port = 0;
+        b.push(p).unwrap();
+    }
+    bridge.process(&mut bw, &mut b, 1, &mut em, &mut Learning::Queue);
+    // Asked once, not once per frame.
+    assert_eq!(bw.counters.learn_requests.get(), 1);
+    assert!(fdb.is_empty());
+    assert_eq!(w.drain_learn_queue(1, 100), 1);
+    assert_eq!(fdb.lookup(mac(1), 1, &fdb.pin()).map(|n| n.port()), Some(0));
+    // Now a reply to it is forwarded, not flooded.
+    em.out.clear();
+    let mut p = frame(mac(2), mac(1), None, 0);
+    p.meta.in_port = 1;
+    b.push(p).unwrap();
+    bridge.process(&mut bw, &mut b, 2, &mut em, &mut Learning::Queue);
+    assert_eq!(em.out.iter().map(|o| o.0).collect::<Vec<_>>(), vec![0]);
+}
+
+#[test]
+fn multicast_sources_and_filtered_vlans_are_dropped_and_counted() {
+    let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 1);
+    let bridge = Bridge::new(fdb.clone(), ports());
+    let mut bw = BridgeWorker::default();
+    let mut em = Collect {
+        pool: PacketPool::default(),
+        out: vec![],
+    };
+    let mut b = Batch::new();
+    let mut p = frame(mac(6), mac(1), None, 0);
+    p.meta.in_port = 0;
+    b.push(p).unwrap();
+    let mut p = frame(mac(1), mac(2), Some(9), 0);
+    p.meta.in_port = 3;
+    b.push(p).unwrap();
+    bridge.process(&mut bw, &mut b, 1, &mut em, &mut Learning::Inline(&mut w));
+    assert!(em.out.is_empty());
+    assert_eq!(bw.counters.drop_src_multicast.get(), 1);
+    assert_eq!(bw.counters.drop_vlan_filtered.get(), 1);
+    assert!(fdb.is_empty(), "dropped frames teach nothing");
+}

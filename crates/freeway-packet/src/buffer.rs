@@ -1,0 +1,413 @@
+//! Packet buffers, metadata, batches and the per-worker buffer pool.
+//!
+//! A [`Packet`] owns one fixed-size heap buffer. The frame lives at `buf[start..start + len]`;
+//! the bytes before `start` are headroom, so a VLAN tag (or any header) can be pushed without
+//! moving the frame. Buffers are recycled through a per-worker [`PacketPool`], so the steady
+//! state allocates nothing.
+//!
+//! Threads: a packet is owned by one thread at a time (moved, never shared); nothing here is
+//! synchronised.
+
+/// Default buffer size: a 1518-byte frame plus two VLAN tags plus headroom fits.
+pub const DEFAULT_BUF_SIZE: usize = 2048;
+/// Headroom reserved in front of a received frame.
+pub const HEADROOM: usize = 128;
+/// The most packets a [`Batch`] holds.
+pub const MAX_BATCH: usize = 32;
+/// `Meta::vlan` value for a frame that carries no 802.1Q tag.
+pub const NO_VLAN: u16 = 0xffff;
+/// `Meta::l3_off`/`l4_off` value when that layer is absent or was not parsed.
+pub const NO_OFFSET: u16 = 0xffff;
+
+/// Per-packet metadata filled by the port (ingress) and the parser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Index of the port the packet arrived on.
+    pub in_port: u16,
+    /// VLAN the packet belongs to after ingress classification. The parser stores the outer
+    /// 802.1Q VID here ([`NO_VLAN`] if untagged); the bridge replaces it with the port's VLAN.
+    pub vlan: u16,
+    /// The innermost ethertype (after any VLAN tags).
+    pub ethertype: u16,
+    /// Offset of the L3 header from the start of the frame, or [`NO_OFFSET`].
+    pub l3_off: u16,
+    /// Offset of the L4 header from the start of the frame, or [`NO_OFFSET`].
+    pub l4_off: u16,
+    /// IP protocol / IPv6 next header of the L4 payload (0 if none).
+    pub ip_proto: u8,
+    /// Number of 802.1Q/802.1ad tags present in the frame.
+    pub vlan_depth: u8,
+    /// Symmetric flow hash (same for both directions of a flow).
+    pub flow_hash: u32,
+}
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta {
+            in_port: 0,
+            vlan: NO_VLAN,
+            ethertype: 0,
+            l3_off: NO_OFFSET,
+            l4_off: NO_OFFSET,
+            ip_proto: 0,
+            vlan_depth: 0,
+            flow_hash: 0,
+        }
+    }
+}
+
+/// A frame in an owned buffer with headroom, plus metadata.
+#[derive(Clone)]
+pub struct Packet {
+    buf: Box<[u8]>,
+    start: usize,
+    len: usize,
+    /// Metadata; reset by [`Packet::reset`].
+    pub meta: Meta,
+}
+
+impl std::fmt::Debug for Packet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Packet")
+            .field("len", &self.len)
+            .field("meta", &self.meta)
+            .finish()
+    }
+}
+
+/// The frame does not fit the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooBig;
+
+impl Packet {
+    /// An empty packet with a buffer of `size` bytes (at least `HEADROOM + 64`).
+    pub fn with_capacity(size: usize) -> Packet {
+        let size = size.max(HEADROOM + 64);
+        Packet {
+            buf: vec![0u8; size].into_boxed_slice(),
+            start: HEADROOM,
+            len: 0,
+            meta: Meta::default(),
+        }
+    }
+
+    /// An empty packet with the default buffer size.
+    pub fn new() -> Packet {
+        Packet::with_capacity(DEFAULT_BUF_SIZE)
+    }
+
+    /// A packet holding a copy of `frame` (allocates; for tests and slow paths).
+    pub fn from_frame(frame: &[u8]) -> Result<Packet, TooBig> {
+        let mut p = Packet::with_capacity((HEADROOM + frame.len()).max(DEFAULT_BUF_SIZE));
+        p.set_frame(frame)?;
+        Ok(p)
+    }
+
+    /// Empties the packet and resets metadata, keeping the buffer.
+    #[inline]
+    pub fn reset(&mut self) {
+        self.start = HEADROOM;
+        self.len = 0;
+        self.meta = Meta::default();
+    }
+
+    /// Replaces the contents with a copy of `frame`, placed after the headroom.
+    #[inline]
+    pub fn set_frame(&mut self, frame: &[u8]) -> Result<(), TooBig> {
+        if frame.len() > self.buf.len() - HEADROOM {
+            return Err(TooBig);
+        }
+        self.start = HEADROOM;
+        self.len = frame.len();
+        self.buf[HEADROOM..HEADROOM + frame.len()].copy_from_slice(frame);
+        Ok(())
+    }
+
+    /// Makes the frame `len` bytes long, starting after the headroom, and returns it for
+    /// filling in place (contents are whatever the buffer held).
+    #[inline]
+    pub fn fill(&mut self, len: usize) -> Result<&mut [u8], TooBig> {
+        if len > self.buf.len() - HEADROOM {
+            return Err(TooBig);
+        }
+        self.start = HEADROOM;
+        self.len = len;
+        Ok(&mut self.buf[HEADROOM..HEADROOM + len])
+    }
+
+    /// The frame.
+    #[inline(always)]
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.start + self.len]
+    }
+
+    /// The frame, mutable.
+    #[inline(always)]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.start + self.len]
+    }
+
+    /// Frame length in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the frame is empty.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of headroom available in front of the frame.
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.start
+    }
+
+    /// Grows the frame by `n` bytes at the front (into the headroom) and returns the frame.
+    /// `None` if the headroom is too small.
+    #[inline]
+    pub fn push_front(&mut self, n: usize) -> Option<&mut [u8]> {
+        if n > self.start {
+            return None;
+        }
+        self.start -= n;
+        self.len += n;
+        Some(self.data_mut())
+    }
+
+    /// Removes `n` bytes from the front. `false` (and no change) if the frame is shorter.
+    #[inline]
+    pub fn pull_front(&mut self, n: usize) -> bool {
+        if n > self.len {
+            return false;
+        }
+        self.start += n;
+        self.len -= n;
+        true
+    }
+
+    /// Shortens the frame to `len` bytes (no-op if already shorter).
+    #[inline]
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Total buffer size (headroom + room for a frame).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+impl Default for Packet {
+    fn default() -> Self {
+        Packet::new()
+    }
+}
+
+/// Up to [`MAX_BATCH`] packets processed together.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pkts: Vec<Packet>,
+}
+
+impl Batch {
+    /// An empty batch with room for [`MAX_BATCH`] packets.
+    pub fn new() -> Batch {
+        Batch {
+            pkts: Vec::with_capacity(MAX_BATCH),
+        }
+    }
+
+    /// Number of packets.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.pkts.len()
+    }
+
+    /// Whether the batch is empty.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.pkts.is_empty()
+    }
+
+    /// Whether the batch holds [`MAX_BATCH`] packets.
+    #[inline(always)]
+    pub fn is_full(&self) -> bool {
+        self.pkts.len() >= MAX_BATCH
+    }
+
+    /// Room left before the batch is full.
+    #[inline(always)]
+    pub fn room(&self) -> usize {
+        MAX_BATCH.saturating_sub(self.pkts.len())
+    }
+
+    /// Adds a packet. Gives it back if the batch is full.
+    #[inline]
+    pub fn push(&mut self, p: Packet) -> Result<(), Packet> {
+        if self.is_full() {
+            return Err(p);
+        }
+        self.pkts.push(p);
+        Ok(())
+    }
+
+    /// The packets.
+    #[inline(always)]
+    pub fn as_slice(&self) -> &[Packet] {
+        &self.pkts
+    }
+
+    /// The packets, mutable.
+    #[inline(always)]
+    pub fn as_mut_slice(&mut self) -> &mut [Packet] {
+        &mut self.pkts
+    }
+
+    /// Keeps the packets for which `keep` returns true, in order; the others go back to
+    /// `pool`.
+    #[inline]
+    pub fn retain_or_recycle(&mut self, pool: &mut PacketPool, mut keep: impl FnMut(&mut Packet) -> bool) {
+        let mut i = 0;
+        while i < self.pkts.len() {
+            if keep(&mut self.pkts[i]) {
+                i += 1;
+            } else {
+                pool.put(self.pkts.remove(i));
+            }
+        }
+    }
+
+    /// Removes all packets, in order.
+    #[inline]
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Packet> {
+        self.pkts.drain(..)
+    }
+}
+
+/// A per-worker free list of packet buffers.
+///
+/// `get` reuses a buffer when one is free and allocates otherwise; `put` keeps at most
+/// `max_free` buffers and frees the rest, so the pool is bounded.
+#[derive(Debug)]
+pub struct PacketPool {
+    free: Vec<Packet>,
+    buf_size: usize,
+    max_free: usize,
+    allocated: u64,
+}
+
+impl PacketPool {
+    /// A pool of `buf_size`-byte buffers, pre-filled with `prefill` buffers, keeping at most
+    /// `max_free` idle.
+    pub fn new(buf_size: usize, prefill: usize, max_free: usize) -> PacketPool {
+        let mut free = Vec::with_capacity(max_free.max(prefill));
+        for _ in 0..prefill {
+            free.push(Packet::with_capacity(buf_size));
+        }
+        PacketPool {
+            free,
+            buf_size,
+            max_free: max_free.max(prefill),
+            allocated: prefill as u64,
+        }
+    }
+
+    /// A reset packet.
+    #[inline]
+    pub fn get(&mut self) -> Packet {
+        match self.free.pop() {
+            Some(mut p) => {
+                p.reset();
+                p
+            }
+            None => {
+                self.allocated += 1;
+                Packet::with_capacity(self.buf_size)
+            }
+        }
+    }
+
+    /// Returns a packet's buffer to the pool.
+    #[inline]
+    pub fn put(&mut self, p: Packet) {
+        if self.free.len() < self.max_free {
+            self.free.push(p);
+        }
+    }
+
+    /// Returns every packet of a batch to the pool, leaving the batch empty.
+    #[inline]
+    pub fn put_batch(&mut self, b: &mut Batch) {
+        for p in b.drain() {
+            self.put(p);
+        }
+    }
+
+    /// Buffers allocated over the pool's life (a steady state shows this flat).
+    pub fn allocated(&self) -> u64 {
+        self.allocated
+    }
+
+    /// Buffer size of this pool.
+    pub fn buf_size(&self) -> usize {
+        self.buf_size
+    }
+}
+
+impl Default for PacketPool {
+    fn default() -> Self {
+        PacketPool::new(DEFAULT_BUF_SIZE, 4 * MAX_BATCH, 1024)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headroom_push_and_pull() {
+        let mut p = Packet::from_frame(&[1, 2, 3, 4]).unwrap();
+        assert_eq!(p.headroom(), HEADROOM);
+        let d = p.push_front(2).unwrap();
+        d[0] = 9;
+        d[1] = 8;
+        assert_eq!(p.data(), &[9, 8, 1, 2, 3, 4]);
+        assert!(p.pull_front(3));
+        assert_eq!(p.data(), &[2, 3, 4]);
+        assert!(!p.pull_front(4));
+        assert!(p.push_front(HEADROOM + 100).is_none());
+        p.truncate(1);
+        assert_eq!(p.data(), &[2]);
+    }
+
+    #[test]
+    fn too_big_frames_are_refused() {
+        let mut p = Packet::with_capacity(256);
+        assert_eq!(p.set_frame(&[0u8; 200]), Err(TooBig));
+        assert!(p.set_frame(&[0u8; 100]).is_ok());
+        assert_eq!(p.len(), 100);
+    }
+
+    #[test]
+    fn batch_is_bounded_and_pool_recycles() {
+        let mut pool = PacketPool::new(512, 0, 8);
+        let mut b = Batch::new();
+        for _ in 0..MAX_BATCH {
+            b.push(pool.get()).unwrap();
+        }
+        assert!(b.is_full());
+        assert!(b.push(pool.get()).is_err());
+        let before = pool.allocated();
+        pool.put_batch(&mut b);
+        assert!(b.is_empty());
+        for _ in 0..8 {
+            let p = pool.get();
+            pool.put(p);
+        }
+        assert_eq!(pool.allocated(), before, "a warm pool must not allocate");
+    }
+}

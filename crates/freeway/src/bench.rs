@@ -1,0 +1,306 @@
+//! `freeway bench`: the seeds' experiments as commands.
+//!
+//! `bench bridge` reproduces the Linux bridge FDB experiment: a few hosts (3 by default), each
+//! behind its own generator port, each sending to the next; every worker receives from every
+//! port, so all workers hit the same few FDB entries. Frames go through the real pipeline
+//! (parse, learn, lookup, forward) to the destination port's transmit queue, which discards
+//! them. Both entry layouts run in the same process, so the padded/naive ratio comes from one
+//! run: `padded` keeps the timestamps on their own cache line and writes them once per tick;
+//! `naive` keeps them next to the key and writes them on every packet.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use freeway_bridge::{Layout, Naive, Padded};
+use serde::Serialize;
+
+use crate::config;
+use crate::runtime::{self, RunOptions, Snapshot};
+
+/// Benchmarks.
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Bridge forwarding Mpps per worker, padded vs naive FDB entry layout.
+    Bridge(BridgeArgs),
+}
+
+/// `bench bridge` options.
+#[derive(Args, Clone)]
+pub struct BridgeArgs {
+    /// Worker counts to measure, e.g. 1,2,4.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub workers: Vec<usize>,
+    /// FDB entries (hosts, one per port).
+    #[arg(long, default_value_t = 3)]
+    pub entries: usize,
+    /// Layouts to measure: padded, naive, or both.
+    #[arg(long, value_delimiter = ',', default_value = "padded,naive")]
+    pub layout: Vec<String>,
+    /// Measured seconds per run (after a warm-up).
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Runs per configuration; the table shows the median.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Frame size in bytes without FCS (60 = a 64-byte frame on the wire).
+    #[arg(long, default_value_t = 60)]
+    pub frame_size: usize,
+    /// Do not pin workers to cores.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Write results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// One measured run.
+#[derive(Clone, Debug, Serialize)]
+pub struct BridgeRun {
+    /// Layout name.
+    pub layout: String,
+    /// Workers.
+    pub workers: usize,
+    /// Mpps of each worker.
+    pub mpps_per_worker: Vec<f64>,
+    /// Sum over workers.
+    pub mpps_total: f64,
+    /// Share of frames forwarded by an FDB hit (the rest flooded or dropped).
+    pub forwarded_share: f64,
+}
+
+/// The summary row of a (layout, workers) pair.
+#[derive(Clone, Debug, Serialize)]
+pub struct BridgeRow {
+    /// Layout name.
+    pub layout: String,
+    /// Workers.
+    pub workers: usize,
+    /// Median over runs of the mean Mpps per worker.
+    pub median_mpps_per_worker: f64,
+    /// Every run's mean Mpps per worker.
+    pub runs_mpps_per_worker: Vec<f64>,
+    /// Median per-worker rate relative to the same layout at the smallest worker count.
+    pub scaling: f64,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    if v.is_empty() {
+        0.0
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    }
+}
+
+/// The config text for a bridge bench run.
+pub fn bridge_config(entries: usize, workers: usize, frame_size: usize, pin: bool, secs: f64) -> String {
+    let mut s = format!("workers = {workers}\nduration_secs = {secs}\npin_workers = {pin}\n");
+    for i in 0..entries {
+        let j = (i + 1) % entries;
+        s.push_str(&format!(
+            "\n[[port]]\nname = \"h{i}\"\nkind = \"gen\"\ngen = {{ src_macs = [\"02:00:00:00:01:{i:02x}\"], dst_macs = [\"02:00:00:00:01:{j:02x}\"], src_ip = \"10.1.0.{}\", dst_ip = \"10.1.0.{}\", flows = 16, frame_size = [{frame_size}], seed = {} }}\n",
+            i + 1,
+            j + 1,
+            i + 1
+        ));
+    }
+    s
+}
+
+fn measure<L: Layout>(a: &BridgeArgs, workers: usize) -> Result<BridgeRun, String> {
+    let warmup = 0.5;
+    let text = bridge_config(a.entries, workers, a.frame_size, !a.no_pin, warmup + a.seconds + 0.3);
+    let cfg = config::parse(&text, "<bench bridge>", None).map_err(|e| e.to_string())?;
+    let mut snaps: Vec<Snapshot> = Vec::new();
+    let mut cb = |s: &Snapshot| snaps.push(s.clone());
+    runtime::run::<L>(
+        &cfg,
+        RunOptions {
+            interval: Duration::from_millis(250),
+            on_snapshot: Some(&mut cb),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let first = snaps
+        .iter()
+        .find(|s| s.elapsed_s >= warmup)
+        .ok_or("run too short to measure")?;
+    let last = snaps
+        .iter()
+        .rev()
+        .find(|s| s.elapsed_s <= warmup + a.seconds + 0.05)
+        .ok_or("run too short to measure")?;
+    let dt = last.elapsed_s - first.elapsed_s;
+    if dt <= 0.1 {
+        return Err("measurement window too short".into());
+    }
+    let per: Vec<f64> = first
+        .workers
+        .iter()
+        .zip(&last.workers)
+        .map(|(f, l)| (l.packets - f.packets) as f64 / dt / 1e6)
+        .collect();
+    let b = |s: &Snapshot, k: &str| s.bridge.get(k).copied().unwrap_or(0) as f64;
+    let rx = b(last, "rx") - b(first, "rx");
+    let fwd = b(last, "forwarded") - b(first, "forwarded");
+    Ok(BridgeRun {
+        layout: L::NAME.into(),
+        workers,
+        mpps_total: per.iter().sum(),
+        mpps_per_worker: per,
+        forwarded_share: if rx > 0.0 { fwd / rx } else { 0.0 },
+    })
+}
+
+fn machine() -> serde_json::Value {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    serde_json::json!({
+        "cpu": model,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "os": std::env::consts::OS,
+        "arch": std::env::consts::ARCH,
+    })
+}
+
+/// Runs `bench bridge`.
+pub fn bridge(a: BridgeArgs) -> Result<(), String> {
+    if a.entries < 2 || a.entries > 250 {
+        return Err(format!("--entries must be between 2 and 250 (got {})", a.entries));
+    }
+    if a.workers.is_empty() || a.workers.iter().any(|w| *w == 0 || *w > config::MAX_WORKERS) {
+        return Err(format!(
+            "--workers must list counts between 1 and {}",
+            config::MAX_WORKERS
+        ));
+    }
+    if a.runs == 0 || !(a.seconds > 0.0) {
+        return Err("--runs and --seconds must be positive".into());
+    }
+    if !(60..=1514).contains(&a.frame_size) {
+        return Err(format!(
+            "--frame-size must be between 60 and 1514 (got {})",
+            a.frame_size
+        ));
+    }
+    for l in &a.layout {
+        if l != "padded" && l != "naive" {
+            return Err(format!("--layout: unknown layout {l:?} (padded or naive)"));
+        }
+    }
+    let total = (a.layout.len() * a.workers.len() * a.runs) as u64;
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {msg} (eta {eta})")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    let mut runs = Vec::new();
+    // Interleave layouts run by run so slow drift on a noisy machine hits both alike.
+    for r in 0..a.runs {
+        for &w in &a.workers {
+            for l in &a.layout {
+                bar.set_message(format!("{l} layout, {w} workers, run {}", r + 1));
+                let run = match l.as_str() {
+                    "padded" => measure::<Padded>(&a, w)?,
+                    _ => measure::<Naive>(&a, w)?,
+                };
+                runs.push(run);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+
+    let mut rows: Vec<BridgeRow> = Vec::new();
+    for l in &a.layout {
+        let mut base = None;
+        for &w in &a.workers {
+            let per: Vec<f64> = runs
+                .iter()
+                .filter(|r| &r.layout == l && r.workers == w)
+                .map(|r| r.mpps_total / w as f64)
+                .collect();
+            let m = median(&per);
+            let b = *base.get_or_insert(m);
+            rows.push(BridgeRow {
+                layout: l.clone(),
+                workers: w,
+                median_mpps_per_worker: m,
+                runs_mpps_per_worker: per,
+                scaling: if b > 0.0 { m / b } else { 0.0 },
+            });
+        }
+    }
+    println!(
+        "bench bridge: {} FDB entries, {}-byte frames, {} s x {} runs, median Mpps per worker",
+        a.entries, a.frame_size, a.seconds, a.runs
+    );
+    println!(
+        "{:<8} {:>7} {:>12} {:>9}  runs",
+        "layout", "workers", "Mpps/worker", "scaling"
+    );
+    for r in &rows {
+        let rs: Vec<String> = r.runs_mpps_per_worker.iter().map(|x| format!("{x:.2}")).collect();
+        println!(
+            "{:<8} {:>7} {:>12.2} {:>8.0}%  {}",
+            r.layout,
+            r.workers,
+            r.median_mpps_per_worker,
+            r.scaling * 100.0,
+            rs.join(" ")
+        );
+    }
+    let mut ratios = Vec::new();
+    for &w in &a.workers {
+        let get = |l: &str| {
+            rows.iter()
+                .find(|r| r.layout == l && r.workers == w)
+                .map(|r| r.median_mpps_per_worker)
+        };
+        if let (Some(p), Some(n)) = (get("padded"), get("naive")) {
+            if n > 0.0 {
+                println!("padded/naive at {w} workers: {:.2}x", p / n);
+                ratios.push(serde_json::json!({"workers": w, "padded_over_naive": p / n}));
+            }
+        }
+    }
+    let low = runs.iter().filter(|r| r.forwarded_share < 0.99).count();
+    if low > 0 {
+        println!("warning: {low} runs forwarded less than 99% of frames by FDB hit (learning not settled?)");
+    }
+    if let Some(path) = &a.json {
+        let v = serde_json::json!({
+            "bench": "bridge",
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "machine": machine(),
+            "entries": a.entries,
+            "frame_size": a.frame_size,
+            "seconds": a.seconds,
+            "rows": rows,
+            "ratios": ratios,
+            "runs": runs,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Dispatches a bench subcommand.
+pub fn main(cmd: BenchCmd) -> Result<(), String> {
+    match cmd {
+        BenchCmd::Bridge(a) => bridge(a),
+    }
+}

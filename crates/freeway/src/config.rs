@@ -1,0 +1,389 @@
+//! The TOML configuration: ports, bridge, workers, duration.
+//!
+//! Errors name the key and the line: syntax and type errors come from the TOML parser with
+//! their span; checks that span several keys (a port named twice, a static entry on a port
+//! that does not exist, a generator setting out of range) point at the line of the value
+//! they concern.
+//!
+//! ```toml
+//! workers = 2
+//! duration_secs = 5
+//!
+//! [[port]]
+//! name = "gen0"
+//! kind = "gen"                        # gen | pcap | sink
+//! vlan = { mode = "access", vlan = 1 } # or { mode = "trunk", vlans = ["10", "20-30"], native = 1 }
+//! gen = { src_macs = ["02:00:00:00:00:01"], dst_macs = ["02:00:00:00:00:02"] }
+//!
+//! [bridge]
+//! learn_limit = 65536
+//! ageing_ms = 300000
+//! static = [{ mac = "02:00:00:00:00:09", vlan = 1, port = "gen0" }]
+//! ```
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use freeway_bridge::{FdbConfig, Mac, PortVlanConfig};
+use freeway_io::gen::GenConfig;
+use freeway_io::pcap::PcapConfig;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The embedded default: a bridge between two generator ports and a sink, for
+/// `freeway run` with no arguments.
+pub const DEFAULT_CONFIG: &str = include_str!("../configs/default.toml");
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Worker threads (default: one per core, at most 2 ports' worth).
+    #[serde(default)]
+    pub workers: Option<Spanned<usize>>,
+    /// Stop after this many seconds (default: when every input is exhausted, or 5 s if some
+    /// input never ends).
+    #[serde(default)]
+    pub duration_secs: Option<Spanned<f64>>,
+    /// Pin workers to cores (default true when there are enough cores).
+    #[serde(default)]
+    pub pin_workers: Option<bool>,
+    /// Ports, in order; a port's index is its position.
+    #[serde(default, rename = "port")]
+    pub ports: Vec<PortConfig>,
+    /// Bridge settings.
+    #[serde(default)]
+    pub bridge: BridgeConfig,
+}
+
+/// Kinds of port.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PortKind {
+    /// Built-in traffic generator.
+    Gen,
+    /// pcap file reader and/or writer.
+    Pcap,
+    /// Discards what it is sent.
+    Sink,
+}
+
+impl PortKind {
+    /// The name used in the config.
+    pub fn name(self) -> &'static str {
+        match self {
+            PortKind::Gen => "gen",
+            PortKind::Pcap => "pcap",
+            PortKind::Sink => "sink",
+        }
+    }
+}
+
+/// One `[[port]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortConfig {
+    /// Unique name.
+    pub name: Spanned<String>,
+    /// What it is.
+    pub kind: Spanned<PortKind>,
+    /// VLAN membership (default: access port of VLAN 1).
+    #[serde(default)]
+    pub vlan: Option<Spanned<PortVlanConfig>>,
+    /// Generator settings (kind = "gen").
+    #[serde(default)]
+    pub gen: Option<Spanned<GenConfig>>,
+    /// pcap settings (kind = "pcap").
+    #[serde(default)]
+    pub pcap: Option<Spanned<PcapConfig>>,
+}
+
+/// `[bridge]`: FDB bounds and ageing (defaults in [`FdbConfig`]) and static entries.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeConfig {
+    /// See [`FdbConfig::learn_limit`].
+    pub learn_limit: Option<Spanned<usize>>,
+    /// See [`FdbConfig::static_limit`].
+    pub static_limit: Option<Spanned<usize>>,
+    /// See [`FdbConfig::ageing_ms`].
+    pub ageing_ms: Option<Spanned<u64>>,
+    /// See [`FdbConfig::age_interval_ms`].
+    pub age_interval_ms: Option<Spanned<u64>>,
+    /// See [`FdbConfig::age_chunk_buckets`].
+    pub age_chunk_buckets: Option<Spanned<usize>>,
+    /// See [`FdbConfig::learn_queue`].
+    pub learn_queue: Option<Spanned<usize>>,
+    /// Static FDB entries.
+    #[serde(default, rename = "static")]
+    pub statics: Vec<Spanned<StaticEntry>>,
+}
+
+/// A static FDB entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticEntry {
+    /// Address.
+    pub mac: Mac,
+    /// VLAN (default 1).
+    #[serde(default = "one")]
+    pub vlan: u16,
+    /// Port name.
+    pub port: String,
+}
+
+fn one() -> u16 {
+    1
+}
+
+/// A configuration error with its location.
+#[derive(Debug)]
+pub struct ConfigError {
+    /// What file.
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub msg: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.file, l, self.msg),
+            None => write!(f, "{}: {}", self.file, self.msg),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A port ready to open.
+#[derive(Debug)]
+pub struct PortSpec {
+    /// Name.
+    pub name: String,
+    /// Kind.
+    pub kind: PortKind,
+    /// Compiled VLAN mode.
+    pub vlan: freeway_bridge::PortVlan,
+    /// Generator settings.
+    pub gen: Option<GenConfig>,
+    /// pcap settings.
+    pub pcap: Option<PcapConfig>,
+}
+
+/// A checked configuration.
+#[derive(Debug)]
+pub struct Checked {
+    /// Workers to start.
+    pub workers: usize,
+    /// Run time limit.
+    pub duration_secs: Option<f64>,
+    /// Pin workers to cores.
+    pub pin_workers: bool,
+    /// Ports by index.
+    pub ports: Vec<PortSpec>,
+    /// FDB settings.
+    pub fdb: FdbConfig,
+    /// Static entries: (mac, vlan, port index).
+    pub statics: Vec<(Mac, u16, u16)>,
+}
+
+/// Most ports a datapath may have.
+pub const MAX_PORTS: usize = 256;
+/// Most workers.
+pub const MAX_WORKERS: usize = 128;
+
+fn line_of(src: &str, offset: usize) -> usize {
+    src[..offset.min(src.len())].bytes().filter(|b| *b == b'\n').count() + 1
+}
+
+/// Reads and checks a config file.
+pub fn load(path: &Path) -> Result<Checked, ConfigError> {
+    let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.display().to_string(),
+        line: None,
+        msg: format!("cannot read: {e}"),
+    })?;
+    parse(&src, &path.display().to_string(), path.parent())
+}
+
+/// Parses and checks config text. `file` names it in errors; relative pcap paths are taken
+/// relative to `base` when given.
+pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, ConfigError> {
+    let err = |span: Option<std::ops::Range<usize>>, msg: String| ConfigError {
+        file: file.to_string(),
+        line: span.map(|s| line_of(src, s.start)),
+        msg,
+    };
+    let cfg: Config = toml::from_str(src).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let workers = match &cfg.workers {
+        Some(w) => {
+            let n = *w.get_ref();
+            if n == 0 || n > MAX_WORKERS {
+                return Err(err(
+                    Some(w.span()),
+                    format!("workers: must be between 1 and {MAX_WORKERS} (got {n})"),
+                ));
+            }
+            n
+        }
+        None => cores.min(2),
+    };
+    let duration_secs = match &cfg.duration_secs {
+        Some(d) => {
+            let v = *d.get_ref();
+            if !(v > 0.0 && v <= 86_400.0 * 365.0) {
+                return Err(err(
+                    Some(d.span()),
+                    format!("duration_secs: must be positive (got {v})"),
+                ));
+            }
+            Some(v)
+        }
+        None => None,
+    };
+    if cfg.ports.is_empty() {
+        return Err(err(None, "no ports: add at least one [[port]]".into()));
+    }
+    if cfg.ports.len() > MAX_PORTS {
+        return Err(err(None, format!("too many ports: at most {MAX_PORTS}")));
+    }
+    let b = &cfg.bridge;
+    let mut fdb = FdbConfig::default();
+    let mut spans: Vec<(&str, std::ops::Range<usize>)> = Vec::new();
+    macro_rules! take {
+        ($f:ident) => {
+            if let Some(v) = &b.$f {
+                fdb.$f = *v.get_ref();
+                spans.push((stringify!($f), v.span()));
+            }
+        };
+    }
+    take!(learn_limit);
+    take!(static_limit);
+    take!(ageing_ms);
+    take!(age_interval_ms);
+    take!(age_chunk_buckets);
+    take!(learn_queue);
+    if let Err(m) = fdb.validate() {
+        let span = spans.iter().find(|(k, _)| m.starts_with(k)).map(|(_, s)| s.clone());
+        return Err(err(span, format!("bridge.{m}")));
+    }
+
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    let mut ports = Vec::new();
+    for (i, p) in cfg.ports.iter().enumerate() {
+        let name = p.name.get_ref().clone();
+        if name.is_empty() || name.len() > 32 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(err(
+                Some(p.name.span()),
+                format!("port.name: {name:?} must be 1-32 characters of letters, digits, '-', '_' or '.'"),
+            ));
+        }
+        if let Some(prev) = by_name.insert(name.clone(), i) {
+            return Err(err(
+                Some(p.name.span()),
+                format!("port.name: {name:?} is listed twice (ports {prev} and {i})"),
+            ));
+        }
+        let kind = *p.kind.get_ref();
+        let vlan = match &p.vlan {
+            Some(v) => v
+                .get_ref()
+                .build()
+                .map_err(|m| err(Some(v.span()), format!("port {name:?}: vlan: {m}")))?,
+            None => freeway_bridge::PortVlan::Access(1),
+        };
+        let gen = match (kind, &p.gen) {
+            (PortKind::Gen, Some(g)) => {
+                g.get_ref()
+                    .validate()
+                    .map_err(|m| err(Some(g.span()), format!("port {name:?}: gen: {m}")))?;
+                Some(g.get_ref().clone())
+            }
+            (PortKind::Gen, None) => Some(GenConfig::default()),
+            (_, Some(g)) => {
+                return Err(err(
+                    Some(g.span()),
+                    format!(
+                        "port {name:?}: a `gen` table needs kind = \"gen\" (kind is {:?})",
+                        kind.name()
+                    ),
+                ))
+            }
+            (_, None) => None,
+        };
+        let pcap = match (kind, &p.pcap) {
+            (PortKind::Pcap, Some(c)) => {
+                let mut c2 = c.get_ref().clone();
+                if let Some(b) = base {
+                    c2.rebase(b);
+                }
+                c2.validate()
+                    .map_err(|m| err(Some(c.span()), format!("port {name:?}: pcap: {m}")))?;
+                Some(c2)
+            }
+            (PortKind::Pcap, None) => {
+                return Err(err(
+                    Some(p.kind.span()),
+                    format!("port {name:?}: kind = \"pcap\" needs a pcap table, e.g. pcap = {{ read = \"in.pcap\" }}"),
+                ))
+            }
+            (_, Some(c)) => {
+                return Err(err(
+                    Some(c.span()),
+                    format!(
+                        "port {name:?}: a `pcap` table needs kind = \"pcap\" (kind is {:?})",
+                        kind.name()
+                    ),
+                ))
+            }
+            (_, None) => None,
+        };
+        ports.push(PortSpec {
+            name,
+            kind,
+            vlan,
+            gen,
+            pcap,
+        });
+    }
+
+    let mut statics = Vec::new();
+    for s in &cfg.bridge.statics {
+        let e = s.get_ref();
+        let Some(&port) = by_name.get(&e.port) else {
+            return Err(err(
+                Some(s.span()),
+                format!("bridge.static: no port named {:?}", e.port),
+            ));
+        };
+        if e.mac.is_multicast() {
+            return Err(err(
+                Some(s.span()),
+                format!("bridge.static: {} is a group address", e.mac),
+            ));
+        }
+        freeway_bridge::vlan::check_vid(e.vlan).map_err(|m| err(Some(s.span()), format!("bridge.static: {m}")))?;
+        if !ports[port].vlan.is_member(e.vlan) {
+            return Err(err(
+                Some(s.span()),
+                format!("bridge.static: port {:?} is not a member of VLAN {}", e.port, e.vlan),
+            ));
+        }
+        statics.push((e.mac, e.vlan, port as u16));
+    }
+
+    Ok(Checked {
+        workers,
+        duration_secs,
+        pin_workers: cfg.pin_workers.unwrap_or(workers <= cores),
+        ports,
+        fdb,
+        statics,
+    })
+}

@@ -1,0 +1,203 @@
+//! Human-readable tables and JSON for runs and dumps.
+
+use freeway_bridge::FdbEntry;
+use serde::Serialize;
+
+use crate::runtime::Snapshot;
+
+/// Formats a rate or count with a k/M/G suffix.
+pub fn si(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if a >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// Prints a table every time it is given a snapshot, with rates since the previous one.
+#[derive(Default)]
+pub struct LivePrinter {
+    prev: Option<Snapshot>,
+}
+
+impl LivePrinter {
+    /// Prints the table for `s`.
+    pub fn print(&mut self, s: &Snapshot) {
+        let (dt, prev) = match &self.prev {
+            Some(p) => (s.elapsed_s - p.elapsed_s, Some(p)),
+            None => (s.elapsed_s, None),
+        };
+        let dt = dt.max(1e-9);
+        println!();
+        println!(
+            "[{:6.1}s] {:<12} {:>10} {:>10} {:>10} {:>10} {:>9}",
+            s.elapsed_s, "port", "rx pps", "tx pps", "rx total", "tx total", "tx drop"
+        );
+        for (i, p) in s.ports.iter().enumerate() {
+            let q = prev.map(|x| x.ports[i].clone()).unwrap_or_default();
+            println!(
+                "          {:<12} {:>10} {:>10} {:>10} {:>10} {:>9}",
+                p.name,
+                si((p.rx_packets - q.rx_packets) as f64 / dt),
+                si((p.tx_packets - q.tx_packets) as f64 / dt),
+                si(p.rx_packets as f64),
+                si(p.tx_packets as f64),
+                p.tx_dropped
+            );
+        }
+        println!(
+            "          {:<12} {:>10} {:>10} {:>6}",
+            "worker", "rx pps", "batch avg", "core"
+        );
+        for (i, w) in s.workers.iter().enumerate() {
+            let q = prev.map(|x| x.workers[i].clone()).unwrap_or_default();
+            let b = w.batches - q.batches;
+            println!(
+                "          {:<12} {:>10} {:>10.1} {:>6}",
+                w.id,
+                si((w.packets - q.packets) as f64 / dt),
+                if b > 0 {
+                    (w.packets - q.packets) as f64 / b as f64
+                } else {
+                    0.0
+                },
+                w.core.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
+            );
+        }
+        println!(
+            "          fdb {} entries, {} learned, flooded {}, forwarded {}",
+            s.fdb_entries,
+            s.fdb.get("learned").copied().unwrap_or(0),
+            si(s.bridge.get("flooded").copied().unwrap_or(0) as f64),
+            si(s.bridge.get("forwarded").copied().unwrap_or(0) as f64),
+        );
+        self.prev = Some(s.clone());
+    }
+}
+
+/// Prints the end-of-run summary.
+pub fn print_summary(s: &Snapshot) {
+    let t = s.elapsed_s.max(1e-9);
+    println!();
+    println!("summary after {:.2} s", s.elapsed_s);
+    println!(
+        "  {:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
+        "port", "rx packets", "rx bytes", "tx packets", "tx bytes", "tx drop", "rx pps", "tx pps"
+    );
+    for p in &s.ports {
+        println!(
+            "  {:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
+            p.name,
+            p.rx_packets,
+            p.rx_bytes,
+            p.tx_packets,
+            p.tx_bytes,
+            p.tx_dropped,
+            si(p.rx_packets as f64 / t),
+            si(p.tx_packets as f64 / t)
+        );
+    }
+    println!(
+        "  {:<12} {:>12} {:>12} {:>10} {:>6}",
+        "worker", "packets", "batches", "avg pps", "core"
+    );
+    for w in &s.workers {
+        println!(
+            "  {:<12} {:>12} {:>12} {:>10} {:>6}",
+            w.id,
+            w.packets,
+            w.batches,
+            si(w.packets as f64 / t),
+            w.core.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+    let b = |k: &str| s.bridge.get(k).copied().unwrap_or(0);
+    println!(
+        "  bridge: {} in, {} forwarded, {} flooded ({} unknown unicast, {} copies), {} MAC moves",
+        b("rx"),
+        b("forwarded"),
+        b("flooded"),
+        b("unknown_unicast"),
+        b("flood_copies"),
+        b("moves")
+    );
+    println!(
+        "  fdb: {} entries; learned {}, aged {}, refused at the learning limit {}, learn queue full {}",
+        s.fdb_entries,
+        s.fdb.get("learned").copied().unwrap_or(0),
+        s.fdb.get("aged").copied().unwrap_or(0),
+        s.fdb.get("limit_reached").copied().unwrap_or(0),
+        b("learn_queue_full")
+    );
+    let drops = s.drops();
+    if drops.is_empty() {
+        println!("  drops: none");
+    } else {
+        let d: Vec<String> = drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("  drops: {}", d.join(", "));
+    }
+}
+
+/// An FDB entry for JSON output, with the port's name.
+#[derive(Serialize)]
+pub struct FdbJson<'a> {
+    /// MAC address.
+    pub mac: String,
+    /// VLAN.
+    pub vlan: u16,
+    /// Port name.
+    pub port: &'a str,
+    /// Port index.
+    pub ifindex: u16,
+    /// Configured entry.
+    #[serde(rename = "static")]
+    pub is_static: bool,
+    /// Seconds since last seen as a source.
+    pub updated: f64,
+    /// Seconds since last used as a destination.
+    pub used: f64,
+}
+
+/// The FDB as JSON rows.
+pub fn fdb_json<'a>(fdb: &[FdbEntry], names: &'a [String]) -> Vec<FdbJson<'a>> {
+    fdb.iter()
+        .map(|e| FdbJson {
+            mac: e.mac.to_string(),
+            vlan: e.vlan,
+            port: names.get(usize::from(e.port)).map(String::as_str).unwrap_or("?"),
+            ifindex: e.port,
+            is_static: e.is_static,
+            updated: e.updated_ms_ago as f64 / 1000.0,
+            used: e.used_ms_ago as f64 / 1000.0,
+        })
+        .collect()
+}
+
+/// Prints the FDB like `bridge fdb show` (text) or as a JSON array (`-j`).
+pub fn print_fdb(fdb: &[FdbEntry], names: &[String], json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&fdb_json(fdb, names)).expect("json"));
+        return;
+    }
+    for e in fdb {
+        let port = names.get(usize::from(e.port)).map(String::as_str).unwrap_or("?");
+        if e.is_static {
+            println!("{} dev {} vlan {} static", e.mac, port, e.vlan);
+        } else {
+            println!(
+                "{} dev {} vlan {} updated {:.2}s used {:.2}s",
+                e.mac,
+                port,
+                e.vlan,
+                e.updated_ms_ago as f64 / 1000.0,
+                e.used_ms_ago as f64 / 1000.0
+            );
+        }
+    }
+    println!("{} entries", fdb.len());
+}
