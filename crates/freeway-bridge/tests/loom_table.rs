@@ -27,8 +27,17 @@ fn small() -> FdbConfig {
     }
 }
 
-/// Three distinct keys that land in the same bucket, so they share one chain.
+/// Three distinct keys that land in the same bucket, so they share one chain. (Loom atomics
+/// exist only inside a model, so the search runs in a trivial one.)
 fn colliding_keys() -> [u64; 3] {
+    let out = std::sync::Arc::new(std::sync::Mutex::new([0u64; 3]));
+    let o = out.clone();
+    loom::model(move || *o.lock().unwrap() = find_colliding());
+    let keys = *out.lock().unwrap();
+    keys
+}
+
+fn find_colliding() -> [u64; 3] {
     let (fdb, _w) = new_seeded::<Padded>(small(), SEED);
     let t = fdb.table();
     let k0 = key([2, 0, 0, 0, 0, 1], 1);

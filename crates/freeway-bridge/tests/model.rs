@@ -92,6 +92,7 @@ struct Model {
 }
 
 impl Model {
+    #[allow(clippy::too_many_arguments)]
     fn frame(
         &mut self,
         ports: &[PortVlan],

@@ -161,31 +161,72 @@ fn mac_key(b: &[u8], i: usize) -> u64 {
     (u64::from(rd16(b, i)) << 32) | u64::from(rd32(b, i + 2))
 }
 
+/// What the parser found; copied into [`Meta`] field by field (a whole-struct copy of a
+/// partially written local costs a store-forwarding stall).
+#[derive(Clone, Copy)]
+struct Parsed {
+    vlan: u16,
+    ethertype: u16,
+    l3_off: u16,
+    l4_off: u16,
+    ip_proto: u8,
+    vlan_depth: u8,
+    flow_hash: u32,
+}
+
+impl Parsed {
+    #[inline(always)]
+    fn store(self, meta: &mut Meta) {
+        meta.vlan = self.vlan;
+        meta.ethertype = self.ethertype;
+        meta.l3_off = self.l3_off;
+        meta.l4_off = self.l4_off;
+        meta.ip_proto = self.ip_proto;
+        meta.vlan_depth = self.vlan_depth;
+        meta.flow_hash = self.flow_hash;
+    }
+}
+
+const DROPPED: Parsed = Parsed {
+    vlan: NO_VLAN,
+    ethertype: 0,
+    l3_off: NO_OFFSET,
+    l4_off: NO_OFFSET,
+    ip_proto: 0,
+    vlan_depth: 0,
+    flow_hash: 0,
+};
+
 /// Parses `pkt` and fills its metadata (all fields but `in_port`). See the module docs for
 /// what `Ok` guarantees.
 #[inline]
 pub fn parse(pkt: &mut Packet) -> Result<(), ParseError> {
-    let mut meta = pkt.meta;
-    let r = parse_frame(pkt.data(), &mut meta);
-    pkt.meta = meta;
-    r
+    match parse_inner(pkt.data()) {
+        Ok(p) => {
+            p.store(&mut pkt.meta);
+            Ok(())
+        }
+        Err(e) => {
+            DROPPED.store(&mut pkt.meta);
+            Err(e)
+        }
+    }
 }
 
 /// Parses a frame held in a plain slice into `meta` (all fields but `in_port`), for callers
 /// that have no [`Packet`]. Same contract as [`parse`].
 #[inline]
 pub fn parse_frame(f: &[u8], meta: &mut Meta) -> Result<(), ParseError> {
-    let r = parse_inner(f, meta);
-    if r.is_err() {
-        meta.vlan = NO_VLAN;
-        meta.vlan_depth = 0;
-        meta.ethertype = 0;
-        meta.l3_off = NO_OFFSET;
-        meta.l4_off = NO_OFFSET;
-        meta.ip_proto = 0;
-        meta.flow_hash = 0;
+    match parse_inner(f) {
+        Ok(p) => {
+            p.store(meta);
+            Ok(())
+        }
+        Err(e) => {
+            DROPPED.store(meta);
+            Err(e)
+        }
     }
-    r
 }
 
 #[inline(always)]
@@ -194,7 +235,7 @@ fn is_tpid(et: u16) -> bool {
 }
 
 #[inline(always)]
-fn parse_inner(f: &[u8], meta: &mut Meta) -> Result<(), ParseError> {
+fn parse_inner(f: &[u8]) -> Result<Parsed, ParseError> {
     let len = f.len();
     if len < 14 {
         return Err(ParseError::Runt);
@@ -226,12 +267,15 @@ fn parse_inner(f: &[u8], meta: &mut Meta) -> Result<(), ParseError> {
             }
         }
     }
-    meta.vlan = vlan;
-    meta.vlan_depth = depth;
-    meta.ethertype = et;
-    meta.l3_off = NO_OFFSET;
-    meta.l4_off = NO_OFFSET;
-    meta.ip_proto = 0;
+    let mut meta = Parsed {
+        vlan,
+        ethertype: et,
+        l3_off: NO_OFFSET,
+        l4_off: NO_OFFSET,
+        ip_proto: 0,
+        vlan_depth: depth,
+        flow_hash: 0,
+    };
     match et {
         ETHERTYPE_IPV4 => ipv4(f, off, meta),
         ETHERTYPE_IPV6 => ipv6(f, off, meta),
@@ -241,14 +285,14 @@ fn parse_inner(f: &[u8], meta: &mut Meta) -> Result<(), ParseError> {
             }
             meta.l3_off = off as u16;
             meta.flow_hash = hash_pair(mac_key(f, 0), mac_key(f, 6), MAC_DISCRIMINATOR);
-            Ok(())
+            Ok(meta)
         }
         _ => {
             if et <= 1500 && usize::from(et) > len - off {
                 return Err(ParseError::TruncatedEthernet);
             }
             meta.flow_hash = hash_pair(mac_key(f, 0), mac_key(f, 6), MAC_DISCRIMINATOR);
-            Ok(())
+            Ok(meta)
         }
     }
 }
@@ -290,7 +334,7 @@ fn l4(f: &[u8], l4: usize, end: usize, proto: u8) -> Result<(u16, u16, u16), Par
 }
 
 #[inline(always)]
-fn ipv4(f: &[u8], l3: usize, meta: &mut Meta) -> Result<(), ParseError> {
+fn ipv4(f: &[u8], l3: usize, mut meta: Parsed) -> Result<Parsed, ParseError> {
     let len = f.len();
     if len < l3 + 20 {
         return Err(ParseError::TruncatedIpv4);
@@ -323,11 +367,11 @@ fn ipv4(f: &[u8], l3: usize, meta: &mut Meta) -> Result<(), ParseError> {
         }
         meta.flow_hash = hash_v4(src, dst, proto, 0, 0);
     }
-    Ok(())
+    Ok(meta)
 }
 
 #[inline(always)]
-fn ipv6(f: &[u8], l3: usize, meta: &mut Meta) -> Result<(), ParseError> {
+fn ipv6(f: &[u8], l3: usize, mut meta: Parsed) -> Result<Parsed, ParseError> {
     let len = f.len();
     if len < l3 + 40 {
         return Err(ParseError::TruncatedIpv6);
@@ -396,5 +440,5 @@ fn ipv6(f: &[u8], l3: usize, meta: &mut Meta) -> Result<(), ParseError> {
         meta.l4_off = l4_off;
         meta.flow_hash = hash_v6(src, dst, nh, sp, dp);
     }
-    Ok(())
+    Ok(meta)
 }

@@ -31,6 +31,9 @@ pub use smoltcp::wire::{
     IPV6_HEADER_LEN, TCP_HEADER_LEN, UDP_HEADER_LEN,
 };
 
+/// What `Ipv4Repr::parse` (and other `Repr` parsers) should verify; `default()` verifies all.
+pub use smoltcp::phy::ChecksumCapabilities;
+
 /// The error of smoltcp's checked constructors and `Repr::parse` (a malformed or short buffer).
 pub use smoltcp::wire::Error as WireError;
 

@@ -42,8 +42,8 @@ pub struct BridgeArgs {
     /// Runs per configuration; the table shows the median.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Frame size in bytes without FCS (60 = a 64-byte frame on the wire).
-    #[arg(long, default_value_t = 60)]
+    /// Frame size in bytes on the wire, FCS included (64 = the smallest Ethernet frame).
+    #[arg(long, default_value_t = 64)]
     pub frame_size: usize,
     /// Do not pin workers to cores.
     #[arg(long)]
@@ -185,7 +185,7 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
             config::MAX_WORKERS
         ));
     }
-    if a.runs == 0 || !(a.seconds > 0.0) {
+    if a.runs == 0 || a.seconds.is_nan() || a.seconds <= 0.0 {
         return Err("--runs and --seconds must be positive".into());
     }
     if !(60..=1514).contains(&a.frame_size) {

@@ -85,7 +85,7 @@ fn load(args: &RunArgs) -> Result<Checked, String> {
 fn run_cmd(args: RunArgs, dump_fdb_only: bool) -> Result<(), String> {
     let cfg = load(&args)?;
     if let Some(d) = args.duration {
-        if !(d > 0.0) {
+        if d.is_nan() || d <= 0.0 {
             return Err(format!("--duration must be positive (got {d})"));
         }
     }
