@@ -161,17 +161,18 @@ impl<L: Layout> Bridge<L> {
     ) {
         let guard = self.fdb.pin();
         let table = self.fdb.table();
-        let c = &*w.counters.clone();
+        let BridgeWorker { counters, recent } = w;
+        let c: &BridgeCounters = counters;
         c.rx.add(batch.len() as u64);
         for p in batch.drain() {
-            let d = p.data();
-            if d.len() < 14 {
+            // One bounds check for both addresses.
+            let Some(&[d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5]) = p.data().first_chunk::<12>() else {
                 c.drop_bad_port.inc();
                 out.pool().put(p);
                 continue;
-            }
-            let dst = [d[0], d[1], d[2], d[3], d[4], d[5]];
-            let src = [d[6], d[7], d[8], d[9], d[10], d[11]];
+            };
+            let dst = [d0, d1, d2, d3, d4, d5];
+            let src = [s0, s1, s2, s3, s4, s5];
             if src[0] & 1 != 0 {
                 c.drop_src_multicast.inc();
                 out.pool().put(p);
@@ -208,7 +209,7 @@ impl<L: Layout> Bridge<L> {
                         wr.learn(sk, in_port, now);
                     }
                     Learning::Queue => {
-                        let slot = &mut w.recent[(sk.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % RECENT];
+                        let slot = &mut recent[(sk.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % RECENT];
                         if slot.0 != sk || now.saturating_sub(slot.1) >= RELEARN_MS {
                             *slot = (sk, now);
                             if self.fdb.request_learn(LearnRequest { key: sk, port: in_port }) {

@@ -162,15 +162,12 @@ unsafe impl<L: Layout> Send for Table<L> {}
 // SAFETY: as above.
 unsafe impl<L: Layout> Sync for Table<L> {}
 
+/// Keyed hash of a table key: one 64x64→128-bit multiply folded to 64 bits (the mixing step
+/// of wyhash/aHash). `seed` is random per table, so chains cannot be aimed at from the wire.
 #[inline(always)]
-fn mix(mut x: u64) -> u64 {
-    // murmur3 fmix64: keyed by `seed` so chains cannot be aimed at from the wire.
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^= x >> 33;
-    x
+fn mix(key: u64, seed: u64) -> u64 {
+    let full = u128::from(key ^ seed) * u128::from(0x9e37_79b9_7f4a_7c15_u64 ^ seed.rotate_left(32));
+    (full as u64) ^ ((full >> 64) as u64)
 }
 
 impl<L: Layout> Table<L> {
@@ -210,7 +207,7 @@ impl<L: Layout> Table<L> {
     /// The bucket index of a key.
     #[inline(always)]
     pub fn bucket_of(&self, key: u64) -> usize {
-        (mix(key ^ self.seed) as usize) & self.mask
+        (mix(key, self.seed) as usize) & self.mask
     }
 
     /// Looks a key up. Lock-free; the reference lives as long as the guard.
@@ -222,7 +219,10 @@ impl<L: Layout> Table<L> {
     /// Looks a key up in a bucket already computed with [`Table::bucket_of`].
     #[inline(always)]
     pub fn lookup_in<'g>(&'g self, bucket: usize, key: u64, _guard: &'g Guard) -> Option<&'g Node<L>> {
-        let mut p = self.buckets[bucket & self.mask].load(Ordering::Acquire);
+        // SAFETY: `mask` is `buckets.len() - 1` and the length is a power of two, so the
+        // index is in bounds (this saves a bounds check on every lookup).
+        let head = unsafe { self.buckets.get_unchecked(bucket & self.mask) };
+        let mut p = head.load(Ordering::Acquire);
         while !p.is_null() {
             // SAFETY: `p` was reached from a bucket under a pinned guard; by invariants 1 and 2
             // it is initialised and cannot be freed before `_guard` is dropped.

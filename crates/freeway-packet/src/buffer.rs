@@ -10,6 +10,8 @@
 
 /// Default buffer size: a 1518-byte frame plus two VLAN tags plus headroom fits.
 pub const DEFAULT_BUF_SIZE: usize = 2048;
+/// Largest buffer a packet may have (offsets are 16-bit).
+pub const MAX_BUF_SIZE: usize = 65_535;
 /// Headroom reserved in front of a received frame.
 pub const HEADROOM: usize = 128;
 /// The most packets a [`Batch`] holds.
@@ -60,8 +62,10 @@ impl Default for Meta {
 #[derive(Clone)]
 pub struct Packet {
     buf: Box<[u8]>,
-    start: usize,
-    len: usize,
+    // u16 keeps `Packet` small (it is moved between batches several times per packet);
+    // buffers are at most `MAX_BUF_SIZE` bytes, so both always fit.
+    start: u16,
+    len: u16,
     /// Metadata; reset by [`Packet::reset`].
     pub meta: Meta,
 }
@@ -80,12 +84,13 @@ impl std::fmt::Debug for Packet {
 pub struct TooBig;
 
 impl Packet {
-    /// An empty packet with a buffer of `size` bytes (at least `HEADROOM + 64`).
+    /// An empty packet with a buffer of `size` bytes (clamped to `HEADROOM + 64 ..=
+    /// MAX_BUF_SIZE`).
     pub fn with_capacity(size: usize) -> Packet {
-        let size = size.max(HEADROOM + 64);
+        let size = size.clamp(HEADROOM + 64, MAX_BUF_SIZE);
         Packet {
             buf: vec![0u8; size].into_boxed_slice(),
-            start: HEADROOM,
+            start: HEADROOM as u16,
             len: 0,
             meta: Meta::default(),
         }
@@ -106,7 +111,7 @@ impl Packet {
     /// Empties the packet and resets metadata, keeping the buffer.
     #[inline]
     pub fn reset(&mut self) {
-        self.start = HEADROOM;
+        self.start = HEADROOM as u16;
         self.len = 0;
         self.meta = Meta::default();
     }
@@ -117,8 +122,8 @@ impl Packet {
         if frame.len() > self.buf.len() - HEADROOM {
             return Err(TooBig);
         }
-        self.start = HEADROOM;
-        self.len = frame.len();
+        self.start = HEADROOM as u16;
+        self.len = frame.len() as u16;
         self.buf[HEADROOM..HEADROOM + frame.len()].copy_from_slice(frame);
         Ok(())
     }
@@ -130,27 +135,29 @@ impl Packet {
         if len > self.buf.len() - HEADROOM {
             return Err(TooBig);
         }
-        self.start = HEADROOM;
-        self.len = len;
+        self.start = HEADROOM as u16;
+        self.len = len as u16;
         Ok(&mut self.buf[HEADROOM..HEADROOM + len])
     }
 
     /// The frame.
     #[inline(always)]
     pub fn data(&self) -> &[u8] {
-        &self.buf[self.start..self.start + self.len]
+        let s = usize::from(self.start);
+        &self.buf[s..s + usize::from(self.len)]
     }
 
     /// The frame, mutable.
     #[inline(always)]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..self.start + self.len]
+        let s = usize::from(self.start);
+        &mut self.buf[s..s + usize::from(self.len)]
     }
 
     /// Frame length in bytes.
     #[inline(always)]
     pub fn len(&self) -> usize {
-        self.len
+        usize::from(self.len)
     }
 
     /// Whether the frame is empty.
@@ -162,36 +169,38 @@ impl Packet {
     /// Bytes of headroom available in front of the frame.
     #[inline]
     pub fn headroom(&self) -> usize {
-        self.start
+        usize::from(self.start)
     }
 
     /// Grows the frame by `n` bytes at the front (into the headroom) and returns the frame.
     /// `None` if the headroom is too small.
     #[inline]
     pub fn push_front(&mut self, n: usize) -> Option<&mut [u8]> {
-        if n > self.start {
+        if n > usize::from(self.start) {
             return None;
         }
-        self.start -= n;
-        self.len += n;
+        self.start -= n as u16;
+        self.len += n as u16;
         Some(self.data_mut())
     }
 
     /// Removes `n` bytes from the front. `false` (and no change) if the frame is shorter.
     #[inline]
     pub fn pull_front(&mut self, n: usize) -> bool {
-        if n > self.len {
+        if n > usize::from(self.len) {
             return false;
         }
-        self.start += n;
-        self.len -= n;
+        self.start += n as u16;
+        self.len -= n as u16;
         true
     }
 
     /// Shortens the frame to `len` bytes (no-op if already shorter).
     #[inline]
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        if len < usize::from(self.len) {
+            self.len = len as u16;
+        }
     }
 
     /// Total buffer size (headroom + room for a frame).

@@ -13,7 +13,7 @@
 //!   errors, ND) and the builders' verification want.
 //!
 //! smoltcp has no 802.1Q view (it does not do VLANs), so [`VlanTag`] is written here in the
-//! same style. The hot path does not use these views: [`crate::parse`] reads bytes directly,
+//! same style. The hot path does not use these views: [`crate::parse()`] reads bytes directly,
 //! because a per-packet budget of a few nanoseconds leaves no room for layered `Result`s.
 //!
 //! Also here: [`vlan_push`] and [`vlan_pop`], which insert or remove an 802.1Q tag in a
@@ -235,7 +235,7 @@ impl VlanRepr {
 /// Returns `false` (and changes nothing) if the frame is shorter than an Ethernet header or
 /// the headroom is smaller than 4 bytes. An already tagged frame gets a new outer tag.
 ///
-/// If `pkt.meta` was filled by [`crate::parse`] it stays consistent: `l3_off`/`l4_off` move by
+/// If `pkt.meta` was filled by [`crate::parse()`] it stays consistent: `l3_off`/`l4_off` move by
 /// 4 and `vlan_depth` grows by one. `meta.vlan` is left alone: it is the packet's classified
 /// VLAN, which the bridge owns.
 #[inline]
