@@ -54,8 +54,8 @@ pub struct WorkerStats {
     pub batches: Counter,
     /// Polls of all queues that found nothing.
     pub idle_polls: Counter,
-    /// Parser drops, indexed by `ParseError as usize`.
-    pub parse_drops: Box<[Counter]>,
+    /// Parser drops, indexed by `ParseError as usize` (inline, on this worker's lines).
+    pub parse_drops: [Counter; ParseError::ALL.len()],
     /// Per-port counters.
     pub ports: Box<[CachePadded<PortCounters>]>,
     /// The bridge stage's counters.
@@ -316,7 +316,6 @@ pub fn run<L: Layout>(cfg: &Checked, mut opts: RunOptions<'_>) -> Result<RunResu
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let pin = cfg.pin_workers && !cores.is_empty();
-    let nreasons = ParseError::ALL.len();
     let mut workers = Vec::new();
     let mut all_stats = Vec::new();
     for (id, (rx, txq)) in rx_of.into_iter().zip(tx_of).enumerate() {
@@ -325,7 +324,7 @@ pub fn run<L: Layout>(cfg: &Checked, mut opts: RunOptions<'_>) -> Result<RunResu
             packets: Counter::new(),
             batches: Counter::new(),
             idle_polls: Counter::new(),
-            parse_drops: (0..nreasons).map(|_| Counter::new()).collect(),
+            parse_drops: std::array::from_fn(|_| Counter::new()),
             ports: (0..nports).map(|_| CachePadded::new(PortCounters::default())).collect(),
             bridge: bw.counters.clone(),
         }));
@@ -336,8 +335,9 @@ pub fn run<L: Layout>(cfg: &Checked, mut opts: RunOptions<'_>) -> Result<RunResu
             rx,
             tx: Tx {
                 queues: txq,
-                pending: (0..nports).map(|_| Batch::new()).collect(),
-                pool: PacketPool::default(),
+                // Replaced on the worker's own thread (see `worker_main`).
+                pending: (0..nports).map(|_| Batch::default()).collect(),
+                pool: PacketPool::new(freeway_packet::DEFAULT_BUF_SIZE, 0, 0),
                 stats: stats.clone(),
             },
             bridge: bridge.clone(),
@@ -521,6 +521,10 @@ fn worker_main<L: Layout>(
         stats,
         ..
     } = &mut w;
+    // Allocate the worker's own buffers here, on its thread: the allocator then serves them
+    // from this thread's arena, so no line of them neighbours another worker's hot data.
+    tx.pending = (0..tx.pending.len()).map(|_| Batch::new()).collect();
+    tx.pool = PacketPool::default();
     let mut batch = Batch::new();
     let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
