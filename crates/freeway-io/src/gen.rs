@@ -38,12 +38,15 @@
 //! Threads: the control thread validates the config, builds the templates and reads the
 //! counters; each [`GenQueue`] and [`SinkTx`] is owned and written by one worker.
 
+use std::net::IpAddr;
+
 use serde::{Deserialize, Deserializer};
 
+use freeway_packet::build::{self, tcp_flags, FrameSpec, L4};
 use freeway_packet::{Batch, PacketPool};
 use freeway_sync::Tick;
 
-use crate::frame::{self, Addrs, Spec, L4};
+use crate::frame;
 use crate::sink::SinkTx;
 use crate::{Port, PortQueues, RxQueue, StatsBlock, Totals};
 
@@ -55,6 +58,8 @@ pub const MAX_FRAME_SIZE: u16 = 9216;
 pub const MIN_FRAME_SIZE: u16 = 64;
 /// Bytes of FCS counted in `frame_size` but not stored in a buffer.
 pub const FCS_LEN: usize = 4;
+/// IPv4 TTL / IPv6 hop limit of generated frames.
+const TTL: u8 = 64;
 /// The most distinct flows.
 pub const MAX_FLOWS: u32 = 1 << 24;
 /// The most MACs per side, explicit or counted.
@@ -290,27 +295,29 @@ impl Plan {
         .fold(self.flows, lcm)
     }
 
-    fn spec(&self, k: u64) -> Spec {
+    fn spec(&self, k: u64) -> FrameSpec {
         let (sport, low) = self.flow(k % self.flows);
-        let mut s = self.src_ip;
-        s[12..16].copy_from_slice(&low.to_be_bytes());
-        let addrs = if self.v6 {
-            Addrs::V6(s, self.dst_ip)
+        let (src_ip, dst_ip) = if self.v6 {
+            let mut s = self.src_ip;
+            s[12..16].copy_from_slice(&low.to_be_bytes());
+            (IpAddr::V6(s.into()), IpAddr::V6(self.dst_ip.into()))
         } else {
-            Addrs::V4(
-                [s[12], s[13], s[14], s[15]],
-                [self.dst_ip[12], self.dst_ip[13], self.dst_ip[14], self.dst_ip[15]],
-            )
+            let d = [self.dst_ip[12], self.dst_ip[13], self.dst_ip[14], self.dst_ip[15]];
+            (IpAddr::V4(low.into()), IpAddr::V4(d.into()))
         };
-        Spec {
-            dst: self.dst.get(k % self.dst.len()),
-            src: self.src.get(k % self.src.len()),
+        FrameSpec {
+            src_mac: self.src.get(k % self.src.len()),
+            dst_mac: self.dst.get(k % self.dst.len()),
             vlan: self.vlans[(k % self.vlans.len() as u64) as usize],
-            addrs,
-            l4: self.l4,
-            sport,
-            dport: self.dst_port,
+            src_ip,
+            dst_ip,
+            proto: self.l4,
+            src_port: sport,
+            // ICMP: the echo sequence number.
+            dst_port: if self.l4 == L4::Icmp { 1 } else { self.dst_port },
             len: self.sizes[(k % self.sizes.len() as u64) as usize] - FCS_LEN,
+            ttl: TTL,
+            l4_checksum: true,
         }
     }
 }
@@ -360,7 +367,7 @@ impl GenConfig {
         }
         let l4 = match self.proto {
             Proto::Udp => L4::Udp,
-            Proto::Tcp => L4::Tcp,
+            Proto::Tcp => L4::Tcp { flags: tcp_flags::SYN },
             Proto::Icmp => L4::Icmp,
         };
         if self.frame_size.len() > MAX_TEMPLATES {
@@ -370,7 +377,13 @@ impl GenConfig {
             ));
         }
         let tagged = !self.vlan.is_empty();
-        let need = frame::header_len(tagged, v6, l4) + FCS_LEN;
+        let need = build::header_len(&FrameSpec {
+            vlan: tagged.then_some(1),
+            src_ip: sip,
+            dst_ip: dip,
+            proto: l4,
+            ..FrameSpec::default()
+        }) + FCS_LEN;
         let min = (MIN_FRAME_SIZE as usize).max(need);
         for &s in &self.frame_size {
             if (s as usize) < min || s > MAX_FRAME_SIZE {
@@ -510,16 +523,16 @@ impl GenPort {
         let mut tpl = Vec::with_capacity(ring);
         for &k in &order {
             let spec = plan.spec(k);
-            let f = frame::build(&spec);
+            let off = data.len() as u32;
+            let len = frame::build_into(&spec, &mut data);
             tpl.push(Template {
-                off: data.len() as u32,
-                len: f.len() as u32,
-                l3: (frame::ETH_LEN + if spec.vlan.is_some() { frame::VLAN_LEN } else { 0 }) as u16,
+                off,
+                len: len as u32,
+                l3: frame::l3_off(spec.vlan.is_some()) as u16,
                 flow: (k % plan.flows) as u32,
                 src: (k % plan.src.len()) as u32,
                 dst: (k % plan.dst.len()) as u32,
             });
-            data.extend_from_slice(&f);
         }
         let remaining = self.cfg.count.map(share);
         let rate = self.cfg.rate_pps.map(share);
@@ -642,29 +655,7 @@ impl Patch {
         }
         let flow = Self::wrap(u64::from(t.flow), self.flow_off, p.flows);
         let (port, low) = p.flow(flow);
-        let l3 = t.l3 as usize;
-        let (ip_off, l4) = if p.v6 { (l3 + 20, l3 + 40) } else { (l3 + 12, l3 + 20) };
-        let rd = |f: &[u8], o: usize| u16::from_be_bytes([f[o], f[o + 1]]);
-        let old_ip = [rd(f, ip_off), rd(f, ip_off + 2)];
-        let new_ip = [(low >> 16) as u16, low as u16];
-        let po = l4 + frame::l4_port_off(p.l4);
-        let old_port = rd(f, po);
-        f[ip_off..ip_off + 4].copy_from_slice(&low.to_be_bytes());
-        f[po..po + 2].copy_from_slice(&port.to_be_bytes());
-        if !p.v6 {
-            let c = frame::csum_update(rd(f, l3 + 10), &old_ip, &new_ip);
-            f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-        }
-        let co = l4 + frame::l4_csum_off(p.l4);
-        let mut c = rd(f, co);
-        if p.v6 || p.l4 != L4::Icmp {
-            c = frame::csum_update(c, &old_ip, &new_ip);
-        }
-        c = frame::csum_update(c, &[old_port], &[port]);
-        if p.l4 == L4::Udp && c == 0 {
-            c = 0xffff;
-        }
-        f[co..co + 2].copy_from_slice(&c.to_be_bytes());
+        frame::patch_src(f, t.l3 as usize, p.v6, p.l4, low, port);
     }
 }
 

@@ -49,7 +49,9 @@ pub fn checksum(data: &[u8]) -> u16 {
 pub fn pseudo_v4(src: [u8; 4], dst: [u8; 4], proto: u8, l4_len: u16) -> u32 {
     let acc = sum(&src, 0);
     let acc = sum(&dst, acc);
-    acc + u32::from(proto) + u32::from(l4_len)
+    // In 64 bits: the unfolded 32-bit sum can be close to 2^32 (e.g. 255.255.255.255 twice).
+    let acc = u64::from(acc) + u64::from(proto) + u64::from(l4_len);
+    ((acc & 0xffff_ffff) + (acc >> 32)) as u32
 }
 
 /// Unfolded sum of the IPv6 pseudo header for an upper-layer packet of `l4_len` bytes.
@@ -79,6 +81,19 @@ pub fn verify(data: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pseudo_v4_does_not_overflow_on_all_ones_addresses() {
+        let a = [255u8; 4];
+        let acc = pseudo_v4(a, a, 17, 0xffff);
+        // Reference: sum the pseudo header's 16-bit words in a wide accumulator.
+        let words: u64 = 4 * 0xffff + 17 + 0xffff;
+        let mut r = words;
+        while r > 0xffff {
+            r = (r & 0xffff) + (r >> 16);
+        }
+        assert_eq!(fold(acc), !(r as u16));
+    }
+
     use super::*;
 
     #[test]
