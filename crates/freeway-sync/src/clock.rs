@@ -19,8 +19,12 @@ use crossbeam_utils::CachePadded;
 /// A point in time on the coarse clock: milliseconds since the clock was created.
 pub type Tick = u64;
 
-/// Milliseconds per tick.
-pub const TICK_MS: u64 = 1;
+/// How often the ticker thread advances the clock, by default (milliseconds). Ticks are
+/// counted in milliseconds, but the value moves in steps of this size: like the kernel's
+/// jiffies at HZ=250. Each step is a timer wake-up that preempts whatever runs on that core
+/// (on a machine with as many workers as cores, a worker), so the period trades precision for
+/// fewer interruptions; nothing in the datapath needs better than a few milliseconds.
+pub const DEFAULT_PERIOD_MS: u64 = 4;
 
 /// A coarse, shared clock. Cloning is cheap (an `Arc`).
 #[derive(Clone, Debug)]
@@ -55,16 +59,22 @@ impl Clock {
         }
     }
 
-    /// A clock driven by a background thread. Keep the returned [`Ticker`] alive as long as
-    /// the clock should advance.
+    /// A clock driven by a background thread advancing every [`DEFAULT_PERIOD_MS`]. Keep the
+    /// returned [`Ticker`] alive as long as the clock should advance.
     pub fn start() -> (Clock, Ticker) {
+        Clock::start_with_period(Duration::from_millis(DEFAULT_PERIOD_MS))
+    }
+
+    /// A clock driven by a background thread advancing every `period` (at least 1 ms).
+    pub fn start_with_period(period: Duration) -> (Clock, Ticker) {
+        let period = period.max(Duration::from_millis(1));
         let clock = Clock::with(false);
         let c = clock.clone();
         let handle = std::thread::Builder::new()
             .name("fw-clock".into())
             .spawn(move || {
                 while !c.inner.stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(TICK_MS));
+                    std::thread::sleep(period);
                     let ms = c.inner.origin.elapsed().as_millis() as u64;
                     c.inner.now.store(ms, Ordering::Relaxed);
                 }

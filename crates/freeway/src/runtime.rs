@@ -375,10 +375,16 @@ pub fn run<L: Layout>(cfg: &Checked, mut opts: RunOptions<'_>) -> Result<RunResu
                 std::thread::Builder::new()
                     .name("fw-fdb".into())
                     .spawn(move || {
+                        // Back off while idle: every wake-up preempts a worker on a busy
+                        // machine, but learning latency is the sleep while requests arrive.
+                        let mut nap = Duration::from_millis(1);
                         while !ws.load(Ordering::Relaxed) {
                             if w.service(clock.now()) == 0 {
-                                std::thread::sleep(Duration::from_millis(1));
+                                nap = (nap * 2).min(Duration::from_millis(8));
+                            } else {
+                                nap = Duration::from_millis(1);
                             }
+                            std::thread::sleep(nap);
                         }
                         w.service(clock.now());
                         w
@@ -401,7 +407,7 @@ pub fn run<L: Layout>(cfg: &Checked, mut opts: RunOptions<'_>) -> Result<RunResu
     let snap = |elapsed: Duration| snapshot(elapsed, &names, &all_stats, &cores_used, &fdb_r);
     let mut next_report = opts.interval;
     loop {
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(20).min(opts.interval));
         let el = start.elapsed();
         if el >= next_report {
             if let Some(cb) = opts.on_snapshot.as_mut() {
