@@ -199,7 +199,7 @@ const DROPPED: Parsed = Parsed {
 
 /// Parses `pkt` and fills its metadata (all fields but `in_port`). See the module docs for
 /// what `Ok` guarantees.
-#[inline]
+#[inline(always)]
 pub fn parse(pkt: &mut Packet) -> Result<(), ParseError> {
     match parse_inner(pkt.data()) {
         Ok(p) => {

@@ -581,22 +581,25 @@ fn process_batch<L: Layout>(
     writer: Option<&mut FdbWriter<L>>,
 ) {
     let n = batch.len() as u64;
-    let bytes: usize = batch.as_slice().iter().map(Packet::len).sum();
+    let mut bytes = 0;
+    batch.retain_or_recycle(&mut tx.pool, |p| {
+        bytes += p.len();
+        match parse(p) {
+            Ok(()) => {
+                p.meta.in_port = port;
+                true
+            }
+            Err(e) => {
+                stats.parse_drops[e as usize].inc();
+                false
+            }
+        }
+    });
     let pc = &stats.ports[usize::from(port)];
     pc.rx_packets.add(n);
     pc.rx_bytes.add(bytes as u64);
     stats.packets.add(n);
     stats.batches.inc();
-    batch.retain_or_recycle(&mut tx.pool, |p| match parse(p) {
-        Ok(()) => {
-            p.meta.in_port = port;
-            true
-        }
-        Err(e) => {
-            stats.parse_drops[e as usize].inc();
-            false
-        }
-    });
     let mut learning = match writer {
         Some(w) => Learning::Inline(w),
         None => Learning::Queue,
