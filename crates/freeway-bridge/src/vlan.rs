@@ -146,6 +146,44 @@ impl PortVlanConfig {
     }
 }
 
+impl std::fmt::Display for VlanSet {
+    /// Ranges, like `10,20-30`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v: Vec<u16> = self.iter().collect();
+        let mut parts = Vec::new();
+        let mut i = 0;
+        while i < v.len() {
+            let mut j = i;
+            while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+                j += 1;
+            }
+            parts.push(if i == j {
+                v[i].to_string()
+            } else {
+                format!("{}-{}", v[i], v[j])
+            });
+            i = j + 1;
+        }
+        f.write_str(&parts.join(","))
+    }
+}
+
+impl std::fmt::Display for PortVlan {
+    /// `access vlan 10`, or `trunk vlans 10,20-30 native 1`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortVlan::Access(v) => write!(f, "access vlan {v}"),
+            PortVlan::Trunk { allowed, native } => {
+                write!(f, "trunk vlans {allowed}")?;
+                match native {
+                    Some(n) => write!(f, " native {n}"),
+                    None => write!(f, " (untagged frames dropped)"),
+                }
+            }
+        }
+    }
+}
+
 impl PortVlan {
     /// The VLAN an arriving frame belongs to, from its outer tag (`tag` is the VID, or `None`
     /// when untagged); `None` means the port does not accept it.
@@ -209,6 +247,8 @@ mod tests {
         assert_eq!(p.classify(None), Some(1));
         assert!(p.egress_tagged(21));
         assert!(!p.egress_tagged(1));
+        assert_eq!(p.to_string(), "trunk vlans 1,10,20-22 native 1");
+        assert_eq!(PortVlan::Access(7).to_string(), "access vlan 7");
         let no_native = PortVlanConfig::Trunk {
             vlans: vec!["10".into()],
             native: None,

@@ -154,7 +154,7 @@ fn check_cmd(path: PathBuf) -> Result<(), String> {
         None => println!("  duration: until inputs end (5 s if a generator never ends)"),
     }
     for (i, p) in cfg.ports.iter().enumerate() {
-        println!("  port {i}: {} ({}) vlan {:?}", p.name, p.kind.name(), p.vlan);
+        println!("  port {i}: {} ({}), {}", p.name, p.kind.name(), p.vlan);
     }
     println!(
         "  fdb: learn_limit {} static {} ageing {} ms",
