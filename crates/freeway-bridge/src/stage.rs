@@ -12,7 +12,7 @@
 //! multicast and unknown unicast to every other member port of the VLAN; tag or untag each
 //! copy for its egress port.
 
-use freeway_packet::{vlan_pop, vlan_push, Batch, Packet, PacketPool, NO_VLAN};
+use freeway_packet::{vlan_pop, vlan_push, Batch, Packet, PacketPool, MAX_BATCH, NO_VLAN};
 use freeway_sync::{CachePadded, Counter, Tick};
 
 use crate::fdb::{Fdb, FdbWriter, LearnRequest};
@@ -26,6 +26,14 @@ pub trait Emit {
     fn pool(&mut self) -> &mut PacketPool;
     /// Queues `pkt` for transmission on `port`.
     fn emit(&mut self, port: u16, pkt: Packet);
+    /// Queues every packet of `batch` for `port`, leaving `batch` empty. The stage calls this
+    /// when a whole batch goes to one port, so an implementation can take the batch as it is
+    /// instead of moving packets one by one.
+    fn emit_batch(&mut self, port: u16, batch: &mut Batch) {
+        for p in batch.drain() {
+            self.emit(port, p);
+        }
+    }
 }
 
 /// How the stage learns new addresses.
@@ -151,6 +159,10 @@ impl<L: Layout> Bridge<L> {
     /// Runs the stage over a parsed batch (`meta.in_port`, `meta.vlan`, `meta.vlan_depth`
     /// filled). Every packet is either emitted (possibly as several copies) or dropped, counted,
     /// and its buffer returned to the pool; the batch is left empty.
+    ///
+    /// Two passes, in the manner of VPP's nodes: the first decides each packet's fate in place
+    /// (learning, lookup, egress tagging of unicast frames); the second dispatches. When every
+    /// packet of the batch goes to the same port, the batch is handed over whole.
     pub fn process<E: Emit>(
         &self,
         w: &mut BridgeWorker,
@@ -164,30 +176,34 @@ impl<L: Layout> Bridge<L> {
         let BridgeWorker { counters, recent } = w;
         let c: &BridgeCounters = counters;
         c.rx.add(batch.len() as u64);
-        for p in batch.drain() {
+        // Per packet: the output port, or DROP / FLOOD; for floods, the VLAN and original tag.
+        let mut fate = [DROP; MAX_BATCH];
+        let mut flood_vid = [(0u16, None::<u16>); MAX_BATCH];
+        let mut uniform = true;
+        for (i, p) in batch.as_mut_slice().iter_mut().enumerate() {
             // One bounds check for both addresses.
             let Some(&[d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5]) = p.data().first_chunk::<12>() else {
                 c.drop_bad_port.inc();
-                out.pool().put(p);
+                uniform = false;
                 continue;
             };
             let dst = [d0, d1, d2, d3, d4, d5];
             let src = [s0, s1, s2, s3, s4, s5];
             if src[0] & 1 != 0 {
                 c.drop_src_multicast.inc();
-                out.pool().put(p);
+                uniform = false;
                 continue;
             }
             let in_port = p.meta.in_port;
             let Some(pv) = self.ports.get(usize::from(in_port)) else {
                 c.drop_bad_port.inc();
-                out.pool().put(p);
+                uniform = false;
                 continue;
             };
             let tag = (p.meta.vlan_depth > 0 && p.meta.vlan != NO_VLAN).then_some(p.meta.vlan);
             let Some(vid) = pv.classify(tag) else {
                 c.drop_vlan_filtered.inc();
-                out.pool().put(p);
+                uniform = false;
                 continue;
             };
 
@@ -222,23 +238,45 @@ impl<L: Layout> Bridge<L> {
                 },
             }
 
-            // Forward.
+            // Decide.
             if dst[0] & 1 == 0 {
                 if let Some(n) = table.lookup(key(dst, vid), &guard) {
                     n.touch_used(now);
                     let o = n.port();
                     if o == in_port {
                         c.drop_same_port.inc();
-                        out.pool().put(p);
-                    } else {
+                        uniform = false;
+                    } else if self.egress_prepare(p, o, vid, tag) {
                         c.forwarded.inc();
-                        self.egress(p, o, vid, tag, c, out);
+                        fate[i] = o;
+                        uniform &= fate[0] == o;
+                    } else {
+                        c.drop_no_headroom.inc();
+                        uniform = false;
                     }
                     continue;
                 }
                 c.unknown_unicast.inc();
             }
-            self.flood(p, in_port, vid, tag, c, out);
+            fate[i] = FLOOD;
+            flood_vid[i] = (vid, tag);
+            uniform = false;
+        }
+
+        if uniform && !batch.is_empty() {
+            out.emit_batch(fate[0], batch);
+            return;
+        }
+        for (i, p) in batch.drain().enumerate() {
+            match fate[i] {
+                DROP => out.pool().put(p),
+                FLOOD => {
+                    let (vid, tag) = flood_vid[i];
+                    let in_port = p.meta.in_port;
+                    self.flood(p, in_port, vid, tag, c, out);
+                }
+                o => out.emit(o, p),
+            }
         }
     }
 
@@ -267,16 +305,24 @@ impl<L: Layout> Bridge<L> {
             } else {
                 p.take().expect("original used once, for the last member")
             };
-            c.flood_copies.inc();
-            self.egress(copy, m, vid, tag, c, out);
+            let mut copy = copy;
+            if self.egress_prepare(&mut copy, m, vid, tag) {
+                c.flood_copies.inc();
+                out.emit(m, copy);
+            } else {
+                c.drop_no_headroom.inc();
+                out.pool().put(copy);
+            }
         }
         if let Some(p) = p {
             out.pool().put(p);
         }
     }
 
+    /// Tags or untags `p` for leaving on `port` in VLAN `vid` (`tag` is the tag it arrived
+    /// with). `false` if there was no headroom for a tag.
     #[inline(always)]
-    fn egress<E: Emit>(&self, mut p: Packet, port: u16, vid: u16, tag: Option<u16>, c: &BridgeCounters, out: &mut E) {
+    fn egress_prepare(&self, p: &mut Packet, port: u16, vid: u16, tag: Option<u16>) -> bool {
         let want = self.ports[usize::from(port)].egress_tagged(vid);
         let ok = match (tag, want) {
             (None, false) => true,
@@ -289,15 +335,15 @@ impl<L: Layout> Bridge<L> {
                 }
                 true
             }
-            (Some(_), false) => vlan_pop(&mut p),
-            (None, true) => vlan_push(&mut p, vid),
+            (Some(_), false) => vlan_pop(p),
+            (None, true) => vlan_push(p, vid),
         };
-        if ok {
-            p.meta.vlan = vid;
-            out.emit(port, p);
-        } else {
-            c.drop_no_headroom.inc();
-            out.pool().put(p);
-        }
+        p.meta.vlan = vid;
+        ok
     }
 }
+
+/// `fate` of a dropped packet.
+const DROP: u16 = u16::MAX;
+/// `fate` of a flooded packet.
+const FLOOD: u16 = u16::MAX - 1;

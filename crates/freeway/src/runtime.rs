@@ -189,6 +189,16 @@ impl Emit for Tx {
         // Cannot fail: flushed above when full.
         let _ = self.pending[port].push(pkt);
     }
+
+    #[inline]
+    fn emit_batch(&mut self, port: u16, batch: &mut Batch) {
+        let port = usize::from(port);
+        if !self.pending[port].is_empty() {
+            self.flush(port);
+        }
+        // The whole batch becomes the port's transmit batch; the caller gets the empty one.
+        std::mem::swap(&mut self.pending[port], batch);
+    }
 }
 
 /// A worker's context, passed explicitly down the pipeline (DESIGN law 7).
