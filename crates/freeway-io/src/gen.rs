@@ -736,26 +736,22 @@ impl RxQueue for GenQueue {
         if n == 0 {
             return 0;
         }
-        let mut sent = 0usize;
         let mut bytes = 0u64;
         let mut too_big = 0u64;
-        for _ in 0..n {
+        // Take the buffers from the pool in bulk, then fill them in place.
+        let first = batch.len();
+        pool.get_into(batch, n as usize);
+        for p in &mut batch.as_mut_slice()[first..] {
             let t = self.tpl[self.cursor];
             let frame = &self.data[t.off as usize..(t.off + t.len) as usize];
-            let mut p = pool.get();
             if p.set_frame(frame).is_ok() {
                 if let Some(patch) = &self.patch {
                     patch.apply(&t, p.data_mut());
                 }
                 bytes += u64::from(t.len);
-                sent += 1;
-                // Cannot fail: n ≤ room.
-                if let Err(p) = batch.push(p) {
-                    pool.put(p);
-                }
             } else {
+                // Left empty, removed below.
                 too_big += 1;
-                pool.put(p);
             }
             self.cursor += 1;
             if self.cursor == self.tpl.len() {
@@ -765,6 +761,14 @@ impl RxQueue for GenQueue {
                 }
             }
         }
+        if too_big != 0 {
+            let mut i = 0;
+            batch.retain_or_recycle(pool, |p| {
+                i += 1;
+                i <= first || !p.is_empty()
+            });
+        }
+        let sent = (n - too_big) as usize;
         if let Some(r) = &mut self.remaining {
             *r -= n;
         }

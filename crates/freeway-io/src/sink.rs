@@ -30,11 +30,8 @@ impl TxQueue for SinkTx {
     #[inline]
     fn tx_burst(&mut self, batch: &mut Batch, pool: &mut PacketPool) -> usize {
         let n = batch.len();
-        let mut bytes = 0u64;
-        for p in batch.drain() {
-            bytes += p.len() as u64;
-            pool.put(p);
-        }
+        let bytes: u64 = batch.as_slice().iter().map(|p| p.len() as u64).sum();
+        pool.put_batch(batch);
         let s = self.stats.queue(self.idx);
         s.packets.add(n as u64);
         s.bytes.add(bytes);

@@ -348,12 +348,33 @@ impl PacketPool {
         }
     }
 
-    /// Returns every packet of a batch to the pool, leaving the batch empty.
+    /// Returns every packet of a batch to the pool, leaving the batch empty. Moves the
+    /// packets in bulk; buffers beyond `max_free` are freed.
     #[inline]
     pub fn put_batch(&mut self, b: &mut Batch) {
-        for p in b.drain() {
-            self.put(p);
+        let room = self.max_free.saturating_sub(self.free.len());
+        if b.pkts.len() > room {
+            b.pkts.truncate(room);
         }
+        self.free.append(&mut b.pkts);
+    }
+
+    /// Appends `n` reset packets to `b` (fewer if the batch has less room), moving them from the
+    /// free list in bulk and allocating only when it runs dry. Returns how many were added.
+    #[inline]
+    pub fn get_into(&mut self, b: &mut Batch, n: usize) -> usize {
+        let n = n.min(b.room());
+        let take = n.min(self.free.len());
+        let first = b.pkts.len();
+        b.pkts.extend(self.free.drain(self.free.len() - take..));
+        for p in &mut b.pkts[first..] {
+            p.reset();
+        }
+        for _ in take..n {
+            self.allocated += 1;
+            b.pkts.push(Packet::with_capacity(self.buf_size));
+        }
+        n
     }
 
     /// Buffers allocated over the pool's life (a steady state shows this flat).
@@ -418,5 +439,14 @@ mod tests {
             pool.put(p);
         }
         assert_eq!(pool.allocated(), before, "a warm pool must not allocate");
+        // Bulk paths: get_into fills up to the room, put_batch returns all, bounded by max_free.
+        let mut b = Batch::new();
+        assert_eq!(pool.get_into(&mut b, 40), MAX_BATCH);
+        assert!(b.as_slice().iter().all(|p| p.is_empty() && p.meta == Meta::default()));
+        pool.put_batch(&mut b);
+        assert!(b.is_empty());
+        let mut b = Batch::new();
+        pool.get_into(&mut b, 5);
+        assert_eq!(b.len(), 5);
     }
 }
