@@ -6,6 +6,8 @@
 //!   with a single relaxed load, so no worker calls the OS clock per packet.
 //! * [`counter`]: single-writer statistics counters. A worker owns its block of counters (kept on
 //!   its own cache lines by [`CachePadded`]); readers sum the blocks of all workers.
+//! * [`refcount`]: a reference count whose `get` is one `fetch_add` (no CAS loop), with dead
+//!   and saturation zones, for objects kept beyond an epoch read-side section.
 //! * [`atomic`]: a shim that re-exports `std` atomics normally and `loom` atomics under
 //!   `--cfg loom`, so the hand-written lock-free structures in other crates can be model-checked.
 #![warn(missing_docs)]
@@ -13,9 +15,11 @@
 pub mod atomic;
 pub mod clock;
 pub mod counter;
+pub mod refcount;
 
 pub use clock::{Clock, Tick};
 pub use counter::Counter;
 /// Pads and aligns a value to the length of a cache line (128 bytes on x86-64, covering the
 /// adjacent-line prefetcher), so that a write-heavy field does not share a line with read-mostly data.
 pub use crossbeam_utils::CachePadded;
+pub use refcount::{Put, RcRef};

@@ -22,6 +22,141 @@ use crate::runtime::{self, RunOptions, Snapshot};
 pub enum BenchCmd {
     /// Bridge forwarding Mpps per worker, padded vs naive FDB entry layout.
     Bridge(BridgeArgs),
+    /// Contended get/put pairs per second per thread: scalable refcount vs a CAS loop.
+    Refcount(RefcountArgs),
+}
+
+/// `bench refcount` options.
+#[derive(Args, Clone)]
+pub struct RefcountArgs {
+    /// Thread counts to measure, e.g. 1,2.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub threads: Vec<usize>,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+    /// Runs per configuration; the table shows the median.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Write results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// One refcount measurement: (million get/put pairs per second per thread, CAS retries per get).
+fn refcount_run(kind: &str, threads: usize, seconds: f64) -> (f64, f64) {
+    use freeway_sync::refcount::{CasRef, Put, RcRef};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Barrier};
+    let rc = Arc::new(RcRef::new());
+    let cas = Arc::new(CasRef::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (rc, cas, stop, barrier) = (rc.clone(), cas.clone(), stop.clone(), barrier.clone());
+            let core = cores.get(t % cores.len().max(1)).copied();
+            let naive = kind == "cas";
+            std::thread::spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(c);
+                }
+                barrier.wait();
+                let (mut pairs, mut retries) = (0u64, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..1024 {
+                        if naive {
+                            let (ok, r) = cas.get();
+                            retries += u64::from(r);
+                            assert!(ok && !cas.put(), "the creator's reference keeps the object alive");
+                        } else {
+                            assert!(
+                                rc.get() && rc.put() == Put::Alive,
+                                "the creator's reference keeps the object alive"
+                            );
+                        }
+                    }
+                    pairs += 1024;
+                }
+                (pairs, retries)
+            })
+        })
+        .collect();
+    barrier.wait();
+    let t0 = std::time::Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    stop.store(true, Ordering::Relaxed);
+    let res: Vec<(u64, u64)> = handles.into_iter().map(|h| h.join().expect("bench thread")).collect();
+    let dt = t0.elapsed().as_secs_f64();
+    let pairs: u64 = res.iter().map(|r| r.0).sum();
+    let retries: u64 = res.iter().map(|r| r.1).sum();
+    (
+        pairs as f64 / dt / threads as f64 / 1e6,
+        retries as f64 / pairs.max(1) as f64,
+    )
+}
+
+/// Runs `bench refcount`.
+pub fn refcount(a: RefcountArgs) -> Result<(), String> {
+    if a.threads.is_empty() || a.threads.iter().any(|t| *t == 0 || *t > 1024) {
+        return Err("--threads must list counts between 1 and 1024".into());
+    }
+    if a.runs == 0 || a.seconds.is_nan() || a.seconds <= 0.0 {
+        return Err("--runs and --seconds must be positive".into());
+    }
+    let kinds = ["rcref", "cas"];
+    let mut results: Vec<(String, usize, Vec<f64>, Vec<f64>)> = Vec::new();
+    for k in kinds {
+        for &t in &a.threads {
+            results.push((k.to_string(), t, Vec::new(), Vec::new()));
+        }
+    }
+    let bar = indicatif::ProgressBar::new((results.len() * a.runs) as u64);
+    for _ in 0..a.runs {
+        for r in results.iter_mut() {
+            let (m, retries) = refcount_run(&r.0, r.1, a.seconds);
+            r.2.push(m);
+            r.3.push(retries);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    println!(
+        "bench refcount: one shared object, get+put pairs, {} s x {} runs, median",
+        a.seconds, a.runs
+    );
+    println!(
+        "{:<6} {:>7} {:>16} {:>14}  runs",
+        "kind", "threads", "Mpairs/s/thread", "CAS retries/get"
+    );
+    let mut rows = Vec::new();
+    for (k, t, m, r) in &results {
+        let runs: Vec<String> = m.iter().map(|x| format!("{x:.1}")).collect();
+        println!(
+            "{:<6} {:>7} {:>16.2} {:>14.3}  {}",
+            k,
+            t,
+            median(m),
+            median(r),
+            runs.join(" ")
+        );
+        rows.push(serde_json::json!({"kind": k, "threads": t, "median_mpairs_per_thread": median(m), "runs": m, "median_cas_retries_per_get": median(r)}));
+    }
+    for &t in &a.threads {
+        let get = |k: &str| results.iter().find(|r| r.0 == k && r.1 == t).map(|r| median(&r.2));
+        if let (Some(x), Some(y)) = (get("rcref"), get("cas")) {
+            if y > 0.0 {
+                println!("rcref/cas at {t} threads: {:.2}x", x / y);
+            }
+        }
+    }
+    if let Some(path) = &a.json {
+        let v = serde_json::json!({"bench": "refcount", "command": std::env::args().collect::<Vec<_>>().join(" "), "machine": machine(), "rows": rows});
+        std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// `bench bridge` options.
@@ -302,5 +437,6 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
 pub fn main(cmd: BenchCmd) -> Result<(), String> {
     match cmd {
         BenchCmd::Bridge(a) => bridge(a),
+        BenchCmd::Refcount(a) => refcount(a),
     }
 }
