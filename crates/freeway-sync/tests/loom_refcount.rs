@@ -19,6 +19,14 @@ struct Obj {
 }
 
 impl Obj {
+    fn new() -> Arc<Obj> {
+        Arc::new(Obj {
+            rc: RcRef::new(),
+            freed: AtomicBool::new(false),
+            frees: AtomicUsize::new(0),
+        })
+    }
+
     fn release(&self) {
         self.freed.store(true, Ordering::Relaxed);
         self.frees.fetch_add(1, Ordering::Relaxed);
@@ -28,11 +36,7 @@ impl Obj {
 #[test]
 fn get_races_final_put() {
     loom::model(|| {
-        let o = Arc::new(Obj {
-            rc: RcRef::new(),
-            freed: AtomicBool::new(false),
-            frees: AtomicUsize::new(0),
-        });
+        let o = Obj::new();
         let o2 = o.clone();
         // A reader that found the object in a table (memory still guaranteed) tries to keep it.
         let reader = thread::spawn(move || {
@@ -56,11 +60,7 @@ fn get_races_final_put() {
 #[test]
 fn two_holders_put_concurrently() {
     loom::model(|| {
-        let o = Arc::new(Obj {
-            rc: RcRef::new(),
-            freed: AtomicBool::new(false),
-            frees: AtomicUsize::new(0),
-        });
+        let o = Obj::new();
         assert!(o.rc.get());
         let o2 = o.clone();
         let t = thread::spawn(move || {
