@@ -1,0 +1,2 @@
+//! Freeway capture (under construction).
+#![warn(missing_docs)]

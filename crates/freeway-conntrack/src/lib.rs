@@ -1,0 +1,2 @@
+//! Freeway conntrack (under construction).
+#![warn(missing_docs)]

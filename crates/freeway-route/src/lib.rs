@@ -1,0 +1,2 @@
+//! Freeway route (under construction).
+#![warn(missing_docs)]
