@@ -1,0 +1,2 @@
+//! Freeway l3 (under construction).
+#![warn(missing_docs)]
