@@ -21,6 +21,10 @@
 //! static = [{ mac = "02:00:00:00:00:09", vlan = 1, port = "gen0" }]
 //! ```
 
+pub mod capture;
+pub mod l3;
+pub mod stateful;
+
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -32,7 +36,7 @@ use toml::Spanned;
 
 /// The embedded default: a bridge between two generator ports and a sink, for
 /// `freeway run` with no arguments.
-pub const DEFAULT_CONFIG: &str = include_str!("../configs/default.toml");
+pub const DEFAULT_CONFIG: &str = include_str!("../../configs/default.toml");
 
 /// The whole file.
 #[derive(Debug, Deserialize)]
@@ -54,6 +58,27 @@ pub struct Config {
     /// Bridge settings.
     #[serde(default)]
     pub bridge: BridgeConfig,
+    /// Router settings.
+    #[serde(default)]
+    pub router: l3::RouterConfig,
+    /// Router interfaces.
+    #[serde(default, rename = "interface")]
+    pub interfaces: Vec<l3::InterfaceConfig>,
+    /// Routes.
+    #[serde(default, rename = "route")]
+    pub routes: Vec<l3::RouteConfig>,
+    /// Static neighbours.
+    #[serde(default, rename = "neigh")]
+    pub neighs: Vec<l3::NeighConfig>,
+    /// Connection tracking.
+    #[serde(default)]
+    pub conntrack: Option<stateful::ConntrackConfig>,
+    /// Stateful firewall.
+    #[serde(default)]
+    pub firewall: Option<stateful::FirewallConfig>,
+    /// Capture taps.
+    #[serde(default, rename = "tap")]
+    pub taps: Vec<capture::TapConfig>,
 }
 
 /// Kinds of port.
@@ -96,6 +121,9 @@ pub struct PortConfig {
     /// pcap settings (kind = "pcap").
     #[serde(default)]
     pub pcap: Option<Spanned<PcapConfig>>,
+    /// Conntrack zone of frames received here (default 0).
+    #[serde(default)]
+    pub zone: Option<u16>,
 }
 
 /// `[bridge]`: FDB bounds and ageing (defaults in [`FdbConfig`]) and static entries.
@@ -171,6 +199,8 @@ pub struct PortSpec {
     pub gen: Option<GenConfig>,
     /// pcap settings.
     pub pcap: Option<PcapConfig>,
+    /// Conntrack zone of received frames.
+    pub zone: u16,
 }
 
 /// A checked configuration.
@@ -188,6 +218,14 @@ pub struct Checked {
     pub fdb: FdbConfig,
     /// Static entries: (mac, vlan, port index).
     pub statics: Vec<(Mac, u16, u16)>,
+    /// The router, when some interface is configured.
+    pub router: Option<l3::RouterSpec>,
+    /// Connection tracking, when enabled.
+    pub conntrack: Option<stateful::ConntrackSpec>,
+    /// The stateful firewall, when configured.
+    pub firewall: Option<stateful::FirewallSpec>,
+    /// Capture taps.
+    pub taps: Vec<capture::TapSpec>,
 }
 
 /// Most ports a datapath may have.
@@ -350,6 +388,7 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
             vlan,
             gen,
             pcap,
+            zone: p.zone.unwrap_or(0),
         });
     }
 
@@ -378,7 +417,37 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
         statics.push((e.mac, e.vlan, port as u16));
     }
 
+    let lift = |(span, msg): (Option<std::ops::Range<usize>>, String)| err(span, msg);
+    let router = l3::check(&cfg.router, &cfg.interfaces, &cfg.routes, &cfg.neighs, |v| {
+        ports.iter().any(|p| p.vlan.is_member(v))
+    })
+    .map_err(lift)?;
+    let port_index = |n: &str| by_name.get(n).map(|&i| i as u16);
+    let (conntrack, firewall) = stateful::check(
+        cfg.conntrack.as_ref(),
+        cfg.firewall.as_ref(),
+        port_index,
+        freeway_conntrack::Timeouts::is_name,
+        &freeway_conntrack::Timeouts::names(),
+    )
+    .map_err(lift)?;
+    let taps = capture::check(
+        &cfg.taps,
+        port_index,
+        |f| {
+            freeway_capture::compile(f, freeway_capture::filter::DEFAULT_SNAPLEN)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+        base,
+    )
+    .map_err(lift)?;
+
     Ok(Checked {
+        router,
+        conntrack,
+        firewall,
+        taps,
         workers,
         duration_secs,
         pin_workers: cfg.pin_workers.unwrap_or(workers <= cores),

@@ -1,0 +1,13 @@
+//! Classic BPF: the instruction encoding ([`Insn`], `tcpdump -d` rendering), the validator
+//! ([`validate()`]) and the VM ([`Program`]).
+//!
+//! A program is validated once when it is built ([`Program::new`]); running it afterwards
+//! cannot fail, loop or panic, whatever the packet.
+
+pub mod insn;
+pub mod validate;
+pub mod vm;
+
+pub use insn::{dump, dump_c, op, Insn};
+pub use validate::{validate, ValidateError, MAX_INSNS, MEMWORDS};
+pub use vm::Program;

@@ -1,0 +1,351 @@
+//! The BPF virtual machine: runs a validated program, pre-decoded into one enum per
+//! instruction with absolute jump targets.
+//!
+//! Semantics (those of the BSD/libpcap `bpf_filter` and the BPF specification):
+//! * a packet load (absolute or `x`-indexed, or the `ldxb 4*([k]&0xf)` header-length load)
+//!   that reaches past the end of the packet ends the program with 0 ("no match");
+//! * `div`/`mod` by a runtime zero in `x` ends the program with 0;
+//! * shifts by `x >= 32` give 0 (libpcap would shift by `x & 31` on x86; a compiled filter
+//!   never shifts by a register, and 0 is the portable answer);
+//! * arithmetic wraps modulo 2^32, comparisons are unsigned;
+//! * scratch memory starts zeroed on every run;
+//! * the return value is the number of bytes to keep (0 = drop).
+//!
+//! Nothing here can panic on any packet: [`Program::new`] validated jump targets and scratch
+//! indices once, and every packet access is bounds-checked.
+//!
+//! Threads: a [`Program`] is immutable and `Sync`; any number of workers may run it at once.
+
+use super::insn::{op::*, Insn};
+use super::validate::{validate, ValidateError};
+
+/// One decoded instruction; jump targets are absolute instruction indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    LdW(u32),
+    LdH(u32),
+    LdB(u32),
+    LdIndW(u32),
+    LdIndH(u32),
+    LdIndB(u32),
+    LdLen,
+    LdImm(u32),
+    LdMem(u8),
+    LdxImm(u32),
+    LdxMem(u8),
+    LdxLen,
+    LdxMsh(u32),
+    St(u8),
+    Stx(u8),
+    AddK(u32),
+    SubK(u32),
+    MulK(u32),
+    DivK(u32),
+    ModK(u32),
+    AndK(u32),
+    OrK(u32),
+    XorK(u32),
+    LshK(u32),
+    RshK(u32),
+    AddX,
+    SubX,
+    MulX,
+    DivX,
+    ModX,
+    AndX,
+    OrX,
+    XorX,
+    LshX,
+    RshX,
+    Neg,
+    Ja(u16),
+    JeqK(u32, u16, u16),
+    JgtK(u32, u16, u16),
+    JgeK(u32, u16, u16),
+    JsetK(u32, u16, u16),
+    JeqX(u16, u16),
+    JgtX(u16, u16),
+    JgeX(u16, u16),
+    JsetX(u16, u16),
+    RetK(u32),
+    RetA,
+    Tax,
+    Txa,
+    /// `ld{,h,b} [k]` fused with the `jeq #v` after it (the `jeq` stays at the next index
+    /// for jumps that land on it).
+    LdHJeq(u32, u32, u16, u16),
+    LdBJeq(u32, u32, u16, u16),
+    LdWJeq(u32, u32, u16, u16),
+}
+
+/// A validated, decoded classic BPF program.
+#[derive(Clone, Debug)]
+pub struct Program {
+    insns: Box<[Insn]>,
+    ops: Box<[Op]>,
+}
+
+fn decode(pc: usize, i: &Insn) -> Op {
+    let k = i.k;
+    let t = (pc + 1 + i.jt as usize) as u16;
+    let f = (pc + 1 + i.jf as usize) as u16;
+    let c = i.code;
+    match class(c) {
+        LD => match (mode(c), size(c)) {
+            (ABS, W) => Op::LdW(k),
+            (ABS, H) => Op::LdH(k),
+            (ABS, _) => Op::LdB(k),
+            (IND, W) => Op::LdIndW(k),
+            (IND, H) => Op::LdIndH(k),
+            (IND, _) => Op::LdIndB(k),
+            (LEN, _) => Op::LdLen,
+            (IMM, _) => Op::LdImm(k),
+            _ => Op::LdMem(k as u8),
+        },
+        LDX => match mode(c) {
+            IMM => Op::LdxImm(k),
+            MEM => Op::LdxMem(k as u8),
+            LEN => Op::LdxLen,
+            _ => Op::LdxMsh(k),
+        },
+        ST => Op::St(k as u8),
+        STX => Op::Stx(k as u8),
+        ALU => match (aluop(c), src(c)) {
+            (ADD, K) => Op::AddK(k),
+            (SUB, K) => Op::SubK(k),
+            (MUL, K) => Op::MulK(k),
+            (DIV, K) => Op::DivK(k),
+            (MOD, K) => Op::ModK(k),
+            (AND, K) => Op::AndK(k),
+            (OR, K) => Op::OrK(k),
+            (XOR, K) => Op::XorK(k),
+            (LSH, K) => Op::LshK(k),
+            (RSH, K) => Op::RshK(k),
+            (ADD, _) => Op::AddX,
+            (SUB, _) => Op::SubX,
+            (MUL, _) => Op::MulX,
+            (DIV, _) => Op::DivX,
+            (MOD, _) => Op::ModX,
+            (AND, _) => Op::AndX,
+            (OR, _) => Op::OrX,
+            (XOR, _) => Op::XorX,
+            (LSH, _) => Op::LshX,
+            (RSH, _) => Op::RshX,
+            _ => Op::Neg,
+        },
+        JMP => match (aluop(c), src(c)) {
+            (JA, _) => Op::Ja((pc + 1 + k as usize) as u16),
+            (JEQ, K) => Op::JeqK(k, t, f),
+            (JGT, K) => Op::JgtK(k, t, f),
+            (JGE, K) => Op::JgeK(k, t, f),
+            (JSET, K) => Op::JsetK(k, t, f),
+            (JEQ, _) => Op::JeqX(t, f),
+            (JGT, _) => Op::JgtX(t, f),
+            (JGE, _) => Op::JgeX(t, f),
+            _ => Op::JsetX(t, f),
+        },
+        RET => {
+            if rval(c) == A {
+                Op::RetA
+            } else {
+                Op::RetK(k)
+            }
+        }
+        _ => {
+            if c & 0xf8 == TXA {
+                Op::Txa
+            } else {
+                Op::Tax
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn load_w(p: &[u8], off: u64) -> Option<u32> {
+    if off.checked_add(4)? > p.len() as u64 {
+        return None;
+    }
+    let off = off as usize;
+    // SAFETY: off + 4 <= p.len() was checked just above.
+    Some(u32::from_be(unsafe {
+        p.as_ptr().add(off).cast::<u32>().read_unaligned()
+    }))
+}
+
+#[inline(always)]
+fn load_h(p: &[u8], off: u64) -> Option<u32> {
+    if off.checked_add(2)? > p.len() as u64 {
+        return None;
+    }
+    let off = off as usize;
+    // SAFETY: off + 2 <= p.len() was checked just above.
+    Some(u16::from_be(unsafe { p.as_ptr().add(off).cast::<u16>().read_unaligned() }) as u32)
+}
+
+#[inline(always)]
+fn load_b(p: &[u8], off: u64) -> Option<u32> {
+    if off >= p.len() as u64 {
+        return None;
+    }
+    // SAFETY: off < p.len() was checked just above.
+    Some(unsafe { *p.get_unchecked(off as usize) } as u32)
+}
+
+impl Program {
+    /// Validates and decodes `insns`.
+    pub fn new(insns: &[Insn]) -> Result<Program, ValidateError> {
+        validate(insns)?;
+        let mut ops: Vec<Op> = insns.iter().enumerate().map(|(pc, i)| decode(pc, i)).collect();
+        for i in 0..ops.len().saturating_sub(1) {
+            if let Op::JeqK(v, t, f) = ops[i + 1] {
+                ops[i] = match ops[i] {
+                    Op::LdH(k) => Op::LdHJeq(k, v, t, f),
+                    Op::LdB(k) => Op::LdBJeq(k, v, t, f),
+                    Op::LdW(k) => Op::LdWJeq(k, v, t, f),
+                    other => other,
+                };
+            }
+        }
+        Ok(Program {
+            insns: insns.into(),
+            ops: ops.into(),
+        })
+    }
+
+    /// A program that accepts every packet, keeping up to `snaplen` bytes (`ret #snaplen`).
+    pub fn accept_all(snaplen: u32) -> Program {
+        let insn = Insn::stmt(RET | K, snaplen);
+        Program {
+            insns: Box::new([insn]),
+            ops: Box::new([Op::RetK(snaplen)]),
+        }
+    }
+
+    /// The instructions, as given to [`Program::new`].
+    pub fn insns(&self) -> &[Insn] {
+        &self.insns
+    }
+
+    /// The number of instructions.
+    pub fn len(&self) -> usize {
+        self.insns.len()
+    }
+
+    /// Always false: a valid program has at least one instruction.
+    pub fn is_empty(&self) -> bool {
+        self.insns.is_empty()
+    }
+
+    /// The program rendered like `tcpdump -d`.
+    pub fn dump(&self) -> String {
+        super::insn::dump(&self.insns)
+    }
+
+    /// Runs the program on a whole packet: the return value (bytes to keep, 0 = no match).
+    #[inline]
+    pub fn run(&self, pkt: &[u8]) -> u32 {
+        self.run_wirelen(pkt, pkt.len() as u32)
+    }
+
+    /// Whether the program accepts `pkt` (returns non-zero).
+    #[inline]
+    pub fn matches(&self, pkt: &[u8]) -> bool {
+        self.run(pkt) != 0
+    }
+
+    /// Runs the program on the captured bytes `pkt` of a packet whose length on the wire
+    /// was `wirelen` (what `len`/`ld #pktlen` sees).
+    pub fn run_wirelen(&self, pkt: &[u8], wirelen: u32) -> u32 {
+        let ops = &*self.ops;
+        let mut a: u32 = 0;
+        let mut x: u32 = 0;
+        let mut mem = [0u32; 16];
+        let mut pc: usize = 0;
+        macro_rules! ld {
+            ($e:expr) => {
+                match $e {
+                    Some(v) => v,
+                    None => return 0,
+                }
+            };
+        }
+        loop {
+            debug_assert!(pc < ops.len());
+            // SAFETY: validation guarantees `pc` stays in range: every jump target (absolute,
+            // decoded from validated forward offsets) is inside the program, and the last
+            // instruction is a `ret`, so falling through never passes the end.
+            let op = unsafe { *ops.get_unchecked(pc) };
+            pc += 1;
+            match op {
+                Op::LdW(k) => a = ld!(load_w(pkt, k as u64)),
+                Op::LdH(k) => a = ld!(load_h(pkt, k as u64)),
+                Op::LdB(k) => a = ld!(load_b(pkt, k as u64)),
+                Op::LdIndW(k) => a = ld!(load_w(pkt, x as u64 + k as u64)),
+                Op::LdIndH(k) => a = ld!(load_h(pkt, x as u64 + k as u64)),
+                Op::LdIndB(k) => a = ld!(load_b(pkt, x as u64 + k as u64)),
+                Op::LdLen => a = wirelen,
+                Op::LdImm(k) => a = k,
+                Op::LdMem(i) => a = mem[i as usize & 15],
+                Op::LdxImm(k) => x = k,
+                Op::LdxMem(i) => x = mem[i as usize & 15],
+                Op::LdxLen => x = wirelen,
+                Op::LdxMsh(k) => x = (ld!(load_b(pkt, k as u64)) & 0xf) << 2,
+                Op::St(i) => mem[i as usize & 15] = a,
+                Op::Stx(i) => mem[i as usize & 15] = x,
+                Op::AddK(k) => a = a.wrapping_add(k),
+                Op::SubK(k) => a = a.wrapping_sub(k),
+                Op::MulK(k) => a = a.wrapping_mul(k),
+                Op::DivK(k) => a = a.checked_div(k).unwrap_or(0),
+                Op::ModK(k) => a = a.checked_rem(k).unwrap_or(0),
+                Op::AndK(k) => a &= k,
+                Op::OrK(k) => a |= k,
+                Op::XorK(k) => a ^= k,
+                Op::LshK(k) => a = a.checked_shl(k).unwrap_or(0),
+                Op::RshK(k) => a = a.checked_shr(k).unwrap_or(0),
+                Op::AddX => a = a.wrapping_add(x),
+                Op::SubX => a = a.wrapping_sub(x),
+                Op::MulX => a = a.wrapping_mul(x),
+                Op::DivX => match a.checked_div(x) {
+                    Some(v) => a = v,
+                    None => return 0,
+                },
+                Op::ModX => match a.checked_rem(x) {
+                    Some(v) => a = v,
+                    None => return 0,
+                },
+                Op::AndX => a &= x,
+                Op::OrX => a |= x,
+                Op::XorX => a ^= x,
+                Op::LshX => a = a.checked_shl(x).unwrap_or(0),
+                Op::RshX => a = a.checked_shr(x).unwrap_or(0),
+                Op::Neg => a = a.wrapping_neg(),
+                Op::Ja(t) => pc = t as usize,
+                Op::JeqK(k, t, f) => pc = if a == k { t } else { f } as usize,
+                Op::JgtK(k, t, f) => pc = if a > k { t } else { f } as usize,
+                Op::JgeK(k, t, f) => pc = if a >= k { t } else { f } as usize,
+                Op::JsetK(k, t, f) => pc = if a & k != 0 { t } else { f } as usize,
+                Op::JeqX(t, f) => pc = if a == x { t } else { f } as usize,
+                Op::JgtX(t, f) => pc = if a > x { t } else { f } as usize,
+                Op::JgeX(t, f) => pc = if a >= x { t } else { f } as usize,
+                Op::JsetX(t, f) => pc = if a & x != 0 { t } else { f } as usize,
+                Op::LdHJeq(k, v, t, f) => {
+                    a = ld!(load_h(pkt, k as u64));
+                    pc = if a == v { t } else { f } as usize;
+                }
+                Op::LdBJeq(k, v, t, f) => {
+                    a = ld!(load_b(pkt, k as u64));
+                    pc = if a == v { t } else { f } as usize;
+                }
+                Op::LdWJeq(k, v, t, f) => {
+                    a = ld!(load_w(pkt, k as u64));
+                    pc = if a == v { t } else { f } as usize;
+                }
+                Op::RetK(k) => return k,
+                Op::RetA => return a,
+                Op::Tax => x = a,
+                Op::Txa => a = x,
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The "before" variant of the tap registry for the capture benchmark: the tap list and
+//! every tap's filter live behind one `RwLock`, read-locked by every worker on every batch
+//! that finds a tap attached (the FreeBSD BPF design before seed 002). Same rings, same
+//! writer, same worker-facing API ([`TapPoint`]) as [`crate::tap::Taps`].
+//!
+//! Threads: workers take the read lock once per batch when any tap is attached; the control
+//! plane takes the write lock to attach, detach or replace a filter, and workers wait for it.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock, Weak};
+
+use freeway_packet::Packet;
+
+use crate::filter::Filter;
+use crate::tap::{Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec};
+
+struct Inner {
+    common: Common,
+    list: RwLock<Vec<Entry>>,
+}
+
+impl Detach for Inner {
+    fn detach_id(&self, id: TapId) -> bool {
+        let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
+        let Some(pos) = l.iter().position(|e| e.tap.id() == id) else {
+            return false;
+        };
+        let e = l.remove(pos);
+        self.common.any.store(l.len(), Ordering::Release);
+        drop(l);
+        e.tap.close_and_quiesce();
+        true
+    }
+}
+
+/// The `RwLock` tap registry (benchmark baseline).
+#[derive(Clone)]
+pub struct LockedTaps {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for LockedTaps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockedTaps").field("active", &self.active()).finish()
+    }
+}
+
+/// A worker's handle on [`LockedTaps`].
+pub struct LockedTapWorker {
+    inner: Arc<Inner>,
+    index: usize,
+}
+
+impl fmt::Debug for LockedTapWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockedTapWorker").field("index", &self.index).finish()
+    }
+}
+
+impl Drop for LockedTapWorker {
+    fn drop(&mut self) {
+        self.inner.common.release(self.index);
+    }
+}
+
+impl TapPoint for LockedTapWorker {
+    #[inline]
+    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+        if self.inner.common.any.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
+        for e in l.iter() {
+            // SAFETY: this handle holds the claim on worker index `self.index`.
+            unsafe { e.offer(self.index, port, dir, pkts, ts_ns) };
+        }
+    }
+
+    #[inline]
+    fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
+        if self.inner.common.any.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
+        for e in l.iter() {
+            // SAFETY: as in `tap`.
+            unsafe { e.offer_frames(self.index, port, dir, frames, ts_ns) };
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.inner.common.any.load(Ordering::Relaxed) != 0
+    }
+}
+
+impl TapRegistry for LockedTaps {
+    type Worker = LockedTapWorker;
+
+    fn with_workers(workers: usize) -> Self {
+        LockedTaps {
+            inner: Arc::new(Inner {
+                common: Common::new(workers),
+                list: RwLock::new(Vec::new()),
+            }),
+        }
+    }
+
+    fn worker(&self, index: usize) -> Option<LockedTapWorker> {
+        self.inner.common.claim(index).then(|| LockedTapWorker {
+            inner: self.inner.clone(),
+            index,
+        })
+    }
+
+    fn attach(&self, spec: TapSpec, filter: Filter) -> Result<(TapId, TapReader), TapError> {
+        let tap = self.inner.common.new_tap(&spec)?;
+        let id = tap.id();
+        let mut l = self.inner.list.write().unwrap_or_else(|e| e.into_inner());
+        l.push(Entry {
+            tap: tap.clone(),
+            filter: Arc::new(filter),
+        });
+        self.inner.common.any.store(l.len(), Ordering::Release);
+        drop(l);
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        Ok((id, TapReader { tap, registry: weak }))
+    }
+
+    fn replace_filter(&self, id: TapId, filter: Filter) -> Result<(), TapError> {
+        let mut l = self.inner.list.write().unwrap_or_else(|e| e.into_inner());
+        match l.iter_mut().find(|e| e.tap.id() == id) {
+            Some(e) => {
+                e.filter = Arc::new(filter);
+                Ok(())
+            }
+            None => Err(TapError::NoSuchTap(id)),
+        }
+    }
+
+    fn detach(&self, id: TapId) -> bool {
+        self.inner.detach_id(id)
+    }
+
+    fn active(&self) -> usize {
+        self.inner.common.any.load(Ordering::Acquire)
+    }
+}

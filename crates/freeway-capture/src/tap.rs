@@ -1,0 +1,599 @@
+//! Taps: copies of the packets crossing a port, filtered, handed to a writer thread.
+//!
+//! # Who touches what
+//!
+//! * **Control plane** (any thread, through [`Taps`] or [`crate::locked::LockedTaps`]):
+//!   [`TapRegistry::attach`], [`TapRegistry::detach`], [`TapRegistry::replace_filter`].
+//!   Control-plane calls are serialised among themselves by a mutex that **no worker ever
+//!   takes**.
+//! * **Workers** (one [`TapRegistry::Worker`] handle per worker index, claimed once): call
+//!   [`TapPoint::tap`] on every batch with the port index, the direction and a timestamp.
+//!   With no tap attached anywhere this is one relaxed load and one branch. With taps, the
+//!   [`Taps`] variant pins an epoch, reads the published tap list and runs each matching
+//!   tap's filter; matches are copied (up to the snap length) into that tap's ring for this
+//!   worker ([`crate::ring::Ring`], single producer, single consumer). A full ring drops the
+//!   copy and counts it. Workers never wait.
+//! * **Writer** (one thread per tap, [`crate::writer::TapWriter`]): drains the tap's rings.
+//!
+//! # Publication ([`Taps`])
+//!
+//! The tap list is immutable once published: attach, detach and filter replacement build a
+//! new list (sharing the unchanged taps through `Arc`) and swap it in with one `AcqRel`
+//! pointer swap; the old list is freed by crossbeam-epoch after every worker that might still
+//! read it has unpinned. This is the FreeBSD change in seed 002 (the rwlock on the tap path
+//! replaced by epoch(9) and a program buffer swapped without the interface lock).
+//!
+//! # Closing
+//!
+//! A tap is closed (detach, count reached, write error) by setting its `closed` flag; each
+//! worker brackets its pushes into the tap's ring with the ring's `busy` flag (see
+//! [`crate::ring::Ring::enter`]), so once the writer has seen `closed` and then every
+//! ring not busy, nothing more arrives and its final drain is complete:
+//! `matched == written + dropped + discarded` exactly.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crossbeam_epoch::{self as epoch, Atomic, Owned};
+use freeway_packet::Packet;
+use freeway_sync::CachePadded;
+
+use crate::filter::Filter;
+use crate::ring::Ring;
+
+/// Which packets of a port a tap sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Received on the port.
+    Rx = 1,
+    /// Transmitted on the port.
+    Tx = 2,
+    /// Both.
+    Both = 3,
+}
+
+impl Direction {
+    /// Whether a tap attached with `self` sees packets going `d`.
+    #[inline]
+    pub fn covers(self, d: Direction) -> bool {
+        (self as u8) & (d as u8) != 0
+    }
+}
+
+/// Identifies an attached tap.
+pub type TapId = u64;
+
+/// What to attach.
+#[derive(Clone, Debug)]
+pub struct TapSpec {
+    /// Port index.
+    pub port: u16,
+    /// Direction(s).
+    pub dir: Direction,
+    /// Bytes kept per packet (also bounded by what the filter returns).
+    pub snaplen: u32,
+    /// Slots per worker ring (the bound on buffered packets per worker).
+    pub ring_slots: usize,
+}
+
+impl Default for TapSpec {
+    /// Port 0, both directions, 262144-byte snap length capped to 2048 here (rings are
+    /// preallocated), 1024 slots.
+    fn default() -> Self {
+        TapSpec {
+            port: 0,
+            dir: Direction::Both,
+            snaplen: 2048,
+            ring_slots: 1024,
+        }
+    }
+}
+
+/// Most memory the rings of one tap may take (slots × snaplen × workers).
+pub const MAX_TAP_MEMORY: usize = 256 << 20;
+
+/// Tap errors.
+#[derive(Debug)]
+pub enum TapError {
+    /// No tap with this id.
+    NoSuchTap(TapId),
+    /// A bad [`TapSpec`].
+    BadSpec(String),
+    /// The output failed; the tap stopped (forwarding goes on).
+    Write(std::io::Error),
+}
+
+impl fmt::Display for TapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TapError::NoSuchTap(id) => write!(f, "no tap with id {id}"),
+            TapError::BadSpec(s) => write!(f, "bad tap: {s}"),
+            TapError::Write(e) => write!(f, "tap output failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TapError {}
+
+/// The part of a tap shared by workers (producers) and its writer (consumer).
+#[derive(Debug)]
+pub struct TapShared {
+    id: TapId,
+    port: u16,
+    dir: Direction,
+    snaplen: u32,
+    rings: Box<[Ring]>,
+    closed: AtomicBool,
+}
+
+impl TapShared {
+    fn new(id: TapId, spec: &TapSpec, workers: usize) -> TapShared {
+        TapShared {
+            id,
+            port: spec.port,
+            dir: spec.dir,
+            snaplen: spec.snaplen,
+            rings: (0..workers)
+                .map(|_| Ring::new(spec.ring_slots, spec.snaplen as usize))
+                .collect(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The tap's id.
+    pub fn id(&self) -> TapId {
+        self.id
+    }
+
+    /// Port index.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Direction(s).
+    pub fn dir(&self) -> Direction {
+        self.dir
+    }
+
+    /// Snap length.
+    pub fn snaplen(&self) -> u32 {
+        self.snaplen
+    }
+
+    /// The per-worker rings.
+    pub(crate) fn rings(&self) -> &[Ring] {
+        &self.rings
+    }
+
+    /// Packets that matched (pushed or dropped), over all workers.
+    pub fn matched(&self) -> u64 {
+        self.rings.iter().map(|r| r.pushed() + r.dropped()).sum()
+    }
+
+    /// Packets dropped because a ring was full, over all workers.
+    pub fn dropped(&self) -> u64 {
+        self.rings.iter().map(Ring::dropped).sum()
+    }
+
+    /// Whether the tap is closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Closes the tap and waits until no worker is inside a push section: afterwards no
+    /// packet will be added to any ring. Waits only for workers already copying (bounded
+    /// by one batch), never for a worker to do anything new.
+    pub fn close_and_quiesce(&self) {
+        crate::ring::close(&self.closed);
+        for r in self.rings.iter() {
+            while r.busy() {
+                std::hint::spin_loop();
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Worker side: runs `filter` over the batch and copies matches into ring `worker`.
+    ///
+    /// # Safety
+    /// The caller must be the only producer of ring `worker` (the claimed worker handle).
+    #[inline]
+    unsafe fn offer<'a>(
+        &self,
+        worker: usize,
+        filter: &Filter,
+        dir: Direction,
+        frames: impl Iterator<Item = &'a [u8]>,
+        ts_ns: u64,
+    ) {
+        let Some(ring) = self.rings.get(worker) else { return };
+        let mut entered = false;
+        for f in frames {
+            let keep = filter.run(f);
+            if keep == 0 {
+                continue;
+            }
+            if !entered {
+                entered = true;
+                // SAFETY: the caller is this ring's only producer.
+                if !unsafe { ring.enter(&self.closed) } {
+                    // SAFETY: as above.
+                    unsafe { ring.leave() };
+                    return;
+                }
+            }
+            let snap = keep.min(self.snaplen) as usize;
+            // SAFETY: as above.
+            unsafe { ring.push(ts_ns, self.port, dir as u8, f, snap) };
+        }
+        if entered {
+            // SAFETY: as above.
+            unsafe { ring.leave() };
+        }
+    }
+}
+
+/// One attached tap in a published list: its shared part and its current filter.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub(crate) tap: Arc<TapShared>,
+    pub(crate) filter: Arc<Filter>,
+}
+
+impl Entry {
+    /// Worker side: offer the batch if the tap is on this port and direction.
+    ///
+    /// # Safety
+    /// As [`TapShared::offer`].
+    #[inline]
+    pub(crate) unsafe fn offer(&self, worker: usize, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+        if self.tap.port == port && self.tap.dir.covers(dir) {
+            // SAFETY: forwarded contract.
+            unsafe {
+                self.tap
+                    .offer(worker, &self.filter, dir, pkts.iter().map(Packet::data), ts_ns)
+            }
+        }
+    }
+
+    /// [`Entry::offer`] on raw frames.
+    ///
+    /// # Safety
+    /// As [`TapShared::offer`].
+    #[inline]
+    pub(crate) unsafe fn offer_frames(&self, worker: usize, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
+        if self.tap.port == port && self.tap.dir.covers(dir) {
+            // SAFETY: forwarded contract.
+            unsafe { self.tap.offer(worker, &self.filter, dir, frames.iter().copied(), ts_ns) }
+        }
+    }
+}
+
+/// Control-plane operations a [`TapReader`] needs to detach its own tap.
+pub(crate) trait Detach: Send + Sync {
+    fn detach_id(&self, id: TapId) -> bool;
+}
+
+/// The consumer side of a tap, given to its writer ([`crate::writer::TapWriter`]).
+pub struct TapReader {
+    pub(crate) tap: Arc<TapShared>,
+    pub(crate) registry: Weak<dyn Detach>,
+}
+
+impl fmt::Debug for TapReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TapReader").field("tap", &self.tap.id).finish()
+    }
+}
+
+impl TapReader {
+    /// The tap.
+    pub fn tap(&self) -> &TapShared {
+        &self.tap
+    }
+
+    /// Detaches the tap from its registry (if still alive) and closes it.
+    pub fn detach(&self) {
+        if let Some(r) = self.registry.upgrade() {
+            r.detach_id(self.tap.id);
+        }
+        self.tap.close_and_quiesce();
+    }
+}
+
+/// The worker-facing API: called once per batch from a run-to-completion loop.
+pub trait TapPoint: Send {
+    /// Offers a batch seen on `port` going `dir` (`Rx` or `Tx`) at `ts_ns` to the taps.
+    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64);
+
+    /// The same for raw frames.
+    fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64);
+
+    /// Whether any tap is attached anywhere (the per-batch fast check).
+    fn any(&self) -> bool;
+}
+
+/// The control-plane API, implemented by the epoch variant ([`Taps`]) and the `RwLock`
+/// variant ([`crate::locked::LockedTaps`]), so the runtime can be instantiated with either.
+pub trait TapRegistry: Clone + Send + Sync + 'static {
+    /// The per-worker handle.
+    type Worker: TapPoint;
+
+    /// A registry for `workers` worker threads.
+    fn with_workers(workers: usize) -> Self;
+
+    /// Claims worker handle `index` (`None` if out of range or already claimed; a handle
+    /// releases its claim when dropped).
+    fn worker(&self, index: usize) -> Option<Self::Worker>;
+
+    /// Attaches a tap; returns its id and the reader for its writer thread.
+    fn attach(&self, spec: TapSpec, filter: Filter) -> Result<(TapId, TapReader), TapError>;
+
+    /// Replaces a tap's filter (takes effect at the workers' next batch).
+    fn replace_filter(&self, id: TapId, filter: Filter) -> Result<(), TapError>;
+
+    /// Detaches and closes a tap; false if there was none with this id.
+    fn detach(&self, id: TapId) -> bool;
+
+    /// Number of attached taps.
+    fn active(&self) -> usize;
+}
+
+/// State common to both registry variants.
+#[derive(Debug)]
+pub(crate) struct Common {
+    pub(crate) any: CachePadded<AtomicUsize>,
+    pub(crate) next_id: AtomicU64,
+    pub(crate) claimed: Box<[AtomicBool]>,
+    pub(crate) workers: usize,
+    /// Serialises control-plane changes; never taken by a worker.
+    pub(crate) ctl: Mutex<()>,
+}
+
+impl Common {
+    pub(crate) fn new(workers: usize) -> Common {
+        Common {
+            any: CachePadded::new(AtomicUsize::new(0)),
+            next_id: AtomicU64::new(1),
+            claimed: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+            workers,
+            ctl: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn claim(&self, index: usize) -> bool {
+        self.claimed.get(index).is_some_and(|c| !c.swap(true, Ordering::AcqRel))
+    }
+
+    pub(crate) fn release(&self, index: usize) {
+        if let Some(c) = self.claimed.get(index) {
+            c.store(false, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn new_tap(&self, spec: &TapSpec) -> Result<Arc<TapShared>, TapError> {
+        if spec.snaplen == 0 || spec.snaplen > 262_144 {
+            return Err(TapError::BadSpec(format!("snaplen {} not in 1..=262144", spec.snaplen)));
+        }
+        if spec.ring_slots == 0 || spec.ring_slots > 1 << 20 {
+            return Err(TapError::BadSpec(format!(
+                "ring_slots {} not in 1..=1048576",
+                spec.ring_slots
+            )));
+        }
+        let mem = spec
+            .ring_slots
+            .saturating_mul(spec.snaplen as usize)
+            .saturating_mul(self.workers.max(1));
+        if mem > MAX_TAP_MEMORY {
+            return Err(TapError::BadSpec(format!(
+                "rings would take {mem} bytes (max {MAX_TAP_MEMORY}); lower ring_slots or snaplen"
+            )));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(TapShared::new(id, spec, self.workers)))
+    }
+}
+
+// ------------------------------------------------------------------ the epoch variant
+
+#[derive(Debug, Default)]
+struct TapList {
+    entries: Vec<Entry>,
+}
+
+struct Inner {
+    common: Common,
+    list: Atomic<TapList>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // SAFETY: we are the last owner (drop), no worker can hold a guard on this list.
+        unsafe {
+            let g = epoch::unprotected();
+            let p = self.list.load(Ordering::Relaxed, g);
+            if !p.is_null() {
+                drop(p.into_owned());
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Builds a new list from the current one with `f` and publishes it (control plane,
+    /// under `ctl`).
+    fn update<R>(&self, f: impl FnOnce(&mut Vec<Entry>) -> R) -> R {
+        let _ctl = self.common.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let guard = epoch::pin();
+        let cur = self.list.load(Ordering::Acquire, &guard);
+        // SAFETY: `cur` is protected by `guard`; only control-plane code (serialised by
+        // `ctl`) replaces it.
+        let mut entries = unsafe { cur.as_ref() }.map(|l| l.entries.clone()).unwrap_or_default();
+        let r = f(&mut entries);
+        let n = entries.len();
+        let old = self
+            .list
+            .swap(Owned::new(TapList { entries }), Ordering::AcqRel, &guard);
+        self.common.any.store(n, Ordering::Release);
+        if !old.is_null() {
+            // SAFETY: `old` is unlinked; readers that still see it are pinned, and the
+            // destruction waits for them.
+            unsafe { guard.defer_destroy(old) };
+        }
+        r
+    }
+}
+
+impl Detach for Inner {
+    fn detach_id(&self, id: TapId) -> bool {
+        let found = self.update(|v| {
+            let before = v.len();
+            let tap = v.iter().find(|e| e.tap.id == id).map(|e| e.tap.clone());
+            v.retain(|e| e.tap.id != id);
+            (before != v.len(), tap)
+        });
+        if let (true, Some(tap)) = &found {
+            crate::ring::close(&tap.closed);
+        }
+        found.0
+    }
+}
+
+/// The tap registry with an epoch-published tap list: attach, detach and filter
+/// replacement never block a worker. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Taps {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Taps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Taps").field("active", &self.active()).finish()
+    }
+}
+
+impl Taps {
+    /// A registry for `workers` worker threads.
+    pub fn new(workers: usize) -> Taps {
+        Taps {
+            inner: Arc::new(Inner {
+                common: Common::new(workers),
+                list: Atomic::null(),
+            }),
+        }
+    }
+}
+
+/// A worker's handle on [`Taps`].
+pub struct TapWorker {
+    inner: Arc<Inner>,
+    index: usize,
+}
+
+impl fmt::Debug for TapWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TapWorker").field("index", &self.index).finish()
+    }
+}
+
+impl Drop for TapWorker {
+    fn drop(&mut self) {
+        self.inner.common.release(self.index);
+    }
+}
+
+impl TapWorker {
+    #[inline(never)]
+    fn slow(&mut self, mut each: impl FnMut(&Entry)) {
+        let guard = epoch::pin();
+        let list = self.inner.list.load(Ordering::Acquire, &guard);
+        // SAFETY: the list is protected by `guard` for as long as we use it.
+        if let Some(l) = unsafe { list.as_ref() } {
+            for e in &l.entries {
+                each(e);
+            }
+        }
+    }
+}
+
+impl TapPoint for TapWorker {
+    #[inline]
+    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+        if self.inner.common.any.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let w = self.index;
+        // SAFETY: this handle holds the claim on worker index `w`: the only producer.
+        self.slow(|e| unsafe { e.offer(w, port, dir, pkts, ts_ns) });
+    }
+
+    #[inline]
+    fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
+        if self.inner.common.any.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let w = self.index;
+        // SAFETY: as in `tap`.
+        self.slow(|e| unsafe { e.offer_frames(w, port, dir, frames, ts_ns) });
+    }
+
+    #[inline]
+    fn any(&self) -> bool {
+        self.inner.common.any.load(Ordering::Relaxed) != 0
+    }
+}
+
+impl TapRegistry for Taps {
+    type Worker = TapWorker;
+
+    fn with_workers(workers: usize) -> Self {
+        Taps::new(workers)
+    }
+
+    fn worker(&self, index: usize) -> Option<TapWorker> {
+        self.inner.common.claim(index).then(|| TapWorker {
+            inner: self.inner.clone(),
+            index,
+        })
+    }
+
+    fn attach(&self, spec: TapSpec, filter: Filter) -> Result<(TapId, TapReader), TapError> {
+        let tap = self.inner.common.new_tap(&spec)?;
+        let id = tap.id;
+        let entry = Entry {
+            tap: tap.clone(),
+            filter: Arc::new(filter),
+        };
+        self.inner.update(|v| v.push(entry));
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        Ok((id, TapReader { tap, registry: weak }))
+    }
+
+    fn replace_filter(&self, id: TapId, filter: Filter) -> Result<(), TapError> {
+        let filter = Arc::new(filter);
+        let found = self.inner.update(|v| {
+            let mut found = false;
+            for e in v.iter_mut().filter(|e| e.tap.id == id) {
+                e.filter = filter.clone();
+                found = true;
+            }
+            found
+        });
+        if found {
+            Ok(())
+        } else {
+            Err(TapError::NoSuchTap(id))
+        }
+    }
+
+    fn detach(&self, id: TapId) -> bool {
+        self.inner.detach_id(id)
+    }
+
+    fn active(&self) -> usize {
+        self.inner.common.any.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,203 @@
+//! The tap writer: drains a tap's per-worker rings into a pcap or pcapng stream.
+//!
+//! Runs on its own thread ([`TapWriter::run`]) or is polled ([`TapWriter::poll`]). Packets
+//! from different workers are merged by timestamp (oldest first among the rings' heads).
+//! It stops when the tap is detached, after `count` packets, or on a write error (the tap is
+//! then detached, so workers stop copying; forwarding is not affected). On stop it closes
+//! the tap, waits until no worker is mid-push, drains or discards what is left, writes the
+//! pcapng statistics block and flushes.
+//!
+//! Accounting, exact once [`TapWriter::run`] returns:
+//! `matched == written + dropped + discarded`.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crate::pcap::{CaptureWriter, Format};
+use crate::tap::{Direction, TapError, TapReader};
+
+/// Writer options.
+#[derive(Clone, Debug)]
+pub struct WriterOptions {
+    /// Output format.
+    pub format: Format,
+    /// Stop after this many packets.
+    pub count: Option<u64>,
+    /// Interface name for pcapng.
+    pub if_name: String,
+    /// Sleep when all rings are empty.
+    pub idle_sleep: Duration,
+    /// Flush at least this often while packets flow.
+    pub flush_every: Duration,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            format: Format::Pcap { nanos: false },
+            count: None,
+            if_name: "freeway".into(),
+            idle_sleep: Duration::from_millis(1),
+            flush_every: Duration::from_millis(100),
+        }
+    }
+}
+
+/// What a writer did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TapStats {
+    /// Packets that matched the filter (copied or dropped).
+    pub matched: u64,
+    /// Packets written.
+    pub written: u64,
+    /// Packets dropped by workers because a ring was full.
+    pub dropped: u64,
+    /// Packets left in the rings after stop (count reached or write error).
+    pub discarded: u64,
+    /// Bytes of packet data written.
+    pub bytes: u64,
+}
+
+/// Drains one tap into a capture stream.
+#[derive(Debug)]
+pub struct TapWriter<W: Write> {
+    reader: TapReader,
+    out: CaptureWriter<W>,
+    opts: WriterOptions,
+    stats: TapStats,
+    last_flush: Instant,
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl<W: Write> TapWriter<W> {
+    /// A writer for `reader`'s tap into `out` (writes the file header now).
+    pub fn new(reader: TapReader, out: W, opts: WriterOptions) -> Result<TapWriter<W>, TapError> {
+        let out = match CaptureWriter::new(out, opts.format, reader.tap().snaplen(), &opts.if_name) {
+            Ok(o) => o,
+            Err(e) => {
+                reader.detach();
+                return Err(TapError::Write(e));
+            }
+        };
+        Ok(TapWriter {
+            reader,
+            out,
+            opts,
+            stats: TapStats::default(),
+            last_flush: Instant::now(),
+        })
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> TapStats {
+        let mut s = self.stats;
+        s.matched = self.reader.tap().matched();
+        s.dropped = self.reader.tap().dropped();
+        s
+    }
+
+    fn remaining(&self) -> u64 {
+        self.opts
+            .count
+            .map_or(u64::MAX, |c| c.saturating_sub(self.stats.written))
+    }
+
+    /// Writes up to `max` packets available now, oldest first. Returns how many.
+    fn drain(&mut self, max: u64) -> Result<u64, TapError> {
+        let rings = self.reader.tap().rings();
+        let mut n = 0;
+        while n < max {
+            // SAFETY (both calls): this writer is the only consumer of the tap's rings (one
+            // TapReader per tap, moved into one TapWriter).
+            let pick = rings
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| unsafe { r.peek_ts() }.map(|t| (t, i)))
+                .min();
+            let Some((_, i)) = pick else { break };
+            let out = &mut self.out;
+            let res = unsafe {
+                rings[i].pop(|s| {
+                    let inbound = Some(s.dir == Direction::Rx as u8);
+                    out.write_packet(s.ts_ns, s.orig_len, s.data(), inbound)
+                        .map(|_| s.cap_len as u64)
+                })
+            };
+            match res {
+                Some(Ok(bytes)) => {
+                    self.stats.written += 1;
+                    self.stats.bytes += bytes;
+                    n += 1;
+                }
+                Some(Err(e)) => {
+                    // The packet was taken out of the ring but not written.
+                    self.stats.discarded += 1;
+                    return Err(TapError::Write(e));
+                }
+                None => break,
+            }
+        }
+        Ok(n)
+    }
+
+    /// Drains what is available now (up to the count). Returns how many packets were
+    /// written, and whether the writer should stop (tap closed or count reached).
+    pub fn poll(&mut self) -> Result<(u64, bool), TapError> {
+        let n = self.drain(self.remaining())?;
+        if self.last_flush.elapsed() >= self.opts.flush_every {
+            self.out.flush().map_err(TapError::Write)?;
+            self.last_flush = Instant::now();
+        }
+        let done = self.remaining() == 0 || self.reader.tap().is_closed();
+        Ok((n, done))
+    }
+
+    /// Runs until the tap is detached or `count` packets are written; then finishes (see
+    /// the module documentation). Returns the counters, or the write error.
+    pub fn run(mut self) -> Result<TapStats, TapError> {
+        let r = loop {
+            match self.poll() {
+                Ok((_, true)) => break Ok(()),
+                Ok((0, false)) => std::thread::sleep(self.opts.idle_sleep),
+                Ok(_) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.finish(r)
+    }
+
+    /// Stops now: detaches and closes the tap, drains what is left (up to the count),
+    /// discards the rest, writes the statistics and flushes.
+    pub fn stop(self) -> Result<TapStats, TapError> {
+        self.finish(Ok(()))
+    }
+
+    fn finish(mut self, r: Result<(), TapError>) -> Result<TapStats, TapError> {
+        self.reader.detach();
+        let mut r = r;
+        if r.is_ok() {
+            if let Err(e) = self.drain(self.remaining()) {
+                r = Err(e);
+            }
+        }
+        // Whatever is left (count reached, or after an error) is discarded.
+        for ring in self.reader.tap().rings() {
+            // SAFETY: only consumer, as in `drain`.
+            while unsafe { ring.pop(|_| ()) }.is_some() {
+                self.stats.discarded += 1;
+            }
+        }
+        let stats = self.stats();
+        if r.is_ok() {
+            if let Err(e) = self.out.close(now_ns(), stats.matched, stats.dropped) {
+                r = Err(TapError::Write(e));
+            }
+        }
+        r.map(|_| stats)
+    }
+}

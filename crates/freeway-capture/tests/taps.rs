@@ -1,0 +1,437 @@
+//! Taps end to end: attach/detach/replace while workers push, exact accounting, pcap and
+//! pcapng written and read back (pcap-file, and tcpdump when installed), write errors, count
+//! limits. Every test runs on both registries (epoch and RwLock).
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use freeway_capture::pcap::Format;
+use freeway_capture::samples::clean_frames;
+use freeway_capture::{
+    Direction, Filter, LockedTaps, TapError, TapPoint, TapRegistry, TapSpec, TapWriter, Taps, WriterOptions,
+};
+use freeway_packet::build::{build_frame, FrameSpec};
+use freeway_packet::Packet;
+use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
+use pcap_file::pcapng::blocks::interface_statistics::InterfaceStatisticsOption;
+use pcap_file::pcapng::{Block, PcapNgReader};
+
+/// A `Write` into a shared buffer.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn bytes(&self) -> Vec<u8> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn filter(e: &str) -> Filter {
+    Filter::new(e, 65535).unwrap()
+}
+
+fn spec(port: u16, dir: Direction, slots: usize) -> TapSpec {
+    TapSpec {
+        port,
+        dir,
+        snaplen: 128,
+        ring_slots: slots,
+    }
+}
+
+fn pkts(frames: &[Vec<u8>]) -> Vec<Packet> {
+    frames.iter().map(|f| Packet::from_frame(f).unwrap()).collect()
+}
+
+fn count_pcap(bytes: &[u8]) -> usize {
+    let mut r = PcapReader::new(bytes).unwrap();
+    let mut n = 0;
+    while let Some(p) = r.next_packet() {
+        p.unwrap();
+        n += 1;
+    }
+    n
+}
+
+fn no_tap_is_one_branch<R: TapRegistry>() {
+    let reg = R::with_workers(2);
+    let mut w = reg.worker(0).unwrap();
+    assert!(reg.worker(0).is_none(), "a worker index is claimed once");
+    assert!(reg.worker(2).is_none());
+    assert!(!w.any());
+    w.tap(0, Direction::Rx, &pkts(&clean_frames(1, 32)), 1);
+    let (id, _reader) = reg.attach(spec(0, Direction::Rx, 8), filter("")).unwrap();
+    assert!(w.any());
+    assert_eq!(reg.active(), 1);
+    assert!(reg.detach(id));
+    assert!(!reg.detach(id));
+    assert!(!w.any());
+    drop(w);
+    assert!(reg.worker(0).is_some(), "dropping a handle releases its index");
+    assert!(matches!(
+        reg.replace_filter(99, filter("ip")),
+        Err(TapError::NoSuchTap(99))
+    ));
+    assert!(reg
+        .attach(
+            TapSpec {
+                snaplen: 0,
+                ..spec(0, Direction::Rx, 8)
+            },
+            filter("")
+        )
+        .is_err());
+}
+
+#[test]
+fn no_tap_epoch() {
+    no_tap_is_one_branch::<Taps>();
+}
+
+#[test]
+fn no_tap_rwlock() {
+    no_tap_is_one_branch::<LockedTaps>();
+}
+
+/// Workers push continuously while the control plane attaches, replaces filters and
+/// detaches; every matched packet is written or counted as dropped.
+fn churn<R: TapRegistry>() {
+    let workers = 3;
+    let reg = R::with_workers(workers);
+    let stop = Arc::new(AtomicBool::new(false));
+    let batch = pkts(&clean_frames(5, 32));
+    let mut hs = Vec::new();
+    for i in 0..workers {
+        let mut w = reg.worker(i).unwrap();
+        let (stop, batch) = (stop.clone(), batch.clone());
+        hs.push(thread::spawn(move || {
+            let mut ts = 0u64;
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                ts += 1;
+                w.tap(0, Direction::Rx, &batch, ts);
+                w.tap(1, Direction::Tx, &batch, ts);
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut results = Vec::new();
+    for round in 0..6 {
+        let out = Shared::default();
+        // small rings on odd rounds so that drops happen
+        let slots = if round % 2 == 0 { 4096 } else { 4 };
+        let (id, reader) = reg.attach(spec(0, Direction::Both, slots), filter("udp")).unwrap();
+        let (id2, reader2) = reg.attach(spec(1, Direction::Tx, 64), filter("tcp")).unwrap();
+        let w1 = TapWriter::new(reader, out.clone(), WriterOptions::default()).unwrap();
+        let w2 = TapWriter::new(reader2, io::sink(), WriterOptions::default()).unwrap();
+        let h1 = thread::spawn(move || w1.run());
+        let h2 = thread::spawn(move || w2.run());
+        for k in 0..20 {
+            thread::sleep(Duration::from_micros(300));
+            let f = if k % 2 == 0 {
+                "tcp or arp"
+            } else {
+                "udp and not port 53"
+            };
+            reg.replace_filter(id, filter(f)).unwrap();
+        }
+        assert!(reg.detach(id));
+        assert!(reg.detach(id2));
+        let s1 = h1.join().unwrap().unwrap();
+        let s2 = h2.join().unwrap().unwrap();
+        for s in [s1, s2] {
+            assert_eq!(s.matched, s.written + s.dropped + s.discarded, "{s:?}");
+            assert_eq!(s.discarded, 0, "{s:?}");
+        }
+        assert_eq!(count_pcap(&out.bytes()) as u64, s1.written);
+        results.push((s1, s2));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let batches: u64 = hs.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(batches > 0);
+    assert!(results.iter().any(|(s, _)| s.written > 0), "{results:?}");
+    assert!(
+        results.iter().any(|(s, _)| s.dropped > 0),
+        "small rings never dropped: {results:?}"
+    );
+    assert_eq!(reg.active(), 0);
+}
+
+#[test]
+fn churn_epoch() {
+    churn::<Taps>();
+}
+
+#[test]
+fn churn_rwlock() {
+    churn::<LockedTaps>();
+}
+
+fn frames_for_files() -> Vec<Vec<u8>> {
+    (0..10u16)
+        .map(|i| {
+            build_frame(&FrameSpec {
+                dst_port: 1000 + i,
+                len: 60 + 10 * i as usize,
+                ..Default::default()
+            })
+        })
+        .collect()
+}
+
+/// Pushes 10 frames on port 3 (RX then TX), writes them, reads them back.
+fn write_file<R: TapRegistry>(
+    format: Format,
+    count: Option<u64>,
+    snaplen: u32,
+) -> (Vec<u8>, freeway_capture::TapStats) {
+    let reg = R::with_workers(1);
+    let mut w = reg.worker(0).unwrap();
+    let (_, reader) = reg
+        .attach(
+            TapSpec {
+                snaplen,
+                ..spec(3, Direction::Both, 64)
+            },
+            filter("udp"),
+        )
+        .unwrap();
+    let out = Shared::default();
+    let mut tw = TapWriter::new(
+        reader,
+        out.clone(),
+        WriterOptions {
+            format,
+            count,
+            if_name: "port3".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fr = frames_for_files();
+    for (i, f) in fr.iter().enumerate() {
+        let dir = if i % 2 == 0 { Direction::Rx } else { Direction::Tx };
+        let ts = 1_700_000_000_123_456_789 + i as u64 * 1_000_001;
+        w.tap_frames(3, dir, &[f], ts);
+        w.tap_frames(4, dir, &[f], ts); // other port: not captured
+    }
+    let (n, _) = tw.poll().unwrap();
+    assert_eq!(n as usize, count.map_or(10, |c| c as usize).min(10));
+    let stats = tw.stop().unwrap();
+    assert_eq!(reg.active(), 0, "stop detaches");
+    (out.bytes(), stats)
+}
+
+fn pcap_round_trip<R: TapRegistry>() {
+    for nanos in [false, true] {
+        let (bytes, stats) = write_file::<R>(Format::Pcap { nanos }, None, 128);
+        assert_eq!(
+            (stats.matched, stats.written, stats.dropped, stats.discarded),
+            (10, 10, 0, 0)
+        );
+        let mut r = PcapReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.header().snaplen, 65535);
+        let fr = frames_for_files();
+        for (i, f) in fr.iter().enumerate() {
+            let p = r.next_packet().unwrap().unwrap();
+            assert_eq!(&p.data[..], &f[..f.len().min(128)], "packet {i}");
+            assert_eq!(p.orig_len as usize, f.len());
+            let ts = 1_700_000_000_123_456_789u64 + i as u64 * 1_000_001;
+            let want = if nanos { ts } else { ts / 1000 * 1000 };
+            assert_eq!(p.timestamp.as_nanos() as u64, want);
+        }
+        assert!(r.next_packet().is_none());
+        tcpdump_reads(&bytes, 10);
+    }
+    // snap length cuts packets; the original length is kept
+    let (bytes, _) = write_file::<R>(Format::Pcap { nanos: false }, None, 64);
+    let mut r = PcapReader::new(&bytes[..]).unwrap();
+    let mut n = 0;
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        assert!(p.data.len() <= 64);
+        assert!(p.orig_len >= 60);
+        n += 1;
+    }
+    assert_eq!(n, 10);
+    // count
+    let (bytes, stats) = write_file::<R>(Format::Pcap { nanos: false }, Some(4), 128);
+    assert_eq!(count_pcap(&bytes), 4);
+    assert_eq!((stats.written, stats.discarded), (4, 6));
+    assert_eq!(stats.matched, stats.written + stats.dropped + stats.discarded);
+}
+
+#[test]
+fn pcap_round_trip_epoch() {
+    pcap_round_trip::<Taps>();
+}
+
+#[test]
+fn pcap_round_trip_rwlock() {
+    pcap_round_trip::<LockedTaps>();
+}
+
+#[test]
+fn pcapng_round_trip() {
+    let (bytes, stats) = write_file::<Taps>(Format::PcapNg, None, 128);
+    assert_eq!(stats.written, 10);
+    let mut r = PcapNgReader::new(&bytes[..]).unwrap();
+    let fr = frames_for_files();
+    let (mut epb, mut isb, mut idb) = (0, 0, 0);
+    while let Some(b) = r.next_block() {
+        match b.unwrap() {
+            Block::InterfaceDescription(d) => {
+                idb += 1;
+                assert_eq!(d.snaplen, 65535);
+            }
+            Block::EnhancedPacket(p) => {
+                assert_eq!(&p.data[..], &fr[epb][..fr[epb].len().min(128)]);
+                assert_eq!(p.original_len as usize, fr[epb].len());
+                assert_eq!(
+                    p.timestamp.as_nanos() as u64,
+                    1_700_000_000_123_456_789 + epb as u64 * 1_000_001
+                );
+                let want_flags = if epb % 2 == 0 { 1 } else { 2 };
+                assert!(p
+                    .options
+                    .iter()
+                    .any(|o| matches!(o, EnhancedPacketOption::Flags(f) if *f == want_flags)));
+                epb += 1;
+            }
+            Block::InterfaceStatistics(s) => {
+                isb += 1;
+                assert!(s
+                    .options
+                    .iter()
+                    .any(|o| matches!(o, InterfaceStatisticsOption::IsbIfRecv(10))));
+                assert!(s
+                    .options
+                    .iter()
+                    .any(|o| matches!(o, InterfaceStatisticsOption::IsbIfDrop(0))));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!((idb, epb, isb), (1, 10, 1));
+    tcpdump_reads(&bytes, 10);
+}
+
+/// `tcpdump -r` reads the file and sees `n` packets. Skips loudly without tcpdump, unless
+/// `CI` is set.
+fn tcpdump_reads(bytes: &[u8], n: usize) {
+    let tcpdump = ["/usr/bin/tcpdump", "/usr/sbin/tcpdump"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    let Some(tcpdump) = tcpdump else {
+        if std::env::var_os("CI").is_some() {
+            panic!("tcpdump is not installed and CI is set");
+        }
+        eprintln!("\n*** SKIPPED: tcpdump not found; the capture files were not checked with tcpdump ***\n");
+        return;
+    };
+    let path = std::env::temp_dir().join(format!(
+        "freeway-capture-test-{}-{:?}.pcap",
+        std::process::id(),
+        thread::current().id()
+    ));
+    std::fs::write(&path, bytes).unwrap();
+    let out = std::process::Command::new(tcpdump)
+        .arg("-nn")
+        .arg("-r")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "tcpdump failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), n, "{text}");
+    assert!(text.contains("10.0.0.1.1024 > 10.0.0.2.1000: UDP"), "{text}");
+}
+
+/// A `Write` that fails after `ok` bytes.
+struct Failing {
+    ok: usize,
+}
+
+impl Write for Failing {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        if self.ok < b.len() {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "gone"));
+        }
+        self.ok -= b.len();
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn write_error_stops_the_tap<R: TapRegistry>() {
+    let reg = R::with_workers(1);
+    let mut w = reg.worker(0).unwrap();
+    let (_, reader) = reg.attach(spec(0, Direction::Rx, 64), filter("")).unwrap();
+    let tw = TapWriter::new(reader, Failing { ok: 200 }, WriterOptions::default()).unwrap();
+    let h = thread::spawn(move || tw.run());
+    let batch = pkts(&clean_frames(9, 32));
+    while reg.active() > 0 {
+        w.tap(0, Direction::Rx, &batch, 1);
+        thread::yield_now();
+    }
+    let r = h.join().unwrap();
+    assert!(matches!(r, Err(TapError::Write(_))), "{r:?}");
+    // forwarding goes on: the worker keeps calling tap without effect
+    for _ in 0..10 {
+        w.tap(0, Direction::Rx, &batch, 2);
+    }
+    // a header that cannot be written fails at once and detaches
+    let (_, reader) = reg.attach(spec(0, Direction::Rx, 64), filter("")).unwrap();
+    assert!(matches!(
+        TapWriter::new(reader, Failing { ok: 0 }, WriterOptions::default()),
+        Err(TapError::Write(_))
+    ));
+    assert_eq!(reg.active(), 0);
+}
+
+#[test]
+fn write_error_epoch() {
+    write_error_stops_the_tap::<Taps>();
+}
+
+#[test]
+fn write_error_rwlock() {
+    write_error_stops_the_tap::<LockedTaps>();
+}
+
+#[test]
+fn direction_filtering() {
+    let reg = Taps::new(1);
+    let mut w = reg.worker(0).unwrap();
+    let (_, rx) = reg.attach(spec(0, Direction::Rx, 64), filter("")).unwrap();
+    let (_, tx) = reg.attach(spec(0, Direction::Tx, 64), filter("")).unwrap();
+    let (_, both) = reg.attach(spec(0, Direction::Both, 64), filter("")).unwrap();
+    let f = frames_for_files();
+    w.tap_frames(0, Direction::Rx, &[&f[0], &f[1]], 1);
+    w.tap_frames(0, Direction::Tx, &[&f[2]], 2);
+    assert_eq!(rx.tap().matched(), 2);
+    assert_eq!(tx.tap().matched(), 1);
+    assert_eq!(both.tap().matched(), 3);
+}

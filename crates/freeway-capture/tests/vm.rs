@@ -1,0 +1,329 @@
+//! The validator's rejections and the VM's semantics; random valid programs on random (and
+//! truncated) packets never panic.
+
+use freeway_capture::bpf::op::*;
+use freeway_capture::bpf::{validate, Insn, Program, ValidateError};
+use proptest::prelude::*;
+
+fn s(code: u16, k: u32) -> Insn {
+    Insn::stmt(code, k)
+}
+
+fn j(code: u16, k: u32, jt: u8, jf: u8) -> Insn {
+    Insn::jump(code, k, jt, jf)
+}
+
+const RET_K: u16 = RET | K;
+
+#[test]
+fn validator_rejects() {
+    assert_eq!(validate(&[]), Err(ValidateError::Empty));
+    assert_eq!(validate(&vec![s(RET_K, 0); 4097]), Err(ValidateError::TooLong(4097)));
+    // backward jump: `ja` with a negative offset
+    assert_eq!(
+        validate(&[s(JMP | JA, u32::MAX), s(RET_K, 0)]),
+        Err(ValidateError::BackwardJump { pc: 0 })
+    );
+    // out-of-range jumps
+    assert_eq!(
+        validate(&[s(JMP | JA, 1), s(RET_K, 0)]),
+        Err(ValidateError::JumpOutOfRange { pc: 0 })
+    );
+    assert_eq!(
+        validate(&[j(JMP | JEQ | K, 1, 0, 1), s(RET_K, 0)]),
+        Err(ValidateError::JumpOutOfRange { pc: 0 })
+    );
+    assert_eq!(
+        validate(&[j(JMP | JGT | X, 1, 2, 0), s(RET_K, 0), s(RET_K, 1)]),
+        Err(ValidateError::JumpOutOfRange { pc: 0 })
+    );
+    // division / modulo by constant zero, shifts by 32
+    assert_eq!(
+        validate(&[s(ALU | DIV | K, 0), s(RET_K, 0)]),
+        Err(ValidateError::DivisionByZero { pc: 0 })
+    );
+    assert_eq!(
+        validate(&[s(ALU | MOD | K, 0), s(RET_K, 0)]),
+        Err(ValidateError::DivisionByZero { pc: 0 })
+    );
+    assert_eq!(
+        validate(&[s(ALU | LSH | K, 32), s(RET_K, 0)]),
+        Err(ValidateError::ShiftTooLarge { pc: 0 })
+    );
+    // scratch memory index
+    assert_eq!(
+        validate(&[s(ST, 16), s(RET_K, 0)]),
+        Err(ValidateError::BadScratch { pc: 0, index: 16 })
+    );
+    assert_eq!(
+        validate(&[s(LD | W | MEM, 99), s(RET_K, 0)]),
+        Err(ValidateError::BadScratch { pc: 0, index: 99 })
+    );
+    assert_eq!(
+        validate(&[s(LDX | W | MEM, 16), s(RET_K, 0)]),
+        Err(ValidateError::BadScratch { pc: 0, index: 16 })
+    );
+    assert_eq!(
+        validate(&[s(STX, 17), s(RET_K, 0)]),
+        Err(ValidateError::BadScratch { pc: 0, index: 17 })
+    );
+    // missing final ret
+    assert_eq!(validate(&[s(LD | W | IMM, 1)]), Err(ValidateError::NoFinalRet));
+    assert_eq!(
+        validate(&[s(RET_K, 1), s(LD | W | IMM, 1)]),
+        Err(ValidateError::NoFinalRet)
+    );
+    // unknown opcodes
+    for code in [
+        0x07 | 0x40,
+        LD | H | IMM,
+        LD | MSH,
+        ALU | 0xb0,
+        JMP | 0x50,
+        RET | X,
+        0xffff,
+        LDX | H | MSH,
+    ] {
+        assert_eq!(
+            validate(&[s(code, 0), s(RET_K, 0)]),
+            Err(ValidateError::UnknownOpcode { pc: 0, code }),
+            "0x{code:x}"
+        );
+    }
+    // and a good one
+    assert_eq!(
+        validate(&[
+            s(LD | H | ABS, 12),
+            j(JMP | JEQ | K, 0x800, 0, 1),
+            s(RET_K, 9),
+            s(RET_K, 0)
+        ]),
+        Ok(())
+    );
+    assert!(ValidateError::BadScratch { pc: 3, index: 20 }
+        .to_string()
+        .contains("(003)"));
+}
+
+fn run(prog: &[Insn], pkt: &[u8]) -> u32 {
+    Program::new(prog).unwrap().run(pkt)
+}
+
+#[test]
+fn vm_semantics() {
+    let pkt: Vec<u8> = (0u8..20).collect();
+    // loads, big endian
+    assert_eq!(run(&[s(LD | W | ABS, 0), s(RET | A, 0)], &pkt), 0x00010203);
+    assert_eq!(run(&[s(LD | H | ABS, 18), s(RET | A, 0)], &pkt), 0x1213);
+    assert_eq!(run(&[s(LD | B | ABS, 19), s(RET | A, 0)], &pkt), 19);
+    // past the end: the program ends with 0
+    assert_eq!(run(&[s(LD | H | ABS, 19), s(RET_K, 5)], &pkt), 0);
+    assert_eq!(run(&[s(LD | W | ABS, 17), s(RET_K, 5)], &pkt), 0);
+    assert_eq!(run(&[s(LD | B | ABS, u32::MAX), s(RET_K, 5)], &pkt), 0);
+    assert_eq!(
+        run(
+            &[s(LDX | W | IMM, u32::MAX), s(LD | B | IND, u32::MAX), s(RET_K, 5)],
+            &pkt
+        ),
+        0
+    );
+    assert_eq!(
+        run(&[s(LDX | W | IMM, 2), s(LD | H | IND, 3), s(RET | A, 0)], &pkt),
+        0x0506
+    );
+    assert_eq!(run(&[s(LDX | B | MSH, 20), s(RET_K, 5)], &pkt), 0);
+    assert_eq!(run(&[s(LDX | B | MSH, 15), s(MISC | TXA, 0), s(RET | A, 0)], &pkt), 60);
+    // len, arithmetic wraps, runtime division by zero ends with 0
+    assert_eq!(run(&[s(LD | W | LEN, 0), s(RET | A, 0)], &pkt), 20);
+    assert_eq!(
+        run(&[s(LD | W | IMM, 0), s(ALU | SUB | K, 1), s(RET | A, 0)], &pkt),
+        u32::MAX
+    );
+    assert_eq!(
+        run(
+            &[
+                s(LD | W | IMM, 7),
+                s(LDX | W | IMM, 0),
+                s(ALU | DIV | X, 0),
+                s(RET_K, 5)
+            ],
+            &pkt
+        ),
+        0
+    );
+    assert_eq!(
+        run(
+            &[
+                s(LD | W | IMM, 7),
+                s(LDX | W | IMM, 0),
+                s(ALU | MOD | X, 0),
+                s(RET_K, 5)
+            ],
+            &pkt
+        ),
+        0
+    );
+    assert_eq!(
+        run(
+            &[
+                s(LD | W | IMM, 7),
+                s(LDX | W | IMM, 2),
+                s(ALU | MOD | X, 0),
+                s(RET | A, 0)
+            ],
+            &pkt
+        ),
+        1
+    );
+    assert_eq!(
+        run(
+            &[
+                s(LD | W | IMM, 1),
+                s(LDX | W | IMM, 40),
+                s(ALU | LSH | X, 0),
+                s(RET | A, 0)
+            ],
+            &pkt
+        ),
+        0
+    );
+    assert_eq!(
+        run(&[s(LD | W | IMM, 5), s(ALU | NEG, 0), s(RET | A, 0)], &pkt),
+        5u32.wrapping_neg()
+    );
+    // scratch memory starts at zero and round-trips
+    assert_eq!(run(&[s(LD | W | MEM, 3), s(RET | A, 0)], &pkt), 0);
+    assert_eq!(
+        run(
+            &[
+                s(LD | W | IMM, 9),
+                s(ST, 15),
+                s(LDX | W | MEM, 15),
+                s(MISC | TXA, 0),
+                s(RET | A, 0)
+            ],
+            &pkt
+        ),
+        9
+    );
+    // jumps
+    let p = [
+        s(LD | B | ABS, 1),
+        j(JMP | JSET | K, 1, 1, 0),
+        s(RET_K, 0),
+        s(JMP | JA, 1),
+        s(RET_K, 1),
+        s(RET_K, 2),
+    ];
+    assert_eq!(run(&p, &pkt), 2);
+    assert_eq!(run(&p, &[0, 2]), 0);
+    // `tcpdump -d`-style rendering of a hand-written program
+    let d = Program::new(&p).unwrap().dump();
+    assert!(d.contains("(001) jset     #0x1             jt 3\tjf 2"), "{d}");
+    assert!(d.contains("(003) ja       5"), "{d}");
+}
+
+/// Opcodes of every kind the VM knows.
+const OPS: &[u16] = &[
+    LD | W | ABS,
+    LD | H | ABS,
+    LD | B | ABS,
+    LD | W | IND,
+    LD | H | IND,
+    LD | B | IND,
+    LD | W | LEN,
+    LD | W | IMM,
+    LD | W | MEM,
+    LDX | W | IMM,
+    LDX | W | MEM,
+    LDX | W | LEN,
+    LDX | B | MSH,
+    ST,
+    STX,
+    ALU | ADD | K,
+    ALU | SUB | X,
+    ALU | MUL | K,
+    ALU | DIV | K,
+    ALU | DIV | X,
+    ALU | MOD | K,
+    ALU | MOD | X,
+    ALU | AND | X,
+    ALU | OR | K,
+    ALU | XOR | X,
+    ALU | LSH | K,
+    ALU | RSH | X,
+    ALU | LSH | X,
+    ALU | NEG,
+    JMP | JA,
+    JMP | JEQ | K,
+    JMP | JGT | X,
+    JMP | JGE | K,
+    JMP | JSET | X,
+    RET | K,
+    RET | A,
+    MISC | TAX,
+    MISC | TXA,
+];
+
+/// Turns arbitrary numbers into a valid program.
+fn make_valid(raw: &[(usize, u8, u8, u32)]) -> Vec<Insn> {
+    let n = raw.len() + 1;
+    let mut prog: Vec<Insn> = raw
+        .iter()
+        .enumerate()
+        .map(|(pc, &(o, jt, jf, k))| {
+            let code = OPS[o % OPS.len()];
+            let remaining = (n - pc - 1) as u32;
+            let k = match class(code) {
+                LD | LDX if mode(code) == MEM => k % 16,
+                ST | STX => k % 16,
+                ALU if src(code) == K && matches!(aluop(code), DIV | MOD) => k.max(1),
+                ALU if src(code) == K && matches!(aluop(code), LSH | RSH) => k % 32,
+                JMP if aluop(code) == JA => k % remaining,
+                LD if matches!(mode(code), ABS | IND) => k % 80,
+                _ => k,
+            };
+            let (jt, jf) = if class(code) == JMP {
+                (
+                    (jt as u32 % remaining.min(256)) as u8,
+                    (jf as u32 % remaining.min(256)) as u8,
+                )
+            } else {
+                (0, 0)
+            };
+            Insn { code, jt, jf, k }
+        })
+        .collect();
+    prog.push(s(RET | A, 0));
+    prog
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_valid_programs_never_panic(
+        raw in prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..40),
+        pkt in prop::collection::vec(any::<u8>(), 0..96),
+        cut in any::<usize>(),
+    ) {
+        let prog = make_valid(&raw);
+        let p = Program::new(&prog).expect("made valid");
+        let a = p.run(&pkt);
+        prop_assert_eq!(a, p.run(&pkt));
+        let cut = cut % (pkt.len() + 1);
+        let _ = p.run(&pkt[..cut]);
+        let _ = p.run_wirelen(&pkt[..cut], pkt.len() as u32);
+    }
+
+    #[test]
+    fn arbitrary_instructions_are_validated_or_rejected(
+        raw in prop::collection::vec((any::<u16>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..20),
+        pkt in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let prog: Vec<Insn> = raw.iter().map(|&(code, jt, jf, k)| Insn { code, jt, jf, k }).collect();
+        if let Ok(p) = Program::new(&prog) {
+            let _ = p.run(&pkt);
+        }
+    }
+}

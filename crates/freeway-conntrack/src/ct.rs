@@ -1,0 +1,737 @@
+//! The shared [`Conntrack`] handle and the per-worker [`CtWorker`].
+//!
+//! # Threads
+//!
+//! * [`CtWorker`]: one per worker thread, not `Clone`. It writes its own statistics block
+//!   (single-writer counters on their own cache lines) and its own expiry queue (it is the
+//!   queue's only producer, so a push after a successful "not full" check cannot fail). It
+//!   reads the table lock-free and writes only the connections its packets belong to, plus
+//!   the shared connection counters (one `fetch_add` per *new* connection, never per packet).
+//! * [`Conntrack`]: any thread; control operations (flush, dump, stats, zone limits) never
+//!   stop the workers. Flushes take the remover mutex, shared only with the expiry thread.
+//!
+//! # Invariants
+//!
+//! 1. `count` = connections linked in the table + places reserved by inserts in flight;
+//!    `count <= max` at all times (a reservation that would exceed it is undone and refused).
+//!    The same holds per zone with `zone_count` and the zone's limit.
+//! 2. Every linked connection is either in its creator's queue, or in the remover's list
+//!    (exactly once), or about to be pushed by its creator (between CAS and push).
+//! 3. `now` is read once per batch ([`CtWorker::pin`]); per-packet work reads no clock.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crossbeam_queue::ArrayQueue;
+use freeway_packet::{Meta, Packet};
+use freeway_sync::{CachePadded, Clock, Counter, Tick};
+use serde::Serialize;
+
+use crate::dump::ConnRecord;
+use crate::expiry::{Expirer, Remover};
+use crate::extract::{classify, Class, L4Info, TcpSeg};
+use crate::key::{Key, Tuple};
+use crate::table::{pin, Conn, ConnPtr, Guard, Kind, Table, ASSURED, SEEN_REPLY};
+use crate::tcp::{self, state as ts, TcpConn, Update};
+use crate::timeout::{TimeoutClass, Timeouts};
+use crate::{CtResult, CtState, InvalidReason};
+
+/// Number of zones.
+pub const ZONES: usize = 1 << 16;
+
+/// Conntrack settings.
+#[derive(Clone, Debug)]
+pub struct CtConfig {
+    /// Most connections in all zones (default 1,000,000).
+    pub max: usize,
+    /// Per-zone limits (zone, most connections).
+    pub zone_limits: Vec<(u16, u32)>,
+    /// The default timeout policy.
+    pub timeouts: Timeouts,
+    /// Per-zone timeout policies (at most 255).
+    pub zone_timeouts: Vec<(u16, Timeouts)>,
+    /// Pick up TCP connections mid-stream (an ACK without a connection creates one, like
+    /// Linux `nf_conntrack_tcp_loose`). Default true.
+    pub tcp_loose: bool,
+    /// Capacity of each worker's queue of new connections for the expiry thread (default
+    /// 65,536). A full queue refuses new connections ([`InvalidReason::QueueFull`]).
+    pub expiry_queue: usize,
+    /// Minimum time between two expiry chunks, ms (default 10).
+    pub expiry_interval_ms: u64,
+    /// Connections examined per expiry chunk (default 65,536).
+    pub expiry_chunk: usize,
+    /// Table seed (0: random).
+    pub seed: u64,
+    /// Baseline for benchmarks only: serialise lookup, update and insert behind one global
+    /// mutex, the shape of Open vSwitch conntrack before its scalability series.
+    pub global_lock: bool,
+}
+
+impl Default for CtConfig {
+    fn default() -> Self {
+        CtConfig {
+            max: 1_000_000,
+            zone_limits: Vec::new(),
+            timeouts: Timeouts::default(),
+            zone_timeouts: Vec::new(),
+            tcp_loose: true,
+            expiry_queue: 65_536,
+            expiry_interval_ms: 10,
+            expiry_chunk: 65_536,
+            seed: 0,
+            global_lock: false,
+        }
+    }
+}
+
+impl CtConfig {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max == 0 || self.max > 1 << 28 {
+            return Err(format!("conntrack max must be 1..={} (got {})", 1 << 28, self.max));
+        }
+        if self.zone_timeouts.len() > 255 {
+            return Err("at most 255 per-zone timeout policies".into());
+        }
+        if self.expiry_queue == 0 || self.expiry_chunk == 0 {
+            return Err("expiry_queue and expiry_chunk must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Flags of one [`CtWorker::track`] call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrackFlags {
+    /// Create the connection if it does not exist (`ct(commit)`).
+    pub commit: bool,
+    /// The IPv4 header checksum of this buffer was already verified: skip it.
+    pub l3_csum_verified: bool,
+}
+
+/// Per-worker counters (single writer: the worker).
+#[derive(Default)]
+pub(crate) struct WorkerStats {
+    packets: Counter,
+    new: Counter,
+    established: Counter,
+    related: Counter,
+    untracked: Counter,
+    invalid: [Counter; InvalidReason::COUNT],
+    created: Counter,
+    races: Counter,
+    reopened: Counter,
+}
+
+/// State shared by all handles.
+pub(crate) struct Shared {
+    pub(crate) table: Table,
+    pub(crate) clock: Clock,
+    pub(crate) max: usize,
+    pub(crate) count: CachePadded<AtomicUsize>,
+    pub(crate) zone_count: Box<[AtomicU32]>,
+    zone_limit: Box<[AtomicU32]>,
+    policies: Box<[Timeouts]>,
+    zone_policy: Box<[u8]>,
+    tcp_loose: bool,
+    pub(crate) queues: Mutex<Vec<Arc<ArrayQueue<ConnPtr>>>>,
+    pub(crate) remover: Mutex<Remover>,
+    workers: Mutex<Vec<Arc<CachePadded<WorkerStats>>>>,
+    global: Option<Mutex<()>>,
+    queue_cap: usize,
+    pub(crate) interval_ms: u64,
+    pub(crate) chunk: usize,
+    pub(crate) expired: AtomicU64,
+    pub(crate) flushed: AtomicU64,
+}
+
+impl Shared {
+    #[inline(always)]
+    pub(crate) fn timeouts(&self, zone: u16) -> &Timeouts {
+        // `zone_policy` has ZONES entries and every value indexes `policies` (both built in
+        // `Conntrack::new`): these index checks never fail.
+        &self.policies[usize::from(self.zone_policy[usize::from(zone)])]
+    }
+
+    /// Reserves a place for a new connection in `zone` (invariant 1).
+    #[inline]
+    fn reserve(&self, zone: u16) -> Result<(), InvalidReason> {
+        if self.count.fetch_add(1, Ordering::Relaxed) >= self.max {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            return Err(InvalidReason::LimitGlobal);
+        }
+        let z = usize::from(zone);
+        if self.zone_count[z].fetch_add(1, Ordering::Relaxed) >= self.zone_limit[z].load(Ordering::Relaxed) {
+            self.zone_count[z].fetch_sub(1, Ordering::Relaxed);
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            return Err(InvalidReason::LimitZone);
+        }
+        Ok(())
+    }
+
+    /// Gives back a place (a lost insert race, or a removal).
+    #[inline]
+    pub(crate) fn release(&self, zone: u16) {
+        self.zone_count[usize::from(zone)].fetch_sub(1, Ordering::Relaxed);
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn lock_remover(&self) -> MutexGuard<'_, Remover> {
+        self.remover.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The shared connection tracker handle (cheap to clone).
+#[derive(Clone)]
+pub struct Conntrack {
+    pub(crate) s: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Conntrack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conntrack")
+            .field("len", &self.len())
+            .field("max", &self.s.max)
+            .finish()
+    }
+}
+
+/// Aggregated statistics ([`Conntrack::stats`]).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct CtStats {
+    /// Connections in the table.
+    pub connections: usize,
+    /// The limit.
+    pub max: usize,
+    /// Connections per zone (non-empty zones only).
+    pub zones: BTreeMap<u16, usize>,
+    /// Packets tracked.
+    pub packets: u64,
+    /// Packets in state new.
+    pub new: u64,
+    /// Packets in state established.
+    pub established: u64,
+    /// Packets in state related.
+    pub related: u64,
+    /// Packets not tracked.
+    pub untracked: u64,
+    /// Invalid packets, all reasons.
+    pub invalid: u64,
+    /// Invalid packets by reason (non-zero reasons only), including refused new connections.
+    pub invalid_by_reason: BTreeMap<String, u64>,
+    /// Connections created.
+    pub created: u64,
+    /// Inserts that found the connection already created by another worker.
+    pub insert_races: u64,
+    /// TCP connections re-opened by a SYN after TIME_WAIT/CLOSE.
+    pub reopened: u64,
+    /// Connections removed by expiry.
+    pub expired: u64,
+    /// Connections removed by flushes.
+    pub flushed: u64,
+}
+
+impl Conntrack {
+    /// A tracker with `cfg`, reading time from `clock`, and its expiry thread's body (run it
+    /// with [`Expirer::spawn`] or [`Expirer::run`]).
+    pub fn new(cfg: CtConfig, clock: Clock) -> Result<(Conntrack, Expirer), String> {
+        cfg.validate()?;
+        let seed = if cfg.seed != 0 { cfg.seed } else { random_seed() };
+        let zone_limit: Box<[AtomicU32]> = (0..ZONES).map(|_| AtomicU32::new(u32::MAX)).collect();
+        for &(z, l) in &cfg.zone_limits {
+            zone_limit[usize::from(z)].store(l, Ordering::Relaxed);
+        }
+        let mut policies = vec![cfg.timeouts];
+        let mut zone_policy = vec![0u8; ZONES].into_boxed_slice();
+        for (z, t) in &cfg.zone_timeouts {
+            policies.push(*t);
+            zone_policy[usize::from(*z)] = (policies.len() - 1) as u8;
+        }
+        let s = Arc::new(Shared {
+            table: Table::new(cfg.max.div_ceil(2), seed),
+            clock,
+            max: cfg.max,
+            count: CachePadded::new(AtomicUsize::new(0)),
+            zone_count: (0..ZONES).map(|_| AtomicU32::new(0)).collect(),
+            zone_limit,
+            policies: policies.into_boxed_slice(),
+            zone_policy,
+            tcp_loose: cfg.tcp_loose,
+            queues: Mutex::new(Vec::new()),
+            remover: Mutex::new(Remover::default()),
+            workers: Mutex::new(Vec::new()),
+            global: cfg.global_lock.then(|| Mutex::new(())),
+            queue_cap: cfg.expiry_queue,
+            interval_ms: cfg.expiry_interval_ms,
+            chunk: cfg.expiry_chunk,
+            expired: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+        });
+        let ct = Conntrack { s };
+        let exp = Expirer::new(ct.clone());
+        Ok((ct, exp))
+    }
+
+    /// A new worker context (call once per worker thread, at setup).
+    pub fn worker(&self) -> CtWorker {
+        let queue = Arc::new(ArrayQueue::new(self.s.queue_cap));
+        self.s
+            .queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(queue.clone());
+        let stats = Arc::new(CachePadded::new(WorkerStats::default()));
+        self.s
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(stats.clone());
+        CtWorker {
+            s: self.s.clone(),
+            queue,
+            stats,
+            now: self.s.clock.now(),
+        }
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Clock {
+        &self.s.clock
+    }
+
+    /// Connections in the table (plus inserts in flight).
+    pub fn len(&self) -> usize {
+        self.s.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The connection limit.
+    pub fn max(&self) -> usize {
+        self.s.max
+    }
+
+    /// Connections in `zone`.
+    pub fn zone_len(&self, zone: u16) -> usize {
+        self.s.zone_count[usize::from(zone)].load(Ordering::Relaxed) as usize
+    }
+
+    /// Sets (or with `None` removes) the limit of `zone`. Existing connections above a lowered
+    /// limit stay; new ones are refused until the zone drains below it.
+    pub fn set_zone_limit(&self, zone: u16, limit: Option<u32>) {
+        self.s.zone_limit[usize::from(zone)].store(limit.unwrap_or(u32::MAX), Ordering::Relaxed);
+    }
+
+    /// The limit of `zone`.
+    pub fn zone_limit(&self, zone: u16) -> Option<u32> {
+        match self.s.zone_limit[usize::from(zone)].load(Ordering::Relaxed) {
+            u32::MAX => None,
+            l => Some(l),
+        }
+    }
+
+    /// The timeout policy of `zone`.
+    pub fn timeouts(&self, zone: u16) -> Timeouts {
+        *self.s.timeouts(zone)
+    }
+
+    /// Removes every connection; returns how many. Runs beside the workers (connections
+    /// created while it runs may survive it).
+    pub fn flush(&self) -> usize {
+        self.s.lock_remover().flush(&self.s, None)
+    }
+
+    /// Removes every connection of `zone`; returns how many.
+    pub fn flush_zone(&self, zone: u16) -> usize {
+        self.s.lock_remover().flush(&self.s, Some(zone))
+    }
+
+    /// Removes every connection expired at the clock's current time, in one full pass (tests
+    /// and offline runs; live runs leave this to the expiry thread). Returns how many.
+    pub fn expire_now(&self) -> usize {
+        let now = self.s.clock.now();
+        self.s.lock_remover().sweep(&self.s, now, usize::MAX)
+    }
+
+    /// Every connection, as records (control path: walks the whole table).
+    pub fn dump(&self) -> Vec<ConnRecord> {
+        let now = self.s.clock.now();
+        let g = pin();
+        let mut out = Vec::new();
+        for b in 0..self.s.table.buckets() {
+            self.s
+                .table
+                .for_each_in_bucket(b, &g, |c| out.push(ConnRecord::new(c, now)));
+        }
+        out
+    }
+
+    /// The connection `t` belongs to in `zone`, as a record whose `orig` is its original
+    /// direction.
+    pub fn get(&self, t: &Tuple, zone: u16) -> Option<ConnRecord> {
+        let (k, _) = Key::new(t, zone);
+        let g = pin();
+        let now = self.s.clock.now();
+        self.s
+            .table
+            .lookup(&k, self.s.table.hash(&k), &g)
+            .map(|c| ConnRecord::new(c, now))
+    }
+
+    /// The bucket of the connection of `t` in `zone` (for tests that need chain collisions).
+    #[doc(hidden)]
+    pub fn bucket_of(&self, t: &Tuple, zone: u16) -> usize {
+        let (k, _) = Key::new(t, zone);
+        (self.s.table.hash(&k) as usize) & (self.s.table.buckets() - 1)
+    }
+
+    /// Connections known to the expiry side (listed by the remover plus still queued); equals
+    /// [`Conntrack::len`] when no insert is in flight.
+    pub fn tracked_by_expiry(&self) -> usize {
+        let queued: usize = self
+            .s
+            .queues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|q| q.len())
+            .sum();
+        self.s.lock_remover().listed() + queued
+    }
+
+    /// Connection counts by protocol and state (e.g. `tcp ESTABLISHED`, `udp UNREPLIED`);
+    /// walks the table.
+    pub fn state_counts(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for r in self.dump() {
+            *m.entry(r.state_label()).or_insert(0) += 1;
+        }
+        m
+    }
+
+    /// Statistics summed over all workers.
+    pub fn stats(&self) -> CtStats {
+        let mut st = CtStats {
+            connections: self.len(),
+            max: self.s.max,
+            expired: self.s.expired.load(Ordering::Relaxed),
+            flushed: self.s.flushed.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        for (z, c) in self.s.zone_count.iter().enumerate() {
+            let c = c.load(Ordering::Relaxed);
+            if c != 0 {
+                st.zones.insert(z as u16, c as usize);
+            }
+        }
+        let mut inv = [0u64; InvalidReason::COUNT];
+        for w in self.s.workers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            st.packets += w.packets.get();
+            st.new += w.new.get();
+            st.established += w.established.get();
+            st.related += w.related.get();
+            st.untracked += w.untracked.get();
+            st.created += w.created.get();
+            st.insert_races += w.races.get();
+            st.reopened += w.reopened.get();
+            for (i, c) in w.invalid.iter().enumerate() {
+                inv[i] += c.get();
+            }
+        }
+        for r in InvalidReason::ALL {
+            let n = inv[r as usize];
+            st.invalid += n;
+            if n != 0 {
+                st.invalid_by_reason.insert(r.name().to_string(), n);
+            }
+        }
+        st
+    }
+}
+
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x5eed);
+    h.finish() | 1
+}
+
+/// A worker's conntrack context. Not `Clone`: one per worker thread.
+pub struct CtWorker {
+    s: Arc<Shared>,
+    queue: Arc<ArrayQueue<ConnPtr>>,
+    stats: Arc<CachePadded<WorkerStats>>,
+    now: Tick,
+}
+
+impl std::fmt::Debug for CtWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CtWorker").field("now", &self.now).finish()
+    }
+}
+
+#[inline(always)]
+fn tcp_class(st: u8) -> TimeoutClass {
+    match st {
+        ts::SYN_RECV => TimeoutClass::TcpSynRecv,
+        ts::ESTABLISHED => TimeoutClass::TcpEstablished,
+        ts::FIN_WAIT => TimeoutClass::TcpFinWait,
+        ts::CLOSE_WAIT => TimeoutClass::TcpCloseWait,
+        ts::LAST_ACK => TimeoutClass::TcpLastAck,
+        ts::TIME_WAIT => TimeoutClass::TcpTimeWait,
+        ts::CLOSE => TimeoutClass::TcpClose,
+        ts::SYN_SENT2 => TimeoutClass::TcpSynSent2,
+        _ => TimeoutClass::TcpSynSent,
+    }
+}
+
+#[inline(always)]
+fn seen(status: u8, reply: bool) -> CtResult {
+    CtResult {
+        state: if status & SEEN_REPLY != 0 {
+            CtState::Established
+        } else {
+            CtState::New
+        },
+        reply,
+    }
+}
+
+#[inline(always)]
+fn invalid(r: InvalidReason, reply: bool) -> CtResult {
+    CtResult {
+        state: CtState::Invalid(r),
+        reply,
+    }
+}
+
+impl CtWorker {
+    /// Starts a batch: reads the clock once and pins an epoch guard. Hold the guard while
+    /// tracking the batch's packets; drop it between batches.
+    #[inline]
+    pub fn pin(&mut self) -> Guard {
+        self.now = self.s.clock.now();
+        pin()
+    }
+
+    /// Overrides the time used for the following packets (benchmarks, offline runs).
+    #[inline]
+    pub fn set_now(&mut self, now: Tick) {
+        self.now = now;
+    }
+
+    /// The time used for packets.
+    pub fn now(&self) -> Tick {
+        self.now
+    }
+
+    /// The shared handle.
+    pub fn conntrack(&self) -> Conntrack {
+        Conntrack { s: self.s.clone() }
+    }
+
+    /// Tracks a parsed packet in `zone` (verifying its IPv4 header checksum).
+    #[inline]
+    pub fn track_packet(&mut self, g: &Guard, pkt: &Packet, zone: u16, commit: bool) -> CtResult {
+        self.track(
+            g,
+            pkt.data(),
+            &pkt.meta,
+            zone,
+            TrackFlags {
+                commit,
+                l3_csum_verified: false,
+            },
+        )
+    }
+
+    /// Tracks a batch: one clock read and one epoch pin for all of it. `zone_of` gives each
+    /// packet's zone; results are appended to `out`.
+    pub fn track_batch(
+        &mut self,
+        pkts: &[Packet],
+        zone_of: impl Fn(&Packet) -> u16,
+        commit: bool,
+        out: &mut Vec<CtResult>,
+    ) {
+        let g = self.pin();
+        for p in pkts {
+            let z = zone_of(p);
+            out.push(self.track_packet(&g, p, z, commit));
+        }
+    }
+
+    /// Tracks one packet: `frame` with the metadata `freeway_packet::parse` filled in.
+    #[inline]
+    pub fn track(&mut self, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, flags: TrackFlags) -> CtResult {
+        self.stats.packets.inc();
+        let r = match classify(frame, meta, flags.l3_csum_verified) {
+            Class::Track(t, l4) => self.track_tuple(g, &t, l4, zone, flags.commit),
+            Class::IcmpError(t) => self.related(g, &t, zone),
+            Class::Untracked => CtResult::orig(CtState::Untracked),
+            Class::Invalid(r) => invalid(r, false),
+        };
+        let c = match r.state {
+            CtState::New => &self.stats.new,
+            CtState::Established => &self.stats.established,
+            CtState::Related => &self.stats.related,
+            CtState::Untracked => &self.stats.untracked,
+            CtState::Invalid(r) => &self.stats.invalid[r as usize],
+        };
+        c.inc();
+        r
+    }
+
+    /// Tracks a packet already reduced to its tuple and L4 information.
+    #[inline(always)]
+    fn track_tuple(&self, g: &Guard, t: &Tuple, l4: L4Info, zone: u16, commit: bool) -> CtResult {
+        let (key, src_lo) = Key::new(t, zone);
+        let h = self.s.table.hash(&key);
+        let s = &self.s;
+        let _global = s.global.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(c) = s.table.lookup(&key, h, g) {
+            let reply = src_lo != c.orig_lo();
+            return self.update(c, reply, &l4, zone, commit);
+        }
+        self.create(g, key, h, src_lo, l4, zone, commit)
+    }
+
+    /// An ICMP error about the packet with tuple `inner`.
+    fn related(&self, g: &Guard, inner: &Tuple, zone: u16) -> CtResult {
+        let (key, src_lo) = Key::new(inner, zone);
+        let h = self.s.table.hash(&key);
+        let _global = self
+            .s
+            .global
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        match self.s.table.lookup(&key, h, g) {
+            Some(c) => CtResult {
+                state: CtState::Related,
+                // The error travels against the embedded packet.
+                reply: src_lo == c.orig_lo(),
+            },
+            None => invalid(InvalidReason::NoConnection, false),
+        }
+    }
+
+    #[inline(always)]
+    fn update(&self, c: &Conn, reply: bool, l4: &L4Info, zone: u16, commit: bool) -> CtResult {
+        let to = self.s.timeouts(zone);
+        if let L4Info::Tcp(seg) = l4 {
+            return self.update_tcp(c, reply, seg, to, commit);
+        }
+        let st = c.status();
+        let mut ns = st;
+        if reply {
+            ns |= SEEN_REPLY;
+        } else if st & SEEN_REPLY != 0 {
+            ns |= ASSURED;
+        }
+        if ns != st {
+            c.hot.status.fetch_or(ns, crate::atomic::Ordering::Relaxed);
+        }
+        let class = match c.kind() {
+            Kind::Udp if ns & SEEN_REPLY != 0 => TimeoutClass::UdpMultiple,
+            Kind::Udp => TimeoutClass::UdpSingle,
+            Kind::Echo => TimeoutClass::Icmp,
+            _ => TimeoutClass::Generic,
+        };
+        c.touch(self.now + to.ms(class));
+        seen(ns, reply)
+    }
+
+    fn update_tcp(&self, c: &Conn, reply: bool, seg: &TcpSeg, to: &Timeouts, commit: bool) -> CtResult {
+        use crate::atomic::Ordering::Relaxed;
+        let mut lk = c.lock();
+        let state = c.state();
+        let st = c.status();
+        match tcp::update(lk.tcp(), state, usize::from(reply), seg) {
+            Update::Accept(ns) => {
+                let mut nst = st;
+                if reply {
+                    nst |= SEEN_REPLY;
+                }
+                if (state == ts::SYN_RECV || state == ts::ESTABLISHED) && ns == ts::ESTABLISHED && nst & SEEN_REPLY != 0
+                {
+                    nst |= ASSURED;
+                }
+                if ns != state {
+                    c.hot.state.store(ns, Relaxed);
+                }
+                if nst != st {
+                    c.hot.status.store(nst, Relaxed);
+                }
+                c.touch(self.now + to.ms(tcp_class(ns)));
+                seen(nst, reply)
+            }
+            Update::Ignore => seen(st, reply),
+            Update::Invalid(r) => invalid(r, reply),
+            Update::Reopen => {
+                if !commit {
+                    return CtResult::orig(CtState::New);
+                }
+                match tcp::init(seg, false) {
+                    Ok((t, s0)) => {
+                        *lk.tcp() = t;
+                        if reply {
+                            c.set_orig_lo(!c.orig_lo());
+                        }
+                        c.hot.state.store(s0, Relaxed);
+                        c.hot.status.store(0, Relaxed);
+                        c.touch(self.now + to.ms(tcp_class(s0)));
+                        self.stats.reopened.inc();
+                        CtResult::orig(CtState::New)
+                    }
+                    Err(r) => invalid(r, reply),
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create(&self, g: &Guard, key: Key, h: u64, src_lo: bool, l4: L4Info, zone: u16, commit: bool) -> CtResult {
+        let to = self.s.timeouts(zone);
+        let (kind, state, tcp, class) = match l4 {
+            L4Info::Tcp(seg) => match tcp::init(&seg, self.s.tcp_loose) {
+                Ok((t, st)) => (Kind::Tcp, st, t, tcp_class(st)),
+                Err(r) => return invalid(r, false),
+            },
+            L4Info::Udp => (Kind::Udp, 0, TcpConn::default(), TimeoutClass::UdpSingle),
+            L4Info::Echo { request: true } => (Kind::Echo, 0, TcpConn::default(), TimeoutClass::Icmp),
+            L4Info::Echo { request: false } => return invalid(InvalidReason::NoConnection, false),
+            L4Info::Generic => (Kind::Generic, 0, TcpConn::default(), TimeoutClass::Generic),
+        };
+        if !commit {
+            return CtResult::orig(CtState::New);
+        }
+        if self.queue.is_full() {
+            return invalid(InvalidReason::QueueFull, false);
+        }
+        if let Err(r) = self.s.reserve(zone) {
+            return invalid(r, false);
+        }
+        let node = Conn::new(key, src_lo, kind, state, 0, tcp, self.now + to.ms(class));
+        let s = &self.s;
+        match s.table.insert(node, h, g) {
+            Ok(c) => {
+                // Cannot fail: this worker is the queue's only producer and it was not full.
+                let pushed = self.queue.push(ConnPtr(c as *const Conn));
+                debug_assert!(pushed.is_ok());
+                self.stats.created.inc();
+                CtResult::orig(CtState::New)
+            }
+            Err((node, existing)) => {
+                drop(node);
+                self.s.release(zone);
+                self.stats.races.inc();
+                let reply = src_lo != existing.orig_lo();
+                self.update(existing, reply, &l4, zone, commit)
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Background expiry: the only place connections leave the table.
+//!
+//! # Who does what
+//!
+//! * Workers push a pointer to each connection they create onto their own bounded lock-free
+//!   queue (never waiting; a full queue refuses the new connection, see `ct`).
+//! * The **remover** state ([`Remover`], behind a mutex that only the expiry thread and the
+//!   control plane's flushes take — never a worker) holds the list of every live connection.
+//!   Each round it drains the queues into the list, then examines at most `expiry_chunk`
+//!   connections from a rotating cursor and unlinks those whose expiry tick has passed.
+//! * [`Expirer::run`] repeats rounds at least `expiry_interval_ms` apart until stopped.
+//!
+//! # Invariants
+//!
+//! 1. A pointer in the list is a connection that is linked in the table: only the remover
+//!    unlinks, and it drops the pointer from the list in the same step. So dereferencing it
+//!    under the remover mutex is sound.
+//! 2. Each linked connection appears at most once in the list and the queues together (it is
+//!    pushed once, by its creator, right after its insert).
+//! 3. Removal gives back the connection's place under the global and zone limits.
+//!
+//! A connection whose expiry a worker extends while the remover decides to remove it is
+//! removed anyway (the worker's write lands in a node that is being retired); its next
+//! packet creates a new connection. That is the same race Linux and Open vSwitch accept.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use freeway_sync::Tick;
+
+use crate::ct::{Conntrack, Shared};
+use crate::table::{pin, ConnPtr};
+
+/// The remover's bookkeeping (see the module docs).
+#[derive(Default)]
+pub(crate) struct Remover {
+    list: Vec<ConnPtr>,
+    cursor: usize,
+}
+
+impl Remover {
+    /// Moves new connections from the workers' queues to the list.
+    pub(crate) fn drain(&mut self, s: &Shared) {
+        let queues = s.queues.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for q in queues {
+            while let Some(p) = q.pop() {
+                self.list.push(p);
+            }
+        }
+    }
+
+    /// Unlinks list entry `i` (swap-removing it from the list).
+    fn remove_at(&mut self, s: &Shared, i: usize, g: &crate::table::Guard) {
+        let p = self.list.swap_remove(i);
+        // SAFETY: invariant 1: `p` is linked; we are the only remover (mutex held).
+        let zone = unsafe { (*p.0).key().zone() };
+        // SAFETY: as above; `p` is dropped from the list, so it is removed once.
+        let linked = unsafe { s.table.remove(p.0, g) };
+        debug_assert!(linked, "a listed connection was not linked");
+        s.release(zone);
+    }
+
+    /// Drains the queues, then examines up to `budget` connections and removes the expired
+    /// ones. Returns how many were removed.
+    pub(crate) fn sweep(&mut self, s: &Shared, now: Tick, budget: usize) -> usize {
+        self.drain(s);
+        let g = pin();
+        let mut removed = 0;
+        let n = self.list.len().min(budget);
+        if n == self.list.len() {
+            // A full pass: from the start, every connection is examined exactly once.
+            self.cursor = 0;
+        }
+        let mut i = self.cursor;
+        for _ in 0..n {
+            if i >= self.list.len() {
+                i = 0;
+            }
+            // SAFETY: invariant 1.
+            let c = unsafe { &*self.list[i].0 };
+            if c.expires() <= now {
+                self.remove_at(s, i, &g);
+                removed += 1;
+            } else {
+                i += 1;
+            }
+        }
+        self.cursor = i;
+        s.expired.fetch_add(removed as u64, Ordering::Relaxed);
+        removed
+    }
+
+    /// Removes every connection (of `zone`, if given). Returns how many.
+    pub(crate) fn flush(&mut self, s: &Shared, zone: Option<u16>) -> usize {
+        self.drain(s);
+        let g = pin();
+        let mut removed = 0;
+        let mut i = 0;
+        while i < self.list.len() {
+            // SAFETY: invariant 1.
+            let c = unsafe { &*self.list[i].0 };
+            if zone.is_none_or(|z| c.key().zone() == z) {
+                self.remove_at(s, i, &g);
+                removed += 1;
+            } else {
+                i += 1;
+            }
+        }
+        self.cursor = 0;
+        s.flushed.fetch_add(removed as u64, Ordering::Relaxed);
+        removed
+    }
+
+    /// Connections known to the remover (listed, not counting queued ones).
+    pub(crate) fn listed(&self) -> usize {
+        self.list.len()
+    }
+}
+
+/// The expiry thread's body. Exactly one per [`Conntrack`]; not `Clone`.
+pub struct Expirer {
+    ct: Conntrack,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Expirer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Expirer").finish_non_exhaustive()
+    }
+}
+
+impl Expirer {
+    pub(crate) fn new(ct: Conntrack) -> Expirer {
+        Expirer {
+            ct,
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The flag that stops [`Expirer::run`] (set it to true).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// One round: drain the workers' queues, examine one chunk. Returns how many connections
+    /// were removed.
+    pub fn step(&self) -> usize {
+        let s = &self.ct.s;
+        let now = s.clock.now();
+        s.lock_remover().sweep(s, now, s.chunk)
+    }
+
+    /// Connections known to the expiry thread (not counting those still in queues).
+    pub fn listed(&self) -> usize {
+        self.ct.s.lock_remover().listed()
+    }
+
+    /// Runs rounds at least `expiry_interval_ms` apart until the stop flag is set.
+    pub fn run(self) {
+        let interval = Duration::from_millis(self.ct.s.interval_ms.max(1));
+        while !self.stop.load(Ordering::Relaxed) {
+            self.step();
+            std::thread::sleep(interval);
+        }
+    }
+
+    /// Runs on a new thread named `fw-ct-expiry`; the returned handle stops and joins it when
+    /// dropped.
+    pub fn spawn(self) -> ExpiryThread {
+        let stop = self.stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("fw-ct-expiry".into())
+            .spawn(move || self.run())
+            .expect("spawning the conntrack expiry thread");
+        ExpiryThread {
+            stop,
+            handle: Some(handle),
+        }
+    }
+}
+
+/// A running expiry thread; stops and joins on drop.
+#[derive(Debug)]
+pub struct ExpiryThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl ExpiryThread {
+    /// Stops and joins the thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for ExpiryThread {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,327 @@
+//! Per-packet header checks and tuple extraction (what conntrack reads from a parsed frame).
+//!
+//! Input: a frame and the [`Meta`] filled by `freeway_packet::parse` (ethertype, `l3_off`,
+//! `l4_off`, `ip_proto` are trusted: the parser guarantees the IP header and the L4 header
+//! lie inside the frame). Checks done here, in the manner of Open vSwitch's conntrack
+//! extraction:
+//!
+//! * IPv4: header checksum (skipped when the caller says this buffer was already verified),
+//!   fragments are not reassembled and are reported [`InvalidReason::Fragment`];
+//! * UDP: `8 <= length <= IP payload`;
+//! * TCP: flags and the window-scale option (SYN only) are read for the tracker;
+//! * ICMP/ICMPv6: echo request/reply keyed by identifier; errors (unreachable, time exceeded,
+//!   parameter problem, packet too big, ...) yield the embedded tuple, which must come with at
+//!   least 8 bytes of its L4 header; ND/MLD messages are untracked; other types invalid.
+//!
+//! Never panics: every read is bounds-checked against the IP datagram's end.
+//!
+//! Threads: pure functions of the frame.
+
+use freeway_packet::checksum;
+use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP};
+use freeway_packet::{Meta, NO_OFFSET};
+
+use crate::key::Tuple;
+use crate::InvalidReason;
+
+/// A TCP segment as the tracker needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpSeg {
+    /// Flag bits (FIN 0x01 .. CWR 0x80).
+    pub flags: u8,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number.
+    pub ack: u32,
+    /// Raw (unscaled) window.
+    pub win: u16,
+    /// Payload length.
+    pub len: u32,
+    /// Window scale option (SYN segments only).
+    pub wscale: Option<u8>,
+}
+
+/// The L4 part of a tracked packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L4Info {
+    /// TCP.
+    Tcp(TcpSeg),
+    /// UDP (and UDP-Lite are not special-cased: generic).
+    Udp,
+    /// ICMP/ICMPv6 echo; `request` is true for a request.
+    Echo {
+        /// Echo request (else reply).
+        request: bool,
+    },
+    /// Any other IP protocol (keyed by addresses and protocol).
+    Generic,
+}
+
+/// What a packet is to conntrack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// A packet to track under `tuple`.
+    Track(Tuple, L4Info),
+    /// An ICMP error whose embedded packet had this tuple (sent in that direction).
+    IcmpError(Tuple),
+    /// Not tracked (non-IP, ND/MLD).
+    Untracked,
+    /// Malformed or not trackable.
+    Invalid(InvalidReason),
+}
+
+#[inline(always)]
+fn rd16(f: &[u8], i: usize) -> u16 {
+    u16::from_be_bytes([f[i], f[i + 1]])
+}
+
+#[inline(always)]
+fn rd32(f: &[u8], i: usize) -> u32 {
+    u32::from_be_bytes([f[i], f[i + 1], f[i + 2], f[i + 3]])
+}
+
+#[inline(always)]
+fn rd128(f: &[u8], i: usize) -> u128 {
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&f[i..i + 16]);
+    u128::from_be_bytes(b)
+}
+
+/// Classifies a parsed frame. `l3_csum_verified`: the IPv4 header checksum of this buffer was
+/// already checked (by an earlier pass or by hardware).
+#[inline(always)]
+pub fn classify(f: &[u8], meta: &Meta, l3_csum_verified: bool) -> Class {
+    let l3 = usize::from(meta.l3_off);
+    if meta.l3_off == NO_OFFSET {
+        return Class::Untracked;
+    }
+    match meta.ethertype {
+        ETHERTYPE_IPV4 => ipv4(f, l3, meta, l3_csum_verified),
+        ETHERTYPE_IPV6 => ipv6(f, l3, meta),
+        _ => Class::Untracked,
+    }
+}
+
+#[inline(always)]
+fn ipv4(f: &[u8], l3: usize, meta: &Meta, verified: bool) -> Class {
+    if f.len() < l3 + 20 {
+        return Class::Invalid(InvalidReason::Malformed);
+    }
+    let hl = usize::from(f[l3] & 0x0f) * 4;
+    let tot = usize::from(rd16(f, l3 + 2));
+    let end = l3 + tot;
+    if hl < 20 || tot < hl || end > f.len() {
+        return Class::Invalid(InvalidReason::Malformed);
+    }
+    if !verified && !checksum::verify(&f[l3..l3 + hl]) {
+        return Class::Invalid(InvalidReason::IpChecksum);
+    }
+    if rd16(f, l3 + 6) & 0x3fff != 0 {
+        return Class::Invalid(InvalidReason::Fragment);
+    }
+    let src = u128::from(rd32(f, l3 + 12));
+    let dst = u128::from(rd32(f, l3 + 16));
+    l4(f, meta.l4_off, end, meta.ip_proto, src, dst, false)
+}
+
+#[inline(always)]
+fn ipv6(f: &[u8], l3: usize, meta: &Meta) -> Class {
+    if f.len() < l3 + 40 {
+        return Class::Invalid(InvalidReason::Malformed);
+    }
+    let end = l3 + 40 + usize::from(rd16(f, l3 + 4));
+    if end > f.len() {
+        return Class::Invalid(InvalidReason::Malformed);
+    }
+    if meta.l4_off == NO_OFFSET {
+        return Class::Invalid(InvalidReason::Fragment);
+    }
+    let src = rd128(f, l3 + 8);
+    let dst = rd128(f, l3 + 24);
+    l4(f, meta.l4_off, end, meta.ip_proto, src, dst, true)
+}
+
+#[inline(always)]
+fn l4(f: &[u8], l4_off: u16, end: usize, proto: u8, src: u128, dst: u128, v6: bool) -> Class {
+    let mut t = Tuple {
+        src,
+        dst,
+        sport: 0,
+        dport: 0,
+        proto,
+        v6,
+    };
+    if l4_off == NO_OFFSET {
+        return match proto {
+            IPPROTO_TCP | IPPROTO_UDP | IPPROTO_ICMP | IPPROTO_ICMPV6 => Class::Invalid(InvalidReason::Malformed),
+            _ => Class::Track(t, L4Info::Generic),
+        };
+    }
+    let l4 = usize::from(l4_off);
+    match proto {
+        IPPROTO_UDP => {
+            if l4 + 8 > end {
+                return Class::Invalid(InvalidReason::Malformed);
+            }
+            let ulen = usize::from(rd16(f, l4 + 4));
+            if ulen < 8 || ulen > end - l4 {
+                return Class::Invalid(InvalidReason::L4Length);
+            }
+            t.sport = rd16(f, l4);
+            t.dport = rd16(f, l4 + 2);
+            Class::Track(t, L4Info::Udp)
+        }
+        IPPROTO_TCP => {
+            if l4 + 20 > end {
+                return Class::Invalid(InvalidReason::Malformed);
+            }
+            let doff = usize::from(f[l4 + 12] >> 4) * 4;
+            if doff < 20 || l4 + doff > end {
+                return Class::Invalid(InvalidReason::Malformed);
+            }
+            t.sport = rd16(f, l4);
+            t.dport = rd16(f, l4 + 2);
+            let flags = f[l4 + 13];
+            let wscale = if flags & 0x02 != 0 {
+                wscale_option(&f[l4 + 20..l4 + doff])
+            } else {
+                None
+            };
+            Class::Track(
+                t,
+                L4Info::Tcp(TcpSeg {
+                    flags,
+                    seq: rd32(f, l4 + 4),
+                    ack: rd32(f, l4 + 8),
+                    win: rd16(f, l4 + 14),
+                    len: (end - l4 - doff) as u32,
+                    wscale,
+                }),
+            )
+        }
+        IPPROTO_ICMP | IPPROTO_ICMPV6 => {
+            if l4 + 8 > end {
+                return Class::Invalid(InvalidReason::Malformed);
+            }
+            let ty = f[l4];
+            let (req, rep) = if v6 { (128, 129) } else { (8, 0) };
+            if ty == req || ty == rep {
+                let id = rd16(f, l4 + 4);
+                if ty == req {
+                    t.sport = id;
+                } else {
+                    t.dport = id;
+                }
+                return Class::Track(t, L4Info::Echo { request: ty == req });
+            }
+            let is_error = if v6 {
+                matches!(ty, 1..=4)
+            } else {
+                matches!(ty, 3 | 4 | 5 | 11 | 12)
+            };
+            if is_error {
+                return match inner(f, l4 + 8, end, v6) {
+                    Some(t) => Class::IcmpError(t),
+                    None => Class::Invalid(InvalidReason::IcmpInner),
+                };
+            }
+            if v6 && matches!(ty, 130..=137 | 143) {
+                // Multicast listener and neighbour discovery: link-local control, untracked.
+                return Class::Untracked;
+            }
+            Class::Invalid(InvalidReason::IcmpType)
+        }
+        _ => Class::Track(t, L4Info::Generic),
+    }
+}
+
+/// The tuple of the packet embedded in an ICMP error at `off`.
+fn inner(f: &[u8], off: usize, end: usize, v6: bool) -> Option<Tuple> {
+    let (src, dst, proto, l4) = if v6 {
+        if off + 40 > end || f[off] >> 4 != 6 {
+            return None;
+        }
+        (rd128(f, off + 8), rd128(f, off + 24), f[off + 6], off + 40)
+    } else {
+        if off + 20 > end || f[off] >> 4 != 4 {
+            return None;
+        }
+        let hl = usize::from(f[off] & 0x0f) * 4;
+        if hl < 20 || rd16(f, off + 6) & 0x1fff != 0 {
+            return None;
+        }
+        (
+            u128::from(rd32(f, off + 12)),
+            u128::from(rd32(f, off + 16)),
+            f[off + 9],
+            off + hl,
+        )
+    };
+    let mut t = Tuple {
+        src,
+        dst,
+        sport: 0,
+        dport: 0,
+        proto,
+        v6,
+    };
+    match proto {
+        IPPROTO_TCP | IPPROTO_UDP => {
+            if l4 + 8 > end {
+                return None;
+            }
+            t.sport = rd16(f, l4);
+            t.dport = rd16(f, l4 + 2);
+        }
+        IPPROTO_ICMP | IPPROTO_ICMPV6 => {
+            if l4 + 8 > end || (proto == IPPROTO_ICMPV6) != v6 {
+                return None;
+            }
+            let (req, rep) = if v6 { (128, 129) } else { (8, 0) };
+            let id = rd16(f, l4 + 4);
+            match f[l4] {
+                ty if ty == req => t.sport = id,
+                ty if ty == rep => t.dport = id,
+                // Errors are never sent about errors (RFC 1122 / 4443).
+                _ => return None,
+            }
+        }
+        _ => {}
+    }
+    Some(t)
+}
+
+/// The window-scale option (kind 3) of a SYN's options, capped at 14 (RFC 7323).
+fn wscale_option(mut o: &[u8]) -> Option<u8> {
+    while let Some(&kind) = o.first() {
+        match kind {
+            0 => return None,
+            1 => o = &o[1..],
+            _ => {
+                let len = usize::from(*o.get(1)?);
+                if len < 2 || len > o.len() {
+                    return None;
+                }
+                if kind == 3 && len == 3 {
+                    return Some(o[2].min(14));
+                }
+                o = &o[len..];
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_scale_option_is_found_and_capped() {
+        assert_eq!(wscale_option(&[2, 4, 5, 0xb4, 1, 3, 3, 7]), Some(7));
+        assert_eq!(wscale_option(&[1, 1, 3, 3, 20]), Some(14));
+        assert_eq!(wscale_option(&[2, 4, 5, 0xb4]), None);
+        assert_eq!(wscale_option(&[3, 0]), None, "bad length does not loop");
+        assert_eq!(wscale_option(&[3, 9, 1]), None, "overlong option");
+    }
+}

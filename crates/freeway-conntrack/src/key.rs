@@ -1,0 +1,211 @@
+//! Connection keys: the direction-symmetric (zone, 5-tuple) under which a connection is stored.
+//!
+//! A packet's [`Tuple`] is directional (source → destination). Its [`Key`] orders the two
+//! endpoints (address, port) so that both directions of a flow give the *same* key; the
+//! `src_is_lo` flag returned by [`Key::new`] says which endpoint sent the packet. A connection
+//! remembers whether its originator was the low endpoint, so a lookup learns the packet's
+//! direction with one comparison.
+//!
+//! ICMP/ICMPv6 echo is keyed by identifier: a request from A to B is the tuple
+//! `(A, id) → (B, 0)` and the reply from B to A is `(B, 0) → (A, id)`, which is the same key.
+//!
+//! Layout: five `u64` words (low address, high address, then ports, zone, protocol and
+//! family packed in one word), compared with one slice equality and hashed with three folded
+//! multiplies and a per-table seed (so chains cannot be aimed at from the wire).
+//!
+//! Threads: plain values, no shared state.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::Serialize;
+
+/// A directional L3/L4 tuple as seen in one packet. IPv4 addresses live in the low 32 bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Tuple {
+    /// Source address (IPv4 in the low 32 bits).
+    pub src: u128,
+    /// Destination address.
+    pub dst: u128,
+    /// Source port (ICMP echo request: the identifier; echo reply: 0).
+    pub sport: u16,
+    /// Destination port (ICMP echo request: 0; echo reply: the identifier).
+    pub dport: u16,
+    /// IP protocol.
+    pub proto: u8,
+    /// IPv6 (else IPv4).
+    pub v6: bool,
+}
+
+impl Tuple {
+    /// The same flow seen from the other side.
+    pub fn reversed(&self) -> Tuple {
+        Tuple {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            ..*self
+        }
+    }
+
+    /// The source address.
+    pub fn src_ip(&self) -> IpAddr {
+        addr(self.src, self.v6)
+    }
+
+    /// The destination address.
+    pub fn dst_ip(&self) -> IpAddr {
+        addr(self.dst, self.v6)
+    }
+
+    /// An IPv4 tuple.
+    pub fn v4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, sport: u16, dport: u16) -> Tuple {
+        Tuple {
+            src: u128::from(u32::from(src)),
+            dst: u128::from(u32::from(dst)),
+            sport,
+            dport,
+            proto,
+            v6: false,
+        }
+    }
+
+    /// An IPv6 tuple.
+    pub fn v6(src: Ipv6Addr, dst: Ipv6Addr, proto: u8, sport: u16, dport: u16) -> Tuple {
+        Tuple {
+            src: u128::from(src),
+            dst: u128::from(dst),
+            sport,
+            dport,
+            proto,
+            v6: true,
+        }
+    }
+}
+
+fn addr(a: u128, v6: bool) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::from(a))
+    } else {
+        IpAddr::V4(Ipv4Addr::from(a as u32))
+    }
+}
+
+/// The symmetric table key: (zone, ordered endpoints, protocol, family).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct Key {
+    w: [u64; 5],
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({:x?})", self.w)
+    }
+}
+
+const K1: u64 = 0x9e37_79b9_7f4a_7c15;
+const K2: u64 = 0xc2b2_ae3d_27d4_eb4f;
+const K3: u64 = 0x1656_67b1_9e37_79f9;
+const K4: u64 = 0x85eb_ca77_c2b2_ae63;
+
+#[inline(always)]
+fn folded_mul(a: u64, b: u64) -> u64 {
+    let full = u128::from(a) * u128::from(b);
+    (full as u64) ^ ((full >> 64) as u64)
+}
+
+impl Key {
+    /// The key of `t` in `zone`, and whether the packet's source is the key's low endpoint.
+    #[inline(always)]
+    pub fn new(t: &Tuple, zone: u16) -> (Key, bool) {
+        let src_lo = (t.src, t.sport) <= (t.dst, t.dport);
+        let (la, lp, ha, hp) = if src_lo {
+            (t.src, t.sport, t.dst, t.dport)
+        } else {
+            (t.dst, t.dport, t.src, t.sport)
+        };
+        let w4 = (u64::from(lp) << 48)
+            | (u64::from(hp) << 32)
+            | (u64::from(zone) << 16)
+            | (u64::from(t.proto) << 8)
+            | u64::from(t.v6);
+        (
+            Key {
+                w: [(la >> 64) as u64, la as u64, (ha >> 64) as u64, ha as u64, w4],
+            },
+            src_lo,
+        )
+    }
+
+    /// The zone.
+    #[inline]
+    pub fn zone(&self) -> u16 {
+        (self.w[4] >> 16) as u16
+    }
+
+    /// The IP protocol.
+    #[inline]
+    pub fn proto(&self) -> u8 {
+        (self.w[4] >> 8) as u8
+    }
+
+    /// Rebuilds the tuple sent by the low endpoint (`lo_sends`) or by the high one.
+    pub fn tuple(&self, lo_sends: bool) -> Tuple {
+        let lo = (u128::from(self.w[0]) << 64) | u128::from(self.w[1]);
+        let hi = (u128::from(self.w[2]) << 64) | u128::from(self.w[3]);
+        let lp = (self.w[4] >> 48) as u16;
+        let hp = (self.w[4] >> 32) as u16;
+        let t = Tuple {
+            src: lo,
+            dst: hi,
+            sport: lp,
+            dport: hp,
+            proto: self.proto(),
+            v6: self.w[4] & 1 == 1,
+        };
+        if lo_sends {
+            t
+        } else {
+            t.reversed()
+        }
+    }
+
+    /// Seeded hash of the key (three folded multiplies).
+    #[inline(always)]
+    pub fn hash(&self, seed: u64) -> u64 {
+        let a = folded_mul(self.w[1] ^ seed, self.w[3] ^ K1);
+        let b = folded_mul(self.w[0] ^ K2, self.w[2] ^ K3 ^ seed.rotate_left(29));
+        folded_mul(a ^ b.rotate_left(23), self.w[4] ^ K4)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_directions_share_a_key_and_know_their_side() {
+        let t = Tuple::v4(Ipv4Addr::new(10, 0, 0, 2), Ipv4Addr::new(10, 0, 0, 1), 6, 1000, 80);
+        let (k1, lo1) = Key::new(&t, 3);
+        let (k2, lo2) = Key::new(&t.reversed(), 3);
+        assert_eq!(k1, k2);
+        assert_ne!(lo1, lo2);
+        assert_eq!(k1.tuple(lo1), t);
+        assert_eq!(k1.tuple(lo2), t.reversed());
+        assert_eq!(k1.zone(), 3);
+        assert_eq!(k1.proto(), 6);
+        assert_eq!(k1.hash(7), k2.hash(7));
+        let (k3, _) = Key::new(&t, 4);
+        assert_ne!(k1, k3, "zones are part of the key");
+    }
+
+    #[test]
+    fn v6_and_v4_differ() {
+        let t4 = Tuple::v4(Ipv4Addr::new(0, 0, 0, 1), Ipv4Addr::new(0, 0, 0, 2), 17, 1, 2);
+        let t6 = Tuple::v6(Ipv6Addr::from(1u128), Ipv6Addr::from(2u128), 17, 1, 2);
+        assert_ne!(Key::new(&t4, 0).0, Key::new(&t6, 0).0);
+        assert_eq!(Key::new(&t6, 0).0.tuple(true), t6);
+    }
+}

@@ -1,0 +1,486 @@
+//! The lock-free connection table.
+//!
+//! # Design
+//!
+//! A fixed array of buckets (a power of two sized once from the connection limit, never
+//! resized), each the head of a singly linked chain of heap-allocated [`Conn`]s, RCU style:
+//!
+//! * **Lookups** (workers, ICMP error matching, dumps) walk chains with `Acquire` loads under
+//!   an epoch guard pinned once per batch. They take no lock and write nothing shared.
+//! * **Inserts** (any worker, for a new connection) push a fully initialised node at the head
+//!   of its chain with a compare-and-swap on the bucket head. Before each attempt the inserter
+//!   scans the chain from the head it is about to replace; since every insert goes through the
+//!   head, a successful CAS proves no other insert of the same key happened in between, so keys
+//!   stay unique without a lock. Inserts never block lookups (a reader sees the old or the new
+//!   head, both valid chains).
+//! * **Removals** are done by exactly one thread at a time, the *remover* (the expiry thread,
+//!   or the control plane doing a flush — both hold the remover mutex, which no worker ever
+//!   takes). Removing the head node is a CAS on the bucket (retried if an insert moved the
+//!   head); removing an interior node is a `Release` store into its predecessor's `next`,
+//!   which is safe because inserters only ever write bucket heads, never `next` links of
+//!   published nodes. Unlinked nodes are freed after an epoch grace period (crossbeam-epoch;
+//!   under `--cfg loom` they are kept until the table drops).
+//!
+//! # Node layout
+//!
+//! A [`Conn`] is 128 bytes: the first cache line holds what lookups read (key, chain link,
+//! direction of the originator); the second holds what the connection's own packets write
+//! (expiry tick, state, status flags, the per-connection lock and the TCP tracker). A busy
+//! connection therefore never dirties the line that lookups of its chain neighbours read.
+//!
+//! # Invariants
+//!
+//! 1. A node reachable from a bucket is fully initialised (published with `Release`).
+//! 2. A node is freed only after it was unlinked *and* an epoch grace period passed.
+//! 3. Inserters write only bucket heads; only the remover writes `next` links of published
+//!    nodes. Keys are immutable after publication and unique within the table.
+//! 4. The TCP tracker state of a node is touched only with the node's lock held; the lock is
+//!    taken only by packets of that connection (and never by the remover or by dumps).
+
+use std::cell::UnsafeCell;
+
+use crate::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use freeway_sync::Tick;
+
+use crate::key::Key;
+use crate::tcp::TcpConn;
+
+/// Epoch reclamation, or a stand-in that defers frees to drop under loom.
+mod reclaim {
+    #[cfg(not(loom))]
+    pub use crossbeam_epoch::Guard;
+
+    /// A read-side critical section. Hold it while using references from the table.
+    #[cfg(loom)]
+    #[derive(Debug)]
+    pub struct Guard(());
+
+    #[cfg(not(loom))]
+    pub fn pin() -> Guard {
+        crossbeam_epoch::pin()
+    }
+
+    #[cfg(loom)]
+    pub fn pin() -> Guard {
+        Guard(())
+    }
+}
+
+pub use reclaim::Guard;
+
+/// Enters a read-side critical section (workers pin once per batch).
+#[inline]
+pub fn pin() -> Guard {
+    reclaim::pin()
+}
+
+/// Status flag: a packet was seen in the reply direction.
+pub const SEEN_REPLY: u8 = 0x01;
+/// Status flag: the connection is assured (traffic seen both ways, handshake complete).
+pub const ASSURED: u8 = 0x02;
+
+/// Which tracker a connection uses.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// TCP.
+    Tcp = 0,
+    /// UDP.
+    Udp = 1,
+    /// ICMP / ICMPv6 echo.
+    Echo = 2,
+    /// Other IP protocols.
+    Generic = 3,
+}
+
+/// The part of a connection its own packets write (second cache line).
+#[repr(C, align(64))]
+pub struct Hot {
+    /// Tick at which the connection expires.
+    pub(crate) expires: AtomicU64,
+    /// Protocol state (TCP: `tcp::state::*`; others: 0).
+    pub(crate) state: AtomicU8,
+    /// [`SEEN_REPLY`], [`ASSURED`].
+    pub(crate) status: AtomicU8,
+    lock: AtomicBool,
+    tcp: UnsafeCell<TcpConn>,
+}
+
+/// One connection.
+#[repr(C, align(64))]
+pub struct Conn {
+    key: Key,
+    next: AtomicPtr<Conn>,
+    /// Whether the originator is the key's low endpoint (changes only when a TCP connection
+    /// is re-opened by a SYN from the other side).
+    orig_lo: AtomicBool,
+    kind: Kind,
+    pub(crate) hot: Hot,
+}
+
+// SAFETY: the only non-Sync field is the TCP tracker cell, accessed solely under the
+// connection's lock (invariant 4); everything else is atomics or immutable.
+unsafe impl Sync for Conn {}
+// SAFETY: as above; a node holds no thread-bound data.
+unsafe impl Send for Conn {}
+
+/// Holds a connection's lock; releases it on drop.
+pub struct TcpLock<'a> {
+    conn: &'a Conn,
+}
+
+impl TcpLock<'_> {
+    /// The TCP tracker state.
+    #[inline]
+    pub fn tcp(&mut self) -> &mut TcpConn {
+        // SAFETY: the lock is held (invariant 4) and `&mut self` makes this the only borrow.
+        unsafe { &mut *self.conn.hot.tcp.get() }
+    }
+}
+
+impl Drop for TcpLock<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.conn.hot.lock.store(false, Ordering::Release);
+    }
+}
+
+impl Conn {
+    /// A new, unpublished connection.
+    pub fn new(key: Key, orig_lo: bool, kind: Kind, state: u8, status: u8, tcp: TcpConn, expires: Tick) -> Box<Conn> {
+        Box::new(Conn {
+            key,
+            next: AtomicPtr::new(std::ptr::null_mut()),
+            orig_lo: AtomicBool::new(orig_lo),
+            kind,
+            hot: Hot {
+                expires: AtomicU64::new(expires),
+                state: AtomicU8::new(state),
+                status: AtomicU8::new(status),
+                lock: AtomicBool::new(false),
+                tcp: UnsafeCell::new(tcp),
+            },
+        })
+    }
+
+    /// The key.
+    #[inline(always)]
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Which tracker the connection uses.
+    #[inline(always)]
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Whether the originator is the key's low endpoint.
+    #[inline(always)]
+    pub fn orig_lo(&self) -> bool {
+        self.orig_lo.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_orig_lo(&self, v: bool) {
+        self.orig_lo.store(v, Ordering::Relaxed);
+    }
+
+    /// The expiry tick.
+    #[inline(always)]
+    pub fn expires(&self) -> Tick {
+        self.hot.expires.load(Ordering::Relaxed)
+    }
+
+    /// Sets the expiry tick, writing only if it changed (once per tick at most on a busy
+    /// connection).
+    #[inline(always)]
+    pub fn touch(&self, expires: Tick) {
+        if self.hot.expires.load(Ordering::Relaxed) != expires {
+            self.hot.expires.store(expires, Ordering::Relaxed);
+        }
+    }
+
+    /// Protocol state.
+    #[inline(always)]
+    pub fn state(&self) -> u8 {
+        self.hot.state.load(Ordering::Relaxed)
+    }
+
+    /// Status flags.
+    #[inline(always)]
+    pub fn status(&self) -> u8 {
+        self.hot.status.load(Ordering::Relaxed)
+    }
+
+    /// Takes the connection's lock (spins; held for a few dozen instructions by packets of
+    /// this connection only).
+    #[inline]
+    pub fn lock(&self) -> TcpLock<'_> {
+        while self
+            .hot
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.hot.lock.load(Ordering::Relaxed) {
+                spin_hint();
+            }
+        }
+        TcpLock { conn: self }
+    }
+}
+
+#[inline(always)]
+fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
+
+/// A pointer to a published node, handed from workers to the remover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnPtr(pub(crate) *const Conn);
+
+// SAFETY: the pointee is Sync; ownership is the table's, and the pointer is only dereferenced
+// by the remover while the node is still linked (only the remover unlinks).
+unsafe impl Send for ConnPtr {}
+
+/// The table.
+pub struct Table {
+    buckets: Box<[AtomicPtr<Conn>]>,
+    mask: usize,
+    seed: u64,
+    #[cfg(loom)]
+    retired: std::sync::Mutex<Vec<usize>>,
+}
+
+// SAFETY: nodes are reached only through atomics; the insert/remove discipline above and
+// epoch reclamation make sharing sound, and `Conn` is Send + Sync.
+unsafe impl Send for Table {}
+// SAFETY: as above.
+unsafe impl Sync for Table {}
+
+impl Table {
+    /// A table with at least `buckets` buckets (rounded up to a power of two, at least 16).
+    pub fn new(buckets: usize, seed: u64) -> Table {
+        let n = buckets.max(16).next_power_of_two();
+        Table {
+            buckets: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            mask: n - 1,
+            seed,
+            #[cfg(loom)]
+            retired: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Number of buckets.
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The hash of a key under this table's seed.
+    #[inline(always)]
+    pub fn hash(&self, key: &Key) -> u64 {
+        key.hash(self.seed)
+    }
+
+    #[inline(always)]
+    fn bucket(&self, hash: u64) -> &AtomicPtr<Conn> {
+        // SAFETY: `mask` is `buckets.len() - 1` with a power-of-two length: in bounds.
+        unsafe { self.buckets.get_unchecked(hash as usize & self.mask) }
+    }
+
+    #[inline(always)]
+    fn scan<'g>(mut p: *mut Conn, key: &Key, _g: &'g Guard) -> Option<&'g Conn> {
+        while !p.is_null() {
+            // SAFETY: reached from a bucket under a pinned guard: initialised (invariant 1)
+            // and not freed before the guard drops (invariant 2).
+            let n = unsafe { &*p };
+            if n.key == *key {
+                return Some(n);
+            }
+            p = n.next.load(Ordering::Acquire);
+        }
+        None
+    }
+
+    /// Looks a key up (`hash` from [`Table::hash`]). Lock-free.
+    #[inline(always)]
+    pub fn lookup<'g>(&'g self, key: &Key, hash: u64, g: &'g Guard) -> Option<&'g Conn> {
+        Self::scan(self.bucket(hash).load(Ordering::Acquire), key, g)
+    }
+
+    /// Inserts `node` unless its key is present; on a duplicate, returns the node back with
+    /// the connection already in the table. Lock-free; any thread.
+    pub fn insert<'g>(&'g self, node: Box<Conn>, hash: u64, g: &'g Guard) -> Result<&'g Conn, (Box<Conn>, &'g Conn)> {
+        let b = self.bucket(hash);
+        let raw = Box::into_raw(node);
+        let mut head = b.load(Ordering::Acquire);
+        loop {
+            // SAFETY: `raw` is ours and unpublished.
+            let key = unsafe { &(*raw).key };
+            if let Some(existing) = Self::scan(head, key, g) {
+                // SAFETY: `raw` came from `Box::into_raw` above and was never published.
+                return Err((unsafe { Box::from_raw(raw) }, existing));
+            }
+            // SAFETY: unpublished: no other thread can see `raw` yet.
+            unsafe { (*raw).next.store(head, Ordering::Relaxed) };
+            // Release: the node's contents happen-before any reader that loads this pointer.
+            match b.compare_exchange(head, raw, Ordering::AcqRel, Ordering::Acquire) {
+                // SAFETY: published; lives until unlinked and a grace period passes.
+                Ok(_) => return Ok(unsafe { &*raw }),
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// *Remover only.* Unlinks `p` and retires it. Returns false if `p` was not linked
+    /// (which the remover's bookkeeping rules out).
+    ///
+    /// # Safety
+    /// Only one thread may remove at a time, `p` must have been published in this table and
+    /// not removed before, and the caller must be pinned with `g`.
+    pub unsafe fn remove(&self, p: *const Conn, g: &Guard) -> bool {
+        // SAFETY: per the contract `p` is still linked, so not freed.
+        let n = unsafe { &*p };
+        let b = self.bucket(self.hash(&n.key));
+        let p = p as *mut Conn;
+        'retry: loop {
+            let head = b.load(Ordering::Acquire);
+            // Only the remover writes `next` of published nodes: this is stable.
+            let next = n.next.load(Ordering::Acquire);
+            if head == p {
+                if b.compare_exchange(p, next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    break;
+                }
+                // An insert pushed a node in front of `p`: find it as the predecessor.
+                continue 'retry;
+            }
+            let mut cur = head;
+            while !cur.is_null() {
+                // SAFETY: linked node under a pinned guard.
+                let c = unsafe { &*cur };
+                let nx = c.next.load(Ordering::Acquire);
+                if nx == p {
+                    // Release: readers that follow the new link see an initialised node.
+                    c.next.store(next, Ordering::Release);
+                    break 'retry;
+                }
+                cur = nx;
+            }
+            return false;
+        }
+        // SAFETY: `p` is unlinked and removed once; freeing waits for current readers.
+        unsafe { self.retire(p, g) };
+        true
+    }
+
+    /// Calls `f` on every connection of bucket `b`.
+    pub fn for_each_in_bucket<'g>(&'g self, b: usize, _g: &'g Guard, mut f: impl FnMut(&'g Conn)) {
+        let mut p = self.buckets[b & self.mask].load(Ordering::Acquire);
+        while !p.is_null() {
+            // SAFETY: as in `scan`.
+            let n = unsafe { &*p };
+            f(n);
+            p = n.next.load(Ordering::Acquire);
+        }
+    }
+
+    /// Frees `p` once no reader can hold it.
+    ///
+    /// # Safety
+    /// `p` must be unlinked and not retired before.
+    #[cfg(not(loom))]
+    unsafe fn retire(&self, p: *mut Conn, g: &Guard) {
+        let p = p as usize;
+        // SAFETY: per the contract, unreachable for new readers; the epoch defers the free past
+        // every current reader.
+        unsafe { g.defer_unchecked(move || drop(Box::from_raw(p as *mut Conn))) };
+    }
+
+    /// Keeps `p` until the table drops (loom models are short).
+    ///
+    /// # Safety
+    /// `p` must be unlinked and not retired before.
+    #[cfg(loom)]
+    unsafe fn retire(&self, p: *mut Conn, _g: &Guard) {
+        self.retired.lock().unwrap().push(p as usize);
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        for b in self.buckets.iter() {
+            let mut p = b.load(Ordering::Relaxed);
+            while !p.is_null() {
+                // SAFETY: `&mut self`: no other user remains; each linked node is freed once.
+                let n = unsafe { Box::from_raw(p) };
+                p = n.next.load(Ordering::Relaxed);
+            }
+        }
+        #[cfg(loom)]
+        for p in self.retired.lock().unwrap().drain(..) {
+            // SAFETY: retired nodes were unlinked and are freed only here, once.
+            drop(unsafe { Box::from_raw(p as *mut Conn) });
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::key::Tuple;
+    use std::net::Ipv4Addr;
+
+    fn key(i: u16) -> Key {
+        Key::new(
+            &Tuple::v4(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), 17, i, 53),
+            0,
+        )
+        .0
+    }
+
+    #[test]
+    fn layout_keeps_hot_fields_off_the_lookup_line() {
+        assert_eq!(std::mem::size_of::<Conn>(), 128);
+        assert_eq!(std::mem::offset_of!(Conn, hot), 64);
+    }
+
+    #[test]
+    fn insert_lookup_duplicate_remove_in_one_chain() {
+        let t = Table::new(1, 5);
+        let g = pin();
+        let mut ptrs = Vec::new();
+        for i in 0..100 {
+            let k = key(i);
+            let h = t.hash(&k);
+            let c = t
+                .insert(Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7), h, &g)
+                .ok()
+                .unwrap();
+            ptrs.push(c as *const Conn);
+        }
+        let k = key(5);
+        let h = t.hash(&k);
+        let (_back, existing) = t
+            .insert(Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 9), h, &g)
+            .err()
+            .unwrap();
+        assert_eq!(
+            existing.expires(),
+            7,
+            "duplicate insert returns the existing connection"
+        );
+        for (i, p) in ptrs.iter().enumerate() {
+            if i % 2 == 0 {
+                // SAFETY: single remover (this thread), each pointer removed once.
+                assert!(unsafe { t.remove(*p, &g) });
+            }
+        }
+        for i in 0..100u16 {
+            let k = key(i);
+            assert_eq!(t.lookup(&k, t.hash(&k), &g).is_some(), i % 2 == 1);
+        }
+    }
+}

@@ -1,0 +1,553 @@
+//! Behaviour of the tracker through the public API: TCP state machine and windows, UDP,
+//! ICMP, zones, limits, expiry, flushes, dumps and the firewall.
+#![cfg(not(loom))]
+
+use std::net::IpAddr;
+
+use freeway_conntrack::frames::{self, Seg};
+use freeway_conntrack::{
+    Conntrack, CtConfig, CtState, CtWorker, Firewall, FirewallPolicy, InvalidReason, TimeoutClass, TrackFlags, Tuple,
+    Verdict,
+};
+use freeway_packet::build::tcp_flags::{ACK, FIN, PSH, RST, SYN};
+use freeway_packet::Packet;
+use freeway_sync::Clock;
+
+const NEW: CtState = CtState::New;
+const EST: CtState = CtState::Established;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn setup(cfg: CtConfig) -> (Conntrack, CtWorker, Clock) {
+    let clock = Clock::manual();
+    clock.set(1_000_000);
+    let (ct, _exp) = Conntrack::new(cfg, clock.clone()).unwrap();
+    let w = ct.worker();
+    (ct, w, clock)
+}
+
+/// Tracks one packet with commit; returns (state, reply).
+fn go(w: &mut CtWorker, p: &Packet, zone: u16) -> (CtState, bool) {
+    let g = w.pin();
+    let r = w.track_packet(&g, p, zone, true);
+    (r.state, r.reply)
+}
+
+struct Tcp {
+    a: IpAddr,
+    b: IpAddr,
+    ap: u16,
+    bp: u16,
+}
+
+impl Tcp {
+    fn v4() -> Tcp {
+        Tcp {
+            a: ip("10.0.0.1"),
+            b: ip("10.0.0.2"),
+            ap: 40000,
+            bp: 80,
+        }
+    }
+    fn c(&self, s: Seg) -> Packet {
+        frames::tcp(self.a, self.b, self.ap, self.bp, s)
+    }
+    fn s(&self, s: Seg) -> Packet {
+        frames::tcp(self.b, self.a, self.bp, self.ap, s)
+    }
+    fn tuple(&self) -> Tuple {
+        let (IpAddr::V4(a), IpAddr::V4(b)) = (self.a, self.b) else {
+            let (IpAddr::V6(a), IpAddr::V6(b)) = (self.a, self.b) else {
+                panic!()
+            };
+            return Tuple::v6(a, b, 6, self.ap, self.bp);
+        };
+        Tuple::v4(a, b, 6, self.ap, self.bp)
+    }
+}
+
+fn tcp_state(ct: &Conntrack, t: &Tcp) -> &'static str {
+    ct.get(&t.tuple(), 0).expect("connection").state.unwrap()
+}
+
+fn handshake(w: &mut CtWorker, t: &Tcp) {
+    assert_eq!(go(w, &t.c(Seg::new(SYN, 100, 0)), 0), (NEW, false));
+    assert_eq!(go(w, &t.s(Seg::new(SYN | ACK, 9000, 101)), 0), (EST, true));
+    assert_eq!(go(w, &t.c(Seg::new(ACK, 101, 9001)), 0), (EST, false));
+}
+
+#[test]
+fn tcp_full_lifecycle_with_fin_teardown() {
+    let (ct, mut w, _c) = setup(CtConfig::default());
+    let t = Tcp::v4();
+    assert_eq!(go(&mut w, &t.c(Seg::new(SYN, 100, 0)), 0), (NEW, false));
+    assert_eq!(tcp_state(&ct, &t), "SYN_SENT");
+    // Retransmitted SYN: still new, still one connection.
+    assert_eq!(go(&mut w, &t.c(Seg::new(SYN, 100, 0)), 0), (NEW, false));
+    assert_eq!(go(&mut w, &t.s(Seg::new(SYN | ACK, 9000, 101)), 0), (EST, true));
+    assert_eq!(tcp_state(&ct, &t), "SYN_RECV");
+    // Retransmitted SYN-ACK is accepted (ignored by the state machine).
+    assert_eq!(go(&mut w, &t.s(Seg::new(SYN | ACK, 9000, 101)), 0), (EST, true));
+    assert_eq!(go(&mut w, &t.c(Seg::new(ACK, 101, 9001)), 0), (EST, false));
+    let r = ct.get(&t.tuple(), 0).unwrap();
+    assert_eq!(r.state, Some("ESTABLISHED"));
+    assert!(r.assured && !r.unreplied);
+    assert_eq!(r.timeout_secs, 432_000);
+    // Data both ways, including a retransmission.
+    assert_eq!(
+        go(&mut w, &t.c(Seg::new(ACK | PSH, 101, 9001).data(500)), 0),
+        (EST, false)
+    );
+    assert_eq!(
+        go(&mut w, &t.c(Seg::new(ACK | PSH, 101, 9001).data(500)), 0),
+        (EST, false)
+    );
+    assert_eq!(
+        go(&mut w, &t.s(Seg::new(ACK | PSH, 9001, 601).data(100)), 0),
+        (EST, true)
+    );
+    // Teardown.
+    assert_eq!(go(&mut w, &t.c(Seg::new(FIN | ACK, 601, 9101)), 0), (EST, false));
+    assert_eq!(tcp_state(&ct, &t), "FIN_WAIT");
+    assert_eq!(go(&mut w, &t.s(Seg::new(ACK, 9101, 602)), 0), (EST, true));
+    assert_eq!(tcp_state(&ct, &t), "CLOSE_WAIT");
+    assert_eq!(go(&mut w, &t.s(Seg::new(FIN | ACK, 9101, 602)), 0), (EST, true));
+    assert_eq!(tcp_state(&ct, &t), "LAST_ACK");
+    assert_eq!(go(&mut w, &t.c(Seg::new(ACK, 602, 9102)), 0), (EST, false));
+    let r = ct.get(&t.tuple(), 0).unwrap();
+    assert_eq!((r.state, r.timeout_secs), (Some("TIME_WAIT"), 120));
+    // A new SYN re-opens the connection as new.
+    assert_eq!(go(&mut w, &t.c(Seg::new(SYN, 50_000, 0)), 0), (NEW, false));
+    assert_eq!(tcp_state(&ct, &t), "SYN_SENT");
+    assert_eq!(ct.len(), 1);
+    let st = ct.stats();
+    assert_eq!((st.created, st.reopened, st.invalid), (1, 1, 0));
+}
+
+#[test]
+fn tcp_out_of_window_and_bad_flags_are_invalid_and_change_nothing() {
+    let (ct, mut w, _c) = setup(CtConfig::default());
+    let t = Tcp::v4();
+    handshake(&mut w, &t);
+    let inv = |r: InvalidReason| CtState::Invalid(r);
+    // Sequence far beyond the receiver's window.
+    assert_eq!(
+        go(&mut w, &t.c(Seg::new(ACK, 101 + 10_000_000, 9001)), 0).0,
+        inv(InvalidReason::TcpWindow)
+    );
+    // Acknowledging data the server never sent.
+    assert_eq!(
+        go(&mut w, &t.c(Seg::new(ACK, 101, 9001 + 500_000)), 0).0,
+        inv(InvalidReason::TcpWindow)
+    );
+    // Data far in the past (more than a window behind).
+    assert_eq!(
+        go(&mut w, &t.c(Seg::new(ACK, 101u32.wrapping_sub(3_000_000), 9001)), 0).0,
+        inv(InvalidReason::TcpWindow)
+    );
+    // Flag combinations no stack sends.
+    assert_eq!(
+        go(&mut w, &t.c(Seg::new(SYN | FIN, 101, 0)), 0).0,
+        inv(InvalidReason::TcpFlags)
+    );
+    assert_eq!(go(&mut w, &t.c(Seg::new(0, 101, 0)), 0).0, inv(InvalidReason::TcpFlags));
+    assert_eq!(
+        go(&mut w, &t.c(Seg::new(FIN, 101, 0)), 0).0,
+        inv(InvalidReason::TcpFlags)
+    );
+    // A SYN-ACK from the client in ESTABLISHED makes no sense.
+    assert_eq!(
+        go(&mut w, &t.c(Seg::new(SYN | ACK, 101, 9001)), 0).0,
+        inv(InvalidReason::TcpState)
+    );
+    assert_eq!(tcp_state(&ct, &t), "ESTABLISHED");
+    // Out-of-window RST is ignored (invalid); in-window RST closes.
+    assert_eq!(
+        go(&mut w, &t.s(Seg::new(RST, 9001 + 5_000_000, 0)), 0).0,
+        inv(InvalidReason::TcpWindow)
+    );
+    assert_eq!(tcp_state(&ct, &t), "ESTABLISHED");
+    assert_eq!(go(&mut w, &t.s(Seg::new(RST, 9001, 0)), 0), (EST, true));
+    let r = ct.get(&t.tuple(), 0).unwrap();
+    assert_eq!((r.state, r.timeout_secs), (Some("CLOSE"), 10));
+    let st = ct.stats();
+    assert_eq!(st.invalid, 8);
+    assert_eq!(st.invalid_by_reason["tcp_window"], 4);
+    assert_eq!(st.invalid_by_reason["tcp_flags"], 3);
+}
+
+#[test]
+fn tcp_without_syn_needs_pickup_and_synack_alone_is_invalid() {
+    let cfg = CtConfig {
+        tcp_loose: false,
+        ..CtConfig::default()
+    };
+    let (ct, mut w, _c) = setup(cfg);
+    let t = Tcp::v4();
+    let nc = CtState::Invalid(InvalidReason::NoConnection);
+    assert_eq!(go(&mut w, &t.c(Seg::new(ACK, 5, 5)), 0).0, nc);
+    assert_eq!(go(&mut w, &t.s(Seg::new(SYN | ACK, 5, 5)), 0).0, nc);
+    assert_eq!(go(&mut w, &t.c(Seg::new(RST, 5, 0)), 0).0, nc);
+    assert!(ct.is_empty());
+    // With pickup (the default), a mid-stream ACK creates an established connection.
+    let (ct, mut w, _c) = setup(CtConfig::default());
+    assert_eq!(go(&mut w, &t.c(Seg::new(ACK, 5000, 7000).data(10)), 0), (NEW, false));
+    assert_eq!(tcp_state(&ct, &t), "ESTABLISHED");
+    assert_eq!(go(&mut w, &t.s(Seg::new(ACK, 7000, 5010)), 0), (EST, true));
+}
+
+#[test]
+fn tcp_rst_answering_syn_and_window_scaling() {
+    let (ct, mut w, _c) = setup(CtConfig::default());
+    let t = Tcp::v4();
+    assert_eq!(go(&mut w, &t.c(Seg::new(SYN, 100, 0)), 0), (NEW, false));
+    // Connection refused: RST+ACK acknowledging the SYN.
+    assert_eq!(go(&mut w, &t.s(Seg::new(RST | ACK, 0, 101)), 0), (EST, true));
+    assert_eq!(tcp_state(&ct, &t), "CLOSE");
+
+    // Window scaling: both sides offer it; a 64 KiB raw window scaled by 2^7 allows data
+    // 5 MB ahead, which an unscaled window would refuse.
+    let t2 = Tcp { ap: 40001, ..Tcp::v4() };
+    let mut syn = Seg::new(SYN, 1, 0);
+    syn.wscale = Some(7);
+    let mut synack = Seg::new(SYN | ACK, 1, 2);
+    synack.wscale = Some(7);
+    assert_eq!(go(&mut w, &t2.c(syn), 0).0, NEW);
+    assert_eq!(go(&mut w, &t2.s(synack), 0).0, EST);
+    assert_eq!(go(&mut w, &t2.c(Seg::new(ACK, 2, 2)), 0).0, EST);
+    // The server's first scaled window opens the client's send window.
+    assert_eq!(go(&mut w, &t2.s(Seg::new(ACK, 2, 2)), 0).0, EST);
+    assert_eq!(go(&mut w, &t2.c(Seg::new(ACK, 2 + 5_000_000, 2).data(100)), 0).0, EST);
+    // Without scaling on one side, the same jump is out of window.
+    let t3 = Tcp { ap: 40002, ..Tcp::v4() };
+    assert_eq!(go(&mut w, &t3.c(syn), 0).0, NEW);
+    assert_eq!(go(&mut w, &t3.s(Seg::new(SYN | ACK, 1, 2)), 0).0, EST);
+    assert_eq!(go(&mut w, &t3.c(Seg::new(ACK, 2, 2)), 0).0, EST);
+    assert_eq!(go(&mut w, &t3.s(Seg::new(ACK, 2, 2)), 0).0, EST);
+    assert_eq!(
+        go(&mut w, &t3.c(Seg::new(ACK, 2 + 5_000_000, 2).data(100)), 0).0,
+        CtState::Invalid(InvalidReason::TcpWindow)
+    );
+}
+
+#[test]
+fn tcp_over_ipv6() {
+    let (ct, mut w, _c) = setup(CtConfig::default());
+    let t = Tcp {
+        a: ip("2001:db8::1"),
+        b: ip("2001:db8::2"),
+        ap: 5555,
+        bp: 443,
+    };
+    handshake(&mut w, &t);
+    assert_eq!(tcp_state(&ct, &t), "ESTABLISHED");
+    let line = ct.dump()[0].to_string();
+    assert!(
+        line.starts_with("tcp      6 432000 ESTABLISHED src=2001:db8::1 dst=2001:db8::2 sport=5555 dport=443 "),
+        "{line}"
+    );
+}
+
+#[test]
+fn both_directions_map_to_one_connection_and_udp_states() {
+    let (ct, mut w, clock) = setup(CtConfig::default());
+    let a = ip("10.1.1.1");
+    let b = ip("10.1.1.2");
+    let fwd = frames::udp(a, b, 1, 2, 0);
+    let rev = frames::udp(b, a, 2, 1, 0);
+    assert_eq!(go(&mut w, &fwd, 0), (NEW, false));
+    assert_eq!(go(&mut w, &fwd, 0), (NEW, false));
+    let r = &ct.dump()[0];
+    assert_eq!(
+        r.to_string(),
+        "udp      17 30 src=10.1.1.1 dst=10.1.1.2 sport=1 dport=2 [UNREPLIED] src=10.1.1.2 dst=10.1.1.1 sport=2 dport=1 mark=0 zone=0 use=1"
+    );
+    clock.advance(1000);
+    assert_eq!(go(&mut w, &rev, 0), (EST, true));
+    let r = &ct.dump()[0];
+    assert!(!r.unreplied && !r.assured);
+    assert_eq!(r.timeout_secs, 120);
+    assert_eq!(go(&mut w, &fwd, 0), (EST, false));
+    let r = &ct.dump()[0];
+    assert!(r.assured);
+    assert_eq!(
+        r.to_string(),
+        "udp      17 120 src=10.1.1.1 dst=10.1.1.2 sport=1 dport=2 src=10.1.1.2 dst=10.1.1.1 sport=2 dport=1 [ASSURED] mark=0 zone=0 use=1"
+    );
+    let json = serde_json::to_value(r).unwrap();
+    assert_eq!(json["proto"], "udp");
+    assert_eq!(json["orig"]["src"], "10.1.1.1");
+    assert_eq!(json["reply"]["sport"], 2);
+    assert_eq!(ct.len(), 1);
+    assert_eq!(ct.state_counts()["udp ASSURED"], 1);
+    // The reverse tuple finds the same connection, original direction first.
+    let rt = Tuple::v4("10.1.1.2".parse().unwrap(), "10.1.1.1".parse().unwrap(), 17, 2, 1);
+    assert_eq!(ct.get(&rt, 0).unwrap().orig.src, a);
+}
+
+#[test]
+fn zones_are_isolated() {
+    let (ct, mut w, _c) = setup(CtConfig::default());
+    let p = frames::udp(ip("10.0.0.1"), ip("10.0.0.2"), 7, 8, 0);
+    let back = frames::udp(ip("10.0.0.2"), ip("10.0.0.1"), 8, 7, 0);
+    assert_eq!(go(&mut w, &p, 1), (NEW, false));
+    assert_eq!(
+        go(&mut w, &back, 2),
+        (NEW, false),
+        "a reply in another zone is another connection"
+    );
+    assert_eq!(go(&mut w, &back, 1), (EST, true));
+    assert_eq!((ct.len(), ct.zone_len(1), ct.zone_len(2)), (2, 1, 1));
+    assert_eq!(ct.stats().zones.len(), 2);
+    assert_eq!(ct.flush_zone(2), 1);
+    assert_eq!((ct.len(), ct.zone_len(1), ct.zone_len(2)), (1, 1, 0));
+    assert_eq!(ct.dump()[0].zone, 1);
+    assert_eq!(ct.flush(), 1);
+    assert!(ct.is_empty() && ct.dump().is_empty());
+    assert_eq!(ct.stats().flushed, 2);
+}
+
+#[test]
+fn global_and_zone_limits_drop_new_but_established_flow() {
+    let cfg = CtConfig {
+        max: 4,
+        zone_limits: vec![(1, 2)],
+        ..CtConfig::default()
+    };
+    let (ct, mut w, clock) = setup(cfg);
+    let a = ip("10.0.0.1");
+    let b = ip("10.0.0.2");
+    for port in 0..2 {
+        assert_eq!(go(&mut w, &frames::udp(a, b, port, 9, 0), 1).0, NEW);
+    }
+    let full_zone = CtState::Invalid(InvalidReason::LimitZone);
+    assert_eq!(go(&mut w, &frames::udp(a, b, 2, 9, 0), 1).0, full_zone);
+    // Established connections of the full zone keep flowing.
+    assert_eq!(go(&mut w, &frames::udp(b, a, 9, 0, 0), 1), (EST, true));
+    for port in 10..12 {
+        assert_eq!(go(&mut w, &frames::udp(a, b, port, 9, 0), 0).0, NEW);
+    }
+    let full = CtState::Invalid(InvalidReason::LimitGlobal);
+    let g = w.pin();
+    let r = w.track_packet(&g, &frames::udp(a, b, 12, 9, 0), 0, true);
+    assert!(r.over_limit());
+    assert_eq!(r.state, full);
+    drop(g);
+    assert_eq!(
+        go(&mut w, &frames::udp(a, b, 10, 9, 0), 0).0,
+        NEW,
+        "existing connection still tracked"
+    );
+    assert_eq!(ct.len(), 4);
+    let st = ct.stats();
+    assert_eq!(
+        (st.invalid_by_reason["limit_zone"], st.invalid_by_reason["limit_global"]),
+        (1, 1)
+    );
+    // Without commit, a new connection is reported but not created (and never refused).
+    let g = w.pin();
+    let r = w.track_packet(&g, &frames::udp(a, b, 13, 9, 0), 0, false);
+    assert_eq!(r.state, NEW);
+    drop(g);
+    assert_eq!(ct.len(), 4);
+    // After expiry, room again.
+    clock.advance(31_000);
+    assert_eq!(
+        ct.expire_now(),
+        3,
+        "the replied connection has the longer udp_multiple timeout"
+    );
+    assert_eq!(go(&mut w, &frames::udp(a, b, 12, 9, 0), 0).0, NEW);
+    assert_eq!(ct.zone_limit(1), Some(2));
+    ct.set_zone_limit(1, None);
+    assert_eq!(ct.zone_limit(1), None);
+}
+
+#[test]
+fn expiry_follows_the_manual_clock_and_timeout_policies() {
+    let mut cfg = CtConfig::default();
+    cfg.timeouts.set("udp_single", 5).unwrap();
+    let mut z7 = cfg.timeouts;
+    z7.set_ms(TimeoutClass::UdpSingle, 1_000);
+    cfg.zone_timeouts = vec![(7, z7)];
+    let clock = Clock::manual();
+    let (ct, exp) = Conntrack::new(cfg, clock.clone()).unwrap();
+    let mut w = ct.worker();
+    let p = frames::udp(ip("10.0.0.1"), ip("10.0.0.2"), 1, 2, 0);
+    assert_eq!(go(&mut w, &p, 0).0, NEW);
+    assert_eq!(go(&mut w, &p, 7).0, NEW);
+    assert_eq!(ct.timeouts(7).ms(TimeoutClass::UdpSingle), 1000);
+    clock.set(999);
+    assert_eq!(exp.step(), 0);
+    assert_eq!(exp.listed(), 2);
+    clock.set(1000);
+    assert_eq!(exp.step(), 1, "zone 7's policy expires first");
+    assert_eq!(ct.zone_len(7), 0);
+    // Traffic refreshes the timeout.
+    clock.set(4000);
+    assert_eq!(go(&mut w, &p, 0).0, NEW);
+    clock.set(8999);
+    assert_eq!(exp.step(), 0);
+    clock.set(9000);
+    assert_eq!(exp.step(), 1);
+    assert!(ct.is_empty());
+    assert_eq!(ct.stats().expired, 2);
+    // A packet after expiry starts a new connection.
+    assert_eq!(go(&mut w, &p, 0).0, NEW);
+    assert_eq!(ct.stats().created, 3);
+}
+
+#[test]
+fn expiry_thread_runs_in_the_background() {
+    let cfg = CtConfig {
+        expiry_interval_ms: 1,
+        ..CtConfig::default()
+    };
+    let clock = Clock::manual();
+    let (ct, exp) = Conntrack::new(cfg, clock.clone()).unwrap();
+    let th = exp.spawn();
+    let mut w = ct.worker();
+    for port in 0..100 {
+        go(&mut w, &frames::udp(ip("10.0.0.1"), ip("10.0.0.2"), port, 2, 0), 0);
+    }
+    assert_eq!(ct.len(), 100);
+    clock.advance(30_000);
+    let t0 = std::time::Instant::now();
+    while !ct.is_empty() && t0.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(ct.is_empty());
+    th.stop();
+}
+
+#[test]
+fn icmp_echo_and_errors_are_related() {
+    let (ct, mut w, _c) = setup(CtConfig::default());
+    let a = ip("10.0.0.1");
+    let b = ip("10.0.0.2");
+    let router = ip("192.0.2.1");
+    // Echo keyed by identifier.
+    assert_eq!(go(&mut w, &frames::echo(a, b, 77, 1, true), 0), (NEW, false));
+    assert_eq!(go(&mut w, &frames::echo(b, a, 77, 1, false), 0), (EST, true));
+    assert_eq!(
+        go(&mut w, &frames::echo(b, a, 78, 1, false), 0).0,
+        CtState::Invalid(InvalidReason::NoConnection),
+        "a reply without a request"
+    );
+    let line = ct.dump().iter().find(|r| r.proto == "icmp").unwrap().to_string();
+    assert_eq!(
+        line,
+        "icmp     1 30 src=10.0.0.1 dst=10.0.0.2 type=8 code=0 id=77 src=10.0.0.2 dst=10.0.0.1 type=0 code=0 id=77 mark=0 zone=0 use=1"
+    );
+    // A UDP flow, then errors about it.
+    let out = frames::udp(a, b, 1000, 53, 0);
+    assert_eq!(go(&mut w, &out, 0).0, NEW);
+    let unreach = frames::icmp_error(b, a, 3, 3, &out);
+    assert_eq!(go(&mut w, &unreach, 0), (CtState::Related, true));
+    let ttl = frames::icmp_error(router, a, 11, 0, &out);
+    assert_eq!(go(&mut w, &ttl, 0), (CtState::Related, true));
+    // Error about an unknown flow, or in another zone.
+    let other = frames::udp(a, b, 1001, 53, 0);
+    assert_eq!(
+        go(&mut w, &frames::icmp_error(b, a, 3, 3, &other), 0).0,
+        CtState::Invalid(InvalidReason::NoConnection)
+    );
+    assert_eq!(go(&mut w, &unreach, 5).0, CtState::Invalid(InvalidReason::NoConnection));
+    // An error about the echo.
+    let req = frames::echo(a, b, 77, 2, true);
+    assert_eq!(
+        go(&mut w, &frames::icmp_error(router, a, 3, 1, &req), 0).0,
+        CtState::Related
+    );
+    // TCP over IPv6 with an ICMPv6 error (packet too big), and ND untracked.
+    let t = Tcp {
+        a: ip("2001:db8::1"),
+        b: ip("2001:db8::2"),
+        ap: 1,
+        bp: 2,
+    };
+    let syn = t.c(Seg::new(SYN, 1, 0));
+    assert_eq!(go(&mut w, &syn, 0).0, NEW);
+    assert_eq!(
+        go(&mut w, &frames::icmp_error(t.b, t.a, 2, 0, &syn), 0),
+        (CtState::Related, true)
+    );
+    let mut ns = frames::echo(t.a, t.b, 1, 1, true);
+    let l4 = usize::from(ns.meta.l4_off);
+    ns.data_mut()[l4] = 135;
+    assert_eq!(go(&mut w, &ns, 0).0, CtState::Untracked);
+    assert_eq!(ct.stats().related, 4);
+}
+
+#[test]
+fn malformed_packets_are_invalid() {
+    let (ct, mut w, _c) = setup(CtConfig::default());
+    let mut p = frames::udp(ip("10.0.0.1"), ip("10.0.0.2"), 1, 2, 8);
+    let l3 = usize::from(p.meta.l3_off);
+    p.data_mut()[l3 + 10] ^= 0xff;
+    assert_eq!(go(&mut w, &p, 0).0, CtState::Invalid(InvalidReason::IpChecksum));
+    // The caller may vouch for the checksum (already verified once).
+    let g = w.pin();
+    let flags = TrackFlags {
+        commit: true,
+        l3_csum_verified: true,
+    };
+    assert_eq!(w.track(&g, p.data(), &p.meta, 0, flags).state, NEW);
+    drop(g);
+    let mut p = frames::udp(ip("10.0.0.1"), ip("10.0.0.2"), 1, 3, 8);
+    let l4 = usize::from(p.meta.l4_off);
+    p.data_mut()[l4 + 4..l4 + 6].copy_from_slice(&100u16.to_be_bytes());
+    assert_eq!(go(&mut w, &p, 0).0, CtState::Invalid(InvalidReason::L4Length));
+    let mut arp = Packet::from_frame(&freeway_packet::build::build_arp_request(
+        [2, 0, 0, 0, 0, 1],
+        None,
+        "10.0.0.1".parse().unwrap(),
+        "10.0.0.2".parse().unwrap(),
+    ))
+    .unwrap();
+    freeway_packet::parse(&mut arp).unwrap();
+    assert_eq!(go(&mut w, &arp, 0).0, CtState::Untracked);
+    assert_eq!(ct.len(), 1);
+}
+
+#[test]
+fn firewall_allows_new_only_from_chosen_ports() {
+    let (ct, mut w, _c) = setup(CtConfig::default());
+    let fw = Firewall::new(&FirewallPolicy {
+        allow_new_from: vec![1],
+        allow_new_zones: vec![],
+    });
+    let mut f = fw.worker();
+    let inside = ip("192.168.1.10");
+    let outside = ip("203.0.113.5");
+    let mut run = |p: &Packet, in_port: u16| {
+        let g = w.pin();
+        let commit = f.allows_new(in_port, 0);
+        let r = w.track_packet(&g, p, 0, commit);
+        f.verdict(in_port, 0, &r)
+    };
+    // From outside: dropped and not committed.
+    assert_eq!(run(&frames::udp(outside, inside, 53, 5000, 0), 2), Verdict::Drop);
+    assert!(ct.is_empty());
+    // From inside: allowed; the reply from outside is established.
+    assert_eq!(run(&frames::udp(inside, outside, 5000, 53, 0), 1), Verdict::Accept);
+    assert_eq!(run(&frames::udp(outside, inside, 53, 5000, 0), 2), Verdict::Accept);
+    // Related error from outside is allowed, invalid is dropped.
+    let q = frames::udp(inside, outside, 5000, 53, 0);
+    assert_eq!(run(&frames::icmp_error(outside, inside, 3, 3, &q), 2), Verdict::Accept);
+    assert_eq!(run(&frames::echo(outside, inside, 9, 9, false), 2), Verdict::Drop);
+    let s = fw.stats();
+    assert_eq!(
+        (
+            s.accept_new,
+            s.accept_established,
+            s.accept_related,
+            s.drop_invalid,
+            s.drop_new_not_allowed
+        ),
+        (1, 1, 1, 1, 1)
+    );
+    assert_eq!(ct.len(), 1);
+}

@@ -1,0 +1,450 @@
+//! The receive side: walking the TPACKET_V3 ring of one socket.
+//!
+//! # The ring protocol
+//!
+//! The ring is `blocks` blocks of `block_size` bytes. The kernel fills one block at a time
+//! with frames packed back to back and hands it over by setting `TP_STATUS_USER` in the
+//! block's status, when the block is full or when the block timeout (a few ms) expires with at
+//! least one frame in it. The queue reads blocks strictly in ring order: it checks the status
+//! of the block at its cursor (an acquire load, pairing with the kernel's release), reads
+//! frames out of it, and hands it back by storing `TP_STATUS_KERNEL` (a release store, so
+//! every read of the block happens before the kernel may reuse it). A block may be consumed
+//! over several `rx_burst` calls (the batch has room for 32 packets; a block holds many more):
+//! the cursor remembers the block, the frames left and the next frame's offset.
+//!
+//! `rx_burst` never blocks and makes no syscall: when the block at the cursor still belongs to
+//! the kernel there is nothing to read.
+//!
+//! # Per frame
+//!
+//! * **Copy**: each frame is copied into a pool [`Packet`] (zero-copy is out of scope: the
+//!   block goes back to the kernel as soon as it is read, and a packet's buffer has headroom
+//!   for the datapath's pushes).
+//! * **VLAN**: the kernel strips the outer 802.1Q/802.1ad tag into `tp_vlan_tci`
+//!   (`TP_STATUS_VLAN_VALID`; the TPID in `tp_vlan_tpid` when `TP_STATUS_VLAN_TPID_VALID`,
+//!   else 0x8100); the copy writes it back after the MAC addresses, so the datapath sees the
+//!   frame as it was on the wire (`vlan_restored`).
+//! * **Too big**: a frame the kernel truncated to the block (`tp_snaplen < tp_len`) or one that
+//!   does not fit a pool buffer (tag included) is counted (`too_big`, also in the queue's
+//!   `dropped`) and skipped; never delivered truncated.
+//! * **Partial checksums** (`TP_STATUS_CSUMNOTREADY`: sent by a local stack with checksum
+//!   offload, e.g. through a veth whose TX offload is on): the L4 checksum field only holds
+//!   the pseudo-header sum. For TCP, UDP and UDP-Lite over IPv4/IPv6 the queue completes it in
+//!   software (`csum_completed`), as the NIC would have; anything else is delivered as is and
+//!   counted (`csum_partial`). The test bed turns TX checksum offload off anyway.
+//! * **Own transmissions**: frames whose `sll_pkttype` is `PACKET_OUTGOING` are skipped
+//!   (`outgoing_skipped`). With `PACKET_IGNORE_OUTGOING` the kernel never queues them; the
+//!   check is the fallback for kernels older than 4.20.
+//!
+//! Threads: an [`AfPacketRx`] is owned by one worker, the only writer of its counters.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use freeway_packet::checksum;
+use freeway_packet::parse::parse_frame;
+use freeway_packet::{Batch, Meta, Packet, PacketPool, TooBig, NO_OFFSET};
+use freeway_sync::{CachePadded, Counter, Tick};
+
+use super::sys::{self, Ring, Socket};
+use crate::{RxQueue, StatsBlock};
+
+/// Receive counters of one queue beyond packets/bytes. Single writer: the queue's worker.
+#[derive(Debug, Default)]
+pub struct RxCounters {
+    /// Frames larger than a pool buffer or truncated by the kernel to the ring block; dropped.
+    pub too_big: Counter,
+    /// Frames whose VLAN tag the kernel had stripped and the queue put back.
+    pub vlan_restored: Counter,
+    /// Frames with a partial (offloaded) L4 checksum that the queue completed.
+    pub csum_completed: Counter,
+    /// Frames with a partial checksum the queue could not complete (not TCP/UDP, unparsable);
+    /// delivered as they are.
+    pub csum_partial: Counter,
+    /// Outgoing frames seen on the ring and skipped (only without `PACKET_IGNORE_OUTGOING`).
+    pub outgoing_skipped: Counter,
+    /// Ring blocks consumed and handed back to the kernel.
+    pub blocks: Counter,
+}
+
+/// What [`copy_frame`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Copied {
+    /// The frame as received.
+    Plain,
+    /// The frame with the stripped VLAN tag re-inserted.
+    Retagged,
+}
+
+/// Copies a frame read from the ring into `p`, re-inserting the VLAN tag the kernel stripped.
+///
+/// `data` is what the ring holds (`tp_snaplen` bytes), `wire_len` the frame's real length
+/// (`tp_len`), `status`/`tci`/`tpid` the header fields. `Err(TooBig)` if the kernel truncated
+/// the frame or it does not fit `p`'s buffer; `p` is then in an unspecified (but valid) state.
+#[inline]
+pub(crate) fn copy_frame(
+    p: &mut Packet,
+    data: &[u8],
+    wire_len: usize,
+    status: u32,
+    tci: u16,
+    tpid: u16,
+) -> Result<Copied, TooBig> {
+    if data.len() < wire_len {
+        return Err(TooBig);
+    }
+    if status & sys::TP_STATUS_VLAN_VALID == 0 || data.len() < 12 {
+        p.set_frame(data)?;
+        return Ok(Copied::Plain);
+    }
+    let tpid = if status & sys::TP_STATUS_VLAN_TPID_VALID != 0 && tpid != 0 {
+        tpid
+    } else {
+        0x8100
+    };
+    let out = p.fill(data.len() + 4)?;
+    out[..12].copy_from_slice(&data[..12]);
+    out[12..14].copy_from_slice(&tpid.to_be_bytes());
+    out[14..16].copy_from_slice(&tci.to_be_bytes());
+    out[16..].copy_from_slice(&data[12..]);
+    Ok(Copied::Retagged)
+}
+
+/// Completes a partial (offloaded) TCP/UDP/UDP-Lite checksum in place: the checksum field
+/// holds the folded pseudo-header sum, so the checksum is the complement of the sum over the
+/// L4 segment, as a NIC computes it. Returns whether the frame was recognised and fixed.
+pub(crate) fn complete_partial_csum(f: &mut [u8]) -> bool {
+    let mut m = Meta::default();
+    if parse_frame(f, &mut m).is_err() || m.l4_off == NO_OFFSET {
+        return false;
+    }
+    let (l3, l4) = (usize::from(m.l3_off), usize::from(m.l4_off));
+    let end = match m.ethertype {
+        0x0800 => l3 + usize::from(u16::from_be_bytes([f[l3 + 2], f[l3 + 3]])),
+        0x86dd => l3 + 40 + usize::from(u16::from_be_bytes([f[l3 + 4], f[l3 + 5]])),
+        _ => return false,
+    };
+    let field = match m.ip_proto {
+        6 => 16,
+        17 | 136 => 6,
+        _ => return false,
+    };
+    if end > f.len() || l4 + field + 2 > end {
+        return false;
+    }
+    let mut c = checksum::fold(checksum::sum(&f[l4..end], 0));
+    if c == 0 && m.ip_proto == 17 {
+        // UDP: 0 means "no checksum"; the computed value 0 is sent as all ones.
+        c = 0xffff;
+    }
+    f[l4 + field..l4 + field + 2].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
+/// Reads a `u32` the kernel wrote into the ring.
+///
+/// # Safety
+/// `p` must point to 4 readable bytes inside the mapped ring, 4-aligned.
+#[inline(always)]
+unsafe fn rd32(p: *const u8) -> u32 {
+    // SAFETY: guaranteed by the caller; the kernel does not write this field while the block
+    // belongs to user space (the acquire load of the block status orders the read).
+    unsafe { p.cast::<u32>().read() }
+}
+
+/// Reads a `u16` the kernel wrote into the ring.
+///
+/// # Safety
+/// `p` must point to 2 readable bytes inside the mapped ring, 2-aligned.
+#[inline(always)]
+unsafe fn rd16(p: *const u8) -> u16 {
+    // SAFETY: as for `rd32`.
+    unsafe { p.cast::<u16>().read() }
+}
+
+/// The block status word, shared with the kernel.
+///
+/// # Safety
+/// `block` must be the start of a block of the mapped ring (page-aligned, so the status word
+/// at offset 8 is 4-aligned) and the ring must outlive the returned reference.
+#[inline(always)]
+unsafe fn block_status<'a>(block: *mut u8) -> &'a AtomicU32 {
+    // SAFETY: guaranteed by the caller; `AtomicU32` has the layout of `u32`, and the kernel
+    // accesses this word with its own atomics/barriers.
+    unsafe { &*block.add(sys::BD_BLOCK_STATUS).cast::<AtomicU32>() }
+}
+
+/// One receive queue: the RX ring of one socket.
+#[derive(Debug)]
+pub struct AfPacketRx {
+    ring: Ring,
+    /// Keeps the socket (and with it the fanout membership) open while the queue lives.
+    _sock: Arc<Socket>,
+    /// Block at the cursor.
+    cur: usize,
+    /// Whether block `cur` belongs to us and is being read.
+    open: bool,
+    /// Frames left in the open block.
+    left: u32,
+    /// Offset in the open block of the next frame.
+    off: usize,
+    stats: StatsBlock,
+    extra: Arc<[CachePadded<RxCounters>]>,
+    idx: usize,
+}
+
+impl AfPacketRx {
+    pub(crate) fn new(
+        ring: Ring,
+        sock: Arc<Socket>,
+        stats: StatsBlock,
+        extra: Arc<[CachePadded<RxCounters>]>,
+        idx: usize,
+    ) -> AfPacketRx {
+        assert!(idx < stats.len() && idx < extra.len(), "queue index out of range");
+        AfPacketRx {
+            ring,
+            _sock: sock,
+            cur: 0,
+            open: false,
+            left: 0,
+            off: 0,
+            stats,
+            extra,
+            idx,
+        }
+    }
+
+    /// Hands the open block back to the kernel and moves the cursor on.
+    #[inline]
+    fn release_block(ring: &Ring, cur: &mut usize) {
+        // SAFETY: `cur < blocks`, the block start is page-aligned and the ring is alive.
+        let st = unsafe { block_status(ring.block(*cur)) };
+        // Release: every read of this block happens before the kernel sees it as its own.
+        st.store(sys::TP_STATUS_KERNEL, Ordering::Release);
+        *cur += 1;
+        if *cur == ring.blocks {
+            *cur = 0;
+        }
+    }
+}
+
+impl RxQueue for AfPacketRx {
+    fn rx_burst(&mut self, batch: &mut Batch, pool: &mut PacketPool, _now: Tick) -> usize {
+        let x = &self.extra[self.idx];
+        let bs = self.ring.block_size;
+        let mut n = 0usize;
+        let mut bytes = 0u64;
+        let mut dropped = 0u64;
+        while batch.room() > 0 {
+            let block = self.ring.block(self.cur);
+            if !self.open {
+                // SAFETY: `block` is the start of block `cur` of our live ring.
+                let st = unsafe { block_status(block) }.load(Ordering::Acquire);
+                if st & sys::TP_STATUS_USER == 0 {
+                    break;
+                }
+                // SAFETY: the block descriptor (48 bytes) lies at the start of the block,
+                // which now belongs to us (acquire above); fields are 4-aligned.
+                let (num, first) = unsafe {
+                    (
+                        rd32(block.add(sys::BD_NUM_PKTS)),
+                        rd32(block.add(sys::BD_OFFSET_TO_FIRST_PKT)) as usize,
+                    )
+                };
+                self.open = true;
+                self.left = num;
+                self.off = first;
+            }
+            while self.left > 0 && batch.room() > 0 {
+                let off = self.off;
+                if off < sys::BLOCK_DESC_LEN || off % 4 != 0 || off + sys::FRAME_HDR_LEN > bs {
+                    // Never happens with a sane kernel; do not read out of bounds.
+                    debug_assert!(false, "TPACKET_V3 frame offset {off} outside block of {bs}");
+                    self.left = 0;
+                    break;
+                }
+                // SAFETY: `off + FRAME_HDR_LEN <= block_size` (checked above), `off` is
+                // 4-aligned (checked; the kernel aligns frames to 8), and the block is ours.
+                let h = unsafe { block.add(off) };
+                // SAFETY: every field read lies in the first FRAME_HDR_LEN bytes of the header,
+                // at its natural alignment.
+                let (next, snap, len, status, mac, tci, tpid, pkttype) = unsafe {
+                    (
+                        rd32(h.add(sys::H_NEXT_OFFSET)) as usize,
+                        rd32(h.add(sys::H_SNAPLEN)) as usize,
+                        rd32(h.add(sys::H_LEN)) as usize,
+                        rd32(h.add(sys::H_STATUS)),
+                        usize::from(rd16(h.add(sys::H_MAC))),
+                        rd32(h.add(sys::H_VLAN_TCI)) as u16,
+                        rd16(h.add(sys::H_VLAN_TPID)),
+                        *h.add(sys::H_SLL_PKTTYPE),
+                    )
+                };
+                self.left -= 1;
+                self.off = off + next;
+                if off + mac + snap > bs {
+                    debug_assert!(false, "TPACKET_V3 frame runs past its block");
+                    self.left = 0;
+                    break;
+                }
+                if pkttype == sys::PACKET_OUTGOING {
+                    x.outgoing_skipped.inc();
+                    continue;
+                }
+                // SAFETY: `off + mac + snap <= block_size` (checked above); the bytes belong to
+                // us until the block is released, which happens after this slice is dropped.
+                let data = unsafe { std::slice::from_raw_parts(h.add(mac), snap) };
+                let mut p = pool.get();
+                match copy_frame(&mut p, data, len, status, tci, tpid) {
+                    Ok(c) => {
+                        if c == Copied::Retagged {
+                            x.vlan_restored.inc();
+                        }
+                        if status & sys::TP_STATUS_CSUMNOTREADY != 0 {
+                            if complete_partial_csum(p.data_mut()) {
+                                x.csum_completed.inc();
+                            } else {
+                                x.csum_partial.inc();
+                            }
+                        }
+                        bytes += p.len() as u64;
+                        n += 1;
+                        // Cannot fail: the loop runs only while the batch has room.
+                        if let Err(p) = batch.push(p) {
+                            pool.put(p);
+                        }
+                    }
+                    Err(TooBig) => {
+                        x.too_big.inc();
+                        dropped += 1;
+                        pool.put(p);
+                    }
+                }
+            }
+            if self.left == 0 {
+                Self::release_block(&self.ring, &mut self.cur);
+                self.open = false;
+                x.blocks.inc();
+            }
+        }
+        if n != 0 || dropped != 0 {
+            let s = self.stats.queue(self.idx);
+            s.packets.add(n as u64);
+            s.bytes.add(bytes);
+            s.dropped.add(dropped);
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use freeway_packet::build::{build_frame, FrameSpec, L4};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn plain_frames_are_copied_and_truncated_ones_refused() {
+        let f: Vec<u8> = (0..100u8).collect();
+        let mut p = Packet::new();
+        assert_eq!(copy_frame(&mut p, &f, 100, 0, 0, 0), Ok(Copied::Plain));
+        assert_eq!(p.data(), &f[..]);
+        // The kernel cut it to the block: snaplen < len.
+        assert_eq!(copy_frame(&mut p, &f[..80], 100, 0, 0, 0), Err(TooBig));
+        // Too big for the buffer.
+        let mut small = Packet::with_capacity(256);
+        let big = vec![0u8; 200];
+        assert_eq!(copy_frame(&mut small, &big, 200, 0, 0, 0), Err(TooBig));
+    }
+
+    #[test]
+    fn stripped_tags_are_reinserted() {
+        let f: Vec<u8> = (0..64u8).collect();
+        let mut p = Packet::new();
+        let st = sys::TP_STATUS_VLAN_VALID;
+        assert_eq!(copy_frame(&mut p, &f, 64, st, 0x6064, 0), Ok(Copied::Retagged));
+        let d = p.data();
+        assert_eq!(d.len(), 68);
+        assert_eq!(&d[..12], &f[..12]);
+        assert_eq!(&d[12..16], &[0x81, 0x00, 0x60, 0x64]);
+        assert_eq!(&d[16..], &f[12..]);
+        // 802.1ad TPID reported by the kernel.
+        let st = sys::TP_STATUS_VLAN_VALID | sys::TP_STATUS_VLAN_TPID_VALID;
+        copy_frame(&mut p, &f, 64, st, 10, 0x88a8).unwrap();
+        assert_eq!(&p.data()[12..16], &[0x88, 0xa8, 0x00, 0x0a]);
+        // A tag that no longer fits the buffer: too big, not truncated.
+        let mut small = Packet::with_capacity(256);
+        let f = vec![0u8; 128];
+        assert_eq!(copy_frame(&mut small, &f, 128, st, 1, 0x8100), Err(TooBig));
+    }
+
+    /// Replaces the L4 checksum of a built frame with the folded pseudo-header sum, as a stack
+    /// with checksum offload leaves it.
+    fn make_partial(f: &mut [u8], v6: bool, proto: u8, l3: usize, l4: usize, field: usize) {
+        let l4_len = f.len() - l4;
+        let ps = if v6 {
+            let s: [u8; 16] = f[l3 + 8..l3 + 24].try_into().unwrap();
+            let d: [u8; 16] = f[l3 + 24..l3 + 40].try_into().unwrap();
+            checksum::pseudo_v6(s, d, proto, l4_len as u32)
+        } else {
+            let s: [u8; 4] = f[l3 + 12..l3 + 16].try_into().unwrap();
+            let d: [u8; 4] = f[l3 + 16..l3 + 20].try_into().unwrap();
+            checksum::pseudo_v4(s, d, proto, l4_len as u16)
+        };
+        let partial = !checksum::fold(ps);
+        f[l4 + field..l4 + field + 2].copy_from_slice(&partial.to_be_bytes());
+    }
+
+    #[test]
+    fn partial_checksums_are_completed() {
+        let cases = [
+            (L4::Udp, false, 17u8, 6usize),
+            (L4::Tcp { flags: 0x02 }, false, 6, 16),
+            (L4::Udp, true, 17, 6),
+            (L4::Tcp { flags: 0x12 }, true, 6, 16),
+        ];
+        for (proto, v6, num, field) in cases {
+            for vlan in [None, Some(7)] {
+                let (src_ip, dst_ip) = if v6 {
+                    (
+                        IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)),
+                        IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2)),
+                    )
+                } else {
+                    (
+                        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                    )
+                };
+                let spec = FrameSpec {
+                    vlan,
+                    src_ip,
+                    dst_ip,
+                    proto,
+                    len: 111,
+                    ..FrameSpec::default()
+                };
+                let good = build_frame(&spec);
+                let l3 = if vlan.is_some() { 18 } else { 14 };
+                let l4 = l3 + if v6 { 40 } else { 20 };
+                let mut f = good.clone();
+                make_partial(&mut f, v6, num, l3, l4, field);
+                assert_ne!(f, good);
+                assert!(complete_partial_csum(&mut f), "{proto:?} v6={v6}");
+                assert_eq!(f, good, "{proto:?} v6={v6} vlan={vlan:?}");
+            }
+        }
+        // ICMP and non-IP frames are left alone.
+        let mut icmp = build_frame(&FrameSpec {
+            proto: L4::Icmp,
+            ..FrameSpec::default()
+        });
+        let before = icmp.clone();
+        assert!(!complete_partial_csum(&mut icmp));
+        assert_eq!(icmp, before);
+        let mut arp = vec![0u8; 60];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert!(!complete_partial_csum(&mut arp));
+    }
+}

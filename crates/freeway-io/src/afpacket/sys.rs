@@ -1,0 +1,311 @@
+//! The thin layer over the kernel: AF_PACKET ABI constants and structures (from
+//! `<linux/if_packet.h>`, stable kernel ABI, written out here so the crate does not depend on
+//! which `libc` release exports them), and safe wrappers over the few syscalls we make.
+//!
+//! Threads: a [`Socket`] is shared (an `Arc`) by the worker that receives and transmits on it
+//! and the control thread that reads its statistics; every method is one syscall on the file
+//! descriptor, and the kernel serialises those. A [`Ring`] (the mapped RX ring) is owned by
+//! exactly one RX queue and touched by its worker only.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+
+// Socket options (SOL_PACKET level).
+pub(crate) const SOL_PACKET: libc::c_int = 263;
+pub(crate) const PACKET_ADD_MEMBERSHIP: libc::c_int = 1;
+pub(crate) const PACKET_STATISTICS: libc::c_int = 6;
+pub(crate) const PACKET_VERSION: libc::c_int = 10;
+pub(crate) const PACKET_RX_RING: libc::c_int = 5;
+pub(crate) const PACKET_FANOUT: libc::c_int = 18;
+pub(crate) const PACKET_QDISC_BYPASS: libc::c_int = 20;
+pub(crate) const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+pub(crate) const PACKET_MR_PROMISC: u16 = 1;
+pub(crate) const TPACKET_V3: libc::c_int = 2;
+
+// Fanout modes and flags (the high 16 bits of the PACKET_FANOUT argument).
+pub(crate) const PACKET_FANOUT_HASH: u32 = 0;
+pub(crate) const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
+pub(crate) const PACKET_FANOUT_FLAG_DEFRAG: u32 = 0x8000;
+
+/// `ETH_P_ALL`: every protocol.
+pub(crate) const ETH_P_ALL: u16 = 0x0003;
+/// `sll_pkttype` of a frame this host sent.
+pub(crate) const PACKET_OUTGOING: u8 = 4;
+
+// Block status (tpacket_hdr_v1::block_status).
+pub(crate) const TP_STATUS_KERNEL: u32 = 0;
+pub(crate) const TP_STATUS_USER: u32 = 1;
+// Frame status (tpacket3_hdr::tp_status).
+pub(crate) const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
+pub(crate) const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+pub(crate) const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+
+/// Offsets inside a block: `struct tpacket_block_desc { u32 version; u32 offset_to_priv;
+/// struct tpacket_hdr_v1 { u32 block_status; u32 num_pkts; u32 offset_to_first_pkt; ... } }`.
+pub(crate) const BD_BLOCK_STATUS: usize = 8;
+pub(crate) const BD_NUM_PKTS: usize = 12;
+pub(crate) const BD_OFFSET_TO_FIRST_PKT: usize = 16;
+/// Size of `struct tpacket_block_desc` (the kernel aligns the first frame after it).
+pub(crate) const BLOCK_DESC_LEN: usize = 48;
+
+/// Offsets inside a frame header, `struct tpacket3_hdr { u32 tp_next_offset; u32 tp_sec;
+/// u32 tp_nsec; u32 tp_snaplen; u32 tp_len; u32 tp_status; u16 tp_mac; u16 tp_net;
+/// { u32 tp_rxhash; u32 tp_vlan_tci; u16 tp_vlan_tpid; u16 pad; }; u8 pad[8]; }` (48 bytes),
+/// followed at `TPACKET_ALIGN(48) = 48` by a `struct sockaddr_ll`.
+pub(crate) const H_NEXT_OFFSET: usize = 0;
+pub(crate) const H_SNAPLEN: usize = 12;
+pub(crate) const H_LEN: usize = 16;
+pub(crate) const H_STATUS: usize = 20;
+pub(crate) const H_MAC: usize = 24;
+pub(crate) const H_VLAN_TCI: usize = 32;
+pub(crate) const H_VLAN_TPID: usize = 36;
+/// `sll_pkttype` of the `sockaddr_ll` after the header (48 + 10).
+pub(crate) const H_SLL_PKTTYPE: usize = 58;
+/// Header bytes in front of the frame data at least (`tpacket3_hdr` + `sockaddr_ll`).
+pub(crate) const FRAME_HDR_LEN: usize = 68;
+
+/// `struct tpacket_req3`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TpacketReq3 {
+    pub tp_block_size: u32,
+    pub tp_block_nr: u32,
+    pub tp_frame_size: u32,
+    pub tp_frame_nr: u32,
+    pub tp_retire_blk_tov: u32,
+    pub tp_sizeof_priv: u32,
+    pub tp_feature_req_word: u32,
+}
+
+/// `struct tpacket_stats_v3`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TpacketStatsV3 {
+    pub tp_packets: u32,
+    pub tp_drops: u32,
+    pub tp_freeze_q_cnt: u32,
+}
+
+/// `struct packet_mreq`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct PacketMreq {
+    mr_ifindex: libc::c_int,
+    mr_type: u16,
+    mr_alen: u16,
+    mr_address: [u8; 8],
+}
+
+/// `struct ifreq` as used by `SIOCGIFMTU`: the name, then an `int` in the union (padded to the
+/// union's 24 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct IfreqMtu {
+    ifr_name: [u8; libc::IFNAMSIZ],
+    ifr_mtu: libc::c_int,
+    _pad: [u8; 20],
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Adds context to an OS error, keeping its kind and errno visible in the message.
+pub(crate) fn ctx(e: io::Error, what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// The index of interface `name` in the calling thread's network namespace.
+pub(crate) fn if_index(name: &str) -> io::Result<u32> {
+    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has NUL"))?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(i)
+    }
+}
+
+/// An AF_PACKET socket.
+#[derive(Debug)]
+pub(crate) struct Socket {
+    fd: OwnedFd,
+}
+
+impl Socket {
+    /// A raw, non-blocking, close-on-exec packet socket that receives nothing until bound
+    /// (protocol 0), so that no frame of another interface can slip into the ring between
+    /// `socket()` and `bind()`.
+    pub(crate) fn new() -> io::Result<Socket> {
+        // SAFETY: plain syscall with constant arguments.
+        let fd = cvt(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
+        Ok(Socket {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    pub(crate) fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// `setsockopt(SOL_PACKET, opt, &val)`.
+    pub(crate) fn set<T: Copy>(&self, opt: libc::c_int, val: &T) -> io::Result<()> {
+        // SAFETY: `val` points to a live `T` of `size_of::<T>()` bytes for the whole call; the
+        // kernel only reads it. `T` is one of our `repr(C)` ABI structs or an integer.
+        cvt(unsafe {
+            libc::setsockopt(
+                self.raw(),
+                SOL_PACKET,
+                opt,
+                (val as *const T).cast(),
+                std::mem::size_of::<T>() as libc::socklen_t,
+            )
+        })
+        .map(|_| ())
+    }
+
+    /// `getsockopt(SOL_PACKET, opt)` into a `T`.
+    pub(crate) fn get<T: Copy + Default>(&self, opt: libc::c_int) -> io::Result<T> {
+        let mut v = T::default();
+        let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+        // SAFETY: `v` is a live, writable `T` of `len` bytes; the kernel writes at most `len`
+        // bytes and every bit pattern is valid for the integer/`repr(C)` integer structs used.
+        cvt(unsafe { libc::getsockopt(self.raw(), SOL_PACKET, opt, (&mut v as *mut T).cast(), &mut len) })?;
+        Ok(v)
+    }
+
+    /// Binds to `ifindex`, all protocols.
+    pub(crate) fn bind(&self, ifindex: u32) -> io::Result<()> {
+        // SAFETY: all-zero is a valid `sockaddr_ll`.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = ETH_P_ALL.to_be();
+        sll.sll_ifindex = ifindex as libc::c_int;
+        // SAFETY: `sll` is a valid `sockaddr_ll` living across the call, and the length given
+        // is its size.
+        cvt(unsafe {
+            libc::bind(
+                self.raw(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })
+        .map(|_| ())
+    }
+
+    /// Puts the interface in promiscuous mode for as long as this socket lives (the kernel
+    /// counts the membership and drops it when the socket closes).
+    pub(crate) fn add_promisc(&self, ifindex: u32) -> io::Result<()> {
+        let m = PacketMreq {
+            mr_ifindex: ifindex as libc::c_int,
+            mr_type: PACKET_MR_PROMISC,
+            ..PacketMreq::default()
+        };
+        self.set(PACKET_ADD_MEMBERSHIP, &m)
+    }
+
+    /// The interface MTU (`SIOCGIFMTU`).
+    pub(crate) fn mtu(&self, iface: &str) -> io::Result<u32> {
+        let mut r = IfreqMtu {
+            ifr_name: [0; libc::IFNAMSIZ],
+            ifr_mtu: 0,
+            _pad: [0; 20],
+        };
+        let n = iface.len().min(libc::IFNAMSIZ - 1);
+        r.ifr_name[..n].copy_from_slice(&iface.as_bytes()[..n]);
+        // SAFETY: `r` is a writable ifreq-sized buffer with a NUL-terminated name; SIOCGIFMTU
+        // writes the `int` field only.
+        cvt(unsafe { libc::ioctl(self.raw(), libc::SIOCGIFMTU, &mut r as *mut IfreqMtu) })?;
+        Ok(r.ifr_mtu.max(0) as u32)
+    }
+
+    /// Reads and resets the kernel's counters for this socket.
+    pub(crate) fn stats(&self) -> io::Result<TpacketStatsV3> {
+        self.get(PACKET_STATISTICS)
+    }
+
+    /// Maps the RX ring set up with `req`.
+    pub(crate) fn map_ring(&self, req: &TpacketReq3) -> io::Result<Ring> {
+        let len = req.tp_block_size as usize * req.tp_block_nr as usize;
+        // SAFETY: a fresh shared mapping of the socket's ring: the kernel checks the length
+        // against the ring it allocated and inserts its own pages; no existing memory is
+        // affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.raw(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Ring {
+            base: NonNull::new(p.cast()).expect("mmap returned NULL without MAP_FIXED"),
+            len,
+            block_size: req.tp_block_size as usize,
+            blocks: req.tp_block_nr as usize,
+        })
+    }
+
+    /// Closes the socket, reporting the error `close(2)` returns (dropping ignores it).
+    pub(crate) fn close(self) -> io::Result<()> {
+        let fd = self.fd.into_raw_fd();
+        // SAFETY: `fd` was owned by `self`, which is consumed; nobody else closes it.
+        cvt(unsafe { libc::close(fd) }).map(|_| ())
+    }
+}
+
+/// The memory-mapped TPACKET_V3 RX ring of one socket: `blocks` blocks of `block_size` bytes.
+///
+/// The mapping keeps the socket's ring alive even after the descriptor is closed; it is
+/// unmapped on drop. Owned by one RX queue (one worker).
+#[derive(Debug)]
+pub(crate) struct Ring {
+    base: NonNull<u8>,
+    len: usize,
+    pub(crate) block_size: usize,
+    pub(crate) blocks: usize,
+}
+
+// SAFETY: the ring is plain shared memory with the kernel; it has no thread affinity. The
+// owning `Ring` is moved to the worker that polls it and only that worker reads or writes it
+// (it is not `Sync`, and no other handle to the mapping exists in the process).
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Start of block `i`. Panics (debug) if out of range.
+    #[inline(always)]
+    pub(crate) fn block(&self, i: usize) -> *mut u8 {
+        debug_assert!(i < self.blocks);
+        // SAFETY: `i < blocks`, so the offset stays inside the mapping of `len` bytes.
+        unsafe { self.base.as_ptr().add(i * self.block_size) }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly what mmap returned; after this nobody touches the
+        // memory (the `Ring` is gone, and all pointers into it were derived from it).
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Small Ethernet helpers shared by the protocol modules: reading the outer tag, writing an
+//! Ethernet (+ optional 802.1Q) header into a fresh frame, and retagging a forwarded frame.
+//!
+//! Threads: pure functions of the buffers they are given.
+
+use freeway_packet::wire::{is_vlan_tpid, ETHERTYPE_VLAN, VID_MASK};
+use freeway_packet::{parse, vlan_pop, vlan_push, Packet, NO_VLAN};
+
+/// The broadcast MAC address.
+pub const BROADCAST: [u8; 6] = [0xff; 6];
+/// The shortest frame put on the wire (without FCS); generated frames are padded to it.
+pub const MIN_FRAME: usize = 60;
+
+/// Whether a MAC address is a group (multicast or broadcast) address.
+#[inline(always)]
+pub fn is_group(mac: &[u8]) -> bool {
+    !mac.is_empty() && mac[0] & 1 == 1
+}
+
+/// The outer VLAN tag of a frame (`None` if untagged or too short to tell).
+#[inline(always)]
+pub fn outer_vid(f: &[u8]) -> Option<u16> {
+    if f.len() >= 18 && is_vlan_tpid(u16::from_be_bytes([f[12], f[13]])) {
+        Some(u16::from_be_bytes([f[14], f[15]]) & VID_MASK)
+    } else {
+        None
+    }
+}
+
+/// Length of an Ethernet header with or without one tag.
+#[inline(always)]
+pub fn l2_len(vlan: Option<u16>) -> usize {
+    if vlan.is_some() {
+        18
+    } else {
+        14
+    }
+}
+
+/// Makes `pkt` a fresh frame of `max(l2 + l3_len, MIN_FRAME)` bytes (zero padded), writes the
+/// Ethernet header and returns the offset of the L3 header. `None` if the buffer is too small.
+pub fn start_frame(
+    pkt: &mut Packet,
+    dst: [u8; 6],
+    src: [u8; 6],
+    vlan: Option<u16>,
+    ethertype: u16,
+    l3_len: usize,
+) -> Option<usize> {
+    let l2 = l2_len(vlan);
+    let total = (l2 + l3_len).max(MIN_FRAME);
+    let f = pkt.fill(total).ok()?;
+    f.fill(0);
+    f[0..6].copy_from_slice(&dst);
+    f[6..12].copy_from_slice(&src);
+    match vlan {
+        Some(v) => {
+            f[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+            f[14..16].copy_from_slice(&(v & VID_MASK).to_be_bytes());
+            f[16..18].copy_from_slice(&ethertype.to_be_bytes());
+        }
+        None => f[12..14].copy_from_slice(&ethertype.to_be_bytes()),
+    }
+    Some(l2)
+}
+
+/// Fills a generated frame's metadata (parser fields; `in_port` is left alone) so later stages
+/// (egress taps, the bridge) see a consistent packet.
+pub fn finish_frame(pkt: &mut Packet) {
+    let _ = parse(pkt);
+}
+
+/// Gives a frame the tagging of an egress interface: retags (keeping PCP/DEI), pops or pushes
+/// the outer tag, and sets `meta.vlan` to the interface's VLAN ([`NO_VLAN`] if untagged).
+/// `false` if a tag had to be pushed and there is no headroom.
+#[inline]
+pub fn set_egress_tag(pkt: &mut Packet, vlan: Option<u16>) -> bool {
+    let cur = outer_vid(pkt.data());
+    match (cur, vlan) {
+        (None, None) => {}
+        (Some(c), Some(v)) => {
+            if c != v & VID_MASK {
+                let f = pkt.data_mut();
+                let tci = (u16::from_be_bytes([f[14], f[15]]) & !VID_MASK) | (v & VID_MASK);
+                f[14..16].copy_from_slice(&tci.to_be_bytes());
+                // A forwarded frame crossing to another VLAN uses the 802.1Q TPID.
+                f[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+            }
+        }
+        (Some(_), None) => {
+            vlan_pop(pkt);
+        }
+        (None, Some(v)) => {
+            if !vlan_push(pkt, v) {
+                return false;
+            }
+        }
+    }
+    pkt.meta.vlan = vlan.map_or(NO_VLAN, |v| v & VID_MASK);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_frame_pads_and_tags() {
+        let mut p = Packet::new();
+        let l3 = start_frame(&mut p, BROADCAST, [2, 0, 0, 0, 0, 1], Some(10), 0x0806, 28).unwrap();
+        assert_eq!(l3, 18);
+        assert_eq!(p.len(), 60);
+        assert_eq!(outer_vid(p.data()), Some(10));
+        assert_eq!(&p.data()[16..18], &[0x08, 0x06]);
+        assert!(set_egress_tag(&mut p, Some(20)));
+        assert_eq!(outer_vid(p.data()), Some(20));
+        assert!(set_egress_tag(&mut p, None));
+        assert_eq!(outer_vid(p.data()), None);
+        assert_eq!(&p.data()[12..14], &[0x08, 0x06]);
+        assert!(set_egress_tag(&mut p, Some(30)));
+        assert_eq!(outer_vid(p.data()), Some(30));
+        assert_eq!(p.meta.vlan, 30);
+    }
+}

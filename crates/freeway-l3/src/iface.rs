@@ -1,0 +1,559 @@
+//! Router interfaces and the classifier that tells the bridge which frames are the router's.
+//!
+//! An [`Interface`] is a (port, VLAN) pair where the router has a MAC and addresses: a routed
+//! port (`vlan: None`), a VLAN on a trunk port, or an SVI when `port` is the bridge's internal
+//! "router" port (frames between the bridge and the router carry the VLAN as an 802.1Q tag, so
+//! the router is a trunk member of every interface VLAN, "router on a stick"). Every interface
+//! also gets an IPv6 link-local address derived from its MAC (modified EUI-64, RFC 4291 app. A).
+//!
+//! Frames are matched to an interface by `(meta.in_port, outer 802.1Q tag of the frame)`: the
+//! tag is read from the frame as it reaches the L3 stage, not from `meta.vlan` (which the bridge
+//! rewrites to the classified VLAN).
+//!
+//! [`Interfaces`] is built once (configuration) and then shared read-only (`Arc`) by all
+//! workers; lookups are bisections of small sorted arrays, no lock, no shared write. A new
+//! configuration is a new `Interfaces` handed to new workers.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use freeway_packet::wire::{ETHERTYPE_ARP, ETHERTYPE_IPV6, IPPROTO_ICMPV6};
+use freeway_packet::{Packet, NO_OFFSET};
+use serde::Serialize;
+
+use crate::frame::{is_group, outer_vid, BROADCAST};
+use crate::prefix_contains;
+
+/// The default IP MTU of an interface.
+pub const DEFAULT_MTU: u16 = 1500;
+
+/// One router interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interface {
+    /// Name (dumps, `ip neigh` style `dev`).
+    pub name: String,
+    /// The port index frames of this interface arrive on and leave by.
+    pub port: u16,
+    /// 802.1Q VLAN on that port (`None` = untagged).
+    pub vlan: Option<u16>,
+    /// The router MAC on this interface.
+    pub mac: [u8; 6],
+    /// IPv4 addresses with prefix length.
+    pub v4: Vec<(Ipv4Addr, u8)>,
+    /// IPv6 addresses with prefix length (the link-local one is added automatically).
+    pub v6: Vec<(Ipv6Addr, u8)>,
+    /// IP MTU (largest IP packet sent on this interface; default [`DEFAULT_MTU`]).
+    pub mtu: u16,
+}
+
+impl Interface {
+    /// An interface without addresses, MTU [`DEFAULT_MTU`].
+    pub fn new(name: impl Into<String>, port: u16, vlan: Option<u16>, mac: [u8; 6]) -> Self {
+        Interface {
+            name: name.into(),
+            port,
+            vlan,
+            mac,
+            v4: Vec::new(),
+            v6: Vec::new(),
+            mtu: DEFAULT_MTU,
+        }
+    }
+
+    /// Adds an IPv4 address (builder style).
+    pub fn with_v4(mut self, addr: Ipv4Addr, len: u8) -> Self {
+        self.v4.push((addr, len));
+        self
+    }
+
+    /// Adds an IPv6 address (builder style).
+    pub fn with_v6(mut self, addr: Ipv6Addr, len: u8) -> Self {
+        self.v6.push((addr, len));
+        self
+    }
+
+    /// The link-local address derived from the MAC (fe80::/64 + modified EUI-64).
+    pub fn link_local(&self) -> Ipv6Addr {
+        eui64_link_local(self.mac)
+    }
+
+    /// Whether `ip` is on one of this interface's IPv4 subnets.
+    pub fn v4_on_link(&self, ip: Ipv4Addr) -> bool {
+        self.v4
+            .iter()
+            .any(|(a, l)| prefix_contains(IpAddr::V4(*a), *l, IpAddr::V4(ip)))
+    }
+
+    /// Whether `ip` is on-link for IPv6: link-local, or on one of the interface's prefixes.
+    pub fn v6_on_link(&self, ip: Ipv6Addr) -> bool {
+        is_link_local(ip)
+            || self
+                .v6
+                .iter()
+                .any(|(a, l)| prefix_contains(IpAddr::V6(*a), *l, IpAddr::V6(ip)))
+    }
+
+    /// The source address for an IPv4 packet sent from this interface to `dst`: the address
+    /// whose subnet holds `dst`, else the first one; `None` if the interface has none.
+    pub fn v4_source_for(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        self.v4
+            .iter()
+            .find(|(a, l)| prefix_contains(IpAddr::V4(*a), *l, IpAddr::V4(dst)))
+            .or(self.v4.first())
+            .map(|(a, _)| *a)
+    }
+
+    /// The source address for an IPv6 packet sent from this interface to `dst`: the
+    /// link-local address for link-local destinations, else the global address whose prefix
+    /// holds `dst`, else the first global address, else the link-local one.
+    pub fn v6_source_for(&self, dst: Ipv6Addr) -> Ipv6Addr {
+        if is_link_local(dst) {
+            return self.link_local();
+        }
+        self.v6
+            .iter()
+            .find(|(a, l)| prefix_contains(IpAddr::V6(*a), *l, IpAddr::V6(dst)))
+            .or(self.v6.first())
+            .map_or_else(|| self.link_local(), |(a, _)| *a)
+    }
+
+    /// Whether `ip` is one of this interface's IPv6 addresses (link-local included).
+    pub fn has_v6(&self, ip: Ipv6Addr) -> bool {
+        ip == self.link_local() || self.v6.iter().any(|(a, _)| *a == ip)
+    }
+
+    /// Whether `ip` is one of this interface's IPv4 addresses.
+    pub fn has_v4(&self, ip: Ipv4Addr) -> bool {
+        self.v4.iter().any(|(a, _)| *a == ip)
+    }
+
+    /// Whether `ip` is the directed broadcast address of one of this interface's subnets
+    /// (prefixes of /31 and /32 have none).
+    pub fn is_v4_broadcast(&self, ip: Ipv4Addr) -> bool {
+        self.v4.iter().any(|(a, l)| {
+            *l < 31 && {
+                let host = u32::MAX >> l;
+                u32::from(*a) | host == u32::from(ip)
+            }
+        })
+    }
+
+    /// Whether the interface listens to the IPv6 multicast group `g`: all-nodes (ff02::1),
+    /// all-routers (ff02::2), or the solicited-node group of one of its addresses.
+    pub fn listens_v6(&self, g: Ipv6Addr) -> bool {
+        if g == ALL_NODES || g == ALL_ROUTERS {
+            return true;
+        }
+        g == solicited_node(self.link_local()) || self.v6.iter().any(|(a, _)| solicited_node(*a) == g)
+    }
+}
+
+/// ff02::1, all nodes on the link.
+pub const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+/// ff02::2, all routers on the link.
+pub const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
+
+/// The link-local address fe80::/64 with the modified EUI-64 identifier of `mac`.
+pub fn eui64_link_local(mac: [u8; 6]) -> Ipv6Addr {
+    let mut o = [0u8; 16];
+    o[0] = 0xfe;
+    o[1] = 0x80;
+    o[8] = mac[0] ^ 0x02;
+    o[9] = mac[1];
+    o[10] = mac[2];
+    o[11] = 0xff;
+    o[12] = 0xfe;
+    o[13] = mac[3];
+    o[14] = mac[4];
+    o[15] = mac[5];
+    Ipv6Addr::from(o)
+}
+
+/// The solicited-node multicast group of `ip` (ff02::1:ffXX:XXXX, RFC 4291 2.7.1).
+pub fn solicited_node(ip: Ipv6Addr) -> Ipv6Addr {
+    let a = ip.octets();
+    let mut o = [0u8; 16];
+    o[0] = 0xff;
+    o[1] = 0x02;
+    o[11] = 0x01;
+    o[12] = 0xff;
+    o[13..16].copy_from_slice(&a[13..16]);
+    Ipv6Addr::from(o)
+}
+
+/// The Ethernet address an IPv6 multicast group maps to (33:33 + low 32 bits, RFC 2464 7).
+pub fn v6_multicast_mac(g: Ipv6Addr) -> [u8; 6] {
+    let a = g.octets();
+    [0x33, 0x33, a[12], a[13], a[14], a[15]]
+}
+
+/// Whether `ip` is link-local unicast (fe80::/10).
+pub fn is_link_local(ip: Ipv6Addr) -> bool {
+    ip.segments()[0] & 0xffc0 == 0xfe80
+}
+
+/// A connected prefix the integrator installs as a route (`gateway: None`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ConnectedPrefix {
+    /// Interface index.
+    pub iface: u16,
+    /// Network address (host bits zero).
+    pub prefix: IpAddr,
+    /// Prefix length.
+    pub len: u8,
+}
+
+/// What the router wants of a frame (see [`Interfaces::wants`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wants {
+    /// Not the router's: the bridge handles it alone.
+    NotOurs,
+    /// Unicast to the router MAC on a router interface: the L3 stage consumes it; the bridge
+    /// must not forward it.
+    Ours,
+    /// A broadcast or multicast frame the router needs a copy of (ARP request for one of our
+    /// addresses; ND, router solicitation or echo to a group we listen to). The bridge floods it
+    /// as usual *and* hands a copy to the L3 stage.
+    Copy(u16),
+}
+
+/// Why a set of interfaces was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IfaceError {
+    /// Two interfaces share a name.
+    DuplicateName(String),
+    /// Two interfaces share a (port, VLAN).
+    DuplicatePortVlan(String, String),
+    /// More interfaces than a `u16` index can name.
+    TooMany,
+    /// A prefix length beyond 32 (IPv4) or 128 (IPv6), or a VLAN beyond 4094.
+    BadAddress(String),
+    /// An address is configured on two interfaces.
+    DuplicateAddress(IpAddr),
+    /// A group MAC or an MTU below the IP minimum (68 for IPv4, 1280 with IPv6 addresses).
+    BadInterface(String),
+}
+
+impl std::fmt::Display for IfaceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IfaceError::DuplicateName(n) => write!(f, "interface name {n} is used twice"),
+            IfaceError::DuplicatePortVlan(a, b) => write!(f, "interfaces {a} and {b} share a port and VLAN"),
+            IfaceError::TooMany => write!(f, "too many interfaces"),
+            IfaceError::BadAddress(s) => write!(f, "bad address or VLAN: {s}"),
+            IfaceError::DuplicateAddress(a) => write!(f, "address {a} is configured twice"),
+            IfaceError::BadInterface(s) => write!(f, "bad interface: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for IfaceError {}
+
+/// The router's interfaces, indexed by position (`u16`).
+#[derive(Clone, Debug, Default)]
+pub struct Interfaces {
+    list: Vec<Interface>,
+    by_port_vlan: SortedMap<u32>,
+    local_v4: SortedMap<u32>,
+    local_v6: SortedMap<u128>,
+}
+
+/// A small sorted map (key → interface index) searched by bisection: no hashing on the fast
+/// path, and a few cache lines for a router's handful of interfaces.
+#[derive(Clone, Debug, Default)]
+struct SortedMap<K: Ord + Copy> {
+    v: Vec<(K, u16)>,
+}
+
+impl<K: Ord + Copy> SortedMap<K> {
+    /// Inserts `k`; gives back the existing value (and changes nothing) if present.
+    fn insert(&mut self, k: K, idx: u16) -> Option<u16> {
+        match self.v.binary_search_by(|e| e.0.cmp(&k)) {
+            Ok(i) => Some(self.v[i].1),
+            Err(i) => {
+                self.v.insert(i, (k, idx));
+                None
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, k: K) -> Option<u16> {
+        self.v.binary_search_by(|e| e.0.cmp(&k)).ok().map(|i| self.v[i].1)
+    }
+}
+
+#[inline(always)]
+fn pv_key(port: u16, vlan: Option<u16>) -> u32 {
+    (u32::from(port) << 16) | u32::from(vlan.unwrap_or(0xffff))
+}
+
+impl Interfaces {
+    /// Checks and indexes a list of interfaces; an interface's index is its position.
+    pub fn new(list: Vec<Interface>) -> Result<Interfaces, IfaceError> {
+        if list.len() > usize::from(u16::MAX) {
+            return Err(IfaceError::TooMany);
+        }
+        let mut s = Interfaces::default();
+        let mut names = HashMap::new();
+        for (i, it) in list.iter().enumerate() {
+            let idx = i as u16;
+            if names.insert(it.name.clone(), idx).is_some() {
+                return Err(IfaceError::DuplicateName(it.name.clone()));
+            }
+            if it.vlan.is_some_and(|v| v == 0 || v > 4094) {
+                return Err(IfaceError::BadAddress(format!("{}: vlan {:?}", it.name, it.vlan)));
+            }
+            if is_group(&it.mac) {
+                return Err(IfaceError::BadInterface(format!("{}: group MAC", it.name)));
+            }
+            if it.mtu < 68 || (!it.v6.is_empty() && it.mtu < 1280) {
+                return Err(IfaceError::BadInterface(format!("{}: mtu {}", it.name, it.mtu)));
+            }
+            if let Some(j) = s.by_port_vlan.insert(pv_key(it.port, it.vlan), idx) {
+                return Err(IfaceError::DuplicatePortVlan(
+                    list[usize::from(j)].name.clone(),
+                    it.name.clone(),
+                ));
+            }
+            for (a, l) in &it.v4 {
+                if *l > 32 {
+                    return Err(IfaceError::BadAddress(format!("{a}/{l}")));
+                }
+                if s.local_v4.insert(u32::from(*a), idx).is_some() {
+                    return Err(IfaceError::DuplicateAddress(IpAddr::V4(*a)));
+                }
+            }
+            for (a, l) in &it.v6 {
+                if *l > 128 || a.is_multicast() || is_link_local(*a) {
+                    return Err(IfaceError::BadAddress(format!("{a}/{l}")));
+                }
+                if s.local_v6.insert(u128::from(*a), idx).is_some() {
+                    return Err(IfaceError::DuplicateAddress(IpAddr::V6(*a)));
+                }
+            }
+        }
+        s.list = list;
+        Ok(s)
+    }
+
+    /// Number of interfaces.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The interface at `idx`.
+    #[inline]
+    pub fn get(&self, idx: u16) -> Option<&Interface> {
+        self.list.get(usize::from(idx))
+    }
+
+    /// All interfaces, in index order.
+    pub fn iter(&self) -> impl Iterator<Item = &Interface> {
+        self.list.iter()
+    }
+
+    /// The index of the interface named `name`.
+    pub fn by_name(&self, name: &str) -> Option<u16> {
+        self.list.iter().position(|i| i.name == name).map(|i| i as u16)
+    }
+
+    /// The interface on `(port, vlan)`.
+    #[inline]
+    pub fn by_port_vlan(&self, port: u16, vlan: Option<u16>) -> Option<u16> {
+        self.by_port_vlan.get(pv_key(port, vlan))
+    }
+
+    /// The interface a frame arrived on: `(meta.in_port, outer tag of the frame)`.
+    #[inline]
+    pub fn ingress(&self, pkt: &Packet) -> Option<u16> {
+        self.by_port_vlan(pkt.meta.in_port, outer_vid(pkt.data()))
+    }
+
+    /// The interface holding the IPv4 address `ip`.
+    #[inline]
+    pub fn local_v4(&self, ip: Ipv4Addr) -> Option<u16> {
+        self.local_v4.get(u32::from(ip))
+    }
+
+    /// The interface holding the global IPv6 address `ip` (link-local addresses are
+    /// per-interface: see [`Interfaces::is_local_v6`]).
+    #[inline]
+    pub fn local_v6(&self, ip: Ipv6Addr) -> Option<u16> {
+        self.local_v6.get(u128::from(ip))
+    }
+
+    /// Whether `ip` is ours as seen from interface `iface`: any global address of the router,
+    /// or the link-local address of that interface.
+    #[inline]
+    pub fn is_local_v6(&self, ip: Ipv6Addr, iface: u16) -> bool {
+        if is_link_local(ip) {
+            self.get(iface).is_some_and(|i| i.link_local() == ip)
+        } else {
+            self.local_v6.get(u128::from(ip)).is_some()
+        }
+    }
+
+    /// The connected prefixes of every interface (IPv4 and global IPv6; link-local prefixes
+    /// are never routed), host bits cleared, duplicates removed. Install them as routes with
+    /// `gateway: None`.
+    pub fn connected_prefixes(&self) -> Vec<ConnectedPrefix> {
+        let mut v = Vec::new();
+        for (i, it) in self.list.iter().enumerate() {
+            let iface = i as u16;
+            for (a, l) in &it.v4 {
+                let mask = if *l == 0 { 0 } else { u32::MAX << (32 - u32::from(*l)) };
+                let p = ConnectedPrefix {
+                    iface,
+                    prefix: IpAddr::V4(Ipv4Addr::from(u32::from(*a) & mask)),
+                    len: *l,
+                };
+                if !v.contains(&p) {
+                    v.push(p);
+                }
+            }
+            for (a, l) in &it.v6 {
+                let mask = if *l == 0 { 0 } else { u128::MAX << (128 - u32::from(*l)) };
+                let p = ConnectedPrefix {
+                    iface,
+                    prefix: IpAddr::V6(Ipv6Addr::from(u128::from(*a) & mask)),
+                    len: *l,
+                };
+                if !v.contains(&p) {
+                    v.push(p);
+                }
+            }
+        }
+        v
+    }
+
+    /// Classifies a parsed frame for the bridge: see [`Wants`]. The interface is found by
+    /// `(meta.in_port, outer tag)` ([`Interfaces::ingress`]); callers that know the interface
+    /// another way (e.g. by the classified VLAN of an SVI) use [`Interfaces::wants_on`].
+    #[inline]
+    pub fn wants(&self, pkt: &Packet) -> Wants {
+        match self.ingress(pkt) {
+            Some(i) => self.wants_on(i, pkt),
+            None => Wants::NotOurs,
+        }
+    }
+
+    /// Classifies a parsed frame as if it arrived on interface `iface`.
+    pub fn wants_on(&self, iface: u16, pkt: &Packet) -> Wants {
+        let Some(it) = self.get(iface) else {
+            return Wants::NotOurs;
+        };
+        let f = pkt.data();
+        if f.len() < 14 {
+            return Wants::NotOurs;
+        }
+        let dst = &f[0..6];
+        if dst == it.mac {
+            return Wants::Ours;
+        }
+        if !is_group(dst) {
+            return Wants::NotOurs;
+        }
+        let m = &pkt.meta;
+        let l3 = usize::from(m.l3_off);
+        if m.l3_off == NO_OFFSET {
+            return Wants::NotOurs;
+        }
+        if dst == BROADCAST && m.ethertype == ETHERTYPE_ARP {
+            // ARP body: target protocol address at 24..28 (Ethernet/IPv4 ARP).
+            if let Some(b) = f.get(l3..l3 + 28) {
+                if b[4] == 6 && b[5] == 4 {
+                    let tpa = Ipv4Addr::new(b[24], b[25], b[26], b[27]);
+                    if it.has_v4(tpa) {
+                        return Wants::Copy(iface);
+                    }
+                }
+            }
+            return Wants::NotOurs;
+        }
+        if dst[0] == 0x33 && dst[1] == 0x33 && m.ethertype == ETHERTYPE_IPV6 && m.ip_proto == IPPROTO_ICMPV6 {
+            let Some(h) = f.get(l3..l3 + 40) else {
+                return Wants::NotOurs;
+            };
+            let mut g = [0u8; 16];
+            g.copy_from_slice(&h[24..40]);
+            let g = Ipv6Addr::from(g);
+            if m.l4_off == NO_OFFSET || !it.listens_v6(g) {
+                return Wants::NotOurs;
+            }
+            let ty = f.get(usize::from(m.l4_off)).copied().unwrap_or(0);
+            // Echo request, router solicitation, neighbour solicitation and advertisement.
+            if matches!(ty, 128 | 133 | 135 | 136) {
+                return Wants::Copy(iface);
+            }
+        }
+        Wants::NotOurs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eui64_and_solicited_node() {
+        let ll = eui64_link_local([0x02, 0x00, 0x5e, 0x10, 0x20, 0x30]);
+        assert_eq!(ll, "fe80::5eff:fe10:2030".parse::<Ipv6Addr>().unwrap());
+        let ll = eui64_link_local([0x00, 0x1b, 0x21, 0xaa, 0xbb, 0xcc]);
+        assert_eq!(ll, "fe80::21b:21ff:feaa:bbcc".parse::<Ipv6Addr>().unwrap());
+        let sn = solicited_node("2001:db8::1:2:3:4".parse().unwrap());
+        assert_eq!(sn, "ff02::1:ff03:4".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(v6_multicast_mac(sn), [0x33, 0x33, 0xff, 0x03, 0x00, 0x04]);
+    }
+
+    #[test]
+    fn refuses_bad_sets_and_lists_connected_prefixes() {
+        let a = Interface::new("a", 1, None, [2, 0, 0, 0, 0, 1])
+            .with_v4(Ipv4Addr::new(10, 0, 0, 1), 24)
+            .with_v6("2001:db8::1".parse().unwrap(), 64);
+        let b = Interface::new("b", 1, Some(5), [2, 0, 0, 0, 0, 1]).with_v4(Ipv4Addr::new(10, 1, 0, 1), 16);
+        let s = Interfaces::new(vec![a.clone(), b.clone()]).unwrap();
+        assert_eq!(s.by_port_vlan(1, Some(5)), Some(1));
+        assert_eq!(s.by_port_vlan(1, None), Some(0));
+        assert_eq!(s.local_v4(Ipv4Addr::new(10, 1, 0, 1)), Some(1));
+        assert!(s.is_local_v6(a.link_local(), 0));
+        assert!(s.is_local_v6("2001:db8::1".parse().unwrap(), 1));
+        let cp = s.connected_prefixes();
+        assert_eq!(cp.len(), 3);
+        assert!(cp.contains(&ConnectedPrefix {
+            iface: 1,
+            prefix: "10.1.0.0".parse().unwrap(),
+            len: 16
+        }));
+        assert!(cp.contains(&ConnectedPrefix {
+            iface: 0,
+            prefix: "2001:db8::".parse().unwrap(),
+            len: 64
+        }));
+        assert!(matches!(
+            Interfaces::new(vec![a.clone(), a.clone()]),
+            Err(IfaceError::DuplicateName(_))
+        ));
+        let mut c = b.clone();
+        c.name = "c".into();
+        c.v4.clear();
+        assert!(matches!(
+            Interfaces::new(vec![b.clone(), c]),
+            Err(IfaceError::DuplicatePortVlan(..))
+        ));
+        let mut d = b.clone();
+        d.name = "d".into();
+        d.port = 9;
+        assert!(matches!(
+            Interfaces::new(vec![b, d]),
+            Err(IfaceError::DuplicateAddress(_))
+        ));
+        assert!(a.is_v4_broadcast(Ipv4Addr::new(10, 0, 0, 255)));
+        assert!(!a.is_v4_broadcast(Ipv4Addr::new(10, 0, 0, 254)));
+    }
+}

@@ -1,0 +1,78 @@
+//! Epoch reclamation (crossbeam-epoch), or a stand-in under `--cfg loom`.
+//!
+//! Readers pin a [`Guard`] (workers: once per batch) and may use every reference they found in
+//! the FIB until they drop it. The writer retires what it unlinked with `defer`: the closure
+//! runs once no reader pinned before the unlink remains. Under loom there is no collector: the
+//! model keeps retired objects until their owner drops (loom models are short).
+
+#[cfg(not(loom))]
+pub use crossbeam_epoch::Guard;
+
+/// A read-side critical section (loom stand-in).
+#[cfg(loom)]
+#[derive(Debug)]
+pub struct Guard(());
+
+/// Enters a read-side critical section.
+#[cfg(not(loom))]
+#[inline]
+pub fn pin() -> Guard {
+    crossbeam_epoch::pin()
+}
+
+/// Enters a read-side critical section.
+#[cfg(loom)]
+#[inline]
+pub fn pin() -> Guard {
+    Guard(())
+}
+
+/// Runs `f` once every reader pinned now has unpinned. Returns `false` (and drops `f` unrun)
+/// under loom, where the caller keeps the object until it drops instead.
+#[cfg(not(loom))]
+pub(crate) fn defer<F: FnOnce() + Send + 'static>(guard: &Guard, f: F) -> bool {
+    guard.defer(f);
+    true
+}
+
+/// Loom stand-in: nothing is deferred.
+#[cfg(loom)]
+pub(crate) fn defer<F: FnOnce() + Send + 'static>(_guard: &Guard, _f: F) -> bool {
+    false
+}
+
+/// How long the writer waits for grace periods before refusing a change.
+pub const RETRY_LIMIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Retries `f` while it fails, pushing the epoch along between tries, for at most
+/// [`RETRY_LIMIT`]. For the *writer* only, when a bounded pool is empty only because retired
+/// entries still wait for their grace period (a worker descheduled inside its read-side section
+/// holds every grace period up); workers never wait.
+pub(crate) fn retry<T, E>(mut f: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+    let mut r = f();
+    if r.is_ok() {
+        return r;
+    }
+    let start = std::time::Instant::now();
+    let mut tries = 0u32;
+    while r.is_err() && start.elapsed() < RETRY_LIMIT {
+        flush();
+        if tries < 16 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        tries += 1;
+        r = f();
+    }
+    r
+}
+
+/// Pushes deferred work along (tests and benchmarks wait for frees with this).
+pub fn flush() {
+    #[cfg(not(loom))]
+    {
+        let g = crossbeam_epoch::pin();
+        g.flush();
+    }
+}

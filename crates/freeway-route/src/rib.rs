@@ -1,0 +1,654 @@
+//! The RIB: the control side's table of routes, and the single writer of the FIB.
+//!
+//! One route per prefix (`add` refuses an existing prefix like `ip route add`; `replace` adds
+//! or overwrites like `ip route replace`), with one or more next hops (more than one: ECMP)
+//! and a kind. Every change is applied to the FIB immediately and in full, then the FIB's
+//! generation is bumped (`Release`), so per-worker route caches refill on their next lookup.
+//!
+//! # Invariants
+//! * The FIB answers, for every address, the next-hop group of the longest RIB prefix
+//!   containing it (checked against a linear-scan model in `tests/lpm_model.rs`).
+//! * Each RIB route holds one user of its next-hop group; a group whose last user goes is
+//!   retired only after no FIB entry names it (see [`crate::nh`]).
+//! * A refused change (full pools, bad next hops) leaves RIB and FIB untouched. When a pool
+//!   is full only because retired groups wait for their grace period, the change first waits
+//!   for them, at most [`crate::epoch::RETRY_LIMIT`] (the control thread may wait; workers never
+//!   do), then is refused and counted in [`RibStats::refused`].
+//!
+//! Threads: a `Rib` is owned by one control thread (`&mut self` for every change); it is
+//! `Send`, not `Clone`. Workers only ever see the [`Fib`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::Serialize;
+
+use crate::dir::{leaf, Dir, DirFull};
+use crate::epoch;
+use crate::fib::{Fib, FibConfig};
+use crate::nh::{canonical, NextHop, NhError, NhWriter, MAX_PATHS};
+use crate::prefix::{mask6, Prefix, Prefix4, Prefix6};
+
+/// Where a route came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteKind {
+    /// A prefix of a router interface (next hops without gateway).
+    Connected,
+    /// Configured (or generated, for benchmarks).
+    Static,
+}
+
+/// A route: prefix, next hops (several: ECMP), kind, informational metric.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Route {
+    /// Destination prefix.
+    pub prefix: Prefix,
+    /// Next hops (sorted and deduplicated when installed).
+    pub hops: Vec<NextHop>,
+    /// Where it came from.
+    pub kind: RouteKind,
+    /// Shown by dumps; not used for selection (one route per prefix).
+    pub metric: u32,
+}
+
+impl Route {
+    /// A static route.
+    pub fn new(prefix: Prefix, hops: Vec<NextHop>) -> Route {
+        Route {
+            prefix,
+            hops,
+            kind: RouteKind::Static,
+            metric: 0,
+        }
+    }
+
+    /// A connected route: the prefix is on `iface`, no gateway.
+    pub fn connected(prefix: Prefix, iface: u16) -> Route {
+        Route {
+            prefix,
+            hops: vec![NextHop::connected(iface)],
+            kind: RouteKind::Connected,
+            metric: 0,
+        }
+    }
+}
+
+/// Why a change was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteError {
+    /// `add` of a prefix already present.
+    Exists(Prefix),
+    /// `delete` of a prefix not present.
+    NotFound(Prefix),
+    /// No next hop, or more than [`MAX_PATHS`].
+    BadNextHops(Prefix),
+    /// A gateway of the other family.
+    GatewayFamily {
+        /// The route's prefix.
+        prefix: Prefix,
+        /// The offending gateway.
+        gateway: IpAddr,
+    },
+    /// The next-hop group table is full.
+    NextHopTableFull,
+    /// The FIB's group pool for this family is full (raise `FibConfig::v4_groups`/`v6_groups`).
+    FibFull(Prefix),
+}
+
+impl fmt::Display for RouteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouteError::Exists(p) => write!(f, "route {p} exists"),
+            RouteError::NotFound(p) => write!(f, "no route {p}"),
+            RouteError::BadNextHops(p) => write!(f, "route {p}: 1 to {MAX_PATHS} next hops required"),
+            RouteError::GatewayFamily { prefix, gateway } => {
+                write!(f, "route {prefix}: gateway {gateway} is of the other address family")
+            }
+            RouteError::NextHopTableFull => write!(f, "next-hop group table full"),
+            RouteError::FibFull(p) => write!(f, "route {p}: FIB group pool full"),
+        }
+    }
+}
+
+impl std::error::Error for RouteError {}
+
+/// What the RIB did and refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RibStats {
+    /// Routes added.
+    pub added: u64,
+    /// Routes replaced in place.
+    pub replaced: u64,
+    /// Routes deleted.
+    pub deleted: u64,
+    /// Changes refused (full pools, bad next hops; not `Exists`/`NotFound`).
+    pub refused: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    nh: u32,
+    kind: RouteKind,
+    metric: u32,
+}
+
+/// The routing table (control side) and FIB writer.
+pub struct Rib {
+    fib: Fib,
+    nh: NhWriter,
+    /// Per family (0: IPv4, 1: IPv6), per length: left-aligned network -> entry.
+    maps: [Vec<HashMap<u128, Entry>>; 2],
+    stats: RibStats,
+}
+
+impl fmt::Debug for Rib {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rib")
+            .field("routes", &self.len())
+            .field("generation", &self.generation())
+            .finish()
+    }
+}
+
+/// Left-aligned key of a prefix, and its family index.
+fn key_of(p: &Prefix) -> (usize, u128, u32) {
+    match p {
+        Prefix::V4(p) => (0, u128::from(p.bits()) << 96, u32::from(p.len())),
+        Prefix::V6(p) => (1, p.bits(), u32::from(p.len())),
+    }
+}
+
+fn prefix_of(fam: usize, key: u128, len: u32) -> Prefix {
+    if fam == 0 {
+        Prefix::V4(Prefix4::new_truncate(Ipv4Addr::from((key >> 96) as u32), len as u8).expect("len <= 32"))
+    } else {
+        Prefix::V6(Prefix6::new_truncate(Ipv6Addr::from(key), len as u8).expect("len <= 128"))
+    }
+}
+
+impl Rib {
+    /// An empty RIB and the FIB it writes.
+    pub fn new(config: FibConfig) -> (Rib, Fib) {
+        let (nh, table) = NhWriter::new(config.nh_groups);
+        let fib = Fib::new(config, table);
+        let rib = Rib {
+            fib: fib.clone(),
+            nh,
+            maps: [
+                (0..=32).map(|_| HashMap::new()).collect(),
+                (0..=128).map(|_| HashMap::new()).collect(),
+            ],
+            stats: RibStats::default(),
+        };
+        (rib, fib)
+    }
+
+    /// The FIB this RIB writes.
+    pub fn fib(&self) -> &Fib {
+        &self.fib
+    }
+
+    /// The current route generation.
+    pub fn generation(&self) -> u64 {
+        self.fib.generation()
+    }
+
+    /// Number of routes.
+    pub fn len(&self) -> usize {
+        self.maps.iter().flatten().map(HashMap::len).sum()
+    }
+
+    /// Whether there is no route.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Distinct next-hop groups in use.
+    pub fn nh_groups(&self) -> usize {
+        self.nh.len()
+    }
+
+    /// Counts of changes.
+    pub fn stats(&self) -> RibStats {
+        self.stats
+    }
+
+    fn dir(&self, fam: usize) -> &Dir {
+        if fam == 0 {
+            &self.fib.shared.v4
+        } else {
+            &self.fib.shared.v6
+        }
+    }
+
+    fn bump(&self) {
+        // Release: every entry store of the change happens-before a reader that sees the new
+        // generation (single writer, so load + store would do; fetch_add is as cheap here).
+        self.fib
+            .shared
+            .generation
+            .fetch_add(1, freeway_sync::atomic::Ordering::Release);
+    }
+
+    fn validate(route: &Route) -> Result<Vec<NextHop>, RouteError> {
+        let hops = canonical(&route.hops);
+        if hops.is_empty() || hops.len() > MAX_PATHS {
+            return Err(RouteError::BadNextHops(route.prefix));
+        }
+        for h in &hops {
+            if let Some(gw) = h.gateway {
+                if gw.is_ipv4() != route.prefix.is_v4() {
+                    return Err(RouteError::GatewayFamily {
+                        prefix: route.prefix,
+                        gateway: gw,
+                    });
+                }
+            }
+        }
+        Ok(hops)
+    }
+
+    /// Adds a route; refuses an existing prefix.
+    pub fn add(&mut self, route: Route) -> Result<(), RouteError> {
+        self.install(route, false)
+    }
+
+    /// Adds a route or replaces the route of the same prefix.
+    pub fn replace(&mut self, route: Route) -> Result<(), RouteError> {
+        self.install(route, true)
+    }
+
+    fn install(&mut self, route: Route, allow_replace: bool) -> Result<(), RouteError> {
+        let (fam, key, len) = key_of(&route.prefix);
+        let old = self.maps[fam][len as usize].get(&key).copied();
+        if old.is_some() && !allow_replace {
+            return Err(RouteError::Exists(route.prefix));
+        }
+        let hops = Self::validate(&route).inspect_err(|_| self.stats.refused += 1)?;
+        let idx = match self.nh.acquire(&hops) {
+            Ok(i) => i,
+            Err(NhError::Full) => {
+                self.stats.refused += 1;
+                return Err(RouteError::NextHopTableFull);
+            }
+            Err(NhError::BadSize) => unreachable!("validated"),
+        };
+        if let Err(DirFull) = self.dir(fam).insert(key, len, idx) {
+            self.nh.release(idx, &epoch::pin());
+            self.stats.refused += 1;
+            return Err(RouteError::FibFull(route.prefix));
+        }
+        self.maps[fam][len as usize].insert(
+            key,
+            Entry {
+                nh: idx,
+                kind: route.kind,
+                metric: route.metric,
+            },
+        );
+        match old {
+            Some(o) => {
+                self.nh.release(o.nh, &epoch::pin());
+                self.stats.replaced += 1;
+            }
+            None => self.stats.added += 1,
+        }
+        // Last: the change (entries, and the retired mark of a released group) is complete.
+        self.bump();
+        Ok(())
+    }
+
+    /// The leaf of the longest route strictly shorter than `len` covering `key`, or 0.
+    fn covering_leaf(&self, fam: usize, key: u128, len: u32) -> u32 {
+        for l in (0..len).rev() {
+            if let Some(e) = self.maps[fam][l as usize].get(&(key & mask6(l as u8))) {
+                return leaf(l, e.nh);
+            }
+        }
+        0
+    }
+
+    /// Deletes the route of `prefix`, returning it.
+    pub fn delete(&mut self, prefix: Prefix) -> Result<Route, RouteError> {
+        let (fam, key, len) = key_of(&prefix);
+        let Some(e) = self.maps[fam][len as usize].remove(&key) else {
+            return Err(RouteError::NotFound(prefix));
+        };
+        let route = self.route_of(fam, key, len, &e);
+        let repl = self.covering_leaf(fam, key, len);
+        let guard = epoch::pin();
+        self.dir(fam).remove(key, len, repl, &guard);
+        self.nh.release(e.nh, &guard);
+        self.bump();
+        self.stats.deleted += 1;
+        Ok(route)
+    }
+
+    /// Deletes every route for which `pred` is true; returns how many.
+    pub fn flush_where(&mut self, mut pred: impl FnMut(&Route) -> bool) -> usize {
+        let mut victims: Vec<Prefix> = self.iter_unsorted().filter(|r| pred(r)).map(|r| r.prefix).collect();
+        // Longest first: groups collapse as early as possible.
+        victims.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        let n = victims.len();
+        for p in victims {
+            self.delete(p).expect("listed above");
+        }
+        n
+    }
+
+    /// Deletes every route; returns how many.
+    pub fn flush(&mut self) -> usize {
+        self.flush_where(|_| true)
+    }
+
+    fn route_of(&self, fam: usize, key: u128, len: u32, e: &Entry) -> Route {
+        Route {
+            prefix: prefix_of(fam, key, len),
+            hops: self.nh.hops(e.nh).map(<[NextHop]>::to_vec).unwrap_or_default(),
+            kind: e.kind,
+            metric: e.metric,
+        }
+    }
+
+    fn iter_unsorted(&self) -> impl Iterator<Item = Route> + '_ {
+        self.maps.iter().enumerate().flat_map(move |(fam, lens)| {
+            lens.iter()
+                .enumerate()
+                .flat_map(move |(len, m)| m.iter().map(move |(k, e)| self.route_of(fam, *k, len as u32, e)))
+        })
+    }
+
+    /// The route of exactly `prefix`.
+    pub fn get(&self, prefix: Prefix) -> Option<Route> {
+        let (fam, key, len) = key_of(&prefix);
+        self.maps[fam][len as usize]
+            .get(&key)
+            .map(|e| self.route_of(fam, key, len, e))
+    }
+
+    /// Longest-prefix match on the control side (hash probes per length; for tools and tests,
+    /// not for workers).
+    pub fn lookup(&self, dst: IpAddr) -> Option<Route> {
+        let (fam, key, width) = match dst {
+            IpAddr::V4(a) => (0, u128::from(u32::from(a)) << 96, 32),
+            IpAddr::V6(a) => (1, u128::from(a), 128),
+        };
+        for l in (0..=width).rev() {
+            let k = key & mask6(l as u8);
+            if let Some(e) = self.maps[fam][l as usize].get(&k) {
+                return Some(self.route_of(fam, k, l, e));
+            }
+        }
+        None
+    }
+
+    /// Every route, IPv4 first, ordered by address then length.
+    pub fn routes(&self) -> Vec<Route> {
+        let mut v: Vec<Route> = self.iter_unsorted().collect();
+        v.sort_by_key(|r| r.prefix);
+        v
+    }
+
+    /// A dump in the style of `ip route`; `names` maps interface indices to device names.
+    pub fn show<F: Fn(u16) -> String>(&self, names: F) -> Show<F> {
+        Show {
+            routes: self.routes(),
+            names,
+        }
+    }
+
+    /// Records for `-j` output, in the shape of `ip -j route`.
+    pub fn records(&self, names: impl Fn(u16) -> String) -> Vec<RouteRecord> {
+        self.routes().iter().map(|r| RouteRecord::new(r, &names)).collect()
+    }
+}
+
+fn dst_string(p: &Prefix) -> String {
+    if p.len() == 0 {
+        "default".to_string()
+    } else {
+        p.to_string()
+    }
+}
+
+fn proto(k: RouteKind) -> &'static str {
+    match k {
+        RouteKind::Connected => "kernel",
+        RouteKind::Static => "static",
+    }
+}
+
+/// A printable dump (see [`Rib::show`]). One route per line; ECMP routes continue on
+/// `\tnexthop via ... dev ...` lines.
+pub struct Show<F> {
+    routes: Vec<Route>,
+    names: F,
+}
+
+impl<F: Fn(u16) -> String> fmt::Display for Show<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for r in &self.routes {
+            write!(f, "{}", dst_string(&r.prefix))?;
+            let tail = |f: &mut fmt::Formatter<'_>| -> fmt::Result {
+                write!(f, " proto {}", proto(r.kind))?;
+                if r.kind == RouteKind::Connected {
+                    write!(f, " scope link")?;
+                }
+                if r.metric != 0 {
+                    write!(f, " metric {}", r.metric)?;
+                }
+                Ok(())
+            };
+            if let [h] = r.hops.as_slice() {
+                if let Some(gw) = h.gateway {
+                    write!(f, " via {gw}")?;
+                }
+                write!(f, " dev {}", (self.names)(h.iface))?;
+                tail(f)?;
+                writeln!(f)?;
+            } else {
+                tail(f)?;
+                writeln!(f)?;
+                for h in &r.hops {
+                    write!(f, "\tnexthop")?;
+                    if let Some(gw) = h.gateway {
+                        write!(f, " via {gw}")?;
+                    }
+                    writeln!(f, " dev {} weight 1", (self.names)(h.iface))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One next hop of a [`RouteRecord`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HopRecord {
+    /// Gateway, absent for connected hops.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<IpAddr>,
+    /// Device name.
+    pub dev: String,
+    /// Interface index.
+    pub iface: u16,
+}
+
+/// A route as JSON, shaped like `ip -j route` (single hop: `gateway`/`dev` inline; ECMP:
+/// `nexthops`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RouteRecord {
+    /// Destination (`default` for /0).
+    pub dst: String,
+    /// Gateway of a single-hop route.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<IpAddr>,
+    /// Device of a single-hop route.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    /// `kernel` (connected) or `static`.
+    pub protocol: &'static str,
+    /// Metric.
+    pub metric: u32,
+    /// Hops of an ECMP route.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nexthops: Vec<HopRecord>,
+}
+
+impl RouteRecord {
+    /// The record of a route.
+    pub fn new(r: &Route, names: impl Fn(u16) -> String) -> RouteRecord {
+        let single = r.hops.len() == 1;
+        RouteRecord {
+            dst: dst_string(&r.prefix),
+            gateway: if single { r.hops[0].gateway } else { None },
+            dev: single.then(|| names(r.hops[0].iface)),
+            protocol: proto(r.kind),
+            metric: r.metric,
+            nexthops: if single {
+                Vec::new()
+            } else {
+                r.hops
+                    .iter()
+                    .map(|h| HopRecord {
+                        gateway: h.gateway,
+                        dev: names(h.iface),
+                        iface: h.iface,
+                    })
+                    .collect()
+            },
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Prefix {
+        s.parse().unwrap()
+    }
+
+    fn via(gw: &str, iface: u16) -> NextHop {
+        NextHop::via(gw.parse().unwrap(), iface)
+    }
+
+    fn small() -> FibConfig {
+        FibConfig {
+            v4_groups: 64,
+            v6_groups: 256,
+            nh_groups: 64,
+        }
+    }
+
+    #[test]
+    fn add_replace_delete_and_generation() {
+        let (mut rib, fib) = Rib::new(small());
+        let g0 = fib.generation();
+        rib.add(Route::new(p("10.0.0.0/8"), vec![via("192.0.2.1", 1)])).unwrap();
+        assert_eq!(fib.generation(), g0 + 1);
+        assert_eq!(
+            rib.add(Route::new(p("10.0.0.0/8"), vec![via("192.0.2.2", 1)])),
+            Err(RouteError::Exists(p("10.0.0.0/8")))
+        );
+        assert_eq!(fib.next_hop("10.1.2.3".parse().unwrap(), 0), Some(via("192.0.2.1", 1)));
+        rib.replace(Route::new(p("10.0.0.0/8"), vec![via("192.0.2.2", 2)]))
+            .unwrap();
+        assert_eq!(fib.next_hop("10.1.2.3".parse().unwrap(), 0), Some(via("192.0.2.2", 2)));
+        rib.add(Route::connected(p("10.1.2.0/28"), 3)).unwrap();
+        assert_eq!(
+            fib.next_hop("10.1.2.3".parse().unwrap(), 0),
+            Some(NextHop::connected(3))
+        );
+        assert_eq!(
+            rib.lookup("10.1.2.3".parse().unwrap()).unwrap().prefix,
+            p("10.1.2.0/28")
+        );
+        let r = rib.delete(p("10.1.2.0/28")).unwrap();
+        assert_eq!(r.kind, RouteKind::Connected);
+        assert_eq!(fib.next_hop("10.1.2.3".parse().unwrap(), 0), Some(via("192.0.2.2", 2)));
+        assert_eq!(
+            rib.delete(p("10.1.2.0/28")),
+            Err(RouteError::NotFound(p("10.1.2.0/28")))
+        );
+        assert_eq!(rib.stats().added, 2);
+        assert_eq!(rib.stats().replaced, 1);
+        assert_eq!(rib.stats().deleted, 1);
+        assert_eq!(fib.generation(), g0 + 4);
+        assert_eq!(fib.memory().v4_groups, 0, "the /28's group collapsed");
+    }
+
+    #[test]
+    fn refusals_leave_everything_untouched() {
+        let (mut rib, fib) = Rib::new(FibConfig {
+            v4_groups: 1,
+            v6_groups: 4,
+            nh_groups: 2,
+        });
+        assert!(matches!(
+            rib.add(Route::new(p("10.0.0.0/8"), vec![via("2001:db8::1", 1)])),
+            Err(RouteError::GatewayFamily { .. })
+        ));
+        assert_eq!(
+            rib.add(Route::new(p("10.0.0.0/8"), vec![])),
+            Err(RouteError::BadNextHops(p("10.0.0.0/8")))
+        );
+        rib.add(Route::new(p("10.0.0.1/32"), vec![via("192.0.2.1", 1)]))
+            .unwrap();
+        let g = fib.generation();
+        assert_eq!(
+            rib.add(Route::new(p("10.0.1.1/32"), vec![via("192.0.2.1", 1)])),
+            Err(RouteError::FibFull(p("10.0.1.1/32")))
+        );
+        rib.add(Route::new(p("10.0.0.0/24"), vec![via("192.0.2.2", 1)]))
+            .unwrap();
+        assert_eq!(
+            rib.add(Route::new(p("11.0.0.0/24"), vec![via("192.0.2.3", 1)])),
+            Err(RouteError::NextHopTableFull)
+        );
+        assert_eq!(fib.generation(), g + 1);
+        assert_eq!(rib.len(), 2);
+        assert_eq!(rib.stats().refused, 4);
+        assert_eq!(fib.next_hop("10.0.1.1".parse().unwrap(), 0), None);
+        assert_eq!(fib.next_hop("11.0.0.1".parse().unwrap(), 0), None);
+    }
+
+    #[test]
+    fn dump_like_ip_route() {
+        let (mut rib, _fib) = Rib::new(small());
+        rib.add(Route::new(p("0.0.0.0/0"), vec![via("192.0.2.1", 0)])).unwrap();
+        rib.add(Route::connected(p("192.0.2.0/24"), 0)).unwrap();
+        rib.add(Route::new(
+            p("10.0.0.0/8"),
+            vec![via("192.0.2.2", 0), via("198.51.100.1", 1)],
+        ))
+        .unwrap();
+        let mut r6 = Route::new(p("2001:db8::/32"), vec![via("fe80::1", 1)]);
+        r6.metric = 20;
+        rib.add(r6).unwrap();
+        let names = |i: u16| format!("p{i}");
+        let s = rib.show(names).to_string();
+        assert_eq!(
+            s,
+            "default via 192.0.2.1 dev p0 proto static\n\
+             10.0.0.0/8 proto static\n\
+             \tnexthop via 192.0.2.2 dev p0 weight 1\n\
+             \tnexthop via 198.51.100.1 dev p1 weight 1\n\
+             192.0.2.0/24 dev p0 proto kernel scope link\n\
+             2001:db8::/32 via fe80::1 dev p1 proto static metric 20\n"
+        );
+        let j = serde_json::to_value(rib.records(names)).unwrap();
+        assert_eq!(j[0]["dst"], "default");
+        assert_eq!(j[0]["gateway"], "192.0.2.1");
+        assert_eq!(j[0]["dev"], "p0");
+        assert_eq!(j[1]["nexthops"][1]["gateway"], "198.51.100.1");
+        assert!(j[1].get("dev").is_none());
+        assert_eq!(j[2]["protocol"], "kernel");
+        assert!(j[2].get("gateway").is_none());
+        assert_eq!(rib.flush(), 4);
+        assert!(rib.is_empty());
+        assert_eq!(rib.nh_groups(), 0);
+    }
+}

@@ -1,0 +1,163 @@
+//! `[conntrack]` and `[firewall]`: connection tracking and the stateful firewall.
+//!
+//! ```toml
+//! [conntrack]
+//! max = 1000000                          # connections in all zones
+//! zone_limits = [{ zone = 1, max = 1000 }]
+//! timeouts = { tcp_established = 86400, udp_single = 30 }   # seconds, conntrack-tools names
+//!
+//! [firewall]                             # implies [conntrack]
+//! allow_new_from = ["inside"]            # ports where new connections may start
+//!
+//! [[port]]
+//! name = "inside"
+//! zone = 1                               # conntrack zone of what arrives here (default 0)
+//! ```
+//!
+//! With the firewall on, an IPv4/IPv6 packet is forwarded when its connection is established
+//! or related, or when it is new and arrived on a port of `allow_new_from`; invalid packets
+//! and new connections from other ports are dropped and counted. Without `[firewall]`,
+//! `[conntrack]` tracks and counts but drops nothing (except new connections over a limit).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// `[conntrack]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConntrackConfig {
+    /// Track connections (default true when the section or `[firewall]` is present).
+    pub enabled: Option<bool>,
+    /// Most connections, all zones together.
+    pub max: Option<Spanned<usize>>,
+    /// Per-zone limits.
+    #[serde(default)]
+    pub zone_limits: Vec<Spanned<ZoneLimit>>,
+    /// Timeout overrides in seconds, by conntrack-tools name.
+    #[serde(default)]
+    pub timeouts: BTreeMap<String, Spanned<u64>>,
+}
+
+/// One per-zone limit.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneLimit {
+    /// Zone.
+    pub zone: u16,
+    /// Most connections in it.
+    pub max: usize,
+}
+
+/// `[firewall]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FirewallConfig {
+    /// Port names where new connections may start.
+    #[serde(default)]
+    pub allow_new_from: Vec<Spanned<String>>,
+}
+
+/// Checked conntrack settings.
+#[derive(Clone, Debug)]
+pub struct ConntrackSpec {
+    /// Most connections.
+    pub max: usize,
+    /// Per-zone limits.
+    pub zone_limits: Vec<(u16, usize)>,
+    /// Timeout overrides (name, seconds).
+    pub timeouts: Vec<(String, u64)>,
+}
+
+/// Checked firewall settings.
+#[derive(Clone, Debug)]
+pub struct FirewallSpec {
+    /// Port indexes where new connections may start.
+    pub allow_new_from: Vec<u16>,
+}
+
+/// Most connections a config may ask for.
+pub const MAX_CONNECTIONS: usize = 64 << 20;
+
+type Err = (Option<Range<usize>>, String);
+
+/// Checks both sections. `present` says whether `[conntrack]` appeared; `port` resolves names.
+pub fn check(
+    ct: Option<&ConntrackConfig>,
+    fw: Option<&FirewallConfig>,
+    port: impl Fn(&str) -> Option<u16>,
+    timeout_ok: impl Fn(&str) -> bool,
+    timeout_names: &str,
+) -> Result<(Option<ConntrackSpec>, Option<FirewallSpec>), Err> {
+    let fw = match fw {
+        Some(f) => {
+            let mut ports = Vec::new();
+            for p in &f.allow_new_from {
+                let i = port(p.get_ref())
+                    .ok_or_else(|| (Some(p.span()), format!("firewall.allow_new_from: no port named {:?}", p.get_ref())))?;
+                if !ports.contains(&i) {
+                    ports.push(i);
+                }
+            }
+            Some(FirewallSpec { allow_new_from: ports })
+        }
+        None => None,
+    };
+    let default = ConntrackConfig::default();
+    let c = match ct {
+        Some(c) => c,
+        None if fw.is_some() => &default,
+        None => return Ok((None, None)),
+    };
+    if c.enabled == Some(false) {
+        if fw.is_some() {
+            return Err((None, "conntrack.enabled = false, but [firewall] needs connection tracking".into()));
+        }
+        return Ok((None, None));
+    }
+    let max = c.max.as_ref().map(|m| *m.get_ref()).unwrap_or(1_000_000);
+    if max == 0 || max > MAX_CONNECTIONS {
+        return Err((
+            c.max.as_ref().map(|m| m.span()),
+            format!("conntrack.max: must be 1..={MAX_CONNECTIONS} (got {max})"),
+        ));
+    }
+    let mut zone_limits: Vec<(u16, usize)> = Vec::new();
+    for z in &c.zone_limits {
+        let l = z.get_ref();
+        if zone_limits.iter().any(|(zz, _)| *zz == l.zone) {
+            return Err((Some(z.span()), format!("conntrack.zone_limits: zone {} is listed twice", l.zone)));
+        }
+        if l.max == 0 || l.max > max {
+            return Err((
+                Some(z.span()),
+                format!("conntrack.zone_limits: zone {} max must be 1..={max} (got {})", l.zone, l.max),
+            ));
+        }
+        zone_limits.push((l.zone, l.max));
+    }
+    let mut timeouts = Vec::new();
+    for (k, v) in &c.timeouts {
+        if !timeout_ok(k) {
+            return Err((
+                Some(v.span()),
+                format!("conntrack.timeouts: unknown timeout {k:?} (known: {timeout_names})"),
+            ));
+        }
+        let s = *v.get_ref();
+        if s == 0 || s > 86_400 * 30 {
+            return Err((Some(v.span()), format!("conntrack.timeouts.{k}: must be 1..=2592000 seconds (got {s})")));
+        }
+        timeouts.push((k.clone(), s));
+    }
+    Ok((
+        Some(ConntrackSpec {
+            max,
+            zone_limits,
+            timeouts,
+        }),
+        fw,
+    ))
+}

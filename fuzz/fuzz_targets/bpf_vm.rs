@@ -1,0 +1,47 @@
+//! Fuzzes the BPF validator and VM: arbitrary instructions, arbitrary packets.
+//!
+//! Input layout: byte 0 = number of instructions n (0..=63); then n × 8 bytes, each
+//! `code` (u16 LE), `jt`, `jf`, `k` (u32 LE); the rest is the packet.
+//!
+//! Invariants checked (beyond "no panic, no hang"):
+//! - the VM is deterministic and never reads past the packet (a program that validates runs
+//!   on the packet and on every prefix of it);
+//! - a program that validates ends in a `ret` and has only forward, in-range jumps (checked
+//!   independently here).
+
+#![no_main]
+
+use freeway_capture::bpf::op::{class, JA, JMP, RET};
+use freeway_capture::bpf::{Insn, Program};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&n, rest)) = data.split_first() else { return };
+    let n = (n & 63) as usize;
+    if rest.len() < n * 8 {
+        return;
+    }
+    let (code, pkt) = rest.split_at(n * 8);
+    let insns: Vec<Insn> = code
+        .chunks_exact(8)
+        .map(|c| Insn {
+            code: u16::from_le_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect();
+    let Ok(p) = Program::new(&insns) else { return };
+    assert_eq!(class(insns[n - 1].code), RET);
+    for (pc, i) in insns.iter().enumerate() {
+        if class(i.code) == JMP {
+            let far = if i.code & 0xf0 == JA { i.k as usize } else { i.jt.max(i.jf) as usize };
+            assert!(pc + 1 + far < n);
+        }
+    }
+    let r = p.run(pkt);
+    assert_eq!(r, p.run(pkt));
+    for cut in 0..pkt.len().min(80) {
+        let _ = p.run(&pkt[..cut]);
+    }
+});
