@@ -80,11 +80,16 @@ pub fn check(
     let mut out = Vec::new();
     let mut stdout_used = false;
     for t in taps {
-        let p = port(t.port.get_ref())
-            .ok_or_else(|| (Some(t.port.span()), format!("tap: no port named {:?}", t.port.get_ref())))?;
+        let p = port(t.port.get_ref()).ok_or_else(|| {
+            (
+                Some(t.port.span()),
+                format!("tap: no port named {:?}", t.port.get_ref()),
+            )
+        })?;
         let filter = t.filter.as_ref().map(|f| f.get_ref().clone()).unwrap_or_default();
         if let Some(f) = &t.filter {
-            compile(f.get_ref()).map_err(|m| (Some(f.span()), format!("tap on {:?}: filter: {m}", t.port.get_ref())))?;
+            compile(f.get_ref())
+                .map_err(|m| (Some(f.span()), format!("tap on {:?}: filter: {m}", t.port.get_ref())))?;
         }
         let snaplen = t.snaplen.as_ref().map(|s| *s.get_ref()).unwrap_or(262_144);
         if snaplen == 0 || snaplen > 262_144 {
@@ -94,12 +99,18 @@ pub fn check(
             ));
         }
         if t.count.as_ref().is_some_and(|c| *c.get_ref() == 0) {
-            return Err((t.count.as_ref().map(|c| c.span()), "tap: count must be at least 1".into()));
+            return Err((
+                t.count.as_ref().map(|c| c.span()),
+                "tap: count must be at least 1".into(),
+            ));
         }
         let w = t.write.get_ref();
         let write = if w == "-" {
             if stdout_used {
-                return Err((Some(t.write.span()), "tap: only one tap can write to standard output".into()));
+                return Err((
+                    Some(t.write.span()),
+                    "tap: only one tap can write to standard output".into(),
+                ));
             }
             stdout_used = true;
             None

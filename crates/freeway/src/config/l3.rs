@@ -215,7 +215,11 @@ pub fn mask(addr: IpAddr, len: u8) -> IpAddr {
             IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
         }
         IpAddr::V6(a) => {
-            let m = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(len))
+            };
             IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
         }
     }
@@ -246,7 +250,10 @@ pub fn check(
 ) -> Result<Option<RouterSpec>, Err> {
     if ifaces.is_empty() {
         if let Some(r) = routes.first() {
-            return Err((Some(r.dst.span()), "route: there is no [[interface]] to route through".into()));
+            return Err((
+                Some(r.dst.span()),
+                "route: there is no [[interface]] to route through".into(),
+            ));
         }
         if let Some(n) = neighs.first() {
             return Err((Some(n.ip.span()), "neigh: there is no [[interface]]".into()));
@@ -267,7 +274,10 @@ pub fn check(
     let neigh_limit = rc.neigh_limit.as_ref().map(|v| *v.get_ref()).unwrap_or(4096);
     if neigh_limit == 0 || neigh_limit > 1 << 20 {
         let span = rc.neigh_limit.as_ref().map(|v| v.span());
-        return Err((span, format!("router.neigh_limit: must be 1..=1048576 (got {neigh_limit})")));
+        return Err((
+            span,
+            format!("router.neigh_limit: must be 1..=1048576 (got {neigh_limit})"),
+        ));
     }
 
     let mut by_name: HashMap<String, usize> = HashMap::new();
@@ -289,7 +299,10 @@ pub fn check(
         if let Some(o) = by_vlan.insert(vlan, i) {
             return Err((
                 Some(f.vlan.span()),
-                format!("interface {name:?}: VLAN {vlan} already has interface {:?}", ifaces[o].name.get_ref()),
+                format!(
+                    "interface {name:?}: VLAN {vlan} already has interface {:?}",
+                    ifaces[o].name.get_ref()
+                ),
             ));
         }
         if !vlan_used(vlan) {
@@ -325,10 +338,16 @@ pub fn check(
     // An address may appear once in the whole router.
     let mut seen: HashMap<IpAddr, &str> = HashMap::new();
     for (f, c) in out.iter().zip(ifaces) {
-        let addrs = f.v4.iter().map(|a| IpAddr::V4(a.0)).chain(f.v6.iter().map(|a| IpAddr::V6(a.0)));
+        let addrs =
+            f.v4.iter()
+                .map(|a| IpAddr::V4(a.0))
+                .chain(f.v6.iter().map(|a| IpAddr::V6(a.0)));
         for a in addrs {
             if let Some(o) = seen.insert(a, &f.name) {
-                return Err((Some(c.name.span()), format!("address {a} is on interfaces {o:?} and {:?}", f.name)));
+                return Err((
+                    Some(c.name.span()),
+                    format!("address {a} is on interfaces {o:?} and {:?}", f.name),
+                ));
             }
         }
     }
@@ -339,22 +358,29 @@ pub fn check(
         let (dst, len) =
             parse_prefix(r.dst.get_ref(), false).map_err(|m| (Some(r.dst.span()), format!("route: dst: {m}")))?;
         let dev = match &r.dev {
-            Some(d) => Some(
-                *by_name
-                    .get(d.get_ref())
-                    .ok_or_else(|| (Some(d.span()), format!("route {dst}/{len}: no interface named {:?}", d.get_ref())))?,
-            ),
+            Some(d) => Some(*by_name.get(d.get_ref()).ok_or_else(|| {
+                (
+                    Some(d.span()),
+                    format!("route {dst}/{len}: no interface named {:?}", d.get_ref()),
+                )
+            })?),
             None => None,
         };
         let mut hops = Vec::new();
         match &r.via {
             Some(v) => {
                 for g in v.get_ref().items() {
-                    let gw: IpAddr = g
-                        .parse()
-                        .map_err(|_| (Some(v.span()), format!("route {dst}/{len}: via {g:?} is not an address")))?;
+                    let gw: IpAddr = g.parse().map_err(|_| {
+                        (
+                            Some(v.span()),
+                            format!("route {dst}/{len}: via {g:?} is not an address"),
+                        )
+                    })?;
                     if gw.is_ipv4() != dst.is_ipv4() {
-                        return Err((Some(v.span()), format!("route {dst}/{len}: via {gw} is of the other IP family")));
+                        return Err((
+                            Some(v.span()),
+                            format!("route {dst}/{len}: via {gw} is of the other IP family"),
+                        ));
                     }
                     let iface = match dev {
                         Some(d) => d,
@@ -394,17 +420,24 @@ pub fn check(
 
     let mut ns = Vec::new();
     for n in neighs {
-        let ip: IpAddr = n
-            .ip
-            .get_ref()
-            .parse()
-            .map_err(|_| (Some(n.ip.span()), format!("neigh: {:?} is not an address", n.ip.get_ref())))?;
-        let iface = *by_name
-            .get(n.dev.get_ref())
-            .ok_or_else(|| (Some(n.dev.span()), format!("neigh {ip}: no interface named {:?}", n.dev.get_ref())))?;
+        let ip: IpAddr = n.ip.get_ref().parse().map_err(|_| {
+            (
+                Some(n.ip.span()),
+                format!("neigh: {:?} is not an address", n.ip.get_ref()),
+            )
+        })?;
+        let iface = *by_name.get(n.dev.get_ref()).ok_or_else(|| {
+            (
+                Some(n.dev.span()),
+                format!("neigh {ip}: no interface named {:?}", n.dev.get_ref()),
+            )
+        })?;
         let mac = *n.mac.get_ref();
         if mac.is_multicast() || mac.0 == [0; 6] {
-            return Err((Some(n.mac.span()), format!("neigh {ip}: {mac} is not a unicast address")));
+            return Err((
+                Some(n.mac.span()),
+                format!("neigh {ip}: {mac} is not a unicast address"),
+            ));
         }
         ns.push(NeighSpec { ip, mac, iface });
     }
@@ -430,8 +463,12 @@ mod tests {
         assert_eq!(parse_prefix("default", false), Ok(("0.0.0.0".parse().unwrap(), 0)));
         assert_eq!(parse_prefix("10.0.0.1", false), Ok(("10.0.0.1".parse().unwrap(), 32)));
         assert!(parse_prefix("10.0.0.1/8", false).unwrap_err().contains("host bits"));
-        assert!(parse_prefix("10.0.0.0/40", false).unwrap_err().contains("between 0 and 32"));
-        assert!(parse_prefix("2001:db8::/129", false).unwrap_err().contains("between 0 and 128"));
+        assert!(parse_prefix("10.0.0.0/40", false)
+            .unwrap_err()
+            .contains("between 0 and 32"));
+        assert!(parse_prefix("2001:db8::/129", false)
+            .unwrap_err()
+            .contains("between 0 and 128"));
         assert_eq!(parse_prefix("10.0.0.1/24", true), Ok(("10.0.0.1".parse().unwrap(), 24)));
         assert!(parse_prefix("10.0.0.1", true).unwrap_err().contains("prefix length"));
         assert!(parse_prefix("foo/8", false).is_err());

@@ -95,8 +95,12 @@ pub fn check(
         Some(f) => {
             let mut ports = Vec::new();
             for p in &f.allow_new_from {
-                let i = port(p.get_ref())
-                    .ok_or_else(|| (Some(p.span()), format!("firewall.allow_new_from: no port named {:?}", p.get_ref())))?;
+                let i = port(p.get_ref()).ok_or_else(|| {
+                    (
+                        Some(p.span()),
+                        format!("firewall.allow_new_from: no port named {:?}", p.get_ref()),
+                    )
+                })?;
                 if !ports.contains(&i) {
                     ports.push(i);
                 }
@@ -113,7 +117,10 @@ pub fn check(
     };
     if c.enabled == Some(false) {
         if fw.is_some() {
-            return Err((None, "conntrack.enabled = false, but [firewall] needs connection tracking".into()));
+            return Err((
+                None,
+                "conntrack.enabled = false, but [firewall] needs connection tracking".into(),
+            ));
         }
         return Ok((None, None));
     }
@@ -128,12 +135,18 @@ pub fn check(
     for z in &c.zone_limits {
         let l = z.get_ref();
         if zone_limits.iter().any(|(zz, _)| *zz == l.zone) {
-            return Err((Some(z.span()), format!("conntrack.zone_limits: zone {} is listed twice", l.zone)));
+            return Err((
+                Some(z.span()),
+                format!("conntrack.zone_limits: zone {} is listed twice", l.zone),
+            ));
         }
         if l.max == 0 || l.max > max {
             return Err((
                 Some(z.span()),
-                format!("conntrack.zone_limits: zone {} max must be 1..={max} (got {})", l.zone, l.max),
+                format!(
+                    "conntrack.zone_limits: zone {} max must be 1..={max} (got {})",
+                    l.zone, l.max
+                ),
             ));
         }
         zone_limits.push((l.zone, l.max));
@@ -148,7 +161,10 @@ pub fn check(
         }
         let s = *v.get_ref();
         if s == 0 || s > 86_400 * 30 {
-            return Err((Some(v.span()), format!("conntrack.timeouts.{k}: must be 1..=2592000 seconds (got {s})")));
+            return Err((
+                Some(v.span()),
+                format!("conntrack.timeouts.{k}: must be 1..=2592000 seconds (got {s})"),
+            ));
         }
         timeouts.push((k.clone(), s));
     }

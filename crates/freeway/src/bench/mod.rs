@@ -10,6 +10,9 @@
 
 use std::time::Duration;
 
+pub mod conntrack;
+pub mod route;
+
 use clap::{Args, Subcommand};
 use freeway_bridge::{Layout, Naive, Padded};
 use serde::Serialize;
@@ -24,6 +27,14 @@ pub enum BenchCmd {
     Bridge(BridgeArgs),
     /// Contended get/put pairs per second per thread: scalable refcount vs a CAS loop.
     Refcount(RefcountArgs),
+    /// The Open vSwitch `test-conntrack benchmark N PACKETS BATCH` workload (ms; --baseline global-lock).
+    Conntrack(conntrack::ConntrackArgs),
+    /// New TCP connections per second per worker (handshake + teardown, expiry running).
+    ConntrackChurn(conntrack::ChurnArgs),
+    /// Packets per second per worker over 1M established connections, random access.
+    ConntrackTable(conntrack::TableArgs),
+    /// FIB lookups on a synthetic full BGP table: FIB alone vs the per-worker route cache.
+    Route(route::RouteArgs),
 }
 
 /// `bench refcount` options.
@@ -218,7 +229,7 @@ pub struct BridgeRow {
     pub scaling: f64,
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     if v.is_empty() {
@@ -438,5 +449,19 @@ pub fn main(cmd: BenchCmd) -> Result<(), String> {
     match cmd {
         BenchCmd::Bridge(a) => bridge(a),
         BenchCmd::Refcount(a) => refcount(a),
+        BenchCmd::Conntrack(a) => conntrack::ovs(a),
+        BenchCmd::ConntrackChurn(a) => conntrack::churn_cmd(a),
+        BenchCmd::ConntrackTable(a) => conntrack::table_cmd(a),
+        BenchCmd::Route(a) => route::route(a),
     }
+}
+
+/// Writes `rows` with the command line and the machine as JSON, when a path is given.
+pub(crate) fn write_json<T: Serialize>(path: Option<&std::path::Path>, rows: &T) -> Result<(), String> {
+    if let Some(path) = path {
+        let v = serde_json::json!({"command": std::env::args().collect::<Vec<_>>().join(" "), "machine": machine(), "rows": rows});
+        std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
