@@ -465,11 +465,15 @@ impl Interfaces {
             return Wants::NotOurs;
         }
         if dst == BROADCAST && m.ethertype == ETHERTYPE_ARP {
-            // ARP body: target protocol address at 24..28 (Ethernet/IPv4 ARP).
+            // ARP body: sender protocol address at 14..18, target at 24..28 (Ethernet/IPv4).
             if let Some(b) = f.get(l3..l3 + 28) {
                 if b[4] == 6 && b[5] == 4 {
                     let tpa = Ipv4Addr::new(b[24], b[25], b[26], b[27]);
-                    if it.has_v4(tpa) {
+                    let spa = Ipv4Addr::new(b[14], b[15], b[16], b[17]);
+                    // A request for one of our addresses, or a gratuitous announcement of a
+                    // neighbour on our subnet (sender = target: a host that moved or changed
+                    // its MAC; the stage refreshes an existing entry only).
+                    if it.has_v4(tpa) || (spa == tpa && it.v4_on_link(tpa) && !it.has_v4(spa)) {
                         return Wants::Copy(iface);
                     }
                 }

@@ -16,7 +16,7 @@ use freeway_bridge::Padded;
 #[command(
     name = "freeway",
     version,
-    about = "A multi-core userspace packet datapath: learning bridge on generator, pcap and sink ports"
+    about = "A multi-core userspace packet datapath: learning bridge, IPv4/IPv6 router, connection tracking and capture"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -29,13 +29,25 @@ enum Cmd {
     Run(RunArgs),
     /// Run a configuration, then print the forwarding database as it stood at the end.
     Fdb(RunArgs),
+    /// Print the routing table of a configuration, like `ip route` (connected and static routes).
+    Route(RouteArgs),
+    /// Run a configuration, then print the neighbour (ARP/ND) table, like `ip neigh`.
+    Neigh(RunArgs),
+    /// Run a configuration, then list the connection table, like `conntrack -L`.
+    Conntrack(RunArgs),
+    /// Capture packets of a port while the datapath runs, like tcpdump (pcap to a file or `-w -`).
+    Capture(CaptureArgs),
     /// Check a configuration file and print what it describes, without running it.
     Check {
         /// The TOML file.
         config: PathBuf,
     },
     /// Print the embedded default configuration (a starting point for your own).
-    DefaultConfig,
+    DefaultConfig {
+        /// The router demo instead: two VLANs routed, a stateful firewall.
+        #[arg(long)]
+        router: bool,
+    },
     /// Benchmarks that reproduce the seeds' experiments.
     #[command(subcommand)]
     Bench(freeway::bench::BenchCmd),
@@ -63,6 +75,59 @@ struct RunArgs {
     fdb: bool,
 }
 
+#[derive(Args)]
+struct RouteArgs {
+    /// TOML configuration file (default: the embedded demo).
+    #[arg(short, long)]
+    config: Option<PathBuf>,
+    /// Print JSON, like `ip -j route`.
+    #[arg(short = 'j', long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct CaptureArgs {
+    /// TOML configuration file (default: the embedded demo).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Stop after this many seconds (overrides the config).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Number of workers (overrides the config).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Print the compiled BPF program like `tcpdump -d` and exit.
+    #[arg(short = 'd')]
+    dump: bool,
+    /// The port to capture on (its name in the config).
+    #[arg(short = 'i', long = "interface", required_unless_present = "dump")]
+    interface: Option<String>,
+    /// Direction: in, out or inout (as tcpdump -Q).
+    #[arg(short = 'Q', long = "direction", default_value = "inout")]
+    direction: String,
+    /// Bytes kept of each packet (tcpdump -s; 0 means 262144).
+    #[arg(short = 's', long = "snapshot-length", default_value_t = 262_144)]
+    snaplen: u32,
+    /// Stop after this many packets.
+    #[arg(short = 'c')]
+    count: Option<u64>,
+    /// Write packets to this file (`-` = standard output; `.pcapng` writes pcapng).
+    #[arg(short = 'w', required_unless_present = "dump")]
+    write: Option<String>,
+    /// Filter expression, tcpdump syntax (e.g. `tcp port 80 and host 10.0.0.1`).
+    expression: Vec<String>,
+}
+
+/// What a run prints at the end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Show {
+    Summary,
+    Fdb,
+    Neigh,
+    Conntrack,
+    Capture,
+}
+
 fn stop_flag() -> Arc<AtomicBool> {
     static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
     FLAG.get_or_init(|| {
@@ -82,8 +147,13 @@ fn load(args: &RunArgs) -> Result<Checked, String> {
     }
 }
 
-fn run_cmd(args: RunArgs, dump_fdb_only: bool) -> Result<(), String> {
+fn run_cmd(args: RunArgs, show: Show) -> Result<(), String> {
     let cfg = load(&args)?;
+    run_loaded(args, cfg, show)
+}
+
+fn run_loaded(args: RunArgs, cfg: Checked, show: Show) -> Result<(), String> {
+    let dump_only = show != Show::Summary;
     if let Some(d) = args.duration {
         if d.is_nan() || d <= 0.0 {
             return Err(format!("--duration must be positive (got {d})"));
@@ -97,7 +167,7 @@ fn run_cmd(args: RunArgs, dump_fdb_only: bool) -> Result<(), String> {
             ));
         }
     }
-    let tables = !args.json && !args.quiet && !dump_fdb_only;
+    let tables = !args.json && !args.quiet && !dump_only;
     let mut printer = report::LivePrinter::default();
     let mut cb = |s: &runtime::Snapshot| printer.print(s);
     let opts = RunOptions {
@@ -106,6 +176,7 @@ fn run_cmd(args: RunArgs, dump_fdb_only: bool) -> Result<(), String> {
         interval: Duration::from_secs(1),
         on_snapshot: if tables { Some(&mut cb) } else { None },
         stop: Some(stop_flag()),
+        stop_when_taps_done: show == Show::Capture,
     };
     if tables {
         let src = args
@@ -120,8 +191,14 @@ fn run_cmd(args: RunArgs, dump_fdb_only: bool) -> Result<(), String> {
         );
     }
     let res = runtime::run::<Padded>(&cfg, opts).map_err(|e| e.to_string())?;
-    if dump_fdb_only {
+    if show == Show::Fdb {
         report::print_fdb(&res.fdb, &res.port_names, args.json);
+    } else if show == Show::Neigh {
+        report::print_neigh(&res.neighbours, args.json);
+    } else if show == Show::Conntrack {
+        report::print_conntrack(&res.connections, args.json);
+    } else if show == Show::Capture {
+        report::print_capture(&res.taps, &res.last);
     } else if args.json {
         let mut v = serde_json::to_value(&res.last).expect("snapshot serialises");
         if args.fdb {
@@ -145,6 +222,75 @@ fn run_cmd(args: RunArgs, dump_fdb_only: bool) -> Result<(), String> {
     }
 }
 
+fn route_cmd(a: RouteArgs) -> Result<(), String> {
+    let cfg = match &a.config {
+        Some(p) => config::load(p).map_err(|e| e.to_string())?,
+        None => config::parse(config::DEFAULT_CONFIG, "<built-in default>", None).map_err(|e| e.to_string())?,
+    };
+    let (records, text) = runtime::route_table(&cfg).map_err(|e| e.to_string())?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&records).expect("json"));
+    } else {
+        print!("{text}");
+    }
+    Ok(())
+}
+
+fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
+    let run = RunArgs {
+        config: a.config.clone(),
+        duration: a.duration,
+        workers: a.workers,
+        json: false,
+        quiet: true,
+        fdb: false,
+    };
+    let filter = a.expression.join(" ");
+    if a.dump {
+        let prog = freeway_capture::compile(&filter, a.snaplen.max(1)).map_err(|e| format!("filter: {e}"))?;
+        print!("{}", freeway_capture::bpf::dump(&prog));
+        return Ok(());
+    }
+    let mut cfg = load(&run)?;
+    let iface = a.interface.as_deref().unwrap_or_default();
+    let Some(port) = cfg.ports.iter().position(|p| p.name == iface) else {
+        let names: Vec<&str> = cfg.ports.iter().map(|p| p.name.as_str()).collect();
+        return Err(format!("-i {iface}: no such port (ports: {})", names.join(", ")));
+    };
+    let direction = match a.direction.as_str() {
+        "in" => config::capture::Direction::In,
+        "out" => config::capture::Direction::Out,
+        "inout" => config::capture::Direction::Inout,
+        d => return Err(format!("-Q {d}: must be in, out or inout")),
+    };
+    let snaplen = if a.snaplen == 0 { 262_144 } else { a.snaplen };
+    if snaplen > 262_144 {
+        return Err(format!("-s {snaplen}: at most 262144"));
+    }
+    if a.count == Some(0) {
+        return Err("-c 0: count must be at least 1".into());
+    }
+    freeway_capture::compile(&filter, snaplen).map_err(|e| format!("filter: {e}"))?;
+    let w = a.write.as_deref().unwrap_or("-");
+    let write = (w != "-").then(|| PathBuf::from(w));
+    let pcapng = write
+        .as_ref()
+        .is_some_and(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("pcapng")));
+    if write.is_none() && cfg.taps.iter().any(|t| t.write.is_none()) {
+        return Err("-w -: a tap of the config already writes to standard output".into());
+    }
+    cfg.taps.push(config::capture::TapSpec {
+        port: port as u16,
+        direction,
+        filter,
+        snaplen,
+        write,
+        pcapng,
+        count: a.count,
+    });
+    run_loaded(run, cfg, Show::Capture)
+}
+
 fn check_cmd(path: PathBuf) -> Result<(), String> {
     let cfg = config::load(&path).map_err(|e| e.to_string())?;
     println!("{}: ok", path.display());
@@ -162,17 +308,74 @@ fn check_cmd(path: PathBuf) -> Result<(), String> {
         cfg.statics.len(),
         cfg.fdb.ageing_ms
     );
+    if let Some(r) = &cfg.router {
+        println!(
+            "  router: mac {}, route cache {}, icmp errors {}/s burst {}, neigh limit {}",
+            r.mac,
+            if r.route_cache { "on" } else { "off" },
+            r.icmp_rate,
+            r.icmp_burst,
+            r.neigh_limit
+        );
+        for i in &r.interfaces {
+            let mut addrs: Vec<String> = i.v4.iter().map(|(a, l)| format!("{a}/{l}")).collect();
+            addrs.extend(i.v6.iter().map(|(a, l)| format!("{a}/{l}")));
+            println!(
+                "  interface {}: vlan {} mac {} {}",
+                i.name,
+                i.vlan,
+                i.mac,
+                addrs.join(" ")
+            );
+        }
+        println!(
+            "  routes: {} static, neighbours: {} static",
+            r.routes.len(),
+            r.neighs.len()
+        );
+    }
+    if let Some(c) = &cfg.conntrack {
+        println!("  conntrack: max {}, {} zone limits", c.max, c.zone_limits.len());
+    }
+    if let Some(f) = &cfg.firewall {
+        let from: Vec<&str> = f
+            .allow_new_from
+            .iter()
+            .map(|p| cfg.ports[usize::from(*p)].name.as_str())
+            .collect();
+        println!("  firewall: new connections allowed from {}", from.join(", "));
+    }
+    for t in &cfg.taps {
+        println!(
+            "  tap on {}: {:?} filter {:?} to {}",
+            cfg.ports[usize::from(t.port)].name,
+            t.direction,
+            t.filter,
+            t.write.as_ref().map_or("-".into(), |p| p.display().to_string())
+        );
+    }
     Ok(())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Run(a) => run_cmd(a, false),
-        Cmd::Fdb(a) => run_cmd(a, true),
+        Cmd::Run(a) => run_cmd(a, Show::Summary),
+        Cmd::Fdb(a) => run_cmd(a, Show::Fdb),
+        Cmd::Neigh(a) => run_cmd(a, Show::Neigh),
+        Cmd::Conntrack(a) => run_cmd(a, Show::Conntrack),
+        Cmd::Route(a) => route_cmd(a),
+        Cmd::Capture(a) => capture_cmd(a),
         Cmd::Check { config } => check_cmd(config),
-        Cmd::DefaultConfig => {
-            print!("{}", config::DEFAULT_CONFIG);
+        Cmd::DefaultConfig { router } => {
+            print!(
+                "{}",
+                if router {
+                    config::ROUTER_CONFIG
+                } else {
+                    config::DEFAULT_CONFIG
+                }
+            );
             Ok(())
         }
         Cmd::Bench(b) => freeway::bench::main(b),
@@ -183,5 +386,15 @@ fn main() -> ExitCode {
             eprintln!("freeway: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
     }
 }

@@ -1,9 +1,11 @@
 //! Human-readable tables and JSON for runs and dumps.
 
 use freeway_bridge::FdbEntry;
+use freeway_conntrack::ConnRecord;
+use freeway_l3::NeighEntry;
 use serde::Serialize;
 
-use crate::runtime::Snapshot;
+use crate::runtime::{Snapshot, TapResult};
 
 /// Formats a rate or count with a k/M/G suffix.
 pub fn si(v: f64) -> String {
@@ -134,6 +136,39 @@ pub fn print_summary(s: &Snapshot) {
         s.fdb.get("limit_reached").copied().unwrap_or(0),
         b("learn_queue_full")
     );
+    if let Some(r) = &s.router {
+        let l = &r.l3;
+        println!(
+            "  router: {} in, {} forwarded (v4 {}, v6 {}); route cache {} hits, {} misses, {} refills, {} uncached; {} neighbours",
+            l.rx,
+            l.forwarded_v4 + l.forwarded_v6,
+            l.forwarded_v4,
+            l.forwarded_v6,
+            r.route_cache_hits,
+            r.route_cache_misses,
+            r.route_cache_refills,
+            r.route_uncached,
+            r.neigh_entries
+        );
+    }
+    if let Some(c) = &s.conntrack {
+        println!(
+            "  conntrack: {} connections (max {}); packets: {} new, {} established, {} related, {} untracked, {} invalid; {} created, {} expired",
+            c.connections, c.max, c.new, c.established, c.related, c.untracked, c.invalid, c.created, c.expired
+        );
+    }
+    if let Some(f) = &s.firewall {
+        println!(
+            "  firewall: accepted {} new, {} established, {} related, {} untracked; dropped {} invalid, {} over a limit, {} new not allowed",
+            f.accept_new,
+            f.accept_established,
+            f.accept_related,
+            f.accept_untracked,
+            f.drop_invalid,
+            f.drop_limit,
+            f.drop_new_not_allowed
+        );
+    }
     let drops = s.drops();
     if drops.is_empty() {
         println!("  drops: none");
@@ -200,4 +235,65 @@ pub fn print_fdb(fdb: &[FdbEntry], names: &[String], json: bool) {
         }
     }
     println!("{} entries", fdb.len());
+}
+
+/// Prints the neighbour table like `ip neigh` (or `ip -j neigh`).
+pub fn print_neigh(n: &[NeighEntry], json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(n).expect("json"));
+    } else {
+        for e in n {
+            println!("{e}");
+        }
+    }
+}
+
+/// Prints the connection table like `conntrack -L`, then counts per zone and per state
+/// (or, with `json`, the records and the counts as one object).
+pub fn print_conntrack(c: &[ConnRecord], json: bool) {
+    let mut zones: std::collections::BTreeMap<u16, usize> = Default::default();
+    let mut states: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in c {
+        *zones.entry(r.zone).or_default() += 1;
+        *states.entry(r.state_label()).or_default() += 1;
+    }
+    if json {
+        let v = serde_json::json!({"connections": c, "count": c.len(), "zones": zones, "states": states});
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return;
+    }
+    for r in c {
+        println!("{r}");
+    }
+    eprintln!("freeway conntrack: {} flow entries have been shown.", c.len());
+    for (z, n) in &zones {
+        eprintln!("  zone {z}: {n}");
+    }
+    for (s, n) in &states {
+        eprintln!("  {s}: {n}");
+    }
+}
+
+/// Prints what the capture taps did, on standard error (standard output may carry the
+/// capture itself), in tcpdump's closing words.
+pub fn print_capture(taps: &[TapResult], s: &Snapshot) {
+    for t in taps {
+        let dir = t.tap.direction;
+        match (&t.stats, &t.error) {
+            (Some(st), _) => {
+                eprintln!(
+                    "freeway capture on {} ({dir}) to {}: {} packets captured, {} packets received by filter, {} packets dropped (ring full), {} discarded at stop",
+                    t.tap.port, t.tap.write, st.written, st.matched, st.dropped, st.discarded
+                );
+            }
+            (None, Some(e)) => eprintln!("freeway capture on {} ({dir}): stopped: {e}", t.tap.port),
+            (None, None) => {}
+        }
+    }
+    let fwd: u64 = s.ports.iter().map(|p| p.tx_packets).sum();
+    let rx: u64 = s.ports.iter().map(|p| p.rx_packets).sum();
+    eprintln!(
+        "freeway: {rx} packets received, {fwd} transmitted in {:.2} s",
+        s.elapsed_s
+    );
 }

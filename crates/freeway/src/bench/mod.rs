@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+pub mod capture;
 pub mod conntrack;
 pub mod route;
 
@@ -35,6 +36,8 @@ pub enum BenchCmd {
     ConntrackTable(conntrack::TableArgs),
     /// FIB lookups on a synthetic full BGP table: FIB alone vs the per-worker route cache.
     Route(route::RouteArgs),
+    /// Forwarding Mpps per worker with capture taps attached: epoch taps vs taps behind an RwLock.
+    Capture(capture::CaptureArgs),
 }
 
 /// `bench refcount` options.
@@ -256,9 +259,36 @@ pub fn bridge_config(entries: usize, workers: usize, frame_size: usize, pin: boo
     s
 }
 
+/// Warm-up of a forwarding benchmark run, seconds.
+pub(crate) const WARMUP: f64 = 0.5;
+
+/// The snapshots of the measurement window (after the warm-up, `seconds` long) and each
+/// worker's Mpps over it.
+pub(crate) fn window(snaps: &[Snapshot], seconds: f64) -> Result<(&Snapshot, &Snapshot, Vec<f64>), String> {
+    let first = snaps
+        .iter()
+        .find(|s| s.elapsed_s >= WARMUP)
+        .ok_or("run too short to measure")?;
+    let last = snaps
+        .iter()
+        .rev()
+        .find(|s| s.elapsed_s <= WARMUP + seconds + 0.05)
+        .ok_or("run too short to measure")?;
+    let dt = last.elapsed_s - first.elapsed_s;
+    if dt <= 0.1 {
+        return Err("measurement window too short".into());
+    }
+    let per = first
+        .workers
+        .iter()
+        .zip(&last.workers)
+        .map(|(f, l)| (l.packets - f.packets) as f64 / dt / 1e6)
+        .collect();
+    Ok((first, last, per))
+}
+
 fn measure<L: Layout>(a: &BridgeArgs, workers: usize) -> Result<BridgeRun, String> {
-    let warmup = 0.5;
-    let text = bridge_config(a.entries, workers, a.frame_size, !a.no_pin, warmup + a.seconds + 0.3);
+    let text = bridge_config(a.entries, workers, a.frame_size, !a.no_pin, WARMUP + a.seconds + 0.3);
     let cfg = config::parse(&text, "<bench bridge>", None).map_err(|e| e.to_string())?;
     let mut snaps: Vec<Snapshot> = Vec::new();
     let mut cb = |s: &Snapshot| snaps.push(s.clone());
@@ -271,25 +301,7 @@ fn measure<L: Layout>(a: &BridgeArgs, workers: usize) -> Result<BridgeRun, Strin
         },
     )
     .map_err(|e| e.to_string())?;
-    let first = snaps
-        .iter()
-        .find(|s| s.elapsed_s >= warmup)
-        .ok_or("run too short to measure")?;
-    let last = snaps
-        .iter()
-        .rev()
-        .find(|s| s.elapsed_s <= warmup + a.seconds + 0.05)
-        .ok_or("run too short to measure")?;
-    let dt = last.elapsed_s - first.elapsed_s;
-    if dt <= 0.1 {
-        return Err("measurement window too short".into());
-    }
-    let per: Vec<f64> = first
-        .workers
-        .iter()
-        .zip(&last.workers)
-        .map(|(f, l)| (l.packets - f.packets) as f64 / dt / 1e6)
-        .collect();
+    let (first, last, per) = window(&snaps, a.seconds)?;
     let b = |s: &Snapshot, k: &str| s.bridge.get(k).copied().unwrap_or(0) as f64;
     let rx = b(last, "rx") - b(first, "rx");
     let fwd = b(last, "forwarded") - b(first, "forwarded");
@@ -302,7 +314,7 @@ fn measure<L: Layout>(a: &BridgeArgs, workers: usize) -> Result<BridgeRun, Strin
     })
 }
 
-fn machine() -> serde_json::Value {
+pub(crate) fn machine() -> serde_json::Value {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -453,6 +465,7 @@ pub fn main(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::ConntrackChurn(a) => conntrack::churn_cmd(a),
         BenchCmd::ConntrackTable(a) => conntrack::table_cmd(a),
         BenchCmd::Route(a) => route::route(a),
+        BenchCmd::Capture(a) => capture::capture(a),
     }
 }
 

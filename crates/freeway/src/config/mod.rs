@@ -38,6 +38,9 @@ use toml::Spanned;
 /// `freeway run` with no arguments.
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/default.toml");
 
+/// The embedded router demo: two VLANs routed, a stateful firewall (`freeway default-config --router`).
+pub const ROUTER_CONFIG: &str = include_str!("../../configs/router.toml");
+
 /// The whole file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

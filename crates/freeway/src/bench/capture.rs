@@ -1,0 +1,361 @@
+//! `freeway bench capture`: what live capture costs forwarding (seed 002).
+//!
+//! The bridge benchmark's topology (three generator hosts, 64-byte frames, every worker
+//! receiving from every port) runs through the real pipeline while taps are attached to port
+//! `h0`, both directions, in five scenarios:
+//!
+//! * `none`: no tap;
+//! * `nomatch`: one tap whose filter matches nothing (`host 198.18.0.1`, or `--filter`);
+//! * `matchall`: one tap matching everything, written to a pcap file;
+//! * `taps8`: eight taps, none matching (`host 198.18.0.1` .. `.8`);
+//! * `swap`: one non-matching tap whose filter the control side replaces every millisecond.
+//!
+//! Each scenario runs with Freeway's epoch-published tap list ([`Taps`]) and with the
+//! baseline, the same taps behind an `RwLock` ([`LockedTaps`]: the FreeBSD BPF path before
+//! the seed's change), interleaved run by run in one process.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use freeway_bridge::Padded;
+use freeway_capture::{Direction, Filter, LockedTaps, TapRegistry, TapSpec, TapStats, TapWriter, Taps, WriterOptions};
+use serde::Serialize;
+
+use super::{bridge_config, machine, median, window, WARMUP};
+use crate::config;
+use crate::runtime::{self, RunOptions, Snapshot};
+
+/// The scenarios, in the order they run.
+pub const SCENARIOS: &[&str] = &["none", "nomatch", "matchall", "taps8", "swap"];
+
+/// `bench capture` options.
+#[derive(Args, Clone)]
+pub struct CaptureArgs {
+    /// Worker counts to measure, e.g. 1,2.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub workers: Vec<usize>,
+    /// Scenarios: none, nomatch, matchall, taps8, swap.
+    #[arg(long, value_delimiter = ',', default_value = "none,nomatch,matchall,taps8,swap")]
+    pub scenarios: Vec<String>,
+    /// Tap registries: epoch (Freeway) and/or rwlock (the baseline).
+    #[arg(long, value_delimiter = ',', default_value = "epoch,rwlock")]
+    pub registry: Vec<String>,
+    /// Filter of the non-matching taps (`nomatch`, `swap`; `taps8` uses host 198.18.0.1-8).
+    #[arg(long, default_value = "host 198.18.0.1")]
+    pub filter: String,
+    /// Filter replacements per second in the `swap` scenario.
+    #[arg(long, default_value_t = 1000)]
+    pub swap_rate: u32,
+    /// Measured seconds per run (after a 0.5 s warm-up).
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Runs per configuration; the table shows the median.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Where the `matchall` tap writes its pcap (deleted after each run).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Do not pin workers to cores.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Write results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// One measured run.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaptureRun {
+    /// `epoch` or `rwlock`.
+    pub registry: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Workers.
+    pub workers: usize,
+    /// Mean Mpps per worker over the window.
+    pub mpps_per_worker: f64,
+    /// Packets the taps matched, wrote and dropped (ring full), summed over taps.
+    pub matched: u64,
+    /// Written to the file.
+    pub written: u64,
+    /// Dropped because a ring was full.
+    pub dropped: u64,
+    /// Filter replacements per second achieved.
+    pub swaps_per_sec: f64,
+}
+
+/// A summary row.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaptureRow {
+    /// `epoch` or `rwlock`.
+    pub registry: String,
+    /// Scenario.
+    pub scenario: String,
+    /// Workers.
+    pub workers: usize,
+    /// Median Mpps per worker.
+    pub median_mpps_per_worker: f64,
+    /// Each run's Mpps per worker.
+    pub runs: Vec<f64>,
+    /// Median relative to the same registry's `none` scenario at the same worker count.
+    pub vs_no_tap: Option<f64>,
+}
+
+const SNAPLEN: u32 = 128;
+
+fn spec() -> TapSpec {
+    TapSpec {
+        port: 0,
+        dir: Direction::Both,
+        snaplen: SNAPLEN,
+        ring_slots: 4096,
+    }
+}
+
+/// Attaches the scenario's taps with their writers; returns the tap ids and writer threads.
+#[allow(clippy::type_complexity)]
+fn attach<R: TapRegistry>(
+    reg: &R,
+    scenario: &str,
+    nomatch: &str,
+    file: &std::path::Path,
+) -> Result<(Vec<u64>, Vec<JoinHandle<Result<TapStats, String>>>), String> {
+    let filters: Vec<String> = match scenario {
+        "none" => Vec::new(),
+        "nomatch" | "swap" => vec![nomatch.into()],
+        "matchall" => vec![String::new()],
+        "taps8" => (1..=8).map(|i| format!("host 198.18.0.{i}")).collect(),
+        s => {
+            return Err(format!(
+                "--scenarios: unknown scenario {s:?} ({})",
+                SCENARIOS.join(", ")
+            ))
+        }
+    };
+    let mut ids = Vec::new();
+    let mut writers = Vec::new();
+    for f in &filters {
+        let filter = Filter::new(f, SNAPLEN).map_err(|e| e.to_string())?;
+        let (id, reader) = reg.attach(spec(), filter).map_err(|e| e.to_string())?;
+        let out: Box<dyn std::io::Write + Send> = if scenario == "matchall" {
+            let f = std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            Box::new(std::io::BufWriter::new(f))
+        } else {
+            Box::new(std::io::sink())
+        };
+        let w = TapWriter::new(reader, out, WriterOptions::default()).map_err(|e| e.to_string())?;
+        ids.push(id);
+        writers.push(std::thread::spawn(move || w.run().map_err(|e| e.to_string())));
+    }
+    Ok((ids, writers))
+}
+
+fn measure<R: TapRegistry>(a: &CaptureArgs, name: &str, scenario: &str, workers: usize) -> Result<CaptureRun, String> {
+    let text = bridge_config(3, workers, 64, !a.no_pin, WARMUP + a.seconds + 0.3);
+    let cfg = config::parse(&text, "<bench capture>", None).map_err(|e| e.to_string())?;
+    let reg = R::with_workers(workers);
+    let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let file = dir.join(format!("freeway-bench-capture-{}.pcap", std::process::id()));
+    let (ids, writers) = attach(&reg, scenario, &a.filter, &file)?;
+
+    // The control side: replace the filter at the asked rate until the run ends.
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = (scenario == "swap" && a.swap_rate > 0).then(|| {
+        let (reg, stop, id) = (reg.clone(), stop.clone(), ids[0]);
+        let every = Duration::from_secs_f64(1.0 / f64::from(a.swap_rate));
+        let alt = [
+            Filter::new("host 198.18.0.2", SNAPLEN).expect("filter compiles"),
+            Filter::new(&a.filter, SNAPLEN).expect("checked when the taps were attached"),
+        ];
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut n = 0u64;
+            let mut next = start;
+            while !stop.load(Ordering::Relaxed) {
+                next += every;
+                if let Some(d) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(d);
+                }
+                if reg.replace_filter(id, alt[(n % 2) as usize].clone()).is_ok() {
+                    n += 1;
+                }
+            }
+            n as f64 / start.elapsed().as_secs_f64()
+        })
+    });
+
+    let mut snaps: Vec<Snapshot> = Vec::new();
+    let mut cb = |s: &Snapshot| snaps.push(s.clone());
+    let res = runtime::run_with::<Padded, R>(
+        &cfg,
+        RunOptions {
+            interval: Duration::from_millis(250),
+            on_snapshot: Some(&mut cb),
+            ..Default::default()
+        },
+        Some(reg.clone()),
+    );
+    stop.store(true, Ordering::Relaxed);
+    let swaps_per_sec = swapper.map_or(0.0, |h| h.join().unwrap_or(0.0));
+    for id in &ids {
+        reg.detach(*id);
+    }
+    let mut sum = TapStats::default();
+    for w in writers {
+        let s = w.join().map_err(|_| "tap writer panicked")??;
+        sum.matched += s.matched;
+        sum.written += s.written;
+        sum.dropped += s.dropped;
+    }
+    let _ = std::fs::remove_file(&file);
+    res.map_err(|e| e.to_string())?;
+    let (_, _, per) = window(&snaps, a.seconds)?;
+    Ok(CaptureRun {
+        registry: name.into(),
+        scenario: scenario.into(),
+        workers,
+        mpps_per_worker: per.iter().sum::<f64>() / per.len().max(1) as f64,
+        matched: sum.matched,
+        written: sum.written,
+        dropped: sum.dropped,
+        swaps_per_sec,
+    })
+}
+
+/// Runs `bench capture`.
+pub fn capture(a: CaptureArgs) -> Result<(), String> {
+    if a.workers.is_empty() || a.workers.iter().any(|w| *w == 0 || *w > config::MAX_WORKERS) {
+        return Err(format!(
+            "--workers must list counts between 1 and {}",
+            config::MAX_WORKERS
+        ));
+    }
+    if a.runs == 0 || a.seconds.is_nan() || a.seconds <= 0.0 {
+        return Err("--runs and --seconds must be positive".into());
+    }
+    for s in &a.scenarios {
+        if !SCENARIOS.contains(&s.as_str()) {
+            return Err(format!(
+                "--scenarios: unknown scenario {s:?} ({})",
+                SCENARIOS.join(", ")
+            ));
+        }
+    }
+    for r in &a.registry {
+        if r != "epoch" && r != "rwlock" {
+            return Err(format!("--registry: unknown registry {r:?} (epoch or rwlock)"));
+        }
+    }
+    let total = (a.registry.len() * a.scenarios.len() * a.workers.len() * a.runs) as u64;
+    let bar = indicatif::ProgressBar::new(total);
+    let mut runs = Vec::new();
+    // Interleave everything run by run, so slow drift on a noisy machine hits all alike.
+    for _ in 0..a.runs {
+        for &w in &a.workers {
+            for s in &a.scenarios {
+                for r in &a.registry {
+                    let run = match r.as_str() {
+                        "epoch" => measure::<Taps>(&a, r, s, w)?,
+                        _ => measure::<LockedTaps>(&a, r, s, w)?,
+                    };
+                    runs.push(run);
+                    bar.inc(1);
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let mut rows: Vec<CaptureRow> = Vec::new();
+    for r in &a.registry {
+        for &w in &a.workers {
+            for s in &a.scenarios {
+                let v: Vec<f64> = runs
+                    .iter()
+                    .filter(|x| &x.registry == r && x.workers == w && &x.scenario == s)
+                    .map(|x| x.mpps_per_worker)
+                    .collect();
+                rows.push(CaptureRow {
+                    registry: r.clone(),
+                    scenario: s.clone(),
+                    workers: w,
+                    median_mpps_per_worker: median(&v),
+                    runs: v,
+                    vs_no_tap: None,
+                });
+            }
+        }
+    }
+    let base: Vec<(String, usize, f64)> = rows
+        .iter()
+        .filter(|r| r.scenario == "none")
+        .map(|r| (r.registry.clone(), r.workers, r.median_mpps_per_worker))
+        .collect();
+    for row in &mut rows {
+        if let Some((_, _, b)) = base.iter().find(|(g, w, _)| *g == row.registry && *w == row.workers) {
+            if *b > 0.0 {
+                row.vs_no_tap = Some(row.median_mpps_per_worker / b);
+            }
+        }
+    }
+    println!(
+        "bench capture: 3 hosts, 64-byte frames, taps on port h0 (both directions), {} s x {} runs, median Mpps per worker",
+        a.seconds, a.runs
+    );
+    println!(
+        "{:<8} {:<9} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>8}  runs",
+        "registry", "scenario", "workers", "Mpps/worker", "vs none", "matched", "written", "dropped", "swaps/s"
+    );
+    for row in &rows {
+        let pick: Vec<&CaptureRun> = runs
+            .iter()
+            .filter(|x| x.registry == row.registry && x.workers == row.workers && x.scenario == row.scenario)
+            .collect();
+        let med = |f: fn(&CaptureRun) -> f64| median(&pick.iter().map(|x| f(x)).collect::<Vec<_>>());
+        let rs: Vec<String> = row.runs.iter().map(|x| format!("{x:.2}")).collect();
+        println!(
+            "{:<8} {:<9} {:>7} {:>12.2} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8.0}  {}",
+            row.registry,
+            row.scenario,
+            row.workers,
+            row.median_mpps_per_worker,
+            row.vs_no_tap.map_or("-".into(), |v| format!("{:.1}%", v * 100.0)),
+            med(|x| x.matched as f64),
+            med(|x| x.written as f64),
+            med(|x| x.dropped as f64),
+            med(|x| x.swaps_per_sec),
+            rs.join(" ")
+        );
+    }
+    for &w in &a.workers {
+        for s in &a.scenarios {
+            let get = |g: &str| {
+                rows.iter()
+                    .find(|r| r.registry == g && r.workers == w && &r.scenario == s)
+                    .map(|r| r.median_mpps_per_worker)
+            };
+            if let (Some(e), Some(l)) = (get("epoch"), get("rwlock")) {
+                if l > 0.0 {
+                    println!("epoch/rwlock, {s}, {w} workers: {:.2}x", e / l);
+                }
+            }
+        }
+    }
+    if let Some(path) = &a.json {
+        let v = serde_json::json!({
+            "bench": "capture",
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "machine": machine(),
+            "seconds": a.seconds,
+            "swap_rate": a.swap_rate,
+            "rows": rows,
+            "runs": runs,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}

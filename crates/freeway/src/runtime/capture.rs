@@ -1,0 +1,175 @@
+//! Capture taps in the datapath: the `[[tap]]` sections (and `freeway capture`) attached to
+//! the run's tap registry, one writer thread per tap.
+//!
+//! Workers offer every received batch to the taps of its port before parsing (so a capture
+//! sees malformed frames too, as tcpdump would) and every transmit batch just before it is
+//! handed to the port. With no tap attached that is one relaxed load and one branch per
+//! batch; the wall-clock timestamp is read only when some tap exists.
+//!
+//! Threads: attach and detach run on the runtime's caller thread; each tap's
+//! [`TapWriter`] runs on its own thread (`fw-tap-N`) and stops when the tap is detached,
+//! its count is reached or its output fails (then the tap detaches itself and forwarding
+//! goes on).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::thread::JoinHandle;
+
+use freeway_capture::tap::MAX_TAP_MEMORY;
+use freeway_capture::{Direction, Filter, Format, TapId, TapRegistry, TapStats, TapWriter, WriterOptions};
+use freeway_packet::MAX_FRAME;
+use serde::Serialize;
+
+use super::RunError;
+use crate::config::capture::{self, TapSpec};
+
+/// Most slots of one worker's ring of one tap.
+const RING_SLOTS: usize = 1024;
+
+/// A tap attached for this run, with its writer thread.
+pub(crate) struct RunningTap {
+    id: TapId,
+    desc: TapDesc,
+    handle: JoinHandle<Result<TapStats, String>>,
+}
+
+impl RunningTap {
+    /// Whether the writer stopped (count reached or output failed).
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+}
+
+/// What a tap was, for reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct TapDesc {
+    /// Port name.
+    pub port: String,
+    /// `in`, `out` or `inout`.
+    pub direction: &'static str,
+    /// Filter expression (empty: everything).
+    pub filter: String,
+    /// Output file, `-` for standard output.
+    pub write: String,
+}
+
+/// What a tap did.
+#[derive(Clone, Debug, Serialize)]
+pub struct TapResult {
+    /// The tap.
+    #[serde(flatten)]
+    pub tap: TapDesc,
+    /// Its counters (absent when it failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats: Option<TapStats>,
+    /// Why it stopped early, if it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn direction(d: capture::Direction) -> (Direction, &'static str) {
+    match d {
+        capture::Direction::In => (Direction::Rx, "in"),
+        capture::Direction::Out => (Direction::Tx, "out"),
+        capture::Direction::Inout => (Direction::Both, "inout"),
+    }
+}
+
+/// Attaches `specs` to `reg` and starts their writers. On an error, what was attached is
+/// detached again.
+pub(crate) fn attach<R: TapRegistry>(
+    reg: &R,
+    specs: &[TapSpec],
+    port_names: &[String],
+    workers: usize,
+) -> Result<Vec<RunningTap>, RunError> {
+    let mut out: Vec<RunningTap> = Vec::new();
+    for (n, s) in specs.iter().enumerate() {
+        match attach_one(reg, n, s, port_names, workers) {
+            Ok(t) => out.push(t),
+            Err(e) => {
+                finish(reg, out);
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn attach_one<R: TapRegistry>(
+    reg: &R,
+    n: usize,
+    s: &TapSpec,
+    port_names: &[String],
+    workers: usize,
+) -> Result<RunningTap, RunError> {
+    let port_name = port_names.get(usize::from(s.port)).cloned().unwrap_or_default();
+    let (dir, dir_name) = direction(s.direction);
+    let desc = TapDesc {
+        port: port_name.clone(),
+        direction: dir_name,
+        filter: s.filter.clone(),
+        write: s.write.as_ref().map_or("-".into(), |p| p.display().to_string()),
+    };
+    let e = |m: String| RunError(format!("tap on {port_name:?} writing {}: {m}", desc.write));
+    // Rings are preallocated: a slot holds at most one frame (MAX_FRAME), and the rings of
+    // one tap stay under the registry's memory bound.
+    let snap = s.snaplen.min(MAX_FRAME as u32);
+    let slots = (MAX_TAP_MEMORY / (snap as usize * workers.max(1))).clamp(1, RING_SLOTS);
+    let filter = Filter::new(&s.filter, snap).map_err(|x| e(x.to_string()))?;
+    let out: Box<dyn Write + Send> = match &s.write {
+        Some(p) => Box::new(BufWriter::new(File::create(p).map_err(|x| e(x.to_string()))?)),
+        None => Box::new(BufWriter::new(std::io::stdout())),
+    };
+    let (id, reader) = reg
+        .attach(
+            freeway_capture::TapSpec {
+                port: s.port,
+                dir,
+                snaplen: snap,
+                ring_slots: slots,
+            },
+            filter,
+        )
+        .map_err(|x| e(x.to_string()))?;
+    let opts = WriterOptions {
+        format: if s.pcapng {
+            Format::PcapNg
+        } else {
+            Format::Pcap { nanos: false }
+        },
+        count: s.count,
+        if_name: port_name.clone(),
+        ..WriterOptions::default()
+    };
+    let writer = TapWriter::new(reader, out, opts).map_err(|x| e(x.to_string()))?;
+    let handle = std::thread::Builder::new()
+        .name(format!("fw-tap-{n}"))
+        .spawn(move || writer.run().map_err(|x| x.to_string()))
+        .map_err(|x| {
+            reg.detach(id);
+            e(format!("cannot start its writer thread: {x}"))
+        })?;
+    Ok(RunningTap { id, desc, handle })
+}
+
+/// Detaches every tap and waits for its writer to finish the file.
+pub(crate) fn finish<R: TapRegistry>(reg: &R, taps: Vec<RunningTap>) -> Vec<TapResult> {
+    for t in &taps {
+        reg.detach(t.id);
+    }
+    taps.into_iter()
+        .map(|t| {
+            let (stats, error) = match t.handle.join() {
+                Ok(Ok(s)) => (Some(s), None),
+                Ok(Err(e)) => (None, Some(e)),
+                Err(_) => (None, Some("the writer thread panicked".into())),
+            };
+            TapResult {
+                tap: t.desc,
+                stats,
+                error,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,291 @@
+//! The router inside the datapath: router interfaces as one more port of the bridge.
+//!
+//! Router interfaces are SVIs: each sits on a bridge VLAN. The router is attached to the
+//! bridge as an internal **router port** (index `nports`, after the configured ports), a
+//! tagged member of every interface VLAN, with a static FDB entry `(router MAC, VLAN) →
+//! router port` per interface. So the bridge itself delivers to the router what it should
+//! see: unicast frames to the router MAC, and flooded broadcasts and multicasts of those
+//! VLANs (ARP requests, neighbour solicitations). Frames the router sends (forwarded
+//! packets, ARP/ND, ICMP) re-enter the bridge *from* the router port, tagged with the
+//! egress interface's VLAN, and the bridge delivers them (FDB lookup, untagging for access
+//! ports, flooding for broadcasts).
+//!
+//! Per worker, [`RouterWorker::run`] runs right after the bridge pass of a batch: it takes
+//! the frames the bridge queued for the router port, drops silently the flooded frames the
+//! router does not want ([`freeway_l3::Wants::NotOurs`]), runs the L3 stage on the rest
+//! (route lookup through the per-worker [`RouteCache`], neighbour resolution, rewrite), and
+//! bridges what the stage emits. Everything stays on the worker's thread, in its batch.
+//!
+//! Threads: [`RouterWorker`] is owned by one worker. The RIB ([`Rib`]) is the control side,
+//! kept by the runtime's caller thread; the neighbour writer runs on its own thread
+//! (`fw-neigh`), fed by the workers through the neighbour table's bounded queue.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use freeway_l3::neigh::{NeighConfig, NeighWriter};
+use freeway_l3::{Interface, Interfaces, L3Config, L3Out, L3Worker, Neigh, RouteLookup, Wants};
+use freeway_packet::{parse, Batch, Packet, PacketPool, MAX_BATCH};
+use freeway_route::{Fib, FibConfig, Guard, Prefix, Rib, Route, RouteCache};
+use freeway_sync::Tick;
+
+use super::RunError;
+use crate::config::l3::RouterSpec;
+
+/// Route cache slots per family per worker.
+const ROUTE_CACHE_ENTRIES: usize = 4096;
+
+/// Rounds of router → bridge → router in one batch (a frame the router emits never comes
+/// back to the router port through the bridge, so one round suffices; the bound makes it
+/// certain).
+const MAX_ROUNDS: usize = 2;
+
+/// The router's shared state, built from the config.
+pub(crate) struct RouterShared {
+    /// The interfaces (immutable, shared with workers).
+    pub ifaces: Arc<Interfaces>,
+    /// The bridge port index of the router.
+    pub port: u16,
+    /// The FIB workers read.
+    pub fib: Fib,
+    /// The neighbour table's read side.
+    pub neigh: Neigh,
+    /// Settings of each worker's L3 stage.
+    pub l3: L3Config,
+    /// Whether workers use the route cache.
+    pub cache: bool,
+}
+
+/// Builds the router: interfaces on the router port `port`, the RIB with connected and
+/// configured routes, the neighbour table with the static entries.
+pub(crate) fn build(spec: &RouterSpec, port: u16, now: Tick) -> Result<(RouterShared, Rib, NeighWriter), RunError> {
+    let list = spec
+        .interfaces
+        .iter()
+        .map(|i| {
+            let mut it = Interface::new(i.name.clone(), port, Some(i.vlan), i.mac.0);
+            for (a, l) in &i.v4 {
+                it = it.with_v4(*a, *l);
+            }
+            for (a, l) in &i.v6 {
+                it = it.with_v6(*a, *l);
+            }
+            it
+        })
+        .collect();
+    let ifaces = Arc::new(Interfaces::new(list).map_err(|e| RunError(format!("router interfaces: {e}")))?);
+    let (mut rib, fib) = Rib::new(FibConfig::default());
+    for c in ifaces.connected_prefixes() {
+        let p = Prefix::new_truncate(c.prefix, c.len).map_err(|e| RunError(format!("connected route: {e}")))?;
+        // Two addresses of one subnet on one interface give the same connected route.
+        let _ = rib.add(Route::connected(p, c.iface));
+    }
+    for r in &spec.routes {
+        let p = Prefix::new_truncate(r.dst, r.len).map_err(|e| RunError(format!("route {}/{}: {e}", r.dst, r.len)))?;
+        let hops = r
+            .hops
+            .iter()
+            .map(|h| freeway_route::NextHop {
+                iface: h.iface as u16,
+                gateway: h.gateway,
+            })
+            .collect();
+        rib.replace(Route::new(p, hops))
+            .map_err(|e| RunError(format!("route {p}: {e}")))?;
+    }
+    let (neigh, mut nw) = freeway_l3::neigh::new(NeighConfig {
+        limit: spec.neigh_limit,
+        ..NeighConfig::default()
+    });
+    for n in &spec.neighs {
+        nw.add_static(n.ip, n.iface as u16, n.mac.0, now)
+            .map_err(|e| RunError(format!("neigh {}: {e}", n.ip)))?;
+    }
+    let l3 = L3Config {
+        icmp_rate: spec.icmp_rate,
+        icmp_burst: spec.icmp_burst,
+        ..L3Config::default()
+    };
+    Ok((
+        RouterShared {
+            ifaces,
+            port,
+            fib,
+            neigh,
+            l3,
+            cache: spec.route_cache,
+        },
+        rib,
+        nw,
+    ))
+}
+
+/// The routes as the L3 stage sees them: the worker's route cache over the FIB, under the
+/// batch's epoch guard.
+struct Lookup<'a> {
+    fib: &'a Fib,
+    guard: &'a Guard,
+    cache: &'a mut RouteCache,
+}
+
+fn hop(h: freeway_route::NextHop) -> freeway_l3::NextHop {
+    freeway_l3::NextHop {
+        iface: h.iface,
+        gateway: h.gateway,
+    }
+}
+
+impl RouteLookup for Lookup<'_> {
+    #[inline]
+    fn lookup_v4(&mut self, dst: Ipv4Addr, flow_hash: u32) -> Option<freeway_l3::NextHop> {
+        self.cache.lookup_v4_in(self.fib, self.guard, dst, flow_hash).map(hop)
+    }
+
+    #[inline]
+    fn lookup_v6(&mut self, dst: Ipv6Addr, flow_hash: u32) -> Option<freeway_l3::NextHop> {
+        self.cache.lookup_v6_in(self.fib, self.guard, dst, flow_hash).map(hop)
+    }
+}
+
+/// Where the L3 stage's output goes: back into the bridge, from the router port.
+struct ToBridge<'a> {
+    pool: &'a mut PacketPool,
+    out: &'a mut Vec<Packet>,
+}
+
+impl L3Out for ToBridge<'_> {
+    #[inline]
+    fn pool(&mut self) -> &mut PacketPool {
+        self.pool
+    }
+
+    #[inline]
+    fn emit(&mut self, _port: u16, pkt: Packet) {
+        self.out.push(pkt);
+    }
+}
+
+/// One worker's router: its L3 stage, route cache and the frames in flight.
+pub(crate) struct RouterWorker {
+    pub l3: L3Worker,
+    pub cache: RouteCache,
+    fib: Fib,
+    ifaces: Arc<Interfaces>,
+    port: u16,
+    /// Frames the router emitted, to be bridged from the router port.
+    outbox: Vec<Packet>,
+    batch: Batch,
+}
+
+/// What the router hands back to the pipeline between its steps.
+pub(crate) trait Bridging {
+    /// The worker's pool.
+    fn pool(&mut self) -> &mut PacketPool;
+    /// Takes the frames the bridge queued for the router port (appends them to `into`).
+    fn take_router_inbox(&mut self, into: &mut Vec<Packet>);
+    /// Bridges `batch` (parsed, received on the router port).
+    fn bridge(&mut self, batch: &mut Batch, now: Tick);
+}
+
+impl RouterWorker {
+    /// A worker's router over `shared`.
+    pub fn new(shared: &RouterShared) -> RouterWorker {
+        RouterWorker {
+            l3: L3Worker::new(shared.ifaces.clone(), shared.neigh.clone(), shared.l3.clone()),
+            cache: RouteCache::new(ROUTE_CACHE_ENTRIES, shared.cache),
+            fib: shared.fib.clone(),
+            ifaces: shared.ifaces.clone(),
+            port: shared.port,
+            outbox: Vec::with_capacity(4 * MAX_BATCH),
+            batch: Batch::default(),
+        }
+    }
+
+    /// Allocates the worker's buffers (call on the worker's own thread).
+    pub fn on_thread(&mut self) {
+        self.batch = Batch::new();
+    }
+
+    /// Routes what the bridge queued for the router port, then bridges what the router
+    /// emits. `inbox` is scratch space owned by the caller.
+    pub fn run(&mut self, now: Tick, br: &mut impl Bridging, inbox: &mut Vec<Packet>) {
+        for _ in 0..MAX_ROUNDS {
+            br.take_router_inbox(inbox);
+            if inbox.is_empty() && self.outbox.is_empty() {
+                return;
+            }
+            self.route(now, br.pool(), inbox);
+            self.bridge_out(now, br);
+        }
+        // Whatever is still queued for the router waits for the next batch (bounded: the
+        // bridge queues at most one frame per frame it bridges).
+    }
+
+    /// Sends what waited for a neighbour and has resolved, or expired (idle workers call
+    /// this now and then; a busy worker's L3 stage polls at every batch).
+    pub fn poll(&mut self, now: Tick, br: &mut impl Bridging) {
+        self.l3.poll(
+            now,
+            &mut ToBridge {
+                pool: br.pool(),
+                out: &mut self.outbox,
+            },
+        );
+        self.bridge_out(now, br);
+    }
+
+    fn route(&mut self, now: Tick, pool: &mut PacketPool, inbox: &mut Vec<Packet>) {
+        let guard = Fib::pin();
+        let mut it = inbox.drain(..);
+        loop {
+            for p in it.by_ref() {
+                let mut p = p;
+                p.meta.in_port = self.port;
+                if self.ifaces.wants(&p) == Wants::NotOurs {
+                    // A flooded frame for someone else: not the router's business.
+                    pool.put(p);
+                    continue;
+                }
+                // Cannot fail: the batch is drained below whenever it is full.
+                let _ = self.batch.push(p);
+                if self.batch.is_full() {
+                    break;
+                }
+            }
+            if self.batch.is_empty() {
+                break;
+            }
+            let mut routes = Lookup {
+                fib: &self.fib,
+                guard: &guard,
+                cache: &mut self.cache,
+            };
+            self.l3.process(
+                &mut self.batch,
+                &mut routes,
+                now,
+                &mut ToBridge {
+                    pool,
+                    out: &mut self.outbox,
+                },
+            );
+        }
+    }
+
+    fn bridge_out(&mut self, now: Tick, br: &mut impl Bridging) {
+        while !self.outbox.is_empty() {
+            let take = self.outbox.len().min(MAX_BATCH);
+            for mut p in self.outbox.drain(..take) {
+                // The stage rewrote addresses and tags: parse again so the bridge sees the
+                // frame as it now is.
+                if parse(&mut p).is_err() {
+                    br.pool().put(p);
+                    continue;
+                }
+                p.meta.in_port = self.port;
+                let _ = self.batch.push(p);
+            }
+            br.bridge(&mut self.batch, now);
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Connection tracking and the stateful firewall in the datapath.
+//!
+//! Every parsed frame is tracked on ingress, in the conntrack zone of the port it arrived
+//! on, before the bridge and the router see it (like Open vSwitch's `ct()` at the start of
+//! a pipeline). With `[firewall]` the verdict decides: established and related pass, new
+//! connections pass (and are created) only from the ports of `allow_new_from`, invalid ones
+//! are dropped; without it, tracking only counts, and drops nothing but new connections
+//! refused by a limit. Non-IP frames (ARP) and neighbour discovery are untracked and pass.
+//!
+//! Threads: a [`CtStage`] per worker, on that worker's thread; the table is lock-free and
+//! the expiry thread (`fw-ct-expiry`) removes expired connections in bounded chunks.
+
+use std::sync::Arc;
+
+use freeway_conntrack::{
+    Conntrack, CtConfig, CtWorker, ExpiryThread, Firewall, FirewallPolicy, FwWorker, Timeouts, Verdict,
+};
+use freeway_packet::{Batch, PacketPool};
+use freeway_sync::Clock;
+
+use super::RunError;
+use crate::config::stateful::{ConntrackSpec, FirewallSpec};
+
+/// The shared side: the table, its expiry thread and the firewall policy.
+pub(crate) struct Stateful {
+    /// The connection table.
+    pub ct: Conntrack,
+    /// The firewall, when configured.
+    pub fw: Option<Firewall>,
+    /// Conntrack zone of each port (by port index; the router port is zone 0).
+    pub zones: Arc<[u16]>,
+    expiry: Option<ExpiryThread>,
+}
+
+impl Stateful {
+    /// Builds the table (and starts its expiry thread) and the firewall.
+    pub fn start(
+        ct: Option<&ConntrackSpec>,
+        fw: Option<&FirewallSpec>,
+        zones: Vec<u16>,
+        clock: Clock,
+    ) -> Result<Option<Stateful>, RunError> {
+        if ct.is_none() && fw.is_none() {
+            return Ok(None);
+        }
+        let mut cfg = CtConfig::default();
+        if let Some(s) = ct {
+            cfg.max = s.max;
+            cfg.zone_limits = s
+                .zone_limits
+                .iter()
+                .map(|&(z, m)| (z, u32::try_from(m).unwrap_or(u32::MAX)))
+                .collect();
+            let mut t = Timeouts::default();
+            for (name, secs) in &s.timeouts {
+                t.set(name, *secs)
+                    .map_err(|e| RunError(format!("conntrack timeouts: {e}")))?;
+            }
+            cfg.timeouts = t;
+        }
+        let (table, expirer) = Conntrack::new(cfg, clock).map_err(|e| RunError(format!("conntrack: {e}")))?;
+        let fw = fw.map(|f| {
+            Firewall::new(&FirewallPolicy {
+                allow_new_from: f.allow_new_from.clone(),
+                allow_new_zones: Vec::new(),
+            })
+        });
+        Ok(Some(Stateful {
+            ct: table,
+            fw,
+            zones: zones.into(),
+            expiry: Some(expirer.spawn()),
+        }))
+    }
+
+    /// A worker's stage.
+    pub fn worker(&self) -> CtStage {
+        CtStage {
+            ct: self.ct.worker(),
+            fw: self.fw.as_ref().map(Firewall::worker),
+            zones: self.zones.clone(),
+        }
+    }
+
+    /// Stops the expiry thread.
+    pub fn stop(&mut self) {
+        if let Some(t) = self.expiry.take() {
+            t.stop();
+        }
+    }
+}
+
+impl Drop for Stateful {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One worker's tracking and firewall.
+pub(crate) struct CtStage {
+    ct: CtWorker,
+    fw: Option<FwWorker>,
+    zones: Arc<[u16]>,
+}
+
+impl CtStage {
+    /// Tracks every frame of `batch` (one epoch pin for the batch) and removes, back to the
+    /// pool, those the firewall (or a limit) drops. Drops are counted by the tracker and the
+    /// firewall.
+    #[inline]
+    pub fn process(&mut self, batch: &mut Batch, pool: &mut PacketPool) {
+        if batch.is_empty() {
+            return;
+        }
+        // Reads the tracker's clock once for the batch.
+        let g = self.ct.pin();
+        let CtStage { ct, fw, zones } = self;
+        batch.retain_or_recycle(pool, |p| {
+            let port = p.meta.in_port;
+            let zone = zones.get(usize::from(port)).copied().unwrap_or(0);
+            match fw {
+                Some(f) => {
+                    let r = ct.track_packet(&g, p, zone, f.allows_new(port, zone));
+                    f.verdict(port, zone, &r) == Verdict::Accept
+                }
+                None => !ct.track_packet(&g, p, zone, true).over_limit(),
+            }
+        });
+    }
+}

@@ -1,0 +1,199 @@
+//! The command line end to end: the router demo's routes, connection table and neighbours,
+//! and the tcpdump-shaped capture command writing pcap to a file and to standard output.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn freeway(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args(args)
+        .output()
+        .expect("the freeway binary runs")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let o = freeway(args);
+    assert!(
+        o.status.success(),
+        "freeway {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// The router demo written to a temporary file, with a short duration.
+fn router_config(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("freeway-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = ok(&["default-config", "--router"]);
+    let text = String::from_utf8(o.stdout)
+        .unwrap()
+        .replace("duration_secs = 5", "duration_secs = 1");
+    let path = dir.join("router.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut r = pcap_file::pcap::PcapReader::new(bytes).expect("a pcap header");
+    let mut v = Vec::new();
+    while let Some(p) = r.next_packet() {
+        v.push(p.expect("a whole pcap record").data.into_owned());
+    }
+    v
+}
+
+#[test]
+fn route_prints_connected_and_static_routes_like_ip_route() {
+    let (dir, cfg) = router_config("route");
+    let cfg = cfg.to_str().unwrap();
+    let text = String::from_utf8(ok(&["route", "--config", cfg]).stdout).unwrap();
+    assert_eq!(
+        text,
+        "10.0.10.0/24 dev lan proto kernel scope link\n\
+         10.0.20.0/24 dev wan proto kernel scope link\n\
+         198.51.100.0/24 via 10.0.20.7 dev wan proto static\n\
+         2001:db8:10::/64 dev lan proto kernel scope link\n\
+         2001:db8:20::/64 dev wan proto kernel scope link\n"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&ok(&["route", "--config", cfg, "-j"]).stdout).unwrap();
+    let rows = j.as_array().unwrap();
+    assert_eq!(rows.len(), 5);
+    assert_eq!(rows[2]["dst"], "198.51.100.0/24");
+    assert_eq!(rows[2]["gateway"], "10.0.20.7");
+    assert_eq!(rows[2]["dev"], "wan");
+    assert_eq!(rows[2]["protocol"], "static");
+    // The bridge demo has no router: a clear error, not an empty table.
+    let o = freeway(&["route"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no router"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn conntrack_lists_the_one_allowed_connection_and_neigh_the_static_entries() {
+    let (dir, cfg) = router_config("ct");
+    let cfg = cfg.to_str().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&ok(&["conntrack", "--config", cfg, "-j"]).stdout).unwrap();
+    // The LAN host's UDP flow, answered by the server: one assured connection. The
+    // intruder's SYNs come from a port where new connections may not start: none created.
+    assert_eq!(j["count"], 1, "{j}");
+    let c = &j["connections"][0];
+    assert_eq!(c["proto"], "udp");
+    assert_eq!(c["orig"]["src"], "10.0.10.5");
+    assert_eq!(c["orig"]["dport"], 5001);
+    assert_eq!(c["assured"], true);
+    assert_eq!(j["states"]["udp ASSURED"], 1);
+
+    let text = String::from_utf8(ok(&["conntrack", "--config", cfg]).stdout).unwrap();
+    assert!(
+        text.starts_with("udp      17 "),
+        "conntrack -L style line expected, got {text:?}"
+    );
+    assert!(text.contains(
+        "src=10.0.10.5 dst=10.0.20.7 sport=1024 dport=5001 src=10.0.20.7 dst=10.0.10.5 sport=5001 dport=1024 [ASSURED]"
+    ));
+
+    let text = String::from_utf8(ok(&["neigh", "--config", cfg]).stdout).unwrap();
+    assert_eq!(
+        text,
+        "10.0.10.5 dev lan lladdr 02:00:00:00:10:05 PERMANENT\n10.0.20.7 dev wan lladdr 02:00:00:00:20:07 PERMANENT\n"
+    );
+
+    // The run's own summary counts the intruder's packets as firewall drops.
+    let j: serde_json::Value = serde_json::from_slice(&ok(&["run", "--config", cfg, "-j"]).stdout).unwrap();
+    let fw = &j["firewall"];
+    assert!(fw["drop_new_not_allowed"].as_u64().unwrap() > 0, "{fw}");
+    assert_eq!(fw["drop_invalid"], 0);
+    assert!(j["router"]["l3"]["forwarded_v4"].as_u64().unwrap() > 0);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn capture_writes_what_tcpdump_reads_to_a_file_and_to_stdout() {
+    let (dir, cfg) = router_config("cap");
+    let cfg = cfg.to_str().unwrap();
+    // To a file: the routed UDP frames leaving on wan, rewritten by the router.
+    let file = dir.join("wan.pcap");
+    let o = ok(&[
+        "capture",
+        "--config",
+        cfg,
+        "-i",
+        "wan",
+        "-Q",
+        "out",
+        "-c",
+        "5",
+        "-w",
+        file.to_str().unwrap(),
+        "udp",
+        "and",
+        "dst",
+        "port",
+        "5001",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("5 packets captured"), "{err}");
+    let frames = pcap_frames(&std::fs::read(&file).unwrap());
+    assert_eq!(frames.len(), 5);
+    for f in &frames {
+        assert_eq!(&f[0..6], &[0x02, 0, 0, 0, 0x20, 0x07], "to the server's MAC");
+        assert_eq!(&f[6..12], &[0x02, 0xfe, 0, 0, 0, 0x01], "from the router MAC");
+        assert_eq!(f[22], 63, "TTL decremented once");
+        assert_eq!(&f[26..30], &[10, 0, 10, 5]);
+    }
+    // To standard output, as `freeway capture ... -w - | tcpdump -r -` uses it.
+    let o = ok(&[
+        "capture",
+        "--config",
+        cfg,
+        "-i",
+        "lan",
+        "-c",
+        "3",
+        "-w",
+        "-",
+        "udp src port 5001",
+    ]);
+    let frames = pcap_frames(&o.stdout);
+    assert_eq!(frames.len(), 3);
+    for f in &frames {
+        assert_eq!(&f[26..30], &[10, 0, 20, 7], "the server's replies");
+    }
+    // pcapng by extension.
+    let file = dir.join("lan.pcapng");
+    ok(&[
+        "capture",
+        "--config",
+        cfg,
+        "-i",
+        "lan",
+        "-c",
+        "2",
+        "-w",
+        file.to_str().unwrap(),
+    ]);
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(&bytes[0..4], &[0x0a, 0x0d, 0x0d, 0x0a], "a pcapng section header block");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn capture_dumps_programs_and_rejects_bad_requests_clearly() {
+    let o = ok(&["capture", "-d", "ip"]);
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        "(000) ldh      [12]\n(001) jeq      #0x800           jt 2\tjf 3\n(002) ret      #262144\n(003) ret      #0\n"
+    );
+    let o = freeway(&["capture", "-i", "nope", "-w", "/dev/null"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("-i nope: no such port") && err.contains("host-a"), "{err}");
+    let o = freeway(&["capture", "-i", "host-a", "-w", "/dev/null", "tcp", "port", "eighty"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("filter"));
+    let o = freeway(&["capture", "-i", "host-a", "-Q", "sideways", "-w", "/dev/null"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("in, out or inout"));
+}

@@ -1,0 +1,848 @@
+//! The integrated pipeline, end to end and deterministic: pcap in → parse → conntrack and
+//! firewall → bridge → router → bridge → taps → pcap out, with one worker (offline: FDB and
+//! neighbour learning apply inline). Every output is read back and checked byte by byte
+//! against what a router, a stateful firewall and a capture tap must do.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+
+use freeway::config;
+use freeway::runtime::{self, RunOptions, RunResult};
+use freeway_bridge::Padded;
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+use pcap_file::pcapng::{Block, PcapNgReader};
+
+const ROUTER: [u8; 6] = [0x02, 0xfe, 0, 0, 0, 1];
+const LAN_HOST: [u8; 6] = [0x02, 0, 0, 0, 0x10, 0x05];
+const WAN_HOST: [u8; 6] = [0x02, 0, 0, 0, 0x20, 0x07];
+const INTRUDER: [u8; 6] = [0x02, 0, 0, 0, 0x20, 0x66];
+const BCAST: [u8; 6] = [0xff; 6];
+
+const LAN_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 10, 5);
+const WAN_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 20, 7);
+const INTRUDER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 20, 66);
+const LAN_GW: Ipv4Addr = Ipv4Addr::new(10, 0, 10, 1);
+
+/// A per-test directory under the system temp dir, removed at the end (kept when the test
+/// fails, to look at the pcaps).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("freeway-pipeline-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    fn file(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test files kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+// ---- frames ----
+
+/// The Internet checksum of `data` (RFC 1071), computed here independently of the datapath.
+fn csum(data: &[u8]) -> u16 {
+    let mut s: u32 = 0;
+    for c in data.chunks(2) {
+        let hi = c[0];
+        let lo = c.get(1).copied().unwrap_or(0);
+        s += u32::from(u16::from_be_bytes([hi, lo]));
+    }
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(14 + payload.len());
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    // Ethernet minimum (without FCS).
+    if f.len() < 60 {
+        f.resize(60, 0);
+    }
+    f
+}
+
+fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, ttl: u8, id: u16, l4: &[u8]) -> Vec<u8> {
+    let tot = (20 + l4.len()) as u16;
+    let mut h = vec![0x45, 0];
+    h.extend_from_slice(&tot.to_be_bytes());
+    h.extend_from_slice(&id.to_be_bytes());
+    h.extend_from_slice(&[0x40, 0]); // DF
+    h.extend_from_slice(&[ttl, proto, 0, 0]);
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&dst.octets());
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(l4);
+    h
+}
+
+/// A UDP or TCP segment with its checksum over `pseudo` (the pseudo header).
+fn l4_checksummed(mut seg: Vec<u8>, pseudo: &[u8], at: usize) -> Vec<u8> {
+    let mut all = pseudo.to_vec();
+    all.extend_from_slice(&seg);
+    let c = csum(&all);
+    seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    seg
+}
+
+fn pseudo_v4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, len: usize) -> Vec<u8> {
+    let mut p = src.octets().to_vec();
+    p.extend_from_slice(&dst.octets());
+    p.extend_from_slice(&[0, proto]);
+    p.extend_from_slice(&(len as u16).to_be_bytes());
+    p
+}
+
+fn udp_seg(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = sport.to_be_bytes().to_vec();
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+fn payload(id: u16, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (id as u8).wrapping_mul(31).wrapping_add(i as u8))
+        .collect()
+}
+
+/// Ethernet / IPv4 / UDP with a valid UDP checksum.
+#[allow(clippy::too_many_arguments)]
+fn udp4(
+    smac: [u8; 6],
+    dmac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    ttl: u8,
+    id: u16,
+) -> Vec<u8> {
+    let u = udp_seg(sport, dport, &payload(id, 32));
+    let u = l4_checksummed(u.clone(), &pseudo_v4(src, dst, 17, u.len()), 6);
+    eth(dmac, smac, 0x0800, &ipv4(src, dst, 17, ttl, id, &u))
+}
+
+/// Ethernet / IPv4 / TCP with `flags` (0x02 = SYN), valid checksum.
+#[allow(clippy::too_many_arguments)]
+fn tcp4(
+    smac: [u8; 6],
+    dmac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    flags: u8,
+    id: u16,
+) -> Vec<u8> {
+    let mut t = sport.to_be_bytes().to_vec();
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&(1000u32 + u32::from(id)).to_be_bytes()); // seq
+    t.extend_from_slice(&0u32.to_be_bytes()); // ack
+    t.extend_from_slice(&[0x50, flags]);
+    t.extend_from_slice(&64240u16.to_be_bytes()); // window
+    t.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent
+    let t = l4_checksummed(t.clone(), &pseudo_v4(src, dst, 6, t.len()), 16);
+    eth(dmac, smac, 0x0800, &ipv4(src, dst, 6, 64, id, &t))
+}
+
+/// Ethernet / IPv6 / UDP with a valid UDP checksum.
+fn udp6(smac: [u8; 6], dmac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, hop: u8, id: u16) -> Vec<u8> {
+    let u = udp_seg(4000 + id, 5001, &payload(id, 40));
+    let mut pseudo = src.octets().to_vec();
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&(u.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 17]);
+    let u = l4_checksummed(u, &pseudo, 6);
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&(u.len() as u16).to_be_bytes());
+    ip.extend_from_slice(&[17, hop]);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&dst.octets());
+    ip.extend_from_slice(&u);
+    eth(dmac, smac, 0x86dd, &ip)
+}
+
+/// A broadcast ARP request from `sha`/`spa` for `tpa`.
+fn arp_request(sha: [u8; 6], spa: Ipv4Addr, tpa: Ipv4Addr) -> Vec<u8> {
+    let mut a = vec![0, 1, 0x08, 0, 6, 4, 0, 1];
+    a.extend_from_slice(&sha);
+    a.extend_from_slice(&spa.octets());
+    a.extend_from_slice(&[0; 6]);
+    a.extend_from_slice(&tpa.octets());
+    eth(BCAST, sha, 0x0806, &a)
+}
+
+/// What the router must make of an IPv4 frame it forwards to a neighbour at `next_mac`:
+/// new MACs, TTL - 1, the header checksum recomputed from scratch.
+fn routed_v4(f: &[u8], next_mac: [u8; 6]) -> Vec<u8> {
+    let mut g = f.to_vec();
+    g[0..6].copy_from_slice(&next_mac);
+    g[6..12].copy_from_slice(&ROUTER);
+    g[14 + 8] -= 1;
+    g[14 + 10..14 + 12].copy_from_slice(&[0, 0]);
+    let c = csum(&g[14..34]);
+    g[14 + 10..14 + 12].copy_from_slice(&c.to_be_bytes());
+    g
+}
+
+fn routed_v6(f: &[u8], next_mac: [u8; 6]) -> Vec<u8> {
+    let mut g = f.to_vec();
+    g[0..6].copy_from_slice(&next_mac);
+    g[6..12].copy_from_slice(&ROUTER);
+    g[14 + 7] -= 1;
+    g
+}
+
+fn is_udp4(f: &[u8]) -> bool {
+    f[12..14] == [0x08, 0x00] && f[14 + 9] == 17
+}
+
+// ---- pcap files ----
+
+fn write_pcap(path: &str, frames: &[Vec<u8>]) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = PcapWriter::new(f).unwrap();
+    for (i, fr) in frames.iter().enumerate() {
+        w.write_packet(&PcapPacket::new(
+            std::time::Duration::from_millis(i as u64),
+            fr.len() as u32,
+            fr,
+        ))
+        .unwrap();
+    }
+}
+
+fn read_pcap(path: &str) -> Vec<Vec<u8>> {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut r = PcapReader::new(f).unwrap();
+    let mut v = Vec::new();
+    while let Some(p) = r.next_packet() {
+        v.push(p.unwrap().data.into_owned());
+    }
+    v
+}
+
+fn read_pcapng(path: &str) -> Vec<Vec<u8>> {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut r = PcapNgReader::new(f).unwrap();
+    let mut v = Vec::new();
+    while let Some(b) = r.next_block() {
+        match b.unwrap() {
+            Block::EnhancedPacket(p) => v.push(p.data.into_owned()),
+            Block::SimplePacket(p) => v.push(p.data.into_owned()),
+            _ => {}
+        }
+    }
+    v
+}
+
+// ---- configs ----
+
+/// The router part shared by the tests: SVIs lan (VLAN 10) and wan (VLAN 20), static
+/// neighbours for both hosts.
+const ROUTER_CFG: &str = r#"
+[router]
+mac = "02:fe:00:00:00:01"
+
+[[interface]]
+name = "lan"
+vlan = 10
+addr = ["10.0.10.1/24", "2001:db8:10::1/64"]
+
+[[interface]]
+name = "wan"
+vlan = 20
+addr = ["10.0.20.1/24", "2001:db8:20::1/64"]
+
+[[neigh]]
+ip = "10.0.20.7"
+mac = "02:00:00:00:20:07"
+dev = "wan"
+
+[[neigh]]
+ip = "2001:db8:20::7"
+mac = "02:00:00:00:20:07"
+dev = "wan"
+"#;
+
+const LAN_NEIGH: &str = r#"
+[[neigh]]
+ip = "10.0.10.5"
+mac = "02:00:00:00:10:05"
+dev = "lan"
+"#;
+
+/// A pcap `[[port]]` on an access VLAN.
+fn port(name: &str, vlan: u16, read: Option<&str>, write: Option<&str>) -> String {
+    let mut p = Vec::new();
+    if let Some(r) = read {
+        p.push(format!("read = \"{r}\""));
+    }
+    if let Some(w) = write {
+        p.push(format!("write = \"{w}\""));
+    }
+    format!(
+        "[[port]]\nname = \"{name}\"\nkind = \"pcap\"\npcap = {{ {} }}\nvlan = {{ mode = \"access\", vlan = {vlan} }}\n",
+        p.join(", ")
+    )
+}
+
+fn run(text: &str) -> RunResult {
+    let cfg = config::parse(text, "pipeline.toml", None).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
+    assert!(res.close_errors.is_empty(), "{:?}", res.close_errors);
+    res
+}
+
+fn l3(res: &RunResult) -> &freeway_l3::L3Stats {
+    &res.last.router.as_ref().expect("a router ran").l3
+}
+
+fn neigh_lines(res: &RunResult) -> Vec<String> {
+    res.neighbours.iter().map(ToString::to_string).collect()
+}
+
+// ---- tests ----
+
+#[test]
+fn ipv4_is_routed_byte_by_byte() {
+    let d = TempDir::new("route4");
+    const N: u16 = 40; // more than one batch
+    let input: Vec<Vec<u8>> = (0..N)
+        .map(|i| udp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 1024 + i, 5001, 64, i))
+        .collect();
+    let (inp, lan_out, wan_out) = (d.file("lan-in.pcap"), d.file("lan-out.pcap"), d.file("wan-out.pcap"));
+    write_pcap(&inp, &input);
+    let text = format!(
+        "workers = 1\n{}{}{ROUTER_CFG}",
+        port("lan", 10, Some(&inp), Some(&lan_out)),
+        port("wan", 20, None, Some(&wan_out)),
+    );
+    let res = run(&text);
+
+    let out = read_pcap(&wan_out);
+    assert_eq!(out.len(), usize::from(N));
+    for (i, (o, f)) in out.iter().zip(&input).enumerate() {
+        assert_eq!(o.len(), f.len(), "frame {i}");
+        assert_eq!(o[0..6], WAN_HOST, "frame {i}: dst MAC = the neighbour");
+        assert_eq!(o[6..12], ROUTER, "frame {i}: src MAC = the router");
+        assert_eq!(o[12..14], [0x08, 0x00], "frame {i}: untagged IPv4 on the access port");
+        assert_eq!(o[14 + 8], 63, "frame {i}: TTL");
+        assert_eq!(csum(&o[14..34]), 0, "frame {i}: IPv4 header checksum must verify");
+        assert_eq!(o[34..], f[34..], "frame {i}: payload unchanged");
+        assert_eq!(*o, routed_v4(f, WAN_HOST), "frame {i}");
+    }
+    assert!(read_pcap(&lan_out).is_empty(), "nothing goes back out of lan");
+
+    let s = l3(&res);
+    assert_eq!(s.rx, u64::from(N));
+    assert_eq!(s.forwarded_v4, u64::from(N));
+    assert_eq!(s.forwarded_v6, 0);
+    assert_eq!(s.icmp_errors_tx, 0);
+    assert!(s.drops.is_empty(), "{:?}", s.drops);
+    assert_eq!(res.last.ports[0].rx_packets, u64::from(N));
+    assert_eq!(res.last.ports[1].tx_packets, u64::from(N));
+    assert!(res.last.drops().is_empty(), "{:?}", res.last.drops());
+
+    assert!(
+        res.routes_text.contains("10.0.20.0/24 dev wan proto kernel scope link"),
+        "{}",
+        res.routes_text
+    );
+    assert!(
+        res.routes_text.contains("10.0.10.0/24 dev lan proto kernel scope link"),
+        "{}",
+        res.routes_text
+    );
+    let n = res
+        .neighbours
+        .iter()
+        .find(|n| n.dst == IpAddr::V4(WAN_IP))
+        .unwrap_or_else(|| panic!("{:?}", neigh_lines(&res)));
+    assert_eq!(n.dev, "wan");
+    assert_eq!(n.lladdr.as_deref(), Some("02:00:00:00:20:07"));
+    assert_eq!(n.state, vec![freeway_l3::neigh::NeighState::Permanent]);
+    assert!(
+        neigh_lines(&res).contains(&"10.0.20.7 dev wan lladdr 02:00:00:00:20:07 PERMANENT".to_string()),
+        "{:?}",
+        neigh_lines(&res)
+    );
+    // The host was learned by the bridge on lan, in VLAN 10.
+    assert!(res
+        .fdb
+        .iter()
+        .any(|e| e.mac.0 == LAN_HOST && e.vlan == 10 && e.port == 0 && !e.is_static));
+}
+
+#[test]
+fn ipv6_is_routed_byte_by_byte() {
+    let d = TempDir::new("route6");
+    const N: u16 = 5;
+    let (src, dst): (Ipv6Addr, Ipv6Addr) = ("2001:db8:10::5".parse().unwrap(), "2001:db8:20::7".parse().unwrap());
+    let input: Vec<Vec<u8>> = (0..N).map(|i| udp6(LAN_HOST, ROUTER, src, dst, 64, i)).collect();
+    let (inp, wan_out) = (d.file("lan-in.pcap"), d.file("wan-out.pcap"));
+    write_pcap(&inp, &input);
+    let text = format!(
+        "workers = 1\n{}{}{ROUTER_CFG}",
+        port("lan", 10, Some(&inp), None),
+        port("wan", 20, None, Some(&wan_out)),
+    );
+    let res = run(&text);
+
+    let out = read_pcap(&wan_out);
+    assert_eq!(out.len(), usize::from(N));
+    for (i, (o, f)) in out.iter().zip(&input).enumerate() {
+        assert_eq!(o[14 + 7], 63, "frame {i}: hop limit");
+        assert_eq!(*o, routed_v6(f, WAN_HOST), "frame {i}");
+    }
+    let s = l3(&res);
+    assert_eq!(s.forwarded_v6, u64::from(N));
+    assert_eq!(s.forwarded_v4, 0);
+    assert!(s.drops.is_empty(), "{:?}", s.drops);
+    assert!(
+        res.routes_text.contains("2001:db8:20::/64 dev wan proto kernel"),
+        "{}",
+        res.routes_text
+    );
+    assert!(
+        neigh_lines(&res).contains(&"2001:db8:20::7 dev wan lladdr 02:00:00:00:20:07 PERMANENT".to_string()),
+        "{:?}",
+        neigh_lines(&res)
+    );
+}
+
+#[test]
+fn ttl_expiry_sends_icmp_time_exceeded_back_to_the_sender() {
+    let d = TempDir::new("ttl");
+    const N: u16 = 3;
+    let input: Vec<Vec<u8>> = (0..N)
+        .map(|i| udp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 1024, 5001, 1, 100 + i))
+        .collect();
+    let (inp, lan_out, wan_out) = (d.file("lan-in.pcap"), d.file("lan-out.pcap"), d.file("wan-out.pcap"));
+    write_pcap(&inp, &input);
+    let text = format!(
+        "workers = 1\n{}{}{ROUTER_CFG}",
+        port("lan", 10, Some(&inp), Some(&lan_out)),
+        port("wan", 20, None, Some(&wan_out)),
+    );
+    let res = run(&text);
+
+    assert!(
+        read_pcap(&wan_out).is_empty(),
+        "an expired packet must not be forwarded"
+    );
+    let out = read_pcap(&lan_out);
+    assert_eq!(out.len(), usize::from(N));
+    for (i, (o, f)) in out.iter().zip(&input).enumerate() {
+        let orig = &f[14..14 + 20 + 8 + 32]; // the offending datagram, IP header onwards
+        assert_eq!(o[0..6], LAN_HOST, "icmp {i}: back to the sender's MAC");
+        assert_eq!(o[6..12], ROUTER, "icmp {i}: from the router MAC");
+        assert_eq!(o[12..14], [0x08, 0x00], "icmp {i}: untagged IPv4");
+        let ip = &o[14..];
+        assert_eq!(ip[0], 0x45, "icmp {i}");
+        let tot = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        assert_eq!(tot, 20 + 8 + orig.len(), "icmp {i}: quotes the whole (short) datagram");
+        assert!(o.len() >= 14 + tot, "icmp {i}");
+        assert_eq!(ip[9], 1, "icmp {i}: protocol ICMP");
+        assert!(ip[8] > 1, "icmp {i}: TTL of the error");
+        assert_eq!(
+            ip[12..16],
+            LAN_GW.octets(),
+            "icmp {i}: from the lan interface's address"
+        );
+        assert_eq!(ip[16..20], LAN_IP.octets(), "icmp {i}: to the sender");
+        assert_eq!(csum(&ip[..20]), 0, "icmp {i}: IPv4 header checksum");
+        let icmp = &ip[20..tot];
+        assert_eq!(icmp[0], 11, "icmp {i}: time exceeded");
+        assert_eq!(icmp[1], 0, "icmp {i}: TTL exceeded in transit");
+        assert_eq!(icmp[4..8], [0, 0, 0, 0], "icmp {i}: unused");
+        assert_eq!(csum(icmp), 0, "icmp {i}: ICMP checksum");
+        assert_eq!(icmp[8..], *orig, "icmp {i}: the quoted datagram, as it arrived");
+    }
+    let s = l3(&res);
+    assert_eq!(s.forwarded_v4, 0);
+    assert_eq!(s.icmp_errors_tx, u64::from(N));
+    assert_eq!(s.drops.get("ttl_expired"), Some(&u64::from(N)), "{:?}", s.drops);
+    assert_eq!(res.last.ports[1].tx_packets, 0);
+}
+
+#[test]
+fn arp_requests_for_the_router_are_answered_and_flooded() {
+    let d = TempDir::new("arp");
+    let other = Ipv4Addr::new(10, 0, 10, 9);
+    let for_router = arp_request(LAN_HOST, LAN_IP, LAN_GW);
+    let for_other = arp_request(LAN_HOST, LAN_IP, other);
+    let (inp, lan_out, lan2_out, wan_out) = (
+        d.file("lan-in.pcap"),
+        d.file("lan-out.pcap"),
+        d.file("lan2-out.pcap"),
+        d.file("wan-out.pcap"),
+    );
+    write_pcap(&inp, &[for_router.clone(), for_other.clone()]);
+    let text = format!(
+        "workers = 1\n{}{}{}{ROUTER_CFG}",
+        port("lan", 10, Some(&inp), Some(&lan_out)),
+        port("lan2", 10, None, Some(&lan2_out)),
+        port("wan", 20, None, Some(&wan_out)),
+    );
+    let res = run(&text);
+
+    // Broadcasts are flooded in VLAN 10 (unchanged), never into VLAN 20.
+    assert_eq!(read_pcap(&lan2_out), vec![for_router.clone(), for_other]);
+    assert!(read_pcap(&wan_out).is_empty());
+
+    // One reply, for the router's own address only.
+    let out = read_pcap(&lan_out);
+    assert_eq!(out.len(), 1, "{out:02x?}");
+    let r = &out[0];
+    let mut body = vec![0, 1, 0x08, 0, 6, 4, 0, 2];
+    body.extend_from_slice(&ROUTER);
+    body.extend_from_slice(&LAN_GW.octets());
+    body.extend_from_slice(&LAN_HOST);
+    body.extend_from_slice(&LAN_IP.octets());
+    assert_eq!(*r, eth(LAN_HOST, ROUTER, 0x0806, &body), "the whole reply");
+    assert_eq!(r[0..6], LAN_HOST, "to the requester");
+    assert_eq!(r[6..12], ROUTER, "from the router MAC");
+    assert_eq!(r[12..14], [0x08, 0x06], "ARP, untagged");
+    let a = &r[14..42];
+    assert_eq!(a[0..8], [0, 1, 0x08, 0, 6, 4, 0, 2], "Ethernet/IPv4 reply");
+    assert_eq!(a[8..14], ROUTER, "sender MAC");
+    assert_eq!(a[14..18], LAN_GW.octets(), "sender IP");
+    assert_eq!(a[18..24], LAN_HOST, "target MAC");
+    assert_eq!(a[24..28], LAN_IP.octets(), "target IP");
+
+    let s = l3(&res);
+    // The request for another host is flooded, but the router port does not take it in
+    // (`Wants::NotOurs`): the L3 stage only sees the one for its address.
+    assert_eq!(s.rx, 1, "{s:?}");
+    assert_eq!(s.arp_requests_rx, 1, "{s:?}");
+    assert_eq!(s.arp_replies_tx, 1, "{s:?}");
+    assert!(s.drops.is_empty(), "{:?}", s.drops);
+    // The requester was learned as a neighbour on lan.
+    let n = res
+        .neighbours
+        .iter()
+        .find(|n| n.dst == IpAddr::V4(LAN_IP))
+        .unwrap_or_else(|| panic!("{:?}", neigh_lines(&res)));
+    assert_eq!(n.dev, "lan");
+    assert_eq!(n.lladdr.as_deref(), Some("02:00:00:00:10:05"));
+    assert_eq!(n.state, vec![freeway_l3::neigh::NeighState::Reachable], "{n}");
+    assert!(!res.neighbours.iter().any(|n| n.dst == IpAddr::V4(other)));
+}
+
+#[test]
+fn packets_wait_for_arp_resolution_and_then_go_out() {
+    let d = TempDir::new("resolve");
+    const N: u16 = 3; // the pending queue keeps 3 per neighbour
+    let target = Ipv4Addr::new(10, 0, 20, 8);
+    let target_mac = [0x02, 0, 0, 0, 0x20, 0x08];
+    let input: Vec<Vec<u8>> = (0..N)
+        .map(|i| udp4(LAN_HOST, ROUTER, LAN_IP, target, 1024, 5001, 64, i))
+        .collect();
+    // The neighbour's answer, read from wan after lan's first batch (lan is port 0).
+    let mut body = vec![0, 1, 0x08, 0, 6, 4, 0, 2];
+    body.extend_from_slice(&target_mac);
+    body.extend_from_slice(&target.octets());
+    body.extend_from_slice(&ROUTER);
+    body.extend_from_slice(&Ipv4Addr::new(10, 0, 20, 1).octets());
+    let reply = eth(ROUTER, target_mac, 0x0806, &body);
+    let (lan_in, wan_in, wan_out) = (d.file("lan-in.pcap"), d.file("wan-in.pcap"), d.file("wan-out.pcap"));
+    write_pcap(&lan_in, &input);
+    write_pcap(&wan_in, &[reply]);
+    let text = format!(
+        "workers = 1\n{}{}{ROUTER_CFG}",
+        port("lan", 10, Some(&lan_in), None),
+        port("wan", 20, Some(&wan_in), Some(&wan_out)),
+    );
+    let res = run(&text);
+
+    let out = read_pcap(&wan_out);
+    assert_eq!(out.len(), 1 + usize::from(N), "{out:02x?}");
+    // First the broadcast request, from the wan interface's address.
+    let mut req = vec![0, 1, 0x08, 0, 6, 4, 0, 1];
+    req.extend_from_slice(&ROUTER);
+    req.extend_from_slice(&Ipv4Addr::new(10, 0, 20, 1).octets());
+    req.extend_from_slice(&[0; 6]);
+    req.extend_from_slice(&target.octets());
+    assert_eq!(out[0][0..6], BCAST);
+    assert_eq!(out[0][6..12], ROUTER);
+    assert_eq!(out[0][12..14], [0x08, 0x06]);
+    assert_eq!(out[0][14..42], req[..]);
+    // Then the packets that waited, to the MAC the reply taught.
+    for (i, (o, f)) in out[1..].iter().zip(&input).enumerate() {
+        assert_eq!(*o, routed_v4(f, target_mac), "frame {i}");
+    }
+    let s = l3(&res);
+    assert_eq!(s.arp_requests_tx, 1, "{s:?}");
+    assert_eq!(s.arp_replies_rx, 1, "{s:?}");
+    assert_eq!(s.pending_queued, u64::from(N), "{s:?}");
+    assert_eq!(s.pending_sent, u64::from(N), "{s:?}");
+    assert_eq!(s.forwarded_v4, u64::from(N), "{s:?}");
+    assert!(
+        neigh_lines(&res).contains(&"10.0.20.8 dev wan lladdr 02:00:00:00:20:08 REACHABLE".to_string()),
+        "{:?}",
+        neigh_lines(&res)
+    );
+}
+
+#[test]
+fn firewall_lets_replies_in_and_keeps_intruders_out() {
+    let d = TempDir::new("fw");
+    const REQ: u16 = 10;
+    const SYN: u16 = 4;
+    let requests: Vec<Vec<u8>> = (0..REQ)
+        .map(|i| udp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 1024, 5001, 64, i))
+        .collect();
+    let replies: Vec<Vec<u8>> = (0..REQ)
+        .map(|i| udp4(WAN_HOST, ROUTER, WAN_IP, LAN_IP, 5001, 1024, 64, 500 + i))
+        .collect();
+    let syns: Vec<Vec<u8>> = (0..SYN)
+        .map(|i| tcp4(INTRUDER, ROUTER, INTRUDER_IP, LAN_IP, 40000 + i, 22, 0x02, 900 + i))
+        .collect();
+    // The wan file interleaves replies and SYNs: r, r, s, r, r, s, ...
+    let mut wan_in_frames = Vec::new();
+    let (mut r, mut s) = (replies.iter(), syns.iter());
+    loop {
+        let a = r.next();
+        let b = r.next();
+        let c = s.next();
+        if a.is_none() && c.is_none() {
+            break;
+        }
+        wan_in_frames.extend([a, b, c].into_iter().flatten().cloned());
+    }
+    assert_eq!(wan_in_frames.len(), usize::from(REQ + SYN));
+    let (lan_in, lan_out, wan_in, wan_out) = (
+        d.file("lan-in.pcap"),
+        d.file("lan-out.pcap"),
+        d.file("wan-in.pcap"),
+        d.file("wan-out.pcap"),
+    );
+    write_pcap(&lan_in, &requests);
+    write_pcap(&wan_in, &wan_in_frames);
+    // lan is port 0, so with one worker its first batch (which creates the connection) is
+    // processed before anything is read from wan: every reply finds the connection.
+    let text = format!(
+        "workers = 1\n{}{}{ROUTER_CFG}{LAN_NEIGH}\n[conntrack]\nmax = 1000\n\n[firewall]\nallow_new_from = [\"lan\"]\n",
+        port("lan", 10, Some(&lan_in), Some(&lan_out)),
+        port("wan", 20, Some(&wan_in), Some(&wan_out)),
+    );
+    let res = run(&text);
+
+    // The requests went out of wan, the replies out of lan, routed; no SYN anywhere.
+    let wan: Vec<Vec<u8>> = requests.iter().map(|f| routed_v4(f, WAN_HOST)).collect();
+    let lan: Vec<Vec<u8>> = replies.iter().map(|f| routed_v4(f, LAN_HOST)).collect();
+    assert_eq!(read_pcap(&wan_out), wan);
+    let lan_got = read_pcap(&lan_out);
+    assert!(lan_got.iter().all(|f| f[14 + 9] != 6), "a SYN got through");
+    assert_eq!(lan_got, lan);
+
+    let fw = res.last.firewall.as_ref().expect("firewall stats");
+    assert_eq!(fw.drop_new_not_allowed, u64::from(SYN), "{fw:?}");
+    assert_eq!(fw.drop_invalid, 0, "{fw:?}");
+    assert_eq!(fw.drop_limit, 0, "{fw:?}");
+    // Before the first reply, every request is `new` (as in Linux conntrack); each reply is
+    // `established`, since the connection existed before any of them was read.
+    assert_eq!(fw.accept_new, u64::from(REQ), "{fw:?}");
+    assert_eq!(fw.accept_established, u64::from(REQ), "{fw:?}");
+    assert_eq!(fw.accept_related + fw.accept_untracked, 0, "{fw:?}");
+    assert_eq!(res.last.drops().get("firewall:new_not_allowed"), Some(&u64::from(SYN)));
+    assert_eq!(l3(&res).forwarded_v4, u64::from(2 * REQ));
+
+    // One connection: the UDP flow from the LAN, replied; nothing from the intruder.
+    let conns = &res.connections;
+    assert_eq!(conns.len(), 1, "{conns:#?}");
+    let c = &conns[0];
+    assert_eq!(c.proto, "udp");
+    assert_eq!(c.family, "ipv4");
+    assert_eq!(c.orig.src, IpAddr::V4(LAN_IP));
+    assert_eq!(c.orig.dst, IpAddr::V4(WAN_IP));
+    assert_eq!((c.orig.sport, c.orig.dport), (Some(1024), Some(5001)));
+    assert_eq!(c.reply.src, IpAddr::V4(WAN_IP));
+    assert!(!c.unreplied, "{c}");
+    assert!(!conns
+        .iter()
+        .any(|c| c.orig.src == IpAddr::V4(INTRUDER_IP) || c.reply.src == IpAddr::V4(INTRUDER_IP)));
+}
+
+#[test]
+fn capture_taps_write_what_the_port_sends() {
+    let d = TempDir::new("taps");
+    const N: u16 = 24;
+    // Two in three UDP, the rest TCP (forwarded too: no firewall here).
+    let input: Vec<Vec<u8>> = (0..N)
+        .map(|i| {
+            if i % 3 == 2 {
+                tcp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 2000 + i, 80, 0x02, i)
+            } else {
+                udp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 1024 + i, 5001, 64, i)
+            }
+        })
+        .collect();
+    let (inp, wan_out) = (d.file("lan-in.pcap"), d.file("wan-out.pcap"));
+    let (t_pcap, t_ng, t_three, t_in) = (
+        d.file("wan.pcap"),
+        d.file("wan.pcapng"),
+        d.file("three.pcap"),
+        d.file("lan-rx.pcap"),
+    );
+    write_pcap(&inp, &input);
+    let text = format!(
+        r#"workers = 1
+{}{}{ROUTER_CFG}
+[[tap]]
+port = "wan"
+direction = "out"
+filter = "udp"
+write = "{t_pcap}"
+
+[[tap]]
+port = "wan"
+direction = "out"
+filter = "udp"
+write = "{t_ng}"
+
+[[tap]]
+port = "wan"
+direction = "out"
+write = "{t_three}"
+count = 3
+
+[[tap]]
+port = "lan"
+direction = "in"
+write = "{t_in}"
+"#,
+        port("lan", 10, Some(&inp), None),
+        port("wan", 20, None, Some(&wan_out)),
+    );
+    let res = run(&text);
+
+    let wan = read_pcap(&wan_out);
+    assert_eq!(wan.len(), usize::from(N));
+    let expect: Vec<Vec<u8>> = input.iter().map(|f| routed_v4(f, WAN_HOST)).collect();
+    assert_eq!(wan, expect);
+    let udp: Vec<Vec<u8>> = wan.iter().filter(|f| is_udp4(f)).cloned().collect();
+    assert_eq!(udp.len(), 16);
+
+    assert_eq!(read_pcap(&t_pcap), udp, "pcap tap");
+    assert_eq!(read_pcapng(&t_ng), udp, "pcapng tap");
+    assert_eq!(read_pcap(&t_three), wan[..3].to_vec(), "count = 3 tap");
+    assert_eq!(read_pcap(&t_in), input, "ingress tap sees frames as received");
+
+    assert_eq!(res.taps.len(), 4);
+    let st = |i: usize| {
+        res.taps[i]
+            .stats
+            .unwrap_or_else(|| panic!("tap {i}: {:?}", res.taps[i].error))
+    };
+    for i in 0..2 {
+        assert_eq!(res.taps[i].tap.port, "wan");
+        assert_eq!(res.taps[i].tap.direction, "out");
+        assert_eq!(res.taps[i].tap.filter, "udp");
+        assert_eq!(st(i).written, udp.len() as u64, "tap {i}: {:?}", st(i));
+        assert_eq!(st(i).matched, udp.len() as u64, "tap {i}: {:?}", st(i));
+        assert_eq!(st(i).dropped, 0, "tap {i}: {:?}", st(i));
+    }
+    assert_eq!(st(2).written, 3, "{:?}", st(2));
+    assert_eq!(st(3).written, u64::from(N), "{:?}", st(3));
+    assert_eq!(res.taps[3].tap.direction, "in");
+}
+
+#[test]
+fn bad_router_and_tap_configs_name_the_line() {
+    let d = TempDir::new("cfg");
+    let base = format!(
+        "workers = 1\n{}{}",
+        port("lan", 10, None, Some(&d.file("a.pcap"))),
+        port("wan", 20, None, Some(&d.file("b.pcap"))),
+    );
+    let lines = |s: &str| s.lines().count();
+
+    // A gateway on no interface's subnet: the error points at `via`.
+    let text = format!("{base}{ROUTER_CFG}[[route]]\ndst = \"198.51.100.0/24\"\nvia = \"192.168.99.1\"\n");
+    let via_line = lines(&text);
+    let e = config::parse(&text, "t.toml", None).expect_err("gateway on no subnet");
+    assert_eq!(e.line, Some(via_line), "{e}");
+    assert!(e.msg.contains("192.168.99.1"), "{e}");
+    assert!(e.msg.contains("no interface's subnet"), "{e}");
+    assert!(e.to_string().starts_with(&format!("t.toml:{via_line}:")), "{e}");
+
+    // The same route with a gateway on wan is fine, and resolves to wan.
+    let ok = text.replace("192.168.99.1", "10.0.20.7");
+    let cfg = config::parse(&ok, "t.toml", None).unwrap();
+    let r = cfg.router.as_ref().unwrap();
+    assert_eq!(r.routes.len(), 1);
+    assert_eq!(r.routes[0].hops[0].iface, 1);
+
+    // A tap on an unknown port: the error points at `port`.
+    let text = format!("{base}[[tap]]\nport = \"nope\"\nwrite = \"{}\"\n", d.file("t.pcap"));
+    let e = config::parse(&text, "t.toml", None).expect_err("tap on no port");
+    assert_eq!(e.line, Some(lines(&text) - 1), "{e}");
+    assert!(e.msg.contains("no port named \"nope\""), "{e}");
+
+    // A tap filter that does not compile: the error points at `filter`.
+    let text = format!(
+        "{base}[[tap]]\nport = \"wan\"\nfilter = \"udp and\"\nwrite = \"{}\"\n",
+        d.file("t.pcap")
+    );
+    let e = config::parse(&text, "t.toml", None).expect_err("bad filter");
+    assert_eq!(e.line, Some(lines(&text) - 1), "{e}");
+
+    // A firewall naming an unknown port.
+    let text = format!("{base}[firewall]\nallow_new_from = [\"lan\", \"dmz\"]\n");
+    let e = config::parse(&text, "t.toml", None).expect_err("unknown firewall port");
+    assert_eq!(e.line, Some(lines(&text)), "{e}");
+    assert!(e.msg.contains("dmz"), "{e}");
+}
+
+#[test]
+fn gratuitous_arp_moves_a_known_neighbour_to_its_new_mac() {
+    let d = TempDir::new("garp");
+    let new_mac = [0x02, 0, 0, 0, 0x10, 0x99];
+    // The host asks for the router (so the router learns it), then announces a new MAC
+    // (failover: sender = target = its own address); then traffic comes for it.
+    let req = arp_request(LAN_HOST, LAN_IP, LAN_GW);
+    let garp = arp_request(new_mac, LAN_IP, LAN_IP);
+    let pkt = udp4(WAN_HOST, ROUTER, WAN_IP, LAN_IP, 5001, 1024, 64, 1);
+    let (i, o, w) = (d.file("lan-in.pcap"), d.file("lan-out.pcap"), d.file("wan-in.pcap"));
+    write_pcap(&i, &[req, garp]);
+    write_pcap(&w, std::slice::from_ref(&pkt));
+    let res = run(&format!(
+        "workers = 1\n{}{}{ROUTER_CFG}",
+        port("lan", 10, Some(&i), Some(&o)),
+        port("wan", 20, Some(&w), None)
+    ));
+    let n = res
+        .neighbours
+        .iter()
+        .find(|n| n.dst == IpAddr::V4(LAN_IP))
+        .unwrap_or_else(|| panic!("{:?}", neigh_lines(&res)));
+    assert_eq!(n.lladdr.as_deref(), Some("02:00:00:00:10:99"), "{n}");
+    let out = read_pcap(&o);
+    let routed: Vec<&Vec<u8>> = out.iter().filter(|f| is_udp4(f)).collect();
+    assert_eq!(routed.len(), 1, "{out:02x?}");
+    assert_eq!(*routed[0], routed_v4(&pkt, new_mac), "sent to the announced MAC");
+    assert_eq!(l3(&res).rx, 3, "the request, the announcement and the packet");
+}
