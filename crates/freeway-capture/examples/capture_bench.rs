@@ -7,16 +7,17 @@ use freeway_capture::{LockedTaps, Taps};
 
 fn main() {
     println!(
-        "{:<55} {:>5} {:>8} {:>8} {:>8} {:>10}",
-        "filter", "insns", "ours ns", "pcap ns", "pcap in", "ours(pcap)"
+        "{:<55} {:>5} {:>8} {:>9} {:>8} {:>8} {:>10}",
+        "filter", "insns", "ours ns", "batch ns", "pcap ns", "pcap in", "ours(pcap)"
     );
     for r in vm_bench(DEFAULT_FILTERS, 4096, 200).expect("filters compile") {
         let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
         println!(
-            "{:<55} {:>5} {:>8.1} {:>8} {:>8} {:>10}",
+            "{:<55} {:>5} {:>8.1} {:>9.1} {:>8} {:>8} {:>10}",
             r.expr,
             r.insns,
             r.ns_per_packet,
+            r.batch_ns_per_packet,
             opt(r.libpcap_ns_per_packet),
             r.libpcap_insns.map_or("-".into(), |v| v.to_string()),
             opt(r.vm_on_libpcap_program_ns)

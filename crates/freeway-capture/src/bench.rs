@@ -39,8 +39,10 @@ pub struct VmBenchResult {
     pub expr: String,
     /// Our program's length.
     pub insns: usize,
-    /// Our VM, ns per packet.
+    /// Our VM, ns per packet, packet by packet.
     pub ns_per_packet: f64,
+    /// Our VM, ns per packet, in batches of 32 ([`crate::Program::run_batch`]).
+    pub batch_ns_per_packet: f64,
     /// Packets matched out of `packets`.
     pub matched: usize,
     /// Frames per pass.
@@ -68,6 +70,20 @@ fn time_per_packet(frames: &[Vec<u8>], passes: usize, mut f: impl FnMut(&[u8]) -
     (ns, matched)
 }
 
+/// ns per packet of [`crate::Program::run_batch`] over `frames` in batches of 32.
+fn time_batches(frames: &[Vec<u8>], passes: usize, prog: &crate::Program) -> f64 {
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+    let mut out = [0u32; crate::bpf::vm::LANES];
+    let start = Instant::now();
+    for _ in 0..passes {
+        for chunk in refs.chunks(crate::bpf::vm::LANES) {
+            prog.run_batch(black_box(chunk), &mut out);
+            black_box(&out);
+        }
+    }
+    start.elapsed().as_nanos() as f64 / (passes * frames.len()).max(1) as f64
+}
+
 /// Times each filter over `n_frames` generated well-formed frames, `passes` times; each
 /// result is the best of 3 runs.
 pub fn vm_bench(filters: &[&str], n_frames: usize, passes: usize) -> Result<Vec<VmBenchResult>, crate::FilterError> {
@@ -81,11 +97,15 @@ pub fn vm_bench(filters: &[&str], n_frames: usize, passes: usize) -> Result<Vec<
                 .fold((f64::MAX, 0), |a, b| (a.0.min(b.0), b.1))
         };
         let (ns, matched) = best(&mut |p| f.matches(p));
+        let batch_ns = (0..3)
+            .map(|_| time_batches(&frames, passes, f.program()))
+            .fold(f64::MAX, f64::min);
         #[allow(unused_mut)]
         let mut r = VmBenchResult {
             expr: expr.to_string(),
             insns: f.program().len(),
             ns_per_packet: ns,
+            batch_ns_per_packet: batch_ns,
             matched,
             packets: frames.len(),
             libpcap_insns: None,

@@ -66,14 +66,16 @@ impl Drop for LockedTapWorker {
 
 impl TapPoint for LockedTapWorker {
     #[inline]
-    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+    fn tap_lazy(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64) {
         if self.inner.common.any.load(Ordering::Relaxed) == 0 {
             return;
         }
+        let mut cached = None;
+        let mut once = || *cached.get_or_insert_with(&mut *ts);
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
         for e in l.iter() {
             // SAFETY: this handle holds the claim on worker index `self.index`.
-            unsafe { e.offer(self.index, port, dir, pkts, ts_ns) };
+            unsafe { e.offer(self.index, port, dir, pkts, &mut once) };
         }
     }
 
@@ -85,7 +87,7 @@ impl TapPoint for LockedTapWorker {
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
         for e in l.iter() {
             // SAFETY: as in `tap`.
-            unsafe { e.offer_frames(self.index, port, dir, frames, ts_ns) };
+            unsafe { e.offer_frames(self.index, port, dir, frames, &mut || ts_ns) };
         }
     }
 

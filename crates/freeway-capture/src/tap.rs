@@ -39,6 +39,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use freeway_packet::Packet;
 use freeway_sync::CachePadded;
 
+use crate::bpf::vm::LANES;
 use crate::filter::Filter;
 use crate::ring::Ring;
 
@@ -195,24 +196,28 @@ impl TapShared {
         }
     }
 
-    /// Worker side: runs `filter` over the batch and copies matches into ring `worker`.
+    /// Worker side: runs `filter` over `frames` (at most [`LANES`], one batch run of the
+    /// VM) and copies matches into ring `worker`. `ts` is called once, at the first match:
+    /// a tap that matches nothing never reads the clock.
     ///
     /// # Safety
     /// The caller must be the only producer of ring `worker` (the claimed worker handle).
     #[inline]
-    unsafe fn offer<'a>(
+    unsafe fn offer(
         &self,
         worker: usize,
         filter: &Filter,
         dir: Direction,
-        frames: impl Iterator<Item = &'a [u8]>,
-        ts_ns: u64,
+        frames: &[&[u8]],
+        ts: &mut dyn FnMut() -> u64,
     ) {
         let Some(ring) = self.rings.get(worker) else { return };
+        let mut keep = [0u32; LANES];
+        filter.program().run_batch(frames, &mut keep);
         let mut entered = false;
-        for f in frames {
-            let keep = filter.run(f);
-            if keep == 0 {
+        let mut now = 0;
+        for (f, &k) in frames.iter().zip(&keep) {
+            if k == 0 {
                 continue;
             }
             if !entered {
@@ -223,10 +228,11 @@ impl TapShared {
                     unsafe { ring.leave() };
                     return;
                 }
+                now = ts();
             }
-            let snap = keep.min(self.snaplen) as usize;
+            let snap = k.min(self.snaplen) as usize;
             // SAFETY: as above.
-            unsafe { ring.push(ts_ns, self.port, dir as u8, f, snap) };
+            unsafe { ring.push(now, self.port, dir as u8, f, snap) };
         }
         if entered {
             // SAFETY: as above.
@@ -248,12 +254,22 @@ impl Entry {
     /// # Safety
     /// As [`TapShared::offer`].
     #[inline]
-    pub(crate) unsafe fn offer(&self, worker: usize, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+    pub(crate) unsafe fn offer(
+        &self,
+        worker: usize,
+        port: u16,
+        dir: Direction,
+        pkts: &[Packet],
+        ts: &mut dyn FnMut() -> u64,
+    ) {
         if self.tap.port == port && self.tap.dir.covers(dir) {
-            // SAFETY: forwarded contract.
-            unsafe {
-                self.tap
-                    .offer(worker, &self.filter, dir, pkts.iter().map(Packet::data), ts_ns)
+            for chunk in pkts.chunks(LANES) {
+                let mut frames: [&[u8]; LANES] = [&[]; LANES];
+                for (f, p) in frames.iter_mut().zip(chunk) {
+                    *f = p.data();
+                }
+                // SAFETY: forwarded contract.
+                unsafe { self.tap.offer(worker, &self.filter, dir, &frames[..chunk.len()], ts) }
             }
         }
     }
@@ -263,10 +279,19 @@ impl Entry {
     /// # Safety
     /// As [`TapShared::offer`].
     #[inline]
-    pub(crate) unsafe fn offer_frames(&self, worker: usize, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
+    pub(crate) unsafe fn offer_frames(
+        &self,
+        worker: usize,
+        port: u16,
+        dir: Direction,
+        frames: &[&[u8]],
+        ts: &mut dyn FnMut() -> u64,
+    ) {
         if self.tap.port == port && self.tap.dir.covers(dir) {
-            // SAFETY: forwarded contract.
-            unsafe { self.tap.offer(worker, &self.filter, dir, frames.iter().copied(), ts_ns) }
+            for chunk in frames.chunks(LANES) {
+                // SAFETY: forwarded contract.
+                unsafe { self.tap.offer(worker, &self.filter, dir, chunk, ts) }
+            }
         }
     }
 }
@@ -306,7 +331,14 @@ impl TapReader {
 /// The worker-facing API: called once per batch from a run-to-completion loop.
 pub trait TapPoint: Send {
     /// Offers a batch seen on `port` going `dir` (`Rx` or `Tx`) at `ts_ns` to the taps.
-    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64);
+    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+        self.tap_lazy(port, dir, pkts, &mut || ts_ns);
+    }
+
+    /// Like [`TapPoint::tap`], reading the timestamp (nanoseconds) from `ts` at most once,
+    /// and only if some tap matches a packet of the batch: a capture that matches nothing
+    /// costs no clock read.
+    fn tap_lazy(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64);
 
     /// The same for raw frames.
     fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64);
@@ -521,13 +553,15 @@ impl TapWorker {
 
 impl TapPoint for TapWorker {
     #[inline]
-    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+    fn tap_lazy(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64) {
         if self.inner.common.any.load(Ordering::Relaxed) == 0 {
             return;
         }
         let w = self.index;
+        let mut cached = None;
+        let mut once = || *cached.get_or_insert_with(&mut *ts);
         // SAFETY: this handle holds the claim on worker index `w`: the only producer.
-        self.slow(|e| unsafe { e.offer(w, port, dir, pkts, ts_ns) });
+        self.slow(|e| unsafe { e.offer(w, port, dir, pkts, &mut once) });
     }
 
     #[inline]
@@ -536,8 +570,8 @@ impl TapPoint for TapWorker {
             return;
         }
         let w = self.index;
-        // SAFETY: as in `tap`.
-        self.slow(|e| unsafe { e.offer_frames(w, port, dir, frames, ts_ns) });
+        // SAFETY: as in `tap_lazy`.
+        self.slow(|e| unsafe { e.offer_frames(w, port, dir, frames, &mut || ts_ns) });
     }
 
     #[inline]

@@ -414,3 +414,29 @@ fn long_programs_use_ja_trampolines() {
     assert!(prog.matches(&hit));
     assert!(!prog.matches(&miss));
 }
+
+/// The batch interpreter gives every compiled filter of the corpus the same verdicts as the
+/// packet-by-packet one, on batches mixing every kind of sample frame (so the packets of a
+/// batch part ways in the program) and on uniform batches.
+#[test]
+fn batch_verdicts_equal_single_verdicts_on_the_corpus() {
+    let mixed = frames(7, 32 * 8);
+    let uniform: Vec<Vec<u8>> = std::iter::repeat_n(udp([10, 0, 0, 1], [10, 0, 0, 2], 1000, 53), 32).collect();
+    let mut checked = 0;
+    for expr in common::corpus(300) {
+        let Ok(f) = Filter::new(&expr, 262_144) else { continue };
+        let p = f.program();
+        for set in [&mixed, &uniform] {
+            for chunk in set.chunks(32) {
+                let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+                let mut out = [u32::MAX; 32];
+                p.run_batch(&refs, &mut out);
+                for (i, fr) in chunk.iter().enumerate() {
+                    assert_eq!(out[i], p.run(fr), "{expr:?} on frame {i} {fr:02x?}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 50_000, "{checked}");
+}

@@ -317,6 +317,21 @@ proptest! {
     }
 
     #[test]
+    fn batch_runs_equal_packet_by_packet_runs(
+        raw in prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..40),
+        pkts in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..96), 0..=32),
+    ) {
+        let prog = make_valid(&raw);
+        let p = Program::new(&prog).expect("made valid");
+        let refs: Vec<&[u8]> = pkts.iter().map(Vec::as_slice).collect();
+        let mut out = [0xdead_beefu32; 32];
+        p.run_batch(&refs, &mut out);
+        for (i, pkt) in pkts.iter().enumerate() {
+            prop_assert_eq!(out[i], p.run(pkt), "packet {} of {}", i, pkts.len());
+        }
+    }
+
+    #[test]
     fn arbitrary_instructions_are_validated_or_rejected(
         raw in prop::collection::vec((any::<u16>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..20),
         pkt in prop::collection::vec(any::<u8>(), 0..64),

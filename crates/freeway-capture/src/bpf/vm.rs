@@ -78,11 +78,16 @@ enum Op {
     LdWJeq(u32, u32, u16, u16),
 }
 
+/// Most packets [`Program::run_batch`] takes at once.
+pub const LANES: usize = 32;
+
 /// A validated, decoded classic BPF program.
 #[derive(Clone, Debug)]
 pub struct Program {
     insns: Box<[Insn]>,
     ops: Box<[Op]>,
+    /// Whether any instruction touches scratch memory (if none does, runs skip zeroing it).
+    uses_mem: bool,
 }
 
 fn decode(pc: usize, i: &Insn) -> Op {
@@ -207,9 +212,13 @@ impl Program {
                 };
             }
         }
+        let uses_mem = ops
+            .iter()
+            .any(|o| matches!(o, Op::LdMem(_) | Op::LdxMem(_) | Op::St(_) | Op::Stx(_)));
         Ok(Program {
             insns: insns.into(),
             ops: ops.into(),
+            uses_mem,
         })
     }
 
@@ -219,6 +228,7 @@ impl Program {
         Program {
             insns: Box::new([insn]),
             ops: Box::new([Op::RetK(snaplen)]),
+            uses_mem: false,
         }
     }
 
@@ -254,9 +264,256 @@ impl Program {
         self.run(pkt) != 0
     }
 
+    /// Runs the program on up to [`LANES`] whole packets at once, writing each one's return
+    /// value to `out[i]` (the same values [`Program::run`] gives, packet by packet).
+    ///
+    /// The batch form interprets each instruction once for all the packets that reach it,
+    /// instead of once per packet: BPF jumps only forward, so the packets' program counters
+    /// can be advanced together, lowest first, the packets at one counter held as a bit mask.
+    /// On a batch whose packets take the same path (the common case: a port's traffic, a
+    /// non-matching filter), the per-instruction dispatch is paid once per batch and what is
+    /// left per packet is the load and the compare. Programs that use scratch memory run
+    /// packet by packet.
+    ///
+    /// # Panics
+    /// Never for any packet; `pkts.len()` beyond [`LANES`] or beyond `out.len()` is a caller
+    /// error and panics.
+    pub fn run_batch(&self, pkts: &[&[u8]], out: &mut [u32]) {
+        assert!(
+            pkts.len() <= LANES && pkts.len() <= out.len(),
+            "batch of at most {LANES}"
+        );
+        if self.uses_mem {
+            for (o, p) in out.iter_mut().zip(pkts) {
+                *o = self.run(p);
+            }
+            return;
+        }
+        let n = pkts.len();
+        if n == 0 {
+            return;
+        }
+        let ops = &*self.ops;
+        let mut a = [0u32; LANES];
+        let mut x = [0u32; LANES];
+        // The frontier: (pc, lanes at that pc), at most one entry per lane.
+        let mut f_pc = [0u16; LANES];
+        let mut f_m = [0u32; LANES];
+        let mut f_n = 1usize;
+        f_m[0] = if n == LANES { u32::MAX } else { (1u32 << n) - 1 };
+        macro_rules! lanes {
+            ($m:expr, |$l:ident| $body:expr) => {{
+                let mut mm: u32 = $m;
+                while mm != 0 {
+                    let $l = mm.trailing_zeros() as usize;
+                    mm &= mm - 1;
+                    $body;
+                }
+            }};
+        }
+        while f_n > 0 {
+            // Take the lowest pc (jumps go forward only, so nothing can join it later).
+            let mut k = 0;
+            for i in 1..f_n {
+                if f_pc[i] < f_pc[k] {
+                    k = i;
+                }
+            }
+            let mut pc = usize::from(f_pc[k]);
+            let mut m = f_m[k];
+            f_n -= 1;
+            f_pc[k] = f_pc[f_n];
+            f_m[k] = f_m[f_n];
+            // Run this group straight on while it stays together.
+            loop {
+                // SAFETY: validation keeps every reachable pc in range (as in `exec`).
+                let op = unsafe { *ops.get_unchecked(pc) };
+                pc += 1;
+                // A load that falls off the end of a packet ends that packet with 0.
+                macro_rules! load {
+                    ($f:ident, $off:expr, $dst:ident) => {
+                        lanes!(m, |l| match $f(pkts[l], $off(l)) {
+                            Some(v) => $dst[l] = v,
+                            None => {
+                                out[l] = 0;
+                                m &= !(1 << l);
+                            }
+                        })
+                    };
+                }
+                // Splits the group on a condition; returns the (true, false) masks.
+                macro_rules! split {
+                    (|$l:ident| $cond:expr) => {{
+                        let mut t: u32 = 0;
+                        lanes!(m, |$l| if $cond {
+                            t |= 1 << $l
+                        });
+                        (t, m & !t)
+                    }};
+                }
+                let mut jump: Option<(u16, u32, u16, u32)> = None;
+                match op {
+                    Op::LdW(k) => load!(load_w, |_| k as u64, a),
+                    Op::LdH(k) => load!(load_h, |_| k as u64, a),
+                    Op::LdB(k) => load!(load_b, |_| k as u64, a),
+                    Op::LdIndW(k) => load!(load_w, |l: usize| x[l] as u64 + k as u64, a),
+                    Op::LdIndH(k) => load!(load_h, |l: usize| x[l] as u64 + k as u64, a),
+                    Op::LdIndB(k) => load!(load_b, |l: usize| x[l] as u64 + k as u64, a),
+                    Op::LdLen => lanes!(m, |l| a[l] = pkts[l].len() as u32),
+                    Op::LdImm(k) => lanes!(m, |l| a[l] = k),
+                    Op::LdxImm(k) => lanes!(m, |l| x[l] = k),
+                    Op::LdxLen => lanes!(m, |l| x[l] = pkts[l].len() as u32),
+                    Op::LdxMsh(k) => {
+                        load!(load_b, |_| k as u64, x);
+                        lanes!(m, |l| x[l] = (x[l] & 0xf) << 2);
+                    }
+                    // Programs with scratch memory take the per-packet path.
+                    Op::LdMem(_) | Op::LdxMem(_) | Op::St(_) | Op::Stx(_) => {}
+                    Op::AddK(k) => lanes!(m, |l| a[l] = a[l].wrapping_add(k)),
+                    Op::SubK(k) => lanes!(m, |l| a[l] = a[l].wrapping_sub(k)),
+                    Op::MulK(k) => lanes!(m, |l| a[l] = a[l].wrapping_mul(k)),
+                    Op::DivK(k) => lanes!(m, |l| a[l] = a[l].checked_div(k).unwrap_or(0)),
+                    Op::ModK(k) => lanes!(m, |l| a[l] = a[l].checked_rem(k).unwrap_or(0)),
+                    Op::AndK(k) => lanes!(m, |l| a[l] &= k),
+                    Op::OrK(k) => lanes!(m, |l| a[l] |= k),
+                    Op::XorK(k) => lanes!(m, |l| a[l] ^= k),
+                    Op::LshK(k) => lanes!(m, |l| a[l] = a[l].checked_shl(k).unwrap_or(0)),
+                    Op::RshK(k) => lanes!(m, |l| a[l] = a[l].checked_shr(k).unwrap_or(0)),
+                    Op::AddX => lanes!(m, |l| a[l] = a[l].wrapping_add(x[l])),
+                    Op::SubX => lanes!(m, |l| a[l] = a[l].wrapping_sub(x[l])),
+                    Op::MulX => lanes!(m, |l| a[l] = a[l].wrapping_mul(x[l])),
+                    Op::DivX | Op::ModX => lanes!(m, |l| {
+                        let r = if matches!(op, Op::DivX) {
+                            a[l].checked_div(x[l])
+                        } else {
+                            a[l].checked_rem(x[l])
+                        };
+                        match r {
+                            Some(v) => a[l] = v,
+                            None => {
+                                out[l] = 0;
+                                m &= !(1 << l);
+                            }
+                        }
+                    }),
+                    Op::AndX => lanes!(m, |l| a[l] &= x[l]),
+                    Op::OrX => lanes!(m, |l| a[l] |= x[l]),
+                    Op::XorX => lanes!(m, |l| a[l] ^= x[l]),
+                    Op::LshX => lanes!(m, |l| a[l] = a[l].checked_shl(x[l]).unwrap_or(0)),
+                    Op::RshX => lanes!(m, |l| a[l] = a[l].checked_shr(x[l]).unwrap_or(0)),
+                    Op::Neg => lanes!(m, |l| a[l] = a[l].wrapping_neg()),
+                    Op::Tax => lanes!(m, |l| x[l] = a[l]),
+                    Op::Txa => lanes!(m, |l| a[l] = x[l]),
+                    Op::Ja(t) => pc = usize::from(t),
+                    Op::JeqK(k, t, f) => {
+                        let (mt, mf) = split!(|l| a[l] == k);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::JgtK(k, t, f) => {
+                        let (mt, mf) = split!(|l| a[l] > k);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::JgeK(k, t, f) => {
+                        let (mt, mf) = split!(|l| a[l] >= k);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::JsetK(k, t, f) => {
+                        let (mt, mf) = split!(|l| a[l] & k != 0);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::JeqX(t, f) => {
+                        let (mt, mf) = split!(|l| a[l] == x[l]);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::JgtX(t, f) => {
+                        let (mt, mf) = split!(|l| a[l] > x[l]);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::JgeX(t, f) => {
+                        let (mt, mf) = split!(|l| a[l] >= x[l]);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::JsetX(t, f) => {
+                        let (mt, mf) = split!(|l| a[l] & x[l] != 0);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::LdHJeq(k, v, t, f) => {
+                        load!(load_h, |_| k as u64, a);
+                        let (mt, mf) = split!(|l| a[l] == v);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::LdBJeq(k, v, t, f) => {
+                        load!(load_b, |_| k as u64, a);
+                        let (mt, mf) = split!(|l| a[l] == v);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::LdWJeq(k, v, t, f) => {
+                        load!(load_w, |_| k as u64, a);
+                        let (mt, mf) = split!(|l| a[l] == v);
+                        jump = Some((t, mt, f, mf));
+                    }
+                    Op::RetK(k) => {
+                        lanes!(m, |l| out[l] = k);
+                        m = 0;
+                    }
+                    Op::RetA => {
+                        lanes!(m, |l| out[l] = a[l]);
+                        m = 0;
+                    }
+                }
+                if let Some((t, mt, fl, mf)) = jump {
+                    // Continue with whichever side has lanes, parking the other (merged
+                    // with lanes already waiting there).
+                    let (go, gm, park, pm) = if mt != 0 { (t, mt, fl, mf) } else { (fl, mf, t, mt) };
+                    if pm != 0 {
+                        match f_pc[..f_n].iter().position(|&p| p == park) {
+                            Some(i) => f_m[i] |= pm,
+                            None => {
+                                f_pc[f_n] = park;
+                                f_m[f_n] = pm;
+                                f_n += 1;
+                            }
+                        }
+                    }
+                    pc = usize::from(go);
+                    m = gm;
+                }
+                if m == 0 {
+                    break;
+                }
+                // Lanes parked at the pc we move to join us now.
+                if let Some(i) = f_pc[..f_n].iter().position(|&p| usize::from(p) == pc) {
+                    m |= f_m[i];
+                    f_n -= 1;
+                    f_pc[i] = f_pc[f_n];
+                    f_m[i] = f_m[f_n];
+                }
+                // A parked group with a lower pc must run first (it may jump to ours).
+                if f_pc[..f_n].iter().any(|&p| usize::from(p) < pc) {
+                    f_pc[f_n] = pc as u16;
+                    f_m[f_n] = m;
+                    f_n += 1;
+                    break;
+                }
+            }
+        }
+    }
+
     /// Runs the program on the captured bytes `pkt` of a packet whose length on the wire
     /// was `wirelen` (what `len`/`ld #pktlen` sees).
+    #[inline]
     pub fn run_wirelen(&self, pkt: &[u8], wirelen: u32) -> u32 {
+        if self.uses_mem {
+            self.exec::<true>(pkt, wirelen)
+        } else {
+            self.exec::<false>(pkt, wirelen)
+        }
+    }
+
+    /// The interpreter. With `MEM = false` (no instruction touches scratch memory, checked
+    /// in [`Program::new`]) the scratch memory is never read or written, so the compiler
+    /// drops its zeroing from every run.
+    fn exec<const MEM: bool>(&self, pkt: &[u8], wirelen: u32) -> u32 {
         let ops = &*self.ops;
         let mut a: u32 = 0;
         let mut x: u32 = 0;
@@ -286,13 +543,21 @@ impl Program {
                 Op::LdIndB(k) => a = ld!(load_b(pkt, x as u64 + k as u64)),
                 Op::LdLen => a = wirelen,
                 Op::LdImm(k) => a = k,
-                Op::LdMem(i) => a = mem[i as usize & 15],
+                Op::LdMem(i) => a = if MEM { mem[i as usize & 15] } else { 0 },
                 Op::LdxImm(k) => x = k,
-                Op::LdxMem(i) => x = mem[i as usize & 15],
+                Op::LdxMem(i) => x = if MEM { mem[i as usize & 15] } else { 0 },
                 Op::LdxLen => x = wirelen,
                 Op::LdxMsh(k) => x = (ld!(load_b(pkt, k as u64)) & 0xf) << 2,
-                Op::St(i) => mem[i as usize & 15] = a,
-                Op::Stx(i) => mem[i as usize & 15] = x,
+                Op::St(i) => {
+                    if MEM {
+                        mem[i as usize & 15] = a;
+                    }
+                }
+                Op::Stx(i) => {
+                    if MEM {
+                        mem[i as usize & 15] = x;
+                    }
+                }
                 Op::AddK(k) => a = a.wrapping_add(k),
                 Op::SubK(k) => a = a.wrapping_sub(k),
                 Op::MulK(k) => a = a.wrapping_mul(k),

@@ -1,8 +1,9 @@
 //! `freeway bench capture`: what live capture costs forwarding (seed 002).
 //!
 //! The bridge benchmark's topology (three generator hosts, 64-byte frames, every worker
-//! receiving from every port) runs through the real pipeline while taps are attached to port
-//! `h0`, both directions, in five scenarios:
+//! receiving from every port), or with `--topology router` two hosts in two VLANs routed to
+//! each other (the seed's case: tcpdump on a router), runs through the real pipeline while
+//! taps are attached to port `h0`, both directions, in five scenarios:
 //!
 //! * `none`: no tap;
 //! * `nomatch`: one tap whose filter matches nothing (`host 198.18.0.1`, or `--filter`);
@@ -44,6 +45,10 @@ pub struct CaptureArgs {
     /// Tap registries: epoch (Freeway) and/or rwlock (the baseline).
     #[arg(long, value_delimiter = ',', default_value = "epoch,rwlock")]
     pub registry: Vec<String>,
+    /// What forwards: `bridge` (the bridge benchmark's three hosts) or `router` (two hosts
+    /// in two VLANs routed to each other through the L3 stage, as in the seed's router).
+    #[arg(long, value_delimiter = ',', default_value = "bridge")]
+    pub topology: Vec<String>,
     /// Filter of the non-matching taps (`nomatch`, `swap`; `taps8` uses host 198.18.0.1-8).
     #[arg(long, default_value = "host 198.18.0.1")]
     pub filter: String,
@@ -70,6 +75,8 @@ pub struct CaptureArgs {
 /// One measured run.
 #[derive(Clone, Debug, Serialize)]
 pub struct CaptureRun {
+    /// `bridge` or `router`.
+    pub topology: String,
     /// `epoch` or `rwlock`.
     pub registry: String,
     /// Scenario name.
@@ -91,6 +98,8 @@ pub struct CaptureRun {
 /// A summary row.
 #[derive(Clone, Debug, Serialize)]
 pub struct CaptureRow {
+    /// `bridge` or `router`.
+    pub topology: String,
     /// `epoch` or `rwlock`.
     pub registry: String,
     /// Scenario.
@@ -154,8 +163,42 @@ fn attach<R: TapRegistry>(
     Ok((ids, writers))
 }
 
-fn measure<R: TapRegistry>(a: &CaptureArgs, name: &str, scenario: &str, workers: usize) -> Result<CaptureRun, String> {
-    let text = bridge_config(3, workers, 64, !a.no_pin, WARMUP + a.seconds + 0.3);
+/// The router topology: hosts `h0` (VLAN 10, 10.0.10.0/24) and `h1` (VLAN 20,
+/// 10.0.20.0/24), each sending 64-byte UDP frames to the router MAC for the other's subnet,
+/// with static neighbours, so every frame is routed (TTL, checksum, MAC rewrite).
+pub fn router_config(workers: usize, pin: bool, secs: f64) -> String {
+    let mut s = format!("workers = {workers}\nduration_secs = {secs}\npin_workers = {pin}\n");
+    for (i, (me, peer)) in [(10, 20), (20, 10)].into_iter().enumerate() {
+        s.push_str(&format!(
+            "\n[[port]]\nname = \"h{i}\"\nkind = \"gen\"\nvlan = {{ mode = \"access\", vlan = {me} }}\n\
+             gen = {{ src_macs = [\"02:00:00:00:00:{me}\"], dst_macs = [\"02:fe:00:00:00:01\"], src_ip = \"10.0.{me}.5\", \
+             dst_ip = \"10.0.{peer}.5\", flows = 16, frame_size = [64], seed = {} }}\n",
+            i + 1
+        ));
+    }
+    s.push_str("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
+    for v in [10, 20] {
+        s.push_str(&format!(
+            "\n[[interface]]\nname = \"v{v}\"\nvlan = {v}\naddr = [\"10.0.{v}.1/24\"]\n\
+             \n[[neigh]]\nip = \"10.0.{v}.5\"\nmac = \"02:00:00:00:00:{v}\"\ndev = \"v{v}\"\n"
+        ));
+    }
+    s
+}
+
+fn measure<R: TapRegistry>(
+    a: &CaptureArgs,
+    topology: &str,
+    name: &str,
+    scenario: &str,
+    workers: usize,
+) -> Result<CaptureRun, String> {
+    let secs = WARMUP + a.seconds + 0.3;
+    let text = if topology == "router" {
+        router_config(workers, !a.no_pin, secs)
+    } else {
+        bridge_config(3, workers, 64, !a.no_pin, secs)
+    };
     let cfg = config::parse(&text, "<bench capture>", None).map_err(|e| e.to_string())?;
     let reg = R::with_workers(workers);
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
@@ -215,6 +258,7 @@ fn measure<R: TapRegistry>(a: &CaptureArgs, name: &str, scenario: &str, workers:
     res.map_err(|e| e.to_string())?;
     let (_, _, per) = window(&snaps, a.seconds)?;
     Ok(CaptureRun {
+        topology: topology.into(),
         registry: name.into(),
         scenario: scenario.into(),
         workers,
@@ -250,35 +294,43 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             return Err(format!("--registry: unknown registry {r:?} (epoch or rwlock)"));
         }
     }
-    let total = (a.registry.len() * a.scenarios.len() * a.workers.len() * a.runs) as u64;
+    for t in &a.topology {
+        if t != "bridge" && t != "router" {
+            return Err(format!("--topology: unknown topology {t:?} (bridge or router)"));
+        }
+    }
+    let total = (a.topology.len() * a.registry.len() * a.scenarios.len() * a.workers.len() * a.runs) as u64;
     let bar = indicatif::ProgressBar::new(total);
     let mut runs = Vec::new();
     // Interleave everything run by run, so slow drift on a noisy machine hits all alike.
     for _ in 0..a.runs {
-        for &w in &a.workers {
-            for s in &a.scenarios {
-                for r in &a.registry {
-                    let run = match r.as_str() {
-                        "epoch" => measure::<Taps>(&a, r, s, w)?,
-                        _ => measure::<LockedTaps>(&a, r, s, w)?,
-                    };
-                    runs.push(run);
-                    bar.inc(1);
+        for t in &a.topology {
+            for &w in &a.workers {
+                for s in &a.scenarios {
+                    for r in &a.registry {
+                        let run = match r.as_str() {
+                            "epoch" => measure::<Taps>(&a, t, r, s, w)?,
+                            _ => measure::<LockedTaps>(&a, t, r, s, w)?,
+                        };
+                        runs.push(run);
+                        bar.inc(1);
+                    }
                 }
             }
         }
     }
     bar.finish_and_clear();
     let mut rows: Vec<CaptureRow> = Vec::new();
-    for r in &a.registry {
+    for (t, r) in a.topology.iter().flat_map(|t| a.registry.iter().map(move |r| (t, r))) {
         for &w in &a.workers {
             for s in &a.scenarios {
                 let v: Vec<f64> = runs
                     .iter()
-                    .filter(|x| &x.registry == r && x.workers == w && &x.scenario == s)
+                    .filter(|x| &x.topology == t && &x.registry == r && x.workers == w && &x.scenario == s)
                     .map(|x| x.mpps_per_worker)
                     .collect();
                 rows.push(CaptureRow {
+                    topology: t.clone(),
                     registry: r.clone(),
                     scenario: s.clone(),
                     workers: w,
@@ -289,35 +341,60 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             }
         }
     }
-    let base: Vec<(String, usize, f64)> = rows
+    let base: Vec<(String, String, usize, f64)> = rows
         .iter()
         .filter(|r| r.scenario == "none")
-        .map(|r| (r.registry.clone(), r.workers, r.median_mpps_per_worker))
+        .map(|r| {
+            (
+                r.topology.clone(),
+                r.registry.clone(),
+                r.workers,
+                r.median_mpps_per_worker,
+            )
+        })
         .collect();
     for row in &mut rows {
-        if let Some((_, _, b)) = base.iter().find(|(g, w, _)| *g == row.registry && *w == row.workers) {
+        if let Some((_, _, _, b)) = base
+            .iter()
+            .find(|(t, g, w, _)| *t == row.topology && *g == row.registry && *w == row.workers)
+        {
             if *b > 0.0 {
                 row.vs_no_tap = Some(row.median_mpps_per_worker / b);
             }
         }
     }
     println!(
-        "bench capture: 3 hosts, 64-byte frames, taps on port h0 (both directions), {} s x {} runs, median Mpps per worker",
+        "bench capture: 64-byte frames, taps on port h0 (both directions), {} s x {} runs, median Mpps per worker",
         a.seconds, a.runs
     );
     println!(
-        "{:<8} {:<9} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>8}  runs",
-        "registry", "scenario", "workers", "Mpps/worker", "vs none", "matched", "written", "dropped", "swaps/s"
+        "{:<8} {:<8} {:<9} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>8}  runs",
+        "topology",
+        "registry",
+        "scenario",
+        "workers",
+        "Mpps/worker",
+        "vs none",
+        "matched",
+        "written",
+        "dropped",
+        "swaps/s"
     );
     for row in &rows {
         let pick: Vec<&CaptureRun> = runs
             .iter()
-            .filter(|x| x.registry == row.registry && x.workers == row.workers && x.scenario == row.scenario)
+            .filter(|x| {
+                x.topology == row.topology
+                    && x.registry == row.registry
+                    && x.workers == row.workers
+                    && x.scenario == row.scenario
+            })
             .collect();
         let med = |f: fn(&CaptureRun) -> f64| median(&pick.iter().map(|x| f(x)).collect::<Vec<_>>());
         let rs: Vec<String> = row.runs.iter().map(|x| format!("{x:.2}")).collect();
         println!(
-            "{:<8} {:<9} {:>7} {:>12.2} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8.0}  {}",
+            "{:<8} {:<8} {:<9} {:>7} {:>12.2} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8.0}  {}",
+            row.topology,
             row.registry,
             row.scenario,
             row.workers,
@@ -330,16 +407,18 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             rs.join(" ")
         );
     }
-    for &w in &a.workers {
-        for s in &a.scenarios {
-            let get = |g: &str| {
-                rows.iter()
-                    .find(|r| r.registry == g && r.workers == w && &r.scenario == s)
-                    .map(|r| r.median_mpps_per_worker)
-            };
-            if let (Some(e), Some(l)) = (get("epoch"), get("rwlock")) {
-                if l > 0.0 {
-                    println!("epoch/rwlock, {s}, {w} workers: {:.2}x", e / l);
+    for t in &a.topology {
+        for &w in &a.workers {
+            for s in &a.scenarios {
+                let get = |g: &str| {
+                    rows.iter()
+                        .find(|r| &r.topology == t && r.registry == g && r.workers == w && &r.scenario == s)
+                        .map(|r| r.median_mpps_per_worker)
+                };
+                if let (Some(e), Some(l)) = (get("epoch"), get("rwlock")) {
+                    if l > 0.0 {
+                        println!("{t}: epoch/rwlock, {s}, {w} workers: {:.2}x", e / l);
+                    }
                 }
             }
         }

@@ -217,7 +217,7 @@ impl Snapshot {
 /// No router port.
 const NO_ROUTER: usize = usize::MAX;
 
-/// Wall-clock time in nanoseconds (capture timestamps; read only when a tap exists).
+/// Wall-clock time in nanoseconds (capture timestamps: read only when a tap matches).
 fn wall_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -251,7 +251,8 @@ impl<T: TapPoint> Tx<T> {
             return;
         }
         if self.taps.any() {
-            self.taps.tap(port as u16, Direction::Tx, b.as_slice(), wall_ns());
+            self.taps
+                .tap_lazy(port as u16, Direction::Tx, b.as_slice(), &mut wall_ns);
         }
         let n = b.len() as u64;
         let bytes: usize = b.as_slice().iter().map(Packet::len).sum();
@@ -848,7 +849,7 @@ fn worker_main<L: Layout, T: TapPoint>(
             }
             got += n;
             if w.tx.taps.any() {
-                w.tx.taps.tap(*port, Direction::Rx, batch.as_slice(), wall_ns());
+                w.tx.taps.tap_lazy(*port, Direction::Rx, batch.as_slice(), &mut wall_ns);
             }
             process_batch(&mut w, *port, &mut batch, now, inline.as_mut(), &mut scratch);
         }
