@@ -7,7 +7,9 @@
 //! - the VM is deterministic and never reads past the packet (a program that validates runs
 //!   on the packet and on every prefix of it);
 //! - a program that validates ends in a `ret` and has only forward, in-range jumps (checked
-//!   independently here).
+//!   independently here);
+//! - the batch interpreter (`run_batch`) gives every packet of a batch the verdict the
+//!   per-packet one gives (the batch: the packet's prefixes, so its lanes part ways).
 
 #![no_main]
 
@@ -43,5 +45,11 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(r, p.run(pkt));
     for cut in 0..pkt.len().min(80) {
         let _ = p.run(&pkt[..cut]);
+    }
+    let cuts: Vec<&[u8]> = (0..=pkt.len()).rev().step_by(pkt.len() / 31 + 1).take(32).map(|c| &pkt[..c]).collect();
+    let mut out = [0u32; 32];
+    p.run_batch(&cuts, &mut out);
+    for (i, c) in cuts.iter().enumerate() {
+        assert_eq!(out[i], p.run(c), "lane {i}");
     }
 });

@@ -73,6 +73,9 @@ struct RunArgs {
     /// Also print the FDB at the end (`run` only).
     #[arg(long)]
     fdb: bool,
+    /// Full FIB lookup for every routed packet (the baseline of the per-worker route cache).
+    #[arg(long)]
+    no_route_cache: bool,
 }
 
 #[derive(Args)]
@@ -152,7 +155,13 @@ fn run_cmd(args: RunArgs, show: Show) -> Result<(), String> {
     run_loaded(args, cfg, show)
 }
 
-fn run_loaded(args: RunArgs, cfg: Checked, show: Show) -> Result<(), String> {
+fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String> {
+    if args.no_route_cache {
+        match cfg.router.as_mut() {
+            Some(r) => r.route_cache = false,
+            None => return Err("--no-route-cache: this configuration has no router".into()),
+        }
+    }
     let dump_only = show != Show::Summary;
     if let Some(d) = args.duration {
         if d.is_nan() || d <= 0.0 {
@@ -244,6 +253,7 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         json: false,
         quiet: true,
         fdb: false,
+        no_route_cache: false,
     };
     let filter = a.expression.join(" ");
     if a.dump {

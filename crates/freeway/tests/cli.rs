@@ -106,6 +106,15 @@ fn conntrack_lists_the_one_allowed_connection_and_neigh_the_static_entries() {
     assert!(fw["drop_new_not_allowed"].as_u64().unwrap() > 0, "{fw}");
     assert_eq!(fw["drop_invalid"], 0);
     assert!(j["router"]["l3"]["forwarded_v4"].as_u64().unwrap() > 0);
+    assert!(j["router"]["route_cache_hits"].as_u64().unwrap() > 0);
+    assert_eq!(j["router"]["route_uncached"], 0);
+    // The baseline switch: every routed packet takes a full FIB lookup.
+    let j: serde_json::Value =
+        serde_json::from_slice(&ok(&["run", "--config", cfg, "-j", "--no-route-cache"]).stdout).unwrap();
+    assert_eq!(j["router"]["route_cache_hits"], 0);
+    assert!(j["router"]["route_uncached"].as_u64().unwrap() > 0);
+    let o = freeway(&["run", "--no-route-cache"]);
+    assert!(!o.status.success(), "the bridge demo has no router to switch");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
