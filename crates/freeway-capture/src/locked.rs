@@ -12,6 +12,7 @@ use std::sync::{Arc, RwLock, Weak};
 
 use freeway_packet::Packet;
 
+use crate::bpf::vm::LANES;
 use crate::filter::Filter;
 use crate::tap::{Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec};
 
@@ -73,9 +74,15 @@ impl TapPoint for LockedTapWorker {
         let mut cached = None;
         let mut once = || *cached.get_or_insert_with(&mut *ts);
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
-        for e in l.iter() {
-            // SAFETY: this handle holds the claim on worker index `self.index`.
-            unsafe { e.offer(self.index, port, dir, pkts, &mut once) };
+        for chunk in pkts.chunks(LANES) {
+            let mut frames: [&[u8]; LANES] = [&[]; LANES];
+            for (f, p) in frames.iter_mut().zip(chunk) {
+                *f = p.data();
+            }
+            for e in l.iter() {
+                // SAFETY: this handle holds the claim on worker index `self.index`.
+                unsafe { e.offer_frames(self.index, port, dir, &frames[..chunk.len()], &mut once) };
+            }
         }
     }
 

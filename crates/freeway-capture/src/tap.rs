@@ -249,32 +249,8 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// Worker side: offer the batch if the tap is on this port and direction.
-    ///
-    /// # Safety
-    /// As [`TapShared::offer`].
-    #[inline]
-    pub(crate) unsafe fn offer(
-        &self,
-        worker: usize,
-        port: u16,
-        dir: Direction,
-        pkts: &[Packet],
-        ts: &mut dyn FnMut() -> u64,
-    ) {
-        if self.tap.port == port && self.tap.dir.covers(dir) {
-            for chunk in pkts.chunks(LANES) {
-                let mut frames: [&[u8]; LANES] = [&[]; LANES];
-                for (f, p) in frames.iter_mut().zip(chunk) {
-                    *f = p.data();
-                }
-                // SAFETY: forwarded contract.
-                unsafe { self.tap.offer(worker, &self.filter, dir, &frames[..chunk.len()], ts) }
-            }
-        }
-    }
-
-    /// [`Entry::offer`] on raw frames.
+    /// Worker side: offers `frames` (any number; run through the filter [`LANES`] at a
+    /// time) if the tap is on this port and direction.
     ///
     /// # Safety
     /// As [`TapShared::offer`].
@@ -560,8 +536,16 @@ impl TapPoint for TapWorker {
         let w = self.index;
         let mut cached = None;
         let mut once = || *cached.get_or_insert_with(&mut *ts);
-        // SAFETY: this handle holds the claim on worker index `w`: the only producer.
-        self.slow(|e| unsafe { e.offer(w, port, dir, pkts, &mut once) });
+        for chunk in pkts.chunks(LANES) {
+            // The frames are gathered once for all the taps.
+            let mut frames: [&[u8]; LANES] = [&[]; LANES];
+            for (f, p) in frames.iter_mut().zip(chunk) {
+                *f = p.data();
+            }
+            let frames = &frames[..chunk.len()];
+            // SAFETY: this handle holds the claim on worker index `w`: the only producer.
+            self.slow(|e| unsafe { e.offer_frames(w, port, dir, frames, &mut once) });
+        }
     }
 
     #[inline]

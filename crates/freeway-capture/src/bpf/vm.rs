@@ -197,6 +197,40 @@ fn load_b(p: &[u8], off: u64) -> Option<u32> {
     Some(unsafe { *p.get_unchecked(off as usize) } as u32)
 }
 
+/// Batch form of an absolute load of `W` bytes at `off` into `a`, for the lanes of `m`
+/// (out of the first `n`): every lane is visited in order (no serial walk over the mask's
+/// bits, so lanes overlap in the pipeline); inactive lanes keep their `a`. Returns the
+/// lanes whose packet was too short (they end with 0).
+#[inline(always)]
+fn dense_load<const W: usize>(pkts: &[&[u8]], m: u32, off: u32, a: &mut [u32; LANES]) -> u32 {
+    let mut short = 0u32;
+    for (l, (p, al)) in pkts.iter().zip(a.iter_mut()).enumerate() {
+        let v = match W {
+            4 => load_w(p, u64::from(off)),
+            2 => load_h(p, u64::from(off)),
+            _ => load_b(p, u64::from(off)),
+        };
+        let active = m >> l & 1 != 0;
+        match v {
+            Some(v) if active => *al = v,
+            None => short |= u32::from(active) << l,
+            _ => {}
+        }
+    }
+    short
+}
+
+/// The lanes (of the first `pkts.len()`) whose `a` passes `cond`, as a mask; branch-free, so
+/// the compiler can vectorise it.
+#[inline(always)]
+fn dense_mask(n: usize, a: &[u32; LANES], cond: impl Fn(u32) -> bool) -> u32 {
+    let mut t = 0u32;
+    for (l, &v) in a[..n].iter().enumerate() {
+        t |= u32::from(cond(v)) << l;
+    }
+    t
+}
+
 impl Program {
     /// Validates and decodes `insns`.
     pub fn new(insns: &[Insn]) -> Result<Program, ValidateError> {
@@ -300,7 +334,8 @@ impl Program {
         let mut f_pc = [0u16; LANES];
         let mut f_m = [0u32; LANES];
         let mut f_n = 1usize;
-        f_m[0] = if n == LANES { u32::MAX } else { (1u32 << n) - 1 };
+        let full = if n == LANES { u32::MAX } else { (1u32 << n) - 1 };
+        f_m[0] = full;
         macro_rules! lanes {
             ($m:expr, |$l:ident| $body:expr) => {{
                 let mut mm: u32 = $m;
@@ -341,6 +376,42 @@ impl Program {
                         })
                     };
                 }
+                // Ends the lanes of `short` (their load fell off the packet) with 0.
+                macro_rules! end_short {
+                    ($short:expr) => {{
+                        let short: u32 = $short;
+                        lanes!(short, |l| out[l] = 0);
+                        m &= !short;
+                    }};
+                }
+                // When at least half the batch is in the group, visit every lane (cheaper per
+                // lane, no serial walk over the mask); otherwise only the group's lanes.
+                let dense = m.count_ones() as usize * 2 >= n;
+                // An absolute load into `a`.
+                macro_rules! ld_abs {
+                    ($w:literal, $f:ident, $k:expr) => {
+                        if dense {
+                            end_short!(dense_load::<$w>(pkts, m, $k, &mut a))
+                        } else {
+                            load!($f, |_| $k as u64, a)
+                        }
+                    };
+                }
+                // Splits the group on a condition of `a`; returns (true target, true lanes,
+                // false target, false lanes).
+                macro_rules! dsplit {
+                    ($t:expr, $f:expr, $cond:expr) => {{
+                        let cond = $cond;
+                        let yes = if dense {
+                            dense_mask(n, &a, cond)
+                        } else {
+                            let mut y = 0u32;
+                            lanes!(m, |l| y |= u32::from(cond(a[l])) << l);
+                            y
+                        };
+                        ($t, m & yes, $f, m & !yes)
+                    }};
+                }
                 // Splits the group on a condition; returns the (true, false) masks.
                 macro_rules! split {
                     (|$l:ident| $cond:expr) => {{
@@ -353,9 +424,9 @@ impl Program {
                 }
                 let mut jump: Option<(u16, u32, u16, u32)> = None;
                 match op {
-                    Op::LdW(k) => load!(load_w, |_| k as u64, a),
-                    Op::LdH(k) => load!(load_h, |_| k as u64, a),
-                    Op::LdB(k) => load!(load_b, |_| k as u64, a),
+                    Op::LdW(k) => ld_abs!(4, load_w, k),
+                    Op::LdH(k) => ld_abs!(2, load_h, k),
+                    Op::LdB(k) => ld_abs!(1, load_b, k),
                     Op::LdIndW(k) => load!(load_w, |l: usize| x[l] as u64 + k as u64, a),
                     Op::LdIndH(k) => load!(load_h, |l: usize| x[l] as u64 + k as u64, a),
                     Op::LdIndB(k) => load!(load_b, |l: usize| x[l] as u64 + k as u64, a),
@@ -405,22 +476,10 @@ impl Program {
                     Op::Tax => lanes!(m, |l| x[l] = a[l]),
                     Op::Txa => lanes!(m, |l| a[l] = x[l]),
                     Op::Ja(t) => pc = usize::from(t),
-                    Op::JeqK(k, t, f) => {
-                        let (mt, mf) = split!(|l| a[l] == k);
-                        jump = Some((t, mt, f, mf));
-                    }
-                    Op::JgtK(k, t, f) => {
-                        let (mt, mf) = split!(|l| a[l] > k);
-                        jump = Some((t, mt, f, mf));
-                    }
-                    Op::JgeK(k, t, f) => {
-                        let (mt, mf) = split!(|l| a[l] >= k);
-                        jump = Some((t, mt, f, mf));
-                    }
-                    Op::JsetK(k, t, f) => {
-                        let (mt, mf) = split!(|l| a[l] & k != 0);
-                        jump = Some((t, mt, f, mf));
-                    }
+                    Op::JeqK(k, t, f) => jump = Some(dsplit!(t, f, |v| v == k)),
+                    Op::JgtK(k, t, f) => jump = Some(dsplit!(t, f, |v| v > k)),
+                    Op::JgeK(k, t, f) => jump = Some(dsplit!(t, f, |v| v >= k)),
+                    Op::JsetK(k, t, f) => jump = Some(dsplit!(t, f, |v| v & k != 0)),
                     Op::JeqX(t, f) => {
                         let (mt, mf) = split!(|l| a[l] == x[l]);
                         jump = Some((t, mt, f, mf));
@@ -438,22 +497,23 @@ impl Program {
                         jump = Some((t, mt, f, mf));
                     }
                     Op::LdHJeq(k, v, t, f) => {
-                        load!(load_h, |_| k as u64, a);
-                        let (mt, mf) = split!(|l| a[l] == v);
-                        jump = Some((t, mt, f, mf));
+                        ld_abs!(2, load_h, k);
+                        jump = Some(dsplit!(t, f, |x| x == v));
                     }
                     Op::LdBJeq(k, v, t, f) => {
-                        load!(load_b, |_| k as u64, a);
-                        let (mt, mf) = split!(|l| a[l] == v);
-                        jump = Some((t, mt, f, mf));
+                        ld_abs!(1, load_b, k);
+                        jump = Some(dsplit!(t, f, |x| x == v));
                     }
                     Op::LdWJeq(k, v, t, f) => {
-                        load!(load_w, |_| k as u64, a);
-                        let (mt, mf) = split!(|l| a[l] == v);
-                        jump = Some((t, mt, f, mf));
+                        ld_abs!(4, load_w, k);
+                        jump = Some(dsplit!(t, f, |x| x == v));
                     }
                     Op::RetK(k) => {
-                        lanes!(m, |l| out[l] = k);
+                        if m == full {
+                            out[..n].fill(k);
+                        } else {
+                            lanes!(m, |l| out[l] = k);
+                        }
                         m = 0;
                     }
                     Op::RetA => {

@@ -49,6 +49,9 @@ pub struct CaptureArgs {
     /// in two VLANs routed to each other through the L3 stage, as in the seed's router).
     #[arg(long, value_delimiter = ',', default_value = "bridge")]
     pub topology: Vec<String>,
+    /// Router topology: full FIB lookup for every packet (the route cache's baseline).
+    #[arg(long)]
+    pub no_route_cache: bool,
     /// Filter of the non-matching taps (`nomatch`, `swap`; `taps8` uses host 198.18.0.1-8).
     #[arg(long, default_value = "host 198.18.0.1")]
     pub filter: String,
@@ -166,7 +169,7 @@ fn attach<R: TapRegistry>(
 /// The router topology: hosts `h0` (VLAN 10, 10.0.10.0/24) and `h1` (VLAN 20,
 /// 10.0.20.0/24), each sending 64-byte UDP frames to the router MAC for the other's subnet,
 /// with static neighbours, so every frame is routed (TTL, checksum, MAC rewrite).
-pub fn router_config(workers: usize, pin: bool, secs: f64) -> String {
+pub fn router_config(workers: usize, pin: bool, secs: f64, route_cache: bool) -> String {
     let mut s = format!("workers = {workers}\nduration_secs = {secs}\npin_workers = {pin}\n");
     for (i, (me, peer)) in [(10, 20), (20, 10)].into_iter().enumerate() {
         s.push_str(&format!(
@@ -176,7 +179,9 @@ pub fn router_config(workers: usize, pin: bool, secs: f64) -> String {
             i + 1
         ));
     }
-    s.push_str("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
+    s.push_str(&format!(
+        "\n[router]\nmac = \"02:fe:00:00:00:01\"\nroute_cache = {route_cache}\n"
+    ));
     for v in [10, 20] {
         s.push_str(&format!(
             "\n[[interface]]\nname = \"v{v}\"\nvlan = {v}\naddr = [\"10.0.{v}.1/24\"]\n\
@@ -195,7 +200,7 @@ fn measure<R: TapRegistry>(
 ) -> Result<CaptureRun, String> {
     let secs = WARMUP + a.seconds + 0.3;
     let text = if topology == "router" {
-        router_config(workers, !a.no_pin, secs)
+        router_config(workers, !a.no_pin, secs, !a.no_route_cache)
     } else {
         bridge_config(3, workers, 64, !a.no_pin, secs)
     };
