@@ -94,6 +94,8 @@ pub enum PortKind {
     Pcap,
     /// Discards what it is sent.
     Sink,
+    /// A Linux network interface through AF_PACKET (TPACKET_V3 rings; needs CAP_NET_RAW).
+    Afpacket,
 }
 
 impl PortKind {
@@ -103,6 +105,7 @@ impl PortKind {
             PortKind::Gen => "gen",
             PortKind::Pcap => "pcap",
             PortKind::Sink => "sink",
+            PortKind::Afpacket => "afpacket",
         }
     }
 }
@@ -124,6 +127,9 @@ pub struct PortConfig {
     /// pcap settings (kind = "pcap").
     #[serde(default)]
     pub pcap: Option<Spanned<PcapConfig>>,
+    /// AF_PACKET settings (kind = "afpacket"), e.g. `afpacket = { iface = "veth0" }`.
+    #[serde(default)]
+    pub afpacket: Option<Spanned<freeway_io::afpacket::AfPacketConfig>>,
     /// Conntrack zone of frames received here (default 0).
     #[serde(default)]
     pub zone: Option<u16>,
@@ -202,6 +208,8 @@ pub struct PortSpec {
     pub gen: Option<GenConfig>,
     /// pcap settings.
     pub pcap: Option<PcapConfig>,
+    /// AF_PACKET settings.
+    pub afpacket: Option<freeway_io::afpacket::AfPacketConfig>,
     /// Conntrack zone of received frames.
     pub zone: u16,
 }
@@ -385,12 +393,37 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
             }
             (_, None) => None,
         };
+        let afpacket = match (kind, &p.afpacket) {
+            (PortKind::Afpacket, Some(c)) => {
+                c.get_ref()
+                    .validate()
+                    .map_err(|m| err(Some(c.span()), format!("port {name:?}: afpacket: {m}")))?;
+                Some(c.get_ref().clone())
+            }
+            (PortKind::Afpacket, None) => {
+                return Err(err(
+                    Some(p.kind.span()),
+                    format!("port {name:?}: kind = \"afpacket\" needs an afpacket table, e.g. afpacket = {{ iface = \"eth0\" }}"),
+                ))
+            }
+            (_, Some(c)) => {
+                return Err(err(
+                    Some(c.span()),
+                    format!(
+                        "port {name:?}: an `afpacket` table needs kind = \"afpacket\" (kind is {:?})",
+                        kind.name()
+                    ),
+                ))
+            }
+            (_, None) => None,
+        };
         ports.push(PortSpec {
             name,
             kind,
             vlan,
             gen,
             pcap,
+            afpacket,
             zone: p.zone.unwrap_or(0),
         });
     }

@@ -417,6 +417,10 @@ fn open_port(spec: &crate::config::PortSpec) -> Result<Box<dyn Port>, RunError> 
                 .map_err(|x| e(x.to_string()))?,
         ),
         PortKind::Sink => Box::new(freeway_io::sink::SinkPort::new()),
+        PortKind::Afpacket => Box::new(
+            freeway_io::afpacket::AfPacketPort::new(spec.afpacket.clone().expect("checked by config"))
+                .map_err(|x| e(x.to_string()))?,
+        ),
     })
 }
 
