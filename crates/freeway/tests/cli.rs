@@ -206,3 +206,36 @@ fn capture_dumps_programs_and_rejects_bad_requests_clearly() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("in, out or inout"));
 }
+
+#[test]
+fn sigterm_stops_a_run_cleanly_with_final_statistics_and_a_whole_capture_file() {
+    let (dir, cfg) = router_config("term");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("duration_secs = 1", "duration_secs = 60");
+    std::fs::write(&cfg, text).unwrap();
+    let file = dir.join("wan.pcap");
+    let child = Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args(["capture", "--config", cfg.to_str().unwrap(), "-i", "wan", "-w"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let t0 = std::time::Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    assert!(t0.elapsed().as_secs() < 10, "stopped promptly");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("packets captured"), "final report printed: {err}");
+    // Every record of the file is whole: the writer drained and flushed before exiting.
+    let frames = pcap_frames(&std::fs::read(&file).unwrap());
+    assert!(frames.len() > 100, "{} frames", frames.len());
+    std::fs::remove_dir_all(dir).unwrap();
+}

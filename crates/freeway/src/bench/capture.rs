@@ -26,7 +26,7 @@ use freeway_bridge::Padded;
 use freeway_capture::{Direction, Filter, LockedTaps, TapRegistry, TapSpec, TapStats, TapWriter, Taps, WriterOptions};
 use serde::Serialize;
 
-use super::{bridge_config, machine, median, window, WARMUP};
+use super::{bridge_config, check_runs, machine, median, window, WARMUP};
 use crate::config;
 use crate::runtime::{self, RunOptions, Snapshot};
 
@@ -277,15 +277,7 @@ fn measure<R: TapRegistry>(
 
 /// Runs `bench capture`.
 pub fn capture(a: CaptureArgs) -> Result<(), String> {
-    if a.workers.is_empty() || a.workers.iter().any(|w| *w == 0 || *w > config::MAX_WORKERS) {
-        return Err(format!(
-            "--workers must list counts between 1 and {}",
-            config::MAX_WORKERS
-        ));
-    }
-    if a.runs == 0 || a.seconds.is_nan() || a.seconds <= 0.0 {
-        return Err("--runs and --seconds must be positive".into());
-    }
+    check_runs(&a.workers, a.runs, a.seconds)?;
     for s in &a.scenarios {
         if !SCENARIOS.contains(&s.as_str()) {
             return Err(format!(

@@ -259,6 +259,20 @@ pub fn bridge_config(entries: usize, workers: usize, frame_size: usize, pin: boo
     s
 }
 
+/// Checks the worker counts, runs and seconds of a forwarding benchmark.
+pub(crate) fn check_runs(workers: &[usize], runs: usize, seconds: f64) -> Result<(), String> {
+    if workers.is_empty() || workers.iter().any(|w| *w == 0 || *w > config::MAX_WORKERS) {
+        return Err(format!(
+            "--workers must list counts between 1 and {}",
+            config::MAX_WORKERS
+        ));
+    }
+    if runs == 0 || seconds.is_nan() || seconds <= 0.0 {
+        return Err("--runs and --seconds must be positive".into());
+    }
+    Ok(())
+}
+
 /// Warm-up of a forwarding benchmark run, seconds.
 pub(crate) const WARMUP: f64 = 0.5;
 
@@ -337,15 +351,7 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
     if a.entries < 2 || a.entries > 250 {
         return Err(format!("--entries must be between 2 and 250 (got {})", a.entries));
     }
-    if a.workers.is_empty() || a.workers.iter().any(|w| *w == 0 || *w > config::MAX_WORKERS) {
-        return Err(format!(
-            "--workers must list counts between 1 and {}",
-            config::MAX_WORKERS
-        ));
-    }
-    if a.runs == 0 || a.seconds.is_nan() || a.seconds <= 0.0 {
-        return Err("--runs and --seconds must be positive".into());
-    }
+    check_runs(&a.workers, a.runs, a.seconds)?;
     if !(60..=1514).contains(&a.frame_size) {
         return Err(format!(
             "--frame-size must be between 60 and 1514 (got {})",

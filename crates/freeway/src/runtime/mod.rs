@@ -630,26 +630,16 @@ pub fn run_with<L: Layout, R: TapRegistry>(
                 .map_err(|e| RunError(format!("cannot start a worker thread: {e}")))?,
         );
     }
-    let fdb_handle = match fdb_live {
-        Some(w) => Some(spawn_service(
-            "fw-fdb",
-            clock.clone(),
-            writer_stop.clone(),
-            w,
-            |w, now| w.service(now),
-        )?),
-        None => None,
-    };
-    let neigh_handle = match neigh_live {
-        Some(w) => Some(spawn_service(
-            "fw-neigh",
-            clock.clone(),
-            writer_stop.clone(),
-            w,
-            |w, now| w.service(now),
-        )?),
-        None => None,
-    };
+    let fdb_handle = fdb_live
+        .map(|w| spawn_service("fw-fdb", clock.clone(), writer_stop.clone(), w, |w, now| w.service(now)))
+        .transpose()?;
+    let neigh_handle = neigh_live
+        .map(|w| {
+            spawn_service("fw-neigh", clock.clone(), writer_stop.clone(), w, |w, now| {
+                w.service(now)
+            })
+        })
+        .transpose()?;
 
     let endless = cfg
         .ports
