@@ -37,6 +37,8 @@ enum Cmd {
     Conntrack(RunArgs),
     /// Capture packets of a port while the datapath runs, like tcpdump (pcap to a file or `-w -`).
     Capture(CaptureArgs),
+    /// Talk to a running datapath (`freeway run --ctl PATH`): stats, fdb, routes, neighbours, connections.
+    Ctl(CtlArgs),
     /// Check a configuration file and print what it describes, without running it.
     Check {
         /// The TOML file.
@@ -76,6 +78,9 @@ struct RunArgs {
     /// Full FIB lookup for every routed packet (the baseline of the per-worker route cache).
     #[arg(long)]
     no_route_cache: bool,
+    /// Listen for `freeway ctl` on this Unix socket (mode 0600) while running.
+    #[arg(long, value_name = "PATH")]
+    ctl: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -86,6 +91,19 @@ struct RouteArgs {
     /// Print JSON, like `ip -j route`.
     #[arg(short = 'j', long)]
     json: bool,
+}
+
+#[derive(Args)]
+struct CtlArgs {
+    /// The socket `freeway run --ctl PATH` listens on.
+    #[arg(short, long, default_value = "/run/freeway.sock")]
+    socket: PathBuf,
+    /// Print JSON.
+    #[arg(short = 'j', long)]
+    json: bool,
+    /// The request, e.g. `route add 10.9.0.0/24 via 10.0.20.7` (`help` lists them).
+    #[arg(required = true, allow_hyphen_values = true)]
+    words: Vec<String>,
 }
 
 #[derive(Args)]
@@ -186,6 +204,7 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
         on_snapshot: if tables { Some(&mut cb) } else { None },
         stop: Some(stop_flag()),
         stop_when_taps_done: show == Show::Capture,
+        control: args.ctl.clone(),
     };
     if tables {
         let src = args
@@ -245,6 +264,19 @@ fn route_cmd(a: RouteArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn ctl_cmd(a: CtlArgs) -> Result<(), String> {
+    let r = runtime::ctl_request(&a.socket, &a.words)?;
+    if r["ok"] != true {
+        return Err(r["error"].as_str().unwrap_or("request failed").to_string());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r["data"]).expect("json"));
+    } else {
+        print!("{}", r["text"].as_str().unwrap_or_default());
+    }
+    Ok(())
+}
+
 fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
     let run = RunArgs {
         config: a.config.clone(),
@@ -254,6 +286,7 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         quiet: true,
         fdb: false,
         no_route_cache: false,
+        ctl: None,
     };
     let filter = a.expression.join(" ");
     if a.dump {
@@ -376,6 +409,7 @@ fn main() -> ExitCode {
         Cmd::Conntrack(a) => run_cmd(a, Show::Conntrack),
         Cmd::Route(a) => route_cmd(a),
         Cmd::Capture(a) => capture_cmd(a),
+        Cmd::Ctl(a) => ctl_cmd(a),
         Cmd::Check { config } => check_cmd(config),
         Cmd::DefaultConfig { router } => {
             print!(

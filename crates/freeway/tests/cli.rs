@@ -239,3 +239,136 @@ fn sigterm_stops_a_run_cleanly_with_final_statistics_and_a_whole_capture_file() 
     assert!(frames.len() > 100, "{} frames", frames.len());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Sends raw bytes to a control socket and returns the reply line.
+fn raw_request(sock: &std::path::Path, bytes: &[u8]) -> serde_json::Value {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    let _ = s.write_all(bytes);
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap()
+}
+
+#[test]
+fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, cfg) = router_config("ctl");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("duration_secs = 1", "duration_secs = 60");
+    std::fs::write(&cfg, text).unwrap();
+    let sock = dir.join("ctl.sock");
+    let s = sock.to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args(["run", "-q", "-j", "--config", cfg.to_str().unwrap(), "--ctl", s])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777, 0o600);
+    let ctl = |w: &[&str]| {
+        let mut a = vec!["ctl", "-s", s];
+        a.extend_from_slice(w);
+        freeway(&a)
+    };
+    let stat = |name: &str| -> u64 {
+        let o = ctl(&["-j", "stats"]);
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        if name == "wan_tx" {
+            return j["ports"][1]["tx_packets"].as_u64().unwrap();
+        }
+        let l3 = &j["router"]["l3"];
+        l3[name].as_u64().or(l3["drops"][name].as_u64()).unwrap_or(0)
+    };
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(300));
+
+    // The LAN host's traffic to 10.0.20.7 is routed; delete the connected route and it is
+    // not any more (no route: counted); put it back and it flows again.
+    pause();
+    assert!(stat("wan_tx") > 0);
+    assert!(ctl(&["route", "del", "10.0.20.0/24"]).status.success());
+    pause();
+    let (n1, f1) = (stat("no_route"), stat("wan_tx"));
+    pause();
+    let (n2, f2) = (stat("no_route"), stat("wan_tx"));
+    assert!(n2 > n1, "packets without a route are counted: {n1} -> {n2}");
+    assert_eq!(f2, f1, "nothing leaves on wan while the route is gone");
+    let text = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
+    assert!(!text.contains("10.0.20.0/24"), "{text}");
+    assert!(ctl(&["route", "add", "10.0.20.0/24", "dev", "wan"]).status.success());
+    pause();
+    let f3 = stat("wan_tx");
+    pause();
+    assert!(
+        stat("wan_tx") > f3,
+        "forwarding to wan resumed after the route came back"
+    );
+
+    // ECMP route added and shown like `ip route`.
+    assert!(ctl(&["route", "add", "10.8.0.0/16", "via", "10.0.20.7,10.0.20.8"])
+        .status
+        .success());
+    let text = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
+    assert!(text.contains("10.8.0.0/16 proto static\n\tnexthop via 10.0.20.7 dev wan weight 1\n\tnexthop via 10.0.20.8 dev wan weight 1"), "{text}");
+
+    // Connections listed and flushed.
+    let text = String::from_utf8(ctl(&["conntrack", "list"]).stdout).unwrap();
+    assert!(text.contains("src=10.0.10.5 dst=10.0.20.7"), "{text}");
+    let o = ctl(&["-j", "conntrack", "flush"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(j["deleted"].as_u64().unwrap() >= 1, "{j}");
+    let j: serde_json::Value = serde_json::from_slice(&ctl(&["-j", "fdb", "show"]).stdout).unwrap();
+    assert!(
+        j.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["port"] == "(router)" && e["static"] == true),
+        "{j}"
+    );
+
+    // Bad requests: a clear error, nothing changed, the datapath goes on.
+    for (words, msg) in [
+        (vec!["route", "add", "1.2.3.0/40", "via", "10.0.20.7"], "prefix length"),
+        (
+            vec!["route", "add", "10.7.0.0/16", "via", "192.168.1.1"],
+            "on no interface's subnet",
+        ),
+        (vec!["route", "del", "10.6.0.0/16"], "no route"),
+        (vec!["bogus"], "unknown command"),
+    ] {
+        let o = ctl(&words);
+        assert!(!o.status.success(), "{words:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(msg),
+            "{words:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let r = raw_request(&sock, b"{\"not\": \"an array\"}\n");
+    assert_eq!(r["ok"], false);
+    assert!(r["error"].as_str().unwrap().contains("malformed request"), "{r}");
+    let mut big = vec![b'['; freeway::runtime::MAX_REQUEST + 10];
+    big.push(b'\n');
+    let r = raw_request(&sock, &big);
+    assert!(r["error"].as_str().unwrap().contains("longer than"), "{r}");
+    let text = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
+    assert_eq!(text.lines().count(), 8, "5 routes + the ECMP route's 3 lines: {text}");
+
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = std::mem::replace(&mut child, Command::new("true").spawn().unwrap())
+        .wait_with_output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!sock.exists(), "the socket file is removed at exit");
+    let _ = child.wait();
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -26,6 +26,7 @@
 //! Statistics are per worker, each block on its own cache lines, summed only in snapshots.
 
 mod capture;
+mod control;
 mod router;
 mod stateful;
 
@@ -50,6 +51,7 @@ use freeway_sync::{CachePadded, Clock, Counter, Tick};
 use serde::Serialize;
 
 pub use capture::{TapDesc, TapResult};
+pub use control::{request as ctl_request, MAX_REQUEST};
 
 use crate::config::{Checked, PortKind};
 use router::{Bridging, RouterWorker};
@@ -393,6 +395,8 @@ pub struct RunOptions<'a> {
     /// Ends the run once every capture tap has stopped (its count reached), like
     /// `tcpdump -c`.
     pub stop_when_taps_done: bool,
+    /// Listen on this Unix socket for `freeway ctl` (see `runtime/control.rs`).
+    pub control: Option<std::path::PathBuf>,
 }
 
 impl Default for RunOptions<'_> {
@@ -404,6 +408,7 @@ impl Default for RunOptions<'_> {
             on_snapshot: None,
             stop: None,
             stop_when_taps_done: false,
+            control: None,
         }
     }
 }
@@ -461,6 +466,46 @@ fn spawn_service<S: Send + 'static>(
             s
         })
         .map_err(|e| RunError(format!("cannot start the {name} thread: {e}")))
+}
+
+/// Takes snapshots of a run's counters (the caller's thread and the control thread).
+pub(crate) struct Snapper<L: Layout> {
+    names: Arc<[(String, &'static str)]>,
+    stats: Arc<[Arc<CachePadded<WorkerStats>>]>,
+    cores: Arc<[Option<usize>]>,
+    fdb: freeway_bridge::Fdb<L>,
+    neigh: Option<freeway_l3::Neigh>,
+    ct: Option<freeway_conntrack::Conntrack>,
+    fw: Option<freeway_conntrack::Firewall>,
+}
+
+impl<L: Layout> Clone for Snapper<L> {
+    fn clone(&self) -> Self {
+        Snapper {
+            names: self.names.clone(),
+            stats: self.stats.clone(),
+            cores: self.cores.clone(),
+            fdb: self.fdb.clone(),
+            neigh: self.neigh.clone(),
+            ct: self.ct.clone(),
+            fw: self.fw.clone(),
+        }
+    }
+}
+
+impl<L: Layout> Snapper<L> {
+    /// Sums every counter now.
+    pub(crate) fn snap(&self, elapsed: Duration) -> Snapshot {
+        let mut s = snapshot(elapsed, &self.names, &self.stats, &self.cores, &self.fdb);
+        if let Some(r) = &mut s.router {
+            r.neigh_entries = self.neigh.as_ref().map_or(0, |n| n.len());
+        }
+        if let Some(ct) = &self.ct {
+            s.conntrack = Some(ct.stats());
+            s.firewall = self.fw.as_ref().map(|f| f.stats());
+        }
+        s
+    }
 }
 
 /// The writers a worker owns in offline runs (deterministic output).
@@ -551,7 +596,12 @@ pub fn run_with<L: Layout, R: TapRegistry>(
             .iter()
             .any(|p| p.pcap.as_ref().is_some_and(|c| c.read.is_some()));
 
-    let port_names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let mut port_names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+    if router.is_some() {
+        // The router's internal bridge port, as FDB dumps name it.
+        port_names.push("(router)".into());
+    }
+    let control_listener = opts.control.as_deref().map(control::bind).transpose()?;
     let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers)?;
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
@@ -599,7 +649,7 @@ pub fn run_with<L: Layout, R: TapRegistry>(
     }
     let cores_used: Vec<Option<usize>> = workers.iter().map(|w| w.core.map(|c| c.id)).collect();
 
-    let (router_shared, rib, neigh_w) = match router {
+    let (router_shared, mut rib, neigh_w) = match router {
         Some((s, r, n)) => (Some(s), Some(r), Some(n)),
         None => (None, None, None),
     };
@@ -649,17 +699,39 @@ pub fn run_with<L: Layout, R: TapRegistry>(
         .duration
         .or(cfg.duration_secs.map(Duration::from_secs_f64))
         .or(if endless { Some(Duration::from_secs(5)) } else { None });
-    let names: Vec<(String, &'static str)> = cfg.ports.iter().map(|p| (p.name.clone(), p.kind.name())).collect();
-    let snap = |elapsed: Duration| {
-        let mut s = snapshot(elapsed, &names, &all_stats, &cores_used, &fdb_r);
-        if let Some(r) = &mut s.router {
-            r.neigh_entries = router_shared.as_ref().map_or(0, |x| x.neigh.len());
+    let snapper = Snapper {
+        names: cfg.ports.iter().map(|p| (p.name.clone(), p.kind.name())).collect(),
+        stats: all_stats.into(),
+        cores: cores_used.into(),
+        fdb: fdb_r.clone(),
+        neigh: router_shared.as_ref().map(|r| r.neigh.clone()),
+        ct: stateful.as_ref().map(|s| s.ct.clone()),
+        fw: stateful.as_ref().and_then(|s| s.fw.clone()),
+    };
+    let snap = |elapsed: Duration| snapper.snap(elapsed);
+    // The control socket, with the RIB, on its own thread.
+    let ctl_handle = match (&opts.control, control_listener) {
+        (Some(path), Some(l)) => {
+            let c = control::Control {
+                snap: snapper.clone(),
+                start,
+                clock: clock.clone(),
+                fdb: fdb_r.clone(),
+                port_names: port_names.clone(),
+                rib: match (rib.take(), &router_shared) {
+                    (Some(r), Some(sh)) => Some((r, sh.ifaces.clone(), sh.neigh.clone())),
+                    _ => None,
+                },
+                ct: stateful.as_ref().map(|s| s.ct.clone()),
+            };
+            let stop = writer_stop.clone();
+            let h = std::thread::Builder::new()
+                .name("fw-ctl".into())
+                .spawn(move || control::serve(l, c, stop))
+                .map_err(|e| RunError(format!("cannot start the control thread: {e}")))?;
+            Some((path.clone(), h))
         }
-        if let Some(st) = &stateful {
-            s.conntrack = Some(st.ct.stats());
-            s.firewall = st.fw.as_ref().map(|f| f.stats());
-        }
-        s
+        _ => None,
     };
     let mut next_report = opts.interval;
     loop {
@@ -695,6 +767,11 @@ pub fn run_with<L: Layout, R: TapRegistry>(
         Some(h) => Some(h.join().map_err(|_| RunError("the neighbour thread panicked".into()))?),
         None => inline_back.and_then(|i| i.neigh),
     };
+    if let Some((path, h)) = ctl_handle {
+        let c = h.join().map_err(|_| RunError("the control thread panicked".into()))?;
+        rib = c.rib.map(|(r, _, _)| r);
+        let _ = std::fs::remove_file(path);
+    }
     let tap_results = capture::finish(&taps, running_taps);
     let mut close_errors = Vec::new();
     for (p, spec) in ports.iter_mut().zip(&cfg.ports) {
