@@ -1,0 +1,248 @@
+//! Hostile traffic through the whole pipeline: a SYN flood against a small connection table
+//! while an established flow goes on, and a flood of malformed and TTL-expiring frames at
+//! the router. Everything is counted, nothing grows past its bound, the good traffic flows.
+
+use std::path::PathBuf;
+
+use freeway::config;
+use freeway::runtime::{self, RunOptions};
+use freeway_bridge::Padded;
+use pcap_file::pcap::{PcapPacket, PcapWriter};
+
+const ROUTER: &str = r#"
+[router]
+mac = "02:fe:00:00:00:01"
+icmp_rate = 100
+icmp_burst = 50
+
+[[interface]]
+name = "lan"
+vlan = 10
+addr = ["10.0.10.1/24"]
+
+[[interface]]
+name = "wan"
+vlan = 20
+addr = ["10.0.20.1/24"]
+
+[[neigh]]
+ip = "10.0.10.5"
+mac = "02:00:00:00:10:05"
+dev = "lan"
+
+[[neigh]]
+ip = "10.0.20.7"
+mac = "02:00:00:00:20:07"
+dev = "wan"
+"#;
+
+#[test]
+fn a_syn_flood_fills_the_table_to_its_limit_and_established_traffic_keeps_flowing() {
+    const GOOD: u64 = 100_000;
+    const SYNS: u64 = 300_000;
+    const MAX: u64 = 65_536;
+    // One worker: the ports are polled in order, so the LAN host's flow is established
+    // (its first request, then the server's first reply) before the flood fills the table.
+    let text = format!(
+        r#"
+workers = 1
+[[port]]
+name = "lan"
+kind = "gen"
+vlan = {{ mode = "access", vlan = 10 }}
+gen = {{ src_macs = ["02:00:00:00:10:05"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.10.5", dst_ip = "10.0.20.7", src_port = 1024, dst_port = 5001, count = {GOOD} }}
+[[port]]
+name = "wan"
+kind = "gen"
+vlan = {{ mode = "access", vlan = 20 }}
+gen = {{ src_macs = ["02:00:00:00:20:07"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.20.7", dst_ip = "10.0.10.5", src_port = 5001, dst_port = 1024, count = {GOOD} }}
+[[port]]
+name = "flood"
+kind = "gen"
+vlan = {{ mode = "access", vlan = 20 }}
+gen = {{ src_macs = ["02:00:00:00:20:66"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.30.1", dst_ip = "10.0.10.5", proto = "tcp", dst_port = 80, flows = {SYNS}, count = {SYNS} }}
+{ROUTER}
+[[route]]
+dst = "10.0.30.0/24"
+via = "10.0.20.7"
+
+[conntrack]
+max = {MAX}
+
+[firewall]
+allow_new_from = ["lan", "flood"]
+"#
+    );
+    let cfg = config::parse(&text, "synflood", None).unwrap();
+    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
+    let s = &res.last;
+    let ct = s.conntrack.as_ref().unwrap();
+    let fw = s.firewall.as_ref().unwrap();
+    assert_eq!(ct.connections as u64, MAX, "the table stops at its limit: {ct:?}");
+    assert_eq!(ct.max as u64, MAX);
+    assert_eq!(res.connections.len() as u64, MAX);
+    // The flood created the rest of the table and nothing more; every SYN was either
+    // tracked (new: created, or a repeat of one created) or refused by the limit, counted.
+    assert_eq!(ct.created as u64, MAX, "{ct:?}");
+    assert!(fw.drop_limit > SYNS / 2, "{fw:?}");
+    assert_eq!(
+        ct.invalid_by_reason.get("limit_global").copied(),
+        Some(fw.drop_limit),
+        "{ct:?}"
+    );
+    let lan_new = 2 * GOOD - ct.established; // every wan reply is established
+    assert_eq!(ct.new - lan_new + fw.drop_limit, SYNS, "{ct:?}");
+    // The established flow never noticed: every request reached wan, every reply lan.
+    let port = |n: &str| s.ports.iter().find(|p| p.name == n).unwrap();
+    assert_eq!(port("lan").rx_packets, GOOD);
+    assert_eq!(port("wan").tx_packets, GOOD, "requests routed to the server");
+    let syns_accepted = ct.new - lan_new;
+    assert_eq!(
+        port("lan").tx_packets,
+        GOOD + syns_accepted,
+        "the replies, and the SYNs the table took, routed to the client"
+    );
+    assert_eq!(fw.accept_established, ct.established);
+    assert_eq!(fw.accept_new, ct.new);
+    assert!(res
+        .connections
+        .iter()
+        .any(|c| c.proto == "udp" && c.orig.src == "10.0.10.5".parse::<std::net::IpAddr>().unwrap()));
+}
+
+fn ipv4(ttl: u8, ihl: u8, total_len: u16, good_csum: bool) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&[0x02, 0xfe, 0, 0, 0, 1, 0x02, 0, 0, 0, 0x10, 0x05, 0x08, 0x00]);
+    let mut ip = vec![
+        0x40 | ihl,
+        0,
+        (total_len >> 8) as u8,
+        total_len as u8,
+        0,
+        1,
+        0,
+        0,
+        ttl,
+        17,
+        0,
+        0,
+        10,
+        0,
+        10,
+        5,
+        10,
+        0,
+        20,
+        7,
+    ];
+    let mut sum: u32 = ip.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let c = if good_csum {
+        !(sum as u16)
+    } else {
+        !(sum as u16) ^ 0x5555
+    };
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&[0x04, 0x00, 0x13, 0x89, 0, 26, 0, 0]);
+    f.extend(std::iter::repeat_n(0xab, 18));
+    f
+}
+
+#[test]
+fn malformed_and_ttl_expiring_floods_are_counted_rate_limited_and_never_forwarded() {
+    const EACH: usize = 2_000;
+    let dir: PathBuf = std::env::temp_dir().join(format!("freeway-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = ipv4(64, 5, 46, true);
+    let kinds: Vec<(&str, Vec<u8>)> = vec![
+        ("ttl 1", ipv4(1, 5, 46, true)),
+        ("ttl 0", ipv4(0, 5, 46, true)),
+        ("bad checksum", ipv4(64, 5, 46, false)),
+        ("ihl 4", ipv4(64, 4, 46, true)),
+        ("ihl 15 past the end", ipv4(64, 15, 46, true)),
+        ("total length past the frame", ipv4(64, 5, 1400, true)),
+        ("total length below the header", ipv4(64, 5, 12, true)),
+        ("truncated in the IP header", good[..24].to_vec()),
+        ("runt", good[..10].to_vec()),
+    ];
+    let mut frames = Vec::new();
+    for i in 0..EACH {
+        for (_, f) in &kinds {
+            frames.push(f.clone());
+        }
+        if i % 10 == 0 {
+            frames.push(good.clone());
+        }
+    }
+    let input = dir.join("in.pcap");
+    let wan_out = dir.join("wan.pcap");
+    let lan_out = dir.join("lan.pcap");
+    {
+        let mut w = PcapWriter::new(std::fs::File::create(&input).unwrap()).unwrap();
+        for (i, f) in frames.iter().enumerate() {
+            w.write_packet(&PcapPacket::new(
+                std::time::Duration::from_micros(i as u64),
+                f.len() as u32,
+                f,
+            ))
+            .unwrap();
+        }
+    }
+    let text = format!(
+        r#"
+workers = 1
+[[port]]
+name = "lan"
+kind = "pcap"
+vlan = {{ mode = "access", vlan = 10 }}
+pcap = {{ read = "{}", write = "{}" }}
+[[port]]
+name = "wan"
+kind = "pcap"
+vlan = {{ mode = "access", vlan = 20 }}
+pcap = {{ write = "{}" }}
+{ROUTER}"#,
+        input.display(),
+        lan_out.display(),
+        wan_out.display()
+    );
+    let cfg = config::parse(&text, "hostile", None).unwrap();
+    let t = std::time::Instant::now();
+    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    let s = &res.last;
+    let l3 = &s.router.as_ref().unwrap().l3;
+    let good_n = EACH.div_ceil(10) as u64;
+    // Only the good frames leave on wan.
+    assert_eq!(s.ports[1].tx_packets, good_n, "{:?}", l3);
+    assert_eq!(l3.forwarded_v4, good_n);
+    // Every bad frame is accounted for, by the parser or by the router.
+    let parse: u64 = s.parse_drops.values().sum();
+    let routed_drops: u64 = l3.drops.values().sum();
+    let bad = (kinds.len() * EACH) as u64;
+    assert_eq!(
+        parse + routed_drops,
+        bad,
+        "parser {:?}, router {:?}",
+        s.parse_drops,
+        l3.drops
+    );
+    // TTL 1 and 0 expire: 2 × EACH of them, but ICMP errors stay within the bucket
+    // (burst 50, then 100 per second).
+    assert_eq!(l3.drops.get("ttl_expired").copied(), Some(2 * EACH as u64), "{l3:?}");
+    let allowed = 50 + (100.0 * secs).ceil() as u64 + 1;
+    assert!(
+        l3.icmp_errors_tx <= allowed,
+        "{} ICMP errors in {secs:.2} s",
+        l3.icmp_errors_tx
+    );
+    assert!(l3.icmp_errors_tx >= 1, "some time-exceeded went out");
+    assert_eq!(
+        s.ports[0].tx_packets, l3.icmp_errors_tx,
+        "nothing else goes back to lan"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
