@@ -81,6 +81,9 @@ struct RunArgs {
     /// Listen for `freeway ctl` on this Unix socket (mode 0600) while running.
     #[arg(long, value_name = "PATH")]
     ctl: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9477).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(Args)]
@@ -205,6 +208,7 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
         stop: Some(stop_flag()),
         stop_when_taps_done: show == Show::Capture,
         control: args.ctl.clone(),
+        metrics: args.metrics.clone(),
     };
     if tables {
         let src = args
@@ -287,6 +291,7 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         fdb: false,
         no_route_cache: false,
         ctl: None,
+        metrics: None,
     };
     let filter = a.expression.join(" ");
     if a.dump {

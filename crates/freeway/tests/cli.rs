@@ -372,3 +372,68 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
     let _ = child.wait();
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn prometheus_metrics_are_served_while_running() {
+    use std::io::BufRead;
+    let (dir, cfg) = router_config("metrics");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args([
+            "run",
+            "-q",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("freeway: metrics on http://")
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_string();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let r = http_get(&addr, "/metrics");
+    assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+    assert!(r.contains("Content-Type: application/openmetrics-text"), "{r}");
+    for m in [
+        "freeway_port_rx_packets_total{port=\"lan\"} ",
+        "freeway_worker_packets_total{worker=\"0\"} ",
+        "freeway_router_forwarded_total{family=\"ipv4\"} ",
+        "freeway_route_cache_lookups_total{outcome=\"hit\"} ",
+        "freeway_conntrack_connections 1\n",
+        "freeway_firewall_verdicts_total{verdict=\"drop_new_not_allowed\"} ",
+        "freeway_drops_total{reason=\"firewall:new_not_allowed\"} ",
+    ] {
+        assert!(r.contains(m), "{m} missing from\n{r}");
+    }
+    assert!(r.trim_end().ends_with("# EOF"), "{r}");
+    let v = |r: &str| -> u64 {
+        let l = r
+            .lines()
+            .find(|l| l.starts_with("freeway_port_rx_packets_total{port=\"lan\"}"))
+            .unwrap();
+        l.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(v(&http_get(&addr, "/metrics")) > v(&r), "counters move between scrapes");
+    assert!(http_get(&addr, "/other").starts_with("HTTP/1.1 404"));
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -27,6 +27,7 @@
 
 mod capture;
 mod control;
+mod metrics;
 mod router;
 mod stateful;
 
@@ -397,6 +398,8 @@ pub struct RunOptions<'a> {
     pub stop_when_taps_done: bool,
     /// Listen on this Unix socket for `freeway ctl` (see `runtime/control.rs`).
     pub control: Option<std::path::PathBuf>,
+    /// Serve Prometheus metrics (`GET /metrics`) on this TCP address.
+    pub metrics: Option<String>,
 }
 
 impl Default for RunOptions<'_> {
@@ -409,6 +412,7 @@ impl Default for RunOptions<'_> {
             stop: None,
             stop_when_taps_done: false,
             control: None,
+            metrics: None,
         }
     }
 }
@@ -602,6 +606,12 @@ pub fn run_with<L: Layout, R: TapRegistry>(
         port_names.push("(router)".into());
     }
     let control_listener = opts.control.as_deref().map(control::bind).transpose()?;
+    let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
+    if let Some(l) = &metrics_listener {
+        if let Ok(a) = l.local_addr() {
+            eprintln!("freeway: metrics on http://{a}/metrics");
+        }
+    }
     let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers)?;
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
@@ -709,6 +719,18 @@ pub fn run_with<L: Layout, R: TapRegistry>(
         fw: stateful.as_ref().and_then(|s| s.fw.clone()),
     };
     let snap = |elapsed: Duration| snapper.snap(elapsed);
+    let metrics_handle = match metrics_listener {
+        Some(l) => {
+            let (snap, stop) = (snapper.clone(), writer_stop.clone());
+            Some(
+                std::thread::Builder::new()
+                    .name("fw-metrics".into())
+                    .spawn(move || metrics::serve(l, snap, start, stop))
+                    .map_err(|e| RunError(format!("cannot start the metrics thread: {e}")))?,
+            )
+        }
+        None => None,
+    };
     // The control socket, with the RIB, on its own thread.
     let ctl_handle = match (&opts.control, control_listener) {
         (Some(path), Some(l)) => {
@@ -767,6 +789,9 @@ pub fn run_with<L: Layout, R: TapRegistry>(
         Some(h) => Some(h.join().map_err(|_| RunError("the neighbour thread panicked".into()))?),
         None => inline_back.and_then(|i| i.neigh),
     };
+    if let Some(h) = metrics_handle {
+        h.join().map_err(|_| RunError("the metrics thread panicked".into()))?;
+    }
     if let Some((path, h)) = ctl_handle {
         let c = h.join().map_err(|_| RunError("the control thread panicked".into()))?;
         rib = c.rib.map(|(r, _, _)| r);
