@@ -331,6 +331,29 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
         "{j}"
     );
 
+    // FDB and neighbour entries added and deleted through the tables' writer threads.
+    assert!(ctl(&["fdb", "add", "02:00:00:00:00:99", "dev", "lan"]).status.success());
+    let text = String::from_utf8(ctl(&["fdb", "show"]).stdout).unwrap();
+    assert!(text.contains("02:00:00:00:00:99 dev lan vlan 10 static"), "{text}");
+    assert!(ctl(&["fdb", "del", "02:00:00:00:00:99", "vlan", "10"]).status.success());
+    let text = String::from_utf8(ctl(&["fdb", "show"]).stdout).unwrap();
+    assert!(!text.contains("02:00:00:00:00:99"), "{text}");
+    let o = ctl(&["fdb", "add", "02:00:00:00:00:98", "dev", "lan", "vlan", "20"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a member of vlan 20"));
+    assert!(
+        ctl(&["neigh", "add", "10.0.20.9", "lladdr", "02:00:00:00:20:09", "dev", "wan"])
+            .status
+            .success()
+    );
+    let text = String::from_utf8(ctl(&["neigh", "show"]).stdout).unwrap();
+    assert!(
+        text.contains("10.0.20.9 dev wan lladdr 02:00:00:00:20:09 PERMANENT"),
+        "{text}"
+    );
+    assert!(ctl(&["neigh", "del", "10.0.20.9", "dev", "wan"]).status.success());
+    let text = String::from_utf8(ctl(&["neigh", "show"]).stdout).unwrap();
+    assert!(!text.contains("10.0.20.9"), "{text}");
+
     // Bad requests: a clear error, nothing changed, the datapath goes on.
     for (words, msg) in [
         (vec!["route", "add", "1.2.3.0/40", "via", "10.0.20.7"], "prefix length"),

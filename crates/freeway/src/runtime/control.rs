@@ -9,9 +9,8 @@
 //! "data":...}` (`text` as the command prints it, `data` for `-j`) or `{"ok":false,
 //! "error":...}`. A malformed, oversized or unknown request gets an error and changes nothing.
 //!
-//! Commands: `stats`, `fdb show`, `route show`, `route add PREFIX via GW[,GW...]`,
-//! `route add PREFIX dev IFACE`, `route del PREFIX`, `neigh show`, `conntrack list`,
-//! `conntrack flush [zone N]`, `help`.
+//! Commands: `stats`; `fdb show|add|del|flush`; `route show|add|replace|del`;
+//! `neigh show|add|del|flush`; `conntrack list|flush [zone N]`; `help` (see [`HELP`]).
 //!
 //! # Threads
 //!
@@ -19,7 +18,10 @@
 //! in the listen backlog; a client that sends nothing is dropped after [`CLIENT_TIMEOUT`]).
 //! It owns the RIB while the datapath runs: route changes publish a new FIB version that
 //! workers pick up at their next lookup (their caches refill by generation); it never takes
-//! a lock a worker could wait on.
+//! a lock a worker could wait on. FDB and neighbour changes go to the tables' own writer
+//! threads (`fw-fdb`, `fw-neigh`: each table has one writer) through a channel, with the
+//! answer coming back on another; in offline runs the worker owns those writers and the
+//! socket refuses such changes.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::IpAddr;
@@ -30,14 +32,78 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use freeway_bridge::{Fdb, Layout};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use freeway_bridge::{Fdb, FdbWriter, Layout, Mac, PortVlan};
 use freeway_conntrack::Conntrack;
+use freeway_l3::neigh::NeighWriter;
 use freeway_l3::{Interfaces, Neigh};
 use freeway_route::{NextHop, Prefix, Rib, Route};
 use freeway_sync::Clock;
+use freeway_sync::Tick;
 use serde_json::{json, Value};
 
 use super::{RunError, Snapper};
+
+/// A change for the FDB's writer thread.
+pub(crate) enum FdbOp {
+    /// A static entry (MAC, VLAN, port).
+    Add(Mac, u16, u16),
+    /// Delete the entry for (MAC, VLAN).
+    Del(Mac, u16),
+    /// Delete every learned entry.
+    Flush,
+}
+
+/// A change for the neighbour table's writer thread.
+pub(crate) enum NeighOp {
+    /// A permanent entry (address, interface, MAC).
+    Add(IpAddr, u16, [u8; 6]),
+    /// Delete the entry for (address, interface).
+    Del(IpAddr, u16),
+    /// Delete the dynamic entries (of one interface).
+    Flush(Option<u16>),
+}
+
+/// A request to a writer thread and where its answer goes.
+pub(crate) type Op<T> = (T, Sender<Result<String, String>>);
+
+/// Applies the FDB changes waiting in `rx` (the FDB writer thread, between its rounds).
+pub(crate) fn apply_fdb<L: Layout>(w: &mut FdbWriter<L>, rx: &Receiver<Op<FdbOp>>, now: Tick) -> usize {
+    let mut n = 0;
+    while let Ok((op, reply)) = rx.try_recv() {
+        let r = match op {
+            FdbOp::Add(mac, vlan, port) => w
+                .add_static(mac, vlan, port, now)
+                .map(|_| String::new())
+                .map_err(|e| e.to_string()),
+            FdbOp::Del(mac, vlan) if w.delete(mac, vlan) => Ok(String::new()),
+            FdbOp::Del(mac, vlan) => Err(format!("no entry for {mac} vlan {vlan}")),
+            FdbOp::Flush => Ok(format!("{} entries flushed\n", w.flush(false))),
+        };
+        let _ = reply.send(r);
+        n += 1;
+    }
+    n
+}
+
+/// Applies the neighbour changes waiting in `rx` (the neighbour writer thread).
+pub(crate) fn apply_neigh(w: &mut NeighWriter, rx: &Receiver<Op<NeighOp>>, now: Tick) -> usize {
+    let mut n = 0;
+    while let Ok((op, reply)) = rx.try_recv() {
+        let r = match op {
+            NeighOp::Add(ip, iface, mac) => w
+                .add_static(ip, iface, mac, now)
+                .map(|_| String::new())
+                .map_err(|e| e.to_string()),
+            NeighOp::Del(ip, iface) if w.delete(ip, iface) => Ok(String::new()),
+            NeighOp::Del(ip, _) => Err(format!("no neighbour {ip} on that interface")),
+            NeighOp::Flush(iface) => Ok(format!("{} entries flushed\n", w.flush(iface, false))),
+        };
+        let _ = reply.send(r);
+        n += 1;
+    }
+    n
+}
 
 /// Longest request line.
 pub const MAX_REQUEST: usize = 64 * 1024;
@@ -54,6 +120,26 @@ pub(crate) struct Control<L: Layout> {
     /// The RIB and the interfaces (with a router).
     pub rib: Option<(Rib, Arc<Interfaces>, Neigh)>,
     pub ct: Option<Conntrack>,
+    /// The bridge ports' VLAN membership (static FDB entries are checked against it).
+    pub port_vlans: Vec<PortVlan>,
+    /// The FDB writer thread's queue (none in offline runs).
+    pub fdb_ops: Option<Sender<Op<FdbOp>>>,
+    /// The neighbour writer thread's queue (none in offline runs or without a router).
+    pub neigh_ops: Option<Sender<Op<NeighOp>>>,
+}
+
+/// Sends `op` to a writer thread and waits (bounded) for its answer.
+fn ask<T>(q: &Option<Sender<Op<T>>>, op: T) -> Result<(String, Value), String> {
+    let q = q
+        .as_ref()
+        .ok_or("this run's tables are written by its worker (offline pcap run): no live changes")?;
+    let (tx, rx) = bounded(1);
+    q.send((op, tx))
+        .map_err(|_| "the table's writer has stopped".to_string())?;
+    let text = rx
+        .recv_timeout(Duration::from_secs(2))
+        .map_err(|_| "the table's writer did not answer".to_string())??;
+    Ok((text, Value::Null))
 }
 
 /// Binds `path` (replacing a stale socket file, refusing a live one) with mode 0600.
@@ -144,6 +230,64 @@ impl<L: Layout> Control<L> {
                     if d.is_empty() { "none".into() } else { d.join(", ") }
                 ));
                 Ok((text, serde_json::to_value(&s).map_err(|e| e.to_string())?))
+            }
+            ["fdb", "add", mac, "dev", port, rest @ ..] => {
+                let mac: Mac = mac.parse().map_err(|e| format!("{mac:?}: {e}"))?;
+                let p = self
+                    .port_names
+                    .iter()
+                    .position(|n| n == port)
+                    .filter(|&i| i < self.port_vlans.len() && !n_is_router(&self.port_names[i]))
+                    .ok_or_else(|| format!("dev {port:?}: no such port"))?;
+                let vlan = match rest {
+                    [] => match &self.port_vlans[p] {
+                        PortVlan::Access(v) => *v,
+                        PortVlan::Trunk { native: Some(v), .. } => *v,
+                        PortVlan::Trunk { .. } => return Err(format!("dev {port}: a trunk port: say which vlan")),
+                    },
+                    ["vlan", v] => v.parse().map_err(|_| format!("vlan {v:?}: not a number"))?,
+                    _ => return Err("fdb add MAC dev PORT [vlan N]".into()),
+                };
+                if !self.port_vlans[p].is_member(vlan) {
+                    return Err(format!("dev {port} is not a member of vlan {vlan}"));
+                }
+                ask(&self.fdb_ops, FdbOp::Add(mac, vlan, p as u16))
+            }
+            ["fdb", "del", mac, rest @ ..] => {
+                let mac: Mac = mac.parse().map_err(|e| format!("{mac:?}: {e}"))?;
+                let vlan = match rest {
+                    [] => 1,
+                    ["vlan", v] => v.parse().map_err(|_| format!("vlan {v:?}: not a number"))?,
+                    _ => return Err("fdb del MAC [vlan N]".into()),
+                };
+                ask(&self.fdb_ops, FdbOp::Del(mac, vlan))
+            }
+            ["fdb", "flush"] => ask(&self.fdb_ops, FdbOp::Flush),
+            ["neigh", "add", ip, "lladdr", mac, "dev", dev] => {
+                let (_, ifs, _) = self.rib.as_ref().ok_or(NO_ROUTER)?;
+                let ip: IpAddr = ip.parse().map_err(|_| format!("{ip:?}: not an address"))?;
+                let mac: Mac = mac.parse().map_err(|e| format!("{mac:?}: {e}"))?;
+                let i = ifs
+                    .by_name(dev)
+                    .ok_or_else(|| format!("dev {dev:?}: no such interface"))?;
+                ask(&self.neigh_ops, NeighOp::Add(ip, i, mac.0))
+            }
+            ["neigh", "del", ip, "dev", dev] => {
+                let (_, ifs, _) = self.rib.as_ref().ok_or(NO_ROUTER)?;
+                let ip: IpAddr = ip.parse().map_err(|_| format!("{ip:?}: not an address"))?;
+                let i = ifs
+                    .by_name(dev)
+                    .ok_or_else(|| format!("dev {dev:?}: no such interface"))?;
+                ask(&self.neigh_ops, NeighOp::Del(ip, i))
+            }
+            ["neigh", "flush", rest @ ..] => {
+                let (_, ifs, _) = self.rib.as_ref().ok_or(NO_ROUTER)?;
+                let i = match rest {
+                    [] => None,
+                    ["dev", d] => Some(ifs.by_name(d).ok_or_else(|| format!("dev {d:?}: no such interface"))?),
+                    _ => return Err("neigh flush [dev IFACE]".into()),
+                };
+                ask(&self.neigh_ops, NeighOp::Flush(i))
             }
             ["fdb", "show"] | ["fdb"] => {
                 let e = self.fdb.entries(self.clock.now());
@@ -241,15 +385,26 @@ impl<L: Layout> Control<L> {
 const NO_ROUTER: &str = "this datapath has no router (no [[interface]] in its config)";
 const NO_CT: &str = "this datapath does not track connections (no [conntrack] or [firewall])";
 
-const HELP: &str = "\
+fn n_is_router(name: &str) -> bool {
+    name == "(router)"
+}
+
+/// What `freeway ctl help` prints.
+pub const HELP: &str = "\
 stats                                   counters of ports, workers and drops
 fdb show                                the forwarding database
+fdb add MAC dev PORT [vlan N]           a static entry (default: the port's access/native VLAN)
+fdb del MAC [vlan N]                    delete an entry (default vlan 1)
+fdb flush                               delete the learned entries
 route show                              the routing table
 route add PREFIX via GW[,GW...]         add a route (several gateways: ECMP)
 route add PREFIX dev IFACE              add a directly connected route
 route replace PREFIX ...                add or replace
 route del PREFIX                        delete a route
 neigh show                              the neighbour table
+neigh add IP lladdr MAC dev IFACE       a permanent neighbour
+neigh del IP dev IFACE                  delete a neighbour
+neigh flush [dev IFACE]                 delete the dynamic neighbours
 conntrack list                          the connection table
 conntrack flush [zone N]                delete connections
 ";

@@ -690,14 +690,31 @@ pub fn run_with<L: Layout, R: TapRegistry>(
                 .map_err(|e| RunError(format!("cannot start a worker thread: {e}")))?,
         );
     }
+    // The tables' writer threads also take the control socket's changes.
+    let (fdb_ops, fdb_ops_rx) = crossbeam_channel::bounded::<control::Op<control::FdbOp>>(64);
+    let (neigh_ops, neigh_ops_rx) = crossbeam_channel::bounded::<control::Op<control::NeighOp>>(64);
+    let fdb_ops = fdb_live.is_some().then_some(fdb_ops);
+    let neigh_ops = neigh_live.is_some().then_some(neigh_ops);
     let fdb_handle = fdb_live
-        .map(|w| spawn_service("fw-fdb", clock.clone(), writer_stop.clone(), w, |w, now| w.service(now)))
+        .map(|w| {
+            spawn_service(
+                "fw-fdb",
+                clock.clone(),
+                writer_stop.clone(),
+                (w, fdb_ops_rx),
+                |(w, rx), now| w.service(now) + control::apply_fdb(w, rx, now),
+            )
+        })
         .transpose()?;
     let neigh_handle = neigh_live
         .map(|w| {
-            spawn_service("fw-neigh", clock.clone(), writer_stop.clone(), w, |w, now| {
-                w.service(now)
-            })
+            spawn_service(
+                "fw-neigh",
+                clock.clone(),
+                writer_stop.clone(),
+                (w, neigh_ops_rx),
+                |(w, rx), now| w.service(now) + control::apply_neigh(w, rx, now),
+            )
         })
         .transpose()?;
 
@@ -745,6 +762,9 @@ pub fn run_with<L: Layout, R: TapRegistry>(
                     _ => None,
                 },
                 ct: stateful.as_ref().map(|s| s.ct.clone()),
+                port_vlans: bridge.ports().to_vec(),
+                fdb_ops: fdb_ops.clone(),
+                neigh_ops: neigh_ops.clone(),
             };
             let stop = writer_stop.clone();
             let h = std::thread::Builder::new()
@@ -786,7 +806,11 @@ pub fn run_with<L: Layout, R: TapRegistry>(
         h.join().map_err(|_| RunError("the FDB thread panicked".into()))?;
     }
     let mut neigh_w = match neigh_handle {
-        Some(h) => Some(h.join().map_err(|_| RunError("the neighbour thread panicked".into()))?),
+        Some(h) => Some(
+            h.join()
+                .map_err(|_| RunError("the neighbour thread panicked".into()))?
+                .0,
+        ),
         None => inline_back.and_then(|i| i.neigh),
     };
     if let Some(h) = metrics_handle {
