@@ -122,6 +122,8 @@ pub(crate) struct Control<L: Layout> {
     pub ct: Option<Conntrack>,
     /// The bridge ports' VLAN membership (static FDB entries are checked against it).
     pub port_vlans: Vec<PortVlan>,
+    /// Configured ports (the router's internal port, if any, comes after them).
+    pub nports: usize,
     /// The FDB writer thread's queue (none in offline runs).
     pub fdb_ops: Option<Sender<Op<FdbOp>>>,
     /// The neighbour writer thread's queue (none in offline runs or without a router).
@@ -237,7 +239,7 @@ impl<L: Layout> Control<L> {
                     .port_names
                     .iter()
                     .position(|n| n == port)
-                    .filter(|&i| i < self.port_vlans.len() && !n_is_router(&self.port_names[i]))
+                    .filter(|&i| i < self.nports)
                     .ok_or_else(|| format!("dev {port:?}: no such port"))?;
                 let vlan = match rest {
                     [] => match &self.port_vlans[p] {
@@ -384,10 +386,6 @@ impl<L: Layout> Control<L> {
 
 const NO_ROUTER: &str = "this datapath has no router (no [[interface]] in its config)";
 const NO_CT: &str = "this datapath does not track connections (no [conntrack] or [firewall])";
-
-fn n_is_router(name: &str) -> bool {
-    name == "(router)"
-}
 
 /// What `freeway ctl help` prints.
 pub const HELP: &str = "\

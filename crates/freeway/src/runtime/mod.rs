@@ -763,6 +763,7 @@ pub fn run_with<L: Layout, R: TapRegistry>(
                 },
                 ct: stateful.as_ref().map(|s| s.ct.clone()),
                 port_vlans: bridge.ports().to_vec(),
+                nports,
                 fdb_ops: fdb_ops.clone(),
                 neigh_ops: neigh_ops.clone(),
             };
