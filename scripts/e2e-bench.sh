@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# End-to-end benchmark through Linux network namespaces (issue 6): the same test bed
+# (scripts/netns-testbed.sh: hosts h1, h2 joined to a switch namespace by veth pairs, offloads
+# off) carries, in one go, four datapaths in turn:
+#
+#   kernel-bridge     the Linux bridge in the switch namespace (the "before")
+#   freeway-bridge    Freeway bridging the two veth ends (AF_PACKET)
+#   freeway-router    Freeway routing between 10.1.0.0/24 and 10.2.0.0/24
+#   freeway-conntrack the router with connection tracking and the stateful firewall
+#
+# and measures for each: 64-byte frames per second that reach h2's kernel when Freeway's own
+# generator (one worker pinned to CPU 0, bridged onto h1's eth0 through AF_PACKET) sends as
+# fast as it can ("gen64 pps", h2's rx_packets counter); the same with iperf3 as the sender
+# (-u -b 0 -l 18: 64-byte frames; iperf3's own rate limits it, "iperf3 pps", packets its
+# server received); and single-stream TCP throughput h1 -> h2 (iperf3, with its retransmit
+# count). Results: a table on stdout, and JSON lines with -j FILE.
+#
+# Needs root, iproute2, iperf3 and a release build (cargo build --release). Usage:
+#   scripts/e2e-bench.sh [-s SECONDS] [-w WORKERS] [-j FILE]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECS=5
+WORKERS=2
+JSON=""
+while getopts "s:w:j:" o; do
+    case $o in
+    s) SECS=$OPTARG ;;
+    w) WORKERS=$OPTARG ;;
+    j) JSON=$OPTARG ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
+    esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "e2e-bench: must run as root" >&2; exit 1; }
+command -v iperf3 >/dev/null || { echo "e2e-bench: iperf3 not installed" >&2; exit 1; }
+FW=$PWD/target/release/freeway
+[ -x "$FW" ] || { echo "e2e-bench: build first: cargo build --release" >&2; exit 1; }
+
+export FW_SUFFIX=-e2e$$ FW_QUEUES=$WORKERS
+BED=scripts/netns-testbed.sh
+TMP=$(mktemp -d)
+FWPID=""
+cleanup() {
+    [ -n "$FWPID" ] && kill -INT "$FWPID" 2>/dev/null && wait "$FWPID" 2>/dev/null || true
+    bash $BED down >/dev/null 2>&1 || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+bash $BED up >/dev/null
+ns() { echo "fw-$1$FW_SUFFIX"; }
+in_ns() { local n=$1; shift; ip netns exec "$(ns "$n")" "$@"; }
+
+addr() { # host, address/len, gateway or ""
+    in_ns "$1" ip addr flush dev eth0
+    in_ns "$1" ip addr add "$2" dev eth0
+    [ -z "$3" ] || in_ns "$1" ip route add default via "$3"
+}
+
+ports() { # vlan of h1, vlan of h2
+    printf 'workers = %s\n' "$WORKERS"
+    printf '[[port]]\nname = "h1"\nkind = "afpacket"\nafpacket = { iface = "h1" }\nvlan = { mode = "access", vlan = %s }\n' "$1"
+    printf '[[port]]\nname = "h2"\nkind = "afpacket"\nafpacket = { iface = "h2" }\nvlan = { mode = "access", vlan = %s }\n' "$2"
+}
+ROUTER='
+[router]
+mac = "02:fe:00:00:00:01"
+[[interface]]
+name = "v10"
+vlan = 10
+addr = ["10.1.0.1/24"]
+[[interface]]
+name = "v20"
+vlan = 20
+addr = ["10.2.0.1/24"]
+'
+
+start_freeway() { # config text
+    printf '%s\n' "$1" >"$TMP/fw.toml"
+    # `ip netns exec` execs freeway: $! is freeway itself, which SIGINT stops cleanly.
+    ip netns exec "$(ns sw)" "$FW" run -q -j --config "$TMP/fw.toml" >"$TMP/fw.json" 2>"$TMP/fw.err" &
+    FWPID=$!
+    sleep 0.5
+}
+stop_freeway() {
+    kill -INT "$FWPID"
+    wait "$FWPID" || { cat "$TMP/fw.err" >&2; return 1; }
+    FWPID=""
+}
+
+rx_packets() { # host: packets its eth0 received so far
+    in_ns "$1" cat /sys/class/net/eth0/statistics/rx_packets
+}
+
+# 64-byte frames per second that reach h2, sent by Freeway's own generator bridged onto
+# h1's eth0 through AF_PACKET (one worker pinned to CPU 0), counted by h2's kernel.
+gen_pps() { # destination address, destination MAC
+    local cfg=$TMP/gen.toml before after
+    cat >"$cfg" <<EOF
+workers = 1
+pin_workers = true
+duration_secs = $((SECS + 1))
+[[port]]
+name = "gen"
+kind = "gen"
+gen = { src_macs = ["02:00:00:00:00:01"], dst_macs = ["$2"], src_ip = "$(in_ns h1 ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1)", dst_ip = "$1", flows = 64, frame_size = [64] }
+[[port]]
+name = "eth0"
+kind = "afpacket"
+afpacket = { iface = "eth0" }
+EOF
+    in_ns h1 taskset -c 0 "$FW" run -q --config "$cfg" >/dev/null 2>"$TMP/gen.err" &
+    local g=$!
+    sleep 1
+    before=$(rx_packets h2)
+    sleep "$SECS"
+    after=$(rx_packets h2)
+    wait "$g" || { cat "$TMP/gen.err" >&2; return 1; }
+    echo $(((after - before) / SECS))
+}
+
+measure() { # name, destination address, destination MAC (the next hop's)
+    local name=$1 dst=$2 pps tcp retr gpps
+    # Warm up ARP (and the router's neighbour entries) before measuring.
+    in_ns h1 ping -c 2 -W 1 "$dst" >/dev/null || { echo "e2e-bench: $name: $dst unreachable" >&2; return 1; }
+    in_ns h2 iperf3 -s -1 -D -p 5201 --logfile "$TMP/srv-udp.log"
+    sleep 0.3
+    in_ns h1 taskset -c 0 iperf3 -c "$dst" -p 5201 -u -b 0 -l 18 -t "$SECS" -J >"$TMP/udp.json" || true
+    pps=$(python3 -c "
+import json,sys
+j=json.load(open('$TMP/udp.json'))
+s=j['end']['sum']
+print(round((s['packets']-s['lost_packets'])/s['seconds']))" 2>/dev/null || echo 0)
+    sleep 0.5
+    in_ns h2 iperf3 -s -1 -D -p 5202 --logfile "$TMP/srv-tcp.log"
+    sleep 0.3
+    in_ns h1 iperf3 -c "$dst" -p 5202 -t "$SECS" -J >"$TMP/tcp.json" || true
+    read -r tcp retr < <(python3 -c "
+import json
+j=json.load(open('$TMP/tcp.json'))
+e=j['end']
+print(round(e['sum_received']['bits_per_second']/1e9, 3), e['sum_sent'].get('retransmits', 0))" 2>/dev/null || echo "0 0")
+    sleep 0.5
+    gpps=$(gen_pps "$dst" "$3")
+    printf '%-18s %12s %12s %12s %12s\n' "$name" "$gpps" "$pps" "$tcp" "$retr"
+    [ -z "$JSON" ] || printf '{"datapath":"%s","workers":%s,"seconds":%s,"gen64_pps":%s,"iperf3_udp64_pps":%s,"tcp_gbps":%s,"tcp_retransmits":%s}\n' \
+        "$name" "$WORKERS" "$SECS" "$gpps" "$pps" "$tcp" "$retr" >>"$JSON"
+    sleep 0.5
+}
+
+printf '%-18s %12s %12s %12s %12s\n' datapath "gen64 pps" "iperf3 pps" "tcp Gb/s" retransmits
+
+# 1. The Linux bridge.
+in_ns sw ip link add br0 type bridge
+in_ns sw ip link set h1 master br0
+in_ns sw ip link set h2 master br0
+in_ns sw ip link set br0 up
+measure kernel-bridge 10.0.0.2 02:00:00:00:00:02
+in_ns sw ip link del br0
+
+# 2. Freeway's bridge.
+start_freeway "$(ports 1 1)"
+measure freeway-bridge 10.0.0.2 02:00:00:00:00:02
+stop_freeway
+
+# 3. Freeway's router.
+addr h1 10.1.0.2/24 10.1.0.1
+addr h2 10.2.0.2/24 10.2.0.1
+start_freeway "$(ports 10 20)$ROUTER"
+measure freeway-router 10.2.0.2 02:fe:00:00:00:01
+stop_freeway
+
+# 4. The router with conntrack and the stateful firewall.
+start_freeway "$(ports 10 20)$ROUTER
+[conntrack]
+max = 100000
+[firewall]
+allow_new_from = [\"h1\"]"
+measure freeway-conntrack 10.2.0.2 02:fe:00:00:00:01
+stop_freeway
