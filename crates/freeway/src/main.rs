@@ -123,6 +123,10 @@ struct CaptureArgs {
     /// Print the compiled BPF program like `tcpdump -d` and exit.
     #[arg(short = 'd')]
     dump: bool,
+    /// Capture from the datapath listening on this control socket (`freeway run --ctl PATH`)
+    /// instead of running one.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["config", "duration", "workers"])]
+    ctl: Option<PathBuf>,
     /// The port to capture on (its name in the config).
     #[arg(short = 'i', long = "interface", required_unless_present = "dump")]
     interface: Option<String>,
@@ -281,6 +285,32 @@ fn ctl_cmd(a: CtlArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `freeway capture --ctl PATH`: a tap on a running datapath, streamed back.
+fn capture_live(a: &CaptureArgs, sock: &std::path::Path, filter: String) -> Result<(), String> {
+    let w = a.write.as_deref().unwrap_or("-");
+    let pcapng = w != "-"
+        && std::path::Path::new(w)
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("pcapng"));
+    let words: Vec<String> = vec![
+        "capture".into(),
+        a.interface.clone().unwrap_or_default(),
+        a.direction.clone(),
+        (if a.snaplen == 0 { 262_144 } else { a.snaplen }).to_string(),
+        a.count.unwrap_or(0).to_string(),
+        if pcapng { "pcapng" } else { "pcap" }.into(),
+        filter,
+    ];
+    let mut out: Box<dyn std::io::Write> = if w == "-" {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(std::io::BufWriter::new(
+            std::fs::File::create(w).map_err(|e| format!("-w {w}: {e}"))?,
+        ))
+    };
+    runtime::ctl_capture(sock, &words, &mut out)
+}
+
 fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
     let run = RunArgs {
         config: a.config.clone(),
@@ -298,6 +328,9 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         let prog = freeway_capture::compile(&filter, a.snaplen.max(1)).map_err(|e| format!("filter: {e}"))?;
         print!("{}", freeway_capture::bpf::dump(&prog));
         return Ok(());
+    }
+    if let Some(sock) = &a.ctl {
+        return capture_live(&a, sock, filter);
     }
     let mut cfg = load(&run)?;
     let iface = a.interface.as_deref().unwrap_or_default();

@@ -460,3 +460,81 @@ fn prometheus_metrics_are_served_while_running() {
     assert!(child.wait().unwrap().success());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn capture_attaches_to_a_running_datapath_through_the_control_socket() {
+    let (dir, cfg) = router_config("livecap");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("duration_secs = 1", "duration_secs = 60");
+    std::fs::write(&cfg, text).unwrap();
+    let sock = dir.join("ctl.sock");
+    let s = sock.to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args(["run", "-q", "--config", cfg.to_str().unwrap(), "--ctl", s])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // To a file, with a count: the routed requests leaving on wan.
+    let file = dir.join("live.pcap");
+    ok(&[
+        "capture",
+        "--ctl",
+        s,
+        "-i",
+        "wan",
+        "-Q",
+        "out",
+        "-c",
+        "5",
+        "-w",
+        file.to_str().unwrap(),
+        "udp",
+    ]);
+    let frames = pcap_frames(&std::fs::read(&file).unwrap());
+    assert_eq!(frames.len(), 5);
+    assert!(frames.iter().all(|f| f[22] == 63 && f[26..30] == [10, 0, 10, 5]));
+    // To standard output.
+    let o = ok(&[
+        "capture",
+        "--ctl",
+        s,
+        "-i",
+        "lan",
+        "-c",
+        "3",
+        "-w",
+        "-",
+        "udp src port 5001",
+    ]);
+    let frames = pcap_frames(&o.stdout);
+    assert_eq!(frames.len(), 3);
+    // Refusals are clear and leave the datapath serving.
+    let o = freeway(&["capture", "--ctl", s, "-i", "nope", "-w", "-"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no port named \"nope\""));
+    let o = freeway(&["capture", "--ctl", s, "-i", "lan", "-w", "-", "tcp", "port", "eighty"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("filter"));
+    // A client that goes away mid-capture detaches its tap; the datapath goes on.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args(["capture", "--ctl", s, "-i", "wan", "-w", "-"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    c.kill().unwrap();
+    let _ = c.wait();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(ok(&["ctl", "-s", s, "stats"]).status.success());
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -36,6 +36,18 @@ pub(crate) struct RunningTap {
 }
 
 impl RunningTap {
+    /// The tap's id in its registry.
+    pub fn id(&self) -> TapId {
+        self.id
+    }
+
+    /// Waits for the writer to end; its counters or why it failed.
+    pub fn join(self) -> Result<TapStats, String> {
+        self.handle
+            .join()
+            .unwrap_or_else(|_| Err("the writer thread panicked".into()))
+    }
+
     /// Whether the writer stopped (count reached or output failed).
     pub fn is_finished(&self) -> bool {
         self.handle.is_finished()
@@ -105,6 +117,24 @@ fn attach_one<R: TapRegistry>(
     port_names: &[String],
     workers: usize,
 ) -> Result<RunningTap, RunError> {
+    let out: Box<dyn Write + Send> = match &s.write {
+        Some(p) => Box::new(BufWriter::new(
+            File::create(p).map_err(|x| RunError(format!("tap writing {}: {x}", p.display())))?,
+        )),
+        None => Box::new(BufWriter::new(std::io::stdout())),
+    };
+    attach_to(reg, &format!("fw-tap-{n}"), s, port_names, workers, out)
+}
+
+/// Attaches the tap `s` with a writer thread named `thread` writing to `out`.
+pub(crate) fn attach_to<R: TapRegistry>(
+    reg: &R,
+    thread: &str,
+    s: &TapSpec,
+    port_names: &[String],
+    workers: usize,
+    out: Box<dyn Write + Send>,
+) -> Result<RunningTap, RunError> {
     let port_name = port_names.get(usize::from(s.port)).cloned().unwrap_or_default();
     let (dir, dir_name) = direction(s.direction);
     let desc = TapDesc {
@@ -119,10 +149,6 @@ fn attach_one<R: TapRegistry>(
     let snap = s.snaplen.min(MAX_FRAME as u32);
     let slots = (MAX_TAP_MEMORY / (snap as usize * workers.max(1))).clamp(1, RING_SLOTS);
     let filter = Filter::new(&s.filter, snap).map_err(|x| e(x.to_string()))?;
-    let out: Box<dyn Write + Send> = match &s.write {
-        Some(p) => Box::new(BufWriter::new(File::create(p).map_err(|x| e(x.to_string()))?)),
-        None => Box::new(BufWriter::new(std::io::stdout())),
-    };
     let (id, reader) = reg
         .attach(
             freeway_capture::TapSpec {
@@ -146,7 +172,7 @@ fn attach_one<R: TapRegistry>(
     };
     let writer = TapWriter::new(reader, out, opts).map_err(|x| e(x.to_string()))?;
     let handle = std::thread::Builder::new()
-        .name(format!("fw-tap-{n}"))
+        .name(thread.to_string())
         .spawn(move || writer.run().map_err(|x| x.to_string()))
         .map_err(|x| {
             reg.detach(id);

@@ -10,7 +10,10 @@
 //! "error":...}`. A malformed, oversized or unknown request gets an error and changes nothing.
 //!
 //! Commands: `stats`; `fdb show|add|del|flush`; `route show|add|replace|del`;
-//! `neigh show|add|del|flush`; `conntrack list|flush [zone N]`; `help` (see [`HELP`]).
+//! `neigh show|add|del|flush`; `conntrack list|flush [zone N]`; `help` (see [`HELP`]); and
+//! `capture PORT DIR SNAPLEN COUNT FORMAT FILTER` (what `freeway capture --ctl` sends): the
+//! reply line is followed, on the same connection, by the capture itself (pcap or pcapng)
+//! until COUNT packets (0: no limit) or until the client goes away, which detaches the tap.
 //!
 //! # Threads
 //!
@@ -128,7 +131,19 @@ pub(crate) struct Control<L: Layout> {
     pub fdb_ops: Option<Sender<Op<FdbOp>>>,
     /// The neighbour writer thread's queue (none in offline runs or without a router).
     pub neigh_ops: Option<Sender<Op<NeighOp>>>,
+    /// Attaches a tap writing to the given stream (the run's tap registry).
+    pub attach: Attach,
+    /// Detaches a tap by id.
+    pub detach: Box<dyn Fn(freeway_capture::TapId) + Send>,
+    /// Captures started through the socket.
+    pub captures: Vec<super::capture::RunningTap>,
 }
+
+/// Attaches a tap, with its writer thread, writing to a stream.
+pub(crate) type Attach = Box<
+    dyn Fn(&crate::config::capture::TapSpec, Box<dyn Write + Send>) -> Result<super::capture::RunningTap, RunError>
+        + Send,
+>;
 
 /// Sends `op` to a writer thread and waits (bounded) for its answer.
 fn ask<T>(q: &Option<Sender<Op<T>>>, op: T) -> Result<(String, Value), String> {
@@ -164,11 +179,47 @@ pub(crate) fn serve<L: Layout>(l: UnixListener, mut c: Control<L>, stop: Arc<Ato
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
             Ok((s, _)) => c.client(s),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(10)),
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
+        // Reap the captures that ended (count reached, client gone).
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut c.captures)
+            .into_iter()
+            .partition(|t| t.is_finished());
+        c.captures = running;
+        for t in done {
+            let _ = t.join();
+        }
+    }
+    // The datapath stops: end the captures, so their clients see the end of the stream.
+    for t in std::mem::take(&mut c.captures) {
+        (c.detach)(t.id());
+        let _ = t.join();
     }
     c
+}
+
+/// `freeway capture --ctl`: asks for a capture and copies the stream that follows the reply
+/// into `out` until the datapath ends it (count reached, datapath stopped).
+pub fn capture_request(path: &Path, words: &[String], out: &mut dyn Write) -> Result<(), String> {
+    let mut s = UnixStream::connect(path).map_err(|e| {
+        format!(
+            "cannot reach freeway at {}: {e} (is `freeway run --ctl {}` running?)",
+            path.display(),
+            path.display()
+        )
+    })?;
+    let mut line = serde_json::to_string(words).map_err(|e| e.to_string())?;
+    line.push('\n');
+    s.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(s);
+    let mut reply = String::new();
+    r.read_line(&mut reply).map_err(|e| format!("no reply: {e}"))?;
+    let v: Value = serde_json::from_str(&reply).map_err(|e| format!("bad reply: {e}"))?;
+    if v["ok"] != true {
+        return Err(v["error"].as_str().unwrap_or("capture refused").to_string());
+    }
+    std::io::copy(&mut r, out).map_err(|e| format!("capture stream: {e}"))?;
+    out.flush().map_err(|e| e.to_string())
 }
 
 /// Sends one request to the socket at `path` and returns the reply object.
@@ -196,7 +247,13 @@ impl<L: Layout> Control<L> {
     fn client(&mut self, s: UnixStream) {
         let _ = s.set_nonblocking(false);
         let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
-        let reply = match read_request(&s) {
+        let req = read_request(&s);
+        if let Ok(w) = &req {
+            if w.first().map(String::as_str) == Some("capture") {
+                return self.capture(&w[1..], s);
+            }
+        }
+        let reply = match req {
             Ok(words) => match self.handle(&words) {
                 Ok((text, data)) => json!({"ok": true, "text": text, "data": data}),
                 Err(e) => json!({"ok": false, "error": e}),
@@ -332,6 +389,67 @@ impl<L: Layout> Control<L> {
                 Ok((format!("{n} flow entries have been deleted.\n"), json!({"deleted": n})))
             }
             _ => Err(format!("unknown command {:?}; try `freeway ctl help`", words.join(" "))),
+        }
+    }
+
+    /// Starts a capture streaming to `s` (see the module docs).
+    fn capture(&mut self, w: &[String], mut s: UnixStream) {
+        let r = (|| -> Result<super::capture::RunningTap, String> {
+            let [port, dir, snap, count, format, filter] = w else {
+                return Err("capture PORT in|out|inout SNAPLEN COUNT pcap|pcapng FILTER".into());
+            };
+            let p = self
+                .port_names
+                .iter()
+                .position(|n| n == port)
+                .filter(|&i| i < self.nports)
+                .ok_or_else(|| {
+                    format!(
+                        "no port named {port:?} (ports: {})",
+                        self.port_names[..self.nports].join(", ")
+                    )
+                })?;
+            let direction = match dir.as_str() {
+                "in" => crate::config::capture::Direction::In,
+                "out" => crate::config::capture::Direction::Out,
+                "inout" => crate::config::capture::Direction::Inout,
+                d => return Err(format!("direction {d:?}: in, out or inout")),
+            };
+            let snaplen: u32 = snap
+                .parse()
+                .ok()
+                .filter(|v| (1..=262_144).contains(v))
+                .ok_or_else(|| format!("snaplen {snap:?}: 1..=262144"))?;
+            let count: u64 = count.parse().map_err(|_| format!("count {count:?}: not a number"))?;
+            let pcapng = match format.as_str() {
+                "pcap" => false,
+                "pcapng" => true,
+                f => return Err(format!("format {f:?}: pcap or pcapng")),
+            };
+            let spec = crate::config::capture::TapSpec {
+                port: p as u16,
+                direction,
+                filter: filter.clone(),
+                snaplen,
+                write: None,
+                pcapng,
+                count: (count > 0).then_some(count),
+            };
+            freeway_capture::compile(filter, snaplen).map_err(|e| format!("filter: {e}"))?;
+            // Everything is checked: the reply line goes first, then the writer (on a second
+            // handle of the stream) writes the capture's header and packets.
+            let out = s.try_clone().map_err(|e| e.to_string())?;
+            let _ = out.set_write_timeout(Some(Duration::from_secs(5)));
+            s.write_all(format!("{}\n", json!({"ok": true})).as_bytes())
+                .map_err(|e| e.to_string())?;
+            (self.attach)(&spec, Box::new(std::io::BufWriter::new(out))).map_err(|e| e.to_string())
+        })();
+        match r {
+            Ok(t) => self.captures.push(t),
+            // After an "ok" line (attach failed late) this reads as the end of the stream.
+            Err(e) => {
+                let _ = s.write_all(format!("{}\n", json!({"ok": false, "error": e})).as_bytes());
+            }
         }
     }
 

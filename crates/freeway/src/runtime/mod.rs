@@ -52,7 +52,7 @@ use freeway_sync::{CachePadded, Clock, Counter, Tick};
 use serde::Serialize;
 
 pub use capture::{TapDesc, TapResult};
-pub use control::{request as ctl_request, MAX_REQUEST};
+pub use control::{capture_request as ctl_capture, request as ctl_request, MAX_REQUEST};
 
 use crate::config::{Checked, PortKind};
 use router::{Bridging, RouterWorker};
@@ -766,6 +766,17 @@ pub fn run_with<L: Layout, R: TapRegistry>(
                 nports,
                 fdb_ops: fdb_ops.clone(),
                 neigh_ops: neigh_ops.clone(),
+                attach: {
+                    let (reg, names) = (taps.clone(), port_names.clone());
+                    Box::new(move |spec, out| capture::attach_to(&reg, "fw-ctl-tap", spec, &names, nworkers, out))
+                },
+                detach: {
+                    let reg = taps.clone();
+                    Box::new(move |id| {
+                        reg.detach(id);
+                    })
+                },
+                captures: Vec::new(),
             };
             let stop = writer_stop.clone();
             let h = std::thread::Builder::new()
