@@ -538,3 +538,69 @@ fn capture_attaches_to_a_running_datapath_through_the_control_socket() {
     assert!(child.wait().unwrap().success());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn many_control_clients_at_once_are_all_answered() {
+    let (dir, cfg) = router_config("ctlmany");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("duration_secs = 1", "duration_secs = 60");
+    std::fs::write(&cfg, text).unwrap();
+    let sock = dir.join("ctl.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args([
+            "run",
+            "-q",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--ctl",
+            sock.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Eight clients, twenty requests each, at the same time: one changes routes, the others
+    // read; every request gets its answer, and the changes all land.
+    let handles: Vec<_> = (0..8)
+        .map(|c| {
+            let sock = sock.clone();
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    let words: Vec<String> = if c == 0 {
+                        ["route", "add", &format!("10.{}.0.0/16", 100 + i), "via", "10.0.20.7"]
+                            .map(String::from)
+                            .to_vec()
+                    } else {
+                        vec!["route".into(), "show".into()]
+                    };
+                    let r = freeway::runtime::ctl_request(&sock, &words).unwrap();
+                    assert_eq!(r["ok"], true, "{r}");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let r = freeway::runtime::ctl_request(&sock, &["route".to_string(), "show".to_string()]).unwrap();
+    let text = r["text"].as_str().unwrap();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("via 10.0.20.7 dev wan proto static"))
+            .count(),
+        21,
+        "{text}"
+    );
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(dir).unwrap();
+}

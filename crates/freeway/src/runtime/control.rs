@@ -532,12 +532,22 @@ fn prefix(s: &str) -> Result<Prefix, String> {
 
 fn read_request(s: &UnixStream) -> Result<Vec<String>, String> {
     let mut line = Vec::new();
-    let n = BufReader::new(s.take(MAX_REQUEST as u64 + 1))
+    BufReader::new(s.take(MAX_REQUEST as u64 + 1))
         .read_until(b'\n', &mut line)
         .map_err(|e| format!("reading the request: {e}"))?;
-    if n > MAX_REQUEST {
+    decode_request(&line)
+}
+
+/// Decodes one request line (the bytes up to and including the first newline, at most
+/// [`MAX_REQUEST`] + 1 of them): a JSON array of words. Never panics on any input.
+pub fn decode_request(line: &[u8]) -> Result<Vec<String>, String> {
+    if line.len() > MAX_REQUEST {
         return Err(format!("request longer than {MAX_REQUEST} bytes"));
     }
-    serde_json::from_slice::<Vec<String>>(&line)
-        .map_err(|e| format!("malformed request (a JSON array of words expected): {e}"))
+    let words = serde_json::from_slice::<Vec<String>>(line)
+        .map_err(|e| format!("malformed request (a JSON array of words expected): {e}"))?;
+    if words.len() > 64 || words.iter().any(|w| w.len() > 4096) {
+        return Err("request with too many or too long words".into());
+    }
+    Ok(words)
 }

@@ -52,7 +52,7 @@ use freeway_sync::{CachePadded, Clock, Counter, Tick};
 use serde::Serialize;
 
 pub use capture::{TapDesc, TapResult};
-pub use control::{capture_request as ctl_capture, request as ctl_request, MAX_REQUEST};
+pub use control::{capture_request as ctl_capture, decode_request, request as ctl_request, MAX_REQUEST};
 
 use crate::config::{Checked, PortKind};
 use router::{Bridging, RouterWorker};
