@@ -34,6 +34,35 @@ fn router_config(tag: &str) -> (PathBuf, PathBuf) {
     (dir, path)
 }
 
+/// The router demo running for up to a minute with a control socket; returns its directory,
+/// the socket and the process (stop it with SIGINT).
+fn running_with_ctl(tag: &str) -> (PathBuf, PathBuf, std::process::Child) {
+    let (dir, cfg) = router_config(tag);
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("duration_secs = 1", "duration_secs = 60");
+    std::fs::write(&cfg, text).unwrap();
+    let sock = dir.join("ctl.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args([
+            "run",
+            "-q",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--ctl",
+            sock.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    (dir, sock, child)
+}
+
 fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
     let mut r = pcap_file::pcap::PcapReader::new(bytes).expect("a pcap header");
     let mut v = Vec::new();
@@ -253,23 +282,8 @@ fn raw_request(sock: &std::path::Path, bytes: &[u8]) -> serde_json::Value {
 #[test]
 fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
     use std::os::unix::fs::PermissionsExt;
-    let (dir, cfg) = router_config("ctl");
-    let text = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replace("duration_secs = 1", "duration_secs = 60");
-    std::fs::write(&cfg, text).unwrap();
-    let sock = dir.join("ctl.sock");
+    let (dir, sock, mut child) = running_with_ctl("ctl");
     let s = sock.to_str().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args(["run", "-q", "-j", "--config", cfg.to_str().unwrap(), "--ctl", s])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !sock.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
     assert_eq!(std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777, 0o600);
     let ctl = |w: &[&str]| {
         let mut a = vec!["ctl", "-s", s];
@@ -463,23 +477,8 @@ fn prometheus_metrics_are_served_while_running() {
 
 #[test]
 fn capture_attaches_to_a_running_datapath_through_the_control_socket() {
-    let (dir, cfg) = router_config("livecap");
-    let text = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replace("duration_secs = 1", "duration_secs = 60");
-    std::fs::write(&cfg, text).unwrap();
-    let sock = dir.join("ctl.sock");
+    let (dir, sock, mut child) = running_with_ctl("livecap");
     let s = sock.to_str().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args(["run", "-q", "--config", cfg.to_str().unwrap(), "--ctl", s])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !sock.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
     // To a file, with a count: the routed requests leaving on wan.
     let file = dir.join("live.pcap");
     ok(&[
@@ -541,29 +540,7 @@ fn capture_attaches_to_a_running_datapath_through_the_control_socket() {
 
 #[test]
 fn many_control_clients_at_once_are_all_answered() {
-    let (dir, cfg) = router_config("ctlmany");
-    let text = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replace("duration_secs = 1", "duration_secs = 60");
-    std::fs::write(&cfg, text).unwrap();
-    let sock = dir.join("ctl.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args([
-            "run",
-            "-q",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--ctl",
-            sock.to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !sock.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let (dir, sock, mut child) = running_with_ctl("ctlmany");
     // Eight clients, twenty requests each, at the same time: one changes routes, the others
     // read; every request gets its answer, and the changes all land.
     let handles: Vec<_> = (0..8)

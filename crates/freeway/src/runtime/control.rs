@@ -70,42 +70,41 @@ pub(crate) enum NeighOp {
 /// A request to a writer thread and where its answer goes.
 pub(crate) type Op<T> = (T, Sender<Result<String, String>>);
 
-/// Applies the FDB changes waiting in `rx` (the FDB writer thread, between its rounds).
-pub(crate) fn apply_fdb<L: Layout>(w: &mut FdbWriter<L>, rx: &Receiver<Op<FdbOp>>, now: Tick) -> usize {
+/// Answers every request waiting in `rx` with `apply` (a table's writer thread, between its
+/// rounds). Returns how many there were.
+fn drain<T>(rx: &Receiver<Op<T>>, mut apply: impl FnMut(T) -> Result<String, String>) -> usize {
     let mut n = 0;
     while let Ok((op, reply)) = rx.try_recv() {
-        let r = match op {
-            FdbOp::Add(mac, vlan, port) => w
-                .add_static(mac, vlan, port, now)
-                .map(|_| String::new())
-                .map_err(|e| e.to_string()),
-            FdbOp::Del(mac, vlan) if w.delete(mac, vlan) => Ok(String::new()),
-            FdbOp::Del(mac, vlan) => Err(format!("no entry for {mac} vlan {vlan}")),
-            FdbOp::Flush => Ok(format!("{} entries flushed\n", w.flush(false))),
-        };
-        let _ = reply.send(r);
+        let _ = reply.send(apply(op));
         n += 1;
     }
     n
 }
 
+/// Applies the FDB changes waiting in `rx` (the FDB writer thread).
+pub(crate) fn apply_fdb<L: Layout>(w: &mut FdbWriter<L>, rx: &Receiver<Op<FdbOp>>, now: Tick) -> usize {
+    drain(rx, |op| match op {
+        FdbOp::Add(mac, vlan, port) => w
+            .add_static(mac, vlan, port, now)
+            .map(|_| String::new())
+            .map_err(|e| e.to_string()),
+        FdbOp::Del(mac, vlan) if w.delete(mac, vlan) => Ok(String::new()),
+        FdbOp::Del(mac, vlan) => Err(format!("no entry for {mac} vlan {vlan}")),
+        FdbOp::Flush => Ok(format!("{} entries flushed\n", w.flush(false))),
+    })
+}
+
 /// Applies the neighbour changes waiting in `rx` (the neighbour writer thread).
 pub(crate) fn apply_neigh(w: &mut NeighWriter, rx: &Receiver<Op<NeighOp>>, now: Tick) -> usize {
-    let mut n = 0;
-    while let Ok((op, reply)) = rx.try_recv() {
-        let r = match op {
-            NeighOp::Add(ip, iface, mac) => w
-                .add_static(ip, iface, mac, now)
-                .map(|_| String::new())
-                .map_err(|e| e.to_string()),
-            NeighOp::Del(ip, iface) if w.delete(ip, iface) => Ok(String::new()),
-            NeighOp::Del(ip, _) => Err(format!("no neighbour {ip} on that interface")),
-            NeighOp::Flush(iface) => Ok(format!("{} entries flushed\n", w.flush(iface, false))),
-        };
-        let _ = reply.send(r);
-        n += 1;
-    }
-    n
+    drain(rx, |op| match op {
+        NeighOp::Add(ip, iface, mac) => w
+            .add_static(ip, iface, mac, now)
+            .map(|_| String::new())
+            .map_err(|e| e.to_string()),
+        NeighOp::Del(ip, iface) if w.delete(ip, iface) => Ok(String::new()),
+        NeighOp::Del(ip, _) => Err(format!("no neighbour {ip} on that interface")),
+        NeighOp::Flush(iface) => Ok(format!("{} entries flushed\n", w.flush(iface, false))),
+    })
 }
 
 /// Longest request line.
