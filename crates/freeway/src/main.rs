@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use freeway::config::{self, Checked};
 use freeway::report;
 use freeway::runtime::{self, RunOptions};
+use freeway::{out, outln};
 use freeway_bridge::Padded;
 
 #[derive(Parser)]
@@ -220,7 +221,7 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "the built-in demo configuration".into());
-        println!(
+        outln!(
             "freeway: bridging {} ports with {} workers, from {src} (Ctrl-C stops)",
             cfg.ports.len(),
             args.workers.unwrap_or(cfg.workers)
@@ -240,11 +241,11 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
         if args.fdb {
             v["fdb_table"] = serde_json::to_value(report::fdb_json(&res.fdb, &res.port_names)).expect("fdb serialises");
         }
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
         report::print_summary(&res.last);
         if args.fdb {
-            println!();
+            outln!();
             report::print_fdb(&res.fdb, &res.port_names, false);
         }
     }
@@ -265,9 +266,9 @@ fn route_cmd(a: RouteArgs) -> Result<(), String> {
     };
     let (records, text) = runtime::route_table(&cfg).map_err(|e| e.to_string())?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&records).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&records).expect("json"));
     } else {
-        print!("{text}");
+        out!("{text}");
     }
     Ok(())
 }
@@ -278,9 +279,9 @@ fn ctl_cmd(a: CtlArgs) -> Result<(), String> {
         return Err(r["error"].as_str().unwrap_or("request failed").to_string());
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r["data"]).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&r["data"]).expect("json"));
     } else {
-        print!("{}", r["text"].as_str().unwrap_or_default());
+        out!("{}", r["text"].as_str().unwrap_or_default());
     }
     Ok(())
 }
@@ -326,7 +327,7 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
     let filter = a.expression.join(" ");
     if a.dump {
         let prog = freeway_capture::compile(&filter, a.snaplen.max(1)).map_err(|e| format!("filter: {e}"))?;
-        print!("{}", freeway_capture::bpf::dump(&prog));
+        out!("{}", freeway_capture::bpf::dump(&prog));
         return Ok(());
     }
     if let Some(sock) = &a.ctl {
@@ -374,23 +375,23 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
 
 fn check_cmd(path: PathBuf) -> Result<(), String> {
     let cfg = config::load(&path).map_err(|e| e.to_string())?;
-    println!("{}: ok", path.display());
-    println!("  workers: {}", cfg.workers);
+    outln!("{}: ok", path.display());
+    outln!("  workers: {}", cfg.workers);
     match cfg.duration_secs {
-        Some(d) => println!("  duration: {d} s"),
-        None => println!("  duration: until inputs end (5 s if a generator never ends)"),
+        Some(d) => outln!("  duration: {d} s"),
+        None => outln!("  duration: until inputs end (5 s if a generator never ends)"),
     }
     for (i, p) in cfg.ports.iter().enumerate() {
-        println!("  port {i}: {} ({}), {}", p.name, p.kind.name(), p.vlan);
+        outln!("  port {i}: {} ({}), {}", p.name, p.kind.name(), p.vlan);
     }
-    println!(
+    outln!(
         "  fdb: learn_limit {} static {} ageing {} ms",
         cfg.fdb.learn_limit,
         cfg.statics.len(),
         cfg.fdb.ageing_ms
     );
     if let Some(r) = &cfg.router {
-        println!(
+        outln!(
             "  router: mac {}, route cache {}, icmp errors {}/s burst {}, neigh limit {}",
             r.mac,
             if r.route_cache { "on" } else { "off" },
@@ -401,7 +402,7 @@ fn check_cmd(path: PathBuf) -> Result<(), String> {
         for i in &r.interfaces {
             let mut addrs: Vec<String> = i.v4.iter().map(|(a, l)| format!("{a}/{l}")).collect();
             addrs.extend(i.v6.iter().map(|(a, l)| format!("{a}/{l}")));
-            println!(
+            outln!(
                 "  interface {}: vlan {} mac {} {}",
                 i.name,
                 i.vlan,
@@ -409,14 +410,14 @@ fn check_cmd(path: PathBuf) -> Result<(), String> {
                 addrs.join(" ")
             );
         }
-        println!(
+        outln!(
             "  routes: {} static, neighbours: {} static",
             r.routes.len(),
             r.neighs.len()
         );
     }
     if let Some(c) = &cfg.conntrack {
-        println!("  conntrack: max {}, {} zone limits", c.max, c.zone_limits.len());
+        outln!("  conntrack: max {}, {} zone limits", c.max, c.zone_limits.len());
     }
     if let Some(f) = &cfg.firewall {
         let from: Vec<&str> = f
@@ -424,10 +425,10 @@ fn check_cmd(path: PathBuf) -> Result<(), String> {
             .iter()
             .map(|p| cfg.ports[usize::from(*p)].name.as_str())
             .collect();
-        println!("  firewall: new connections allowed from {}", from.join(", "));
+        outln!("  firewall: new connections allowed from {}", from.join(", "));
     }
     for t in &cfg.taps {
-        println!(
+        outln!(
             "  tap on {}: {:?} filter {:?} to {}",
             cfg.ports[usize::from(t.port)].name,
             t.direction,
@@ -450,7 +451,7 @@ fn main() -> ExitCode {
         Cmd::Ctl(a) => ctl_cmd(a),
         Cmd::Check { config } => check_cmd(config),
         Cmd::DefaultConfig { router } => {
-            print!(
+            out!(
                 "{}",
                 if router {
                     config::ROUTER_CONFIG

@@ -1,5 +1,6 @@
 //! Human-readable tables and JSON for runs and dumps.
 
+use crate::outln;
 use freeway_bridge::FdbEntry;
 use freeway_conntrack::ConnRecord;
 use freeway_l3::NeighEntry;
@@ -35,14 +36,20 @@ impl LivePrinter {
             None => (s.elapsed_s, None),
         };
         let dt = dt.max(1e-9);
-        println!();
-        println!(
+        outln!();
+        outln!(
             "[{:6.1}s] {:<12} {:>10} {:>10} {:>10} {:>10} {:>9}",
-            s.elapsed_s, "port", "rx pps", "tx pps", "rx total", "tx total", "tx drop"
+            s.elapsed_s,
+            "port",
+            "rx pps",
+            "tx pps",
+            "rx total",
+            "tx total",
+            "tx drop"
         );
         for (i, p) in s.ports.iter().enumerate() {
             let q = prev.map(|x| x.ports[i].clone()).unwrap_or_default();
-            println!(
+            outln!(
                 "          {:<12} {:>10} {:>10} {:>10} {:>10} {:>9}",
                 p.name,
                 si((p.rx_packets - q.rx_packets) as f64 / dt),
@@ -52,14 +59,17 @@ impl LivePrinter {
                 p.tx_dropped
             );
         }
-        println!(
+        outln!(
             "          {:<12} {:>10} {:>10} {:>6}",
-            "worker", "rx pps", "batch avg", "core"
+            "worker",
+            "rx pps",
+            "batch avg",
+            "core"
         );
         for (i, w) in s.workers.iter().enumerate() {
             let q = prev.map(|x| x.workers[i].clone()).unwrap_or_default();
             let b = w.batches - q.batches;
-            println!(
+            outln!(
                 "          {:<12} {:>10} {:>10.1} {:>6}",
                 w.id,
                 si((w.packets - q.packets) as f64 / dt),
@@ -71,7 +81,7 @@ impl LivePrinter {
                 w.core.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
             );
         }
-        println!(
+        outln!(
             "          fdb {} entries, {} learned, flooded {}, forwarded {}",
             s.fdb_entries,
             s.fdb.get("learned").copied().unwrap_or(0),
@@ -85,14 +95,21 @@ impl LivePrinter {
 /// Prints the end-of-run summary.
 pub fn print_summary(s: &Snapshot) {
     let t = s.elapsed_s.max(1e-9);
-    println!();
-    println!("summary after {:.2} s", s.elapsed_s);
-    println!(
+    outln!();
+    outln!("summary after {:.2} s", s.elapsed_s);
+    outln!(
         "  {:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
-        "port", "rx packets", "rx bytes", "tx packets", "tx bytes", "tx drop", "rx pps", "tx pps"
+        "port",
+        "rx packets",
+        "rx bytes",
+        "tx packets",
+        "tx bytes",
+        "tx drop",
+        "rx pps",
+        "tx pps"
     );
     for p in &s.ports {
-        println!(
+        outln!(
             "  {:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
             p.name,
             p.rx_packets,
@@ -104,12 +121,16 @@ pub fn print_summary(s: &Snapshot) {
             si(p.tx_packets as f64 / t)
         );
     }
-    println!(
+    outln!(
         "  {:<12} {:>12} {:>12} {:>10} {:>6}",
-        "worker", "packets", "batches", "avg pps", "core"
+        "worker",
+        "packets",
+        "batches",
+        "avg pps",
+        "core"
     );
     for w in &s.workers {
-        println!(
+        outln!(
             "  {:<12} {:>12} {:>12} {:>10} {:>6}",
             w.id,
             w.packets,
@@ -119,7 +140,7 @@ pub fn print_summary(s: &Snapshot) {
         );
     }
     let b = |k: &str| s.bridge.get(k).copied().unwrap_or(0);
-    println!(
+    outln!(
         "  bridge: {} in, {} forwarded, {} flooded ({} unknown unicast, {} copies), {} MAC moves",
         b("rx"),
         b("forwarded"),
@@ -128,7 +149,7 @@ pub fn print_summary(s: &Snapshot) {
         b("flood_copies"),
         b("moves")
     );
-    println!(
+    outln!(
         "  fdb: {} entries; learned {}, aged {}, refused at the learning limit {}, learn queue full {}",
         s.fdb_entries,
         s.fdb.get("learned").copied().unwrap_or(0),
@@ -138,7 +159,7 @@ pub fn print_summary(s: &Snapshot) {
     );
     if let Some(r) = &s.router {
         let l = &r.l3;
-        println!(
+        outln!(
             "  router: {} in, {} forwarded (v4 {}, v6 {}); route cache {} hits, {} misses, {} refills, {} uncached; {} neighbours",
             l.rx,
             l.forwarded_v4 + l.forwarded_v6,
@@ -152,13 +173,13 @@ pub fn print_summary(s: &Snapshot) {
         );
     }
     if let Some(c) = &s.conntrack {
-        println!(
+        outln!(
             "  conntrack: {} connections (max {}); packets: {} new, {} established, {} related, {} untracked, {} invalid; {} created, {} expired",
             c.connections, c.max, c.new, c.established, c.related, c.untracked, c.invalid, c.created, c.expired
         );
     }
     if let Some(f) = &s.firewall {
-        println!(
+        outln!(
             "  firewall: accepted {} new, {} established, {} related, {} untracked; dropped {} invalid, {} over a limit, {} new not allowed",
             f.accept_new,
             f.accept_established,
@@ -171,10 +192,10 @@ pub fn print_summary(s: &Snapshot) {
     }
     let drops = s.drops();
     if drops.is_empty() {
-        println!("  drops: none");
+        outln!("  drops: none");
     } else {
         let d: Vec<String> = drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        println!("  drops: {}", d.join(", "));
+        outln!("  drops: {}", d.join(", "));
     }
 }
 
@@ -216,15 +237,15 @@ pub fn fdb_json<'a>(fdb: &[FdbEntry], names: &'a [String]) -> Vec<FdbJson<'a>> {
 /// Prints the FDB like `bridge fdb show` (text) or as a JSON array (`-j`).
 pub fn print_fdb(fdb: &[FdbEntry], names: &[String], json: bool) {
     if json {
-        println!("{}", serde_json::to_string_pretty(&fdb_json(fdb, names)).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&fdb_json(fdb, names)).expect("json"));
         return;
     }
     for e in fdb {
         let port = names.get(usize::from(e.port)).map(String::as_str).unwrap_or("?");
         if e.is_static {
-            println!("{} dev {} vlan {} static", e.mac, port, e.vlan);
+            outln!("{} dev {} vlan {} static", e.mac, port, e.vlan);
         } else {
-            println!(
+            outln!(
                 "{} dev {} vlan {} updated {:.2}s used {:.2}s",
                 e.mac,
                 port,
@@ -234,16 +255,16 @@ pub fn print_fdb(fdb: &[FdbEntry], names: &[String], json: bool) {
             );
         }
     }
-    println!("{} entries", fdb.len());
+    outln!("{} entries", fdb.len());
 }
 
 /// Prints the neighbour table like `ip neigh` (or `ip -j neigh`).
 pub fn print_neigh(n: &[NeighEntry], json: bool) {
     if json {
-        println!("{}", serde_json::to_string_pretty(n).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(n).expect("json"));
     } else {
         for e in n {
-            println!("{e}");
+            outln!("{e}");
         }
     }
 }
@@ -259,11 +280,11 @@ pub fn print_conntrack(c: &[ConnRecord], json: bool) {
     }
     if json {
         let v = serde_json::json!({"connections": c, "count": c.len(), "zones": zones, "states": states});
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
         return;
     }
     for r in c {
-        println!("{r}");
+        outln!("{r}");
     }
     eprintln!("freeway conntrack: {} flow entries have been shown.", c.len());
     for (z, n) in &zones {

@@ -581,3 +581,125 @@ fn many_control_clients_at_once_are_all_answered() {
     assert!(child.wait().unwrap().success());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn trace_shows_each_stage_and_changes_nothing() {
+    let (dir, sock, mut child) = running_with_ctl("trace");
+    let trace = |w: &[&str]| -> serde_json::Value {
+        let mut words = vec!["trace".to_string()];
+        words.extend(w.iter().map(|s| s.to_string()));
+        let r = freeway::runtime::ctl_request(&sock, &words).unwrap();
+        assert_eq!(r["ok"], true, "{r}");
+        r
+    };
+    let stages = |r: &serde_json::Value| -> Vec<String> {
+        r["data"]["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| format!("{}: {}", s["stage"].as_str().unwrap(), s["result"].as_str().unwrap()))
+            .collect()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+
+    // The LAN host's flow to the WAN server: established, bridged to the router, routed by
+    // the connected route, rewritten (TTL 63, the server's MAC, VLAN 20) and bridged to wan.
+    let r = trace(&[
+        "in_port=lan,dl_src=02:00:00:00:10:05,dl_dst=02:fe:00:00:00:01",
+        "nw_src=10.0.10.5",
+        "nw_dst=10.0.20.7",
+        "udp",
+        "tp_src=1024",
+        "tp_dst=5001",
+    ]);
+    let s = stages(&r);
+    assert_eq!(r["data"]["outputs"], serde_json::json!(["wan"]), "{s:#?}");
+    assert!(s[1].starts_with("conntrack: established"), "{s:#?}");
+    assert!(s[2].starts_with("firewall: accept"), "{s:#?}");
+    assert!(s[3].contains("→ (router) (static)"), "{s:#?}");
+    assert!(
+        s[4].contains("forwarded") && s[4].contains("route 10.0.20.0/24 dev wan"),
+        "{s:#?}"
+    );
+    assert!(
+        s[5].contains("> 02:00:00:00:20:07, vlan 20") && s[5].contains("ttl 63"),
+        "{s:#?}"
+    );
+    assert!(s[6].contains("→ wan (learned)"), "{s:#?}");
+    let text = r["text"].as_str().unwrap();
+    assert!(text.ends_with("Datapath actions: output to wan\n"), "{text}");
+
+    // The intruder's new TCP connection: the firewall drops it.
+    let r = trace(&[
+        "in_port=intruder",
+        "dl_src=02:00:00:00:20:66",
+        "dl_dst=02:fe:00:00:00:01",
+        "nw_src=10.0.20.66",
+        "nw_dst=10.0.10.5",
+        "tcp",
+        "tp_dst=22",
+    ]);
+    assert_eq!(r["data"]["dropped"], "firewall:new_not_allowed", "{r}");
+    assert_eq!(r["data"]["outputs"], serde_json::json!([]));
+
+    // TTL 1 from the LAN: dropped by the router, which sends time-exceeded back to lan.
+    let r = trace(&[
+        "in_port=lan",
+        "dl_src=02:00:00:00:10:05",
+        "dl_dst=02:fe:00:00:00:01",
+        "nw_src=10.0.10.5",
+        "nw_dst=10.0.20.7",
+        "nw_ttl=1",
+        "udp",
+        "tp_dst=4000",
+    ]);
+    let s = stages(&r);
+    assert_eq!(r["data"]["dropped"], "router:ttl_expired", "{s:#?}");
+    assert!(s.iter().any(|l| l.contains("icmp type 11 code 0")), "{s:#?}");
+    assert_eq!(r["data"]["outputs"], serde_json::json!(["lan"]), "{s:#?}");
+
+    // An unknown host behind a new MAC on the LAN: flooded in VLAN 10 only; and nothing was
+    // learned or created by any trace.
+    let r = trace(&[
+        "in_port=lan",
+        "dl_src=02:00:00:00:10:77",
+        "dl_dst=02:00:00:00:10:78",
+        "udp",
+    ]);
+    assert_eq!(
+        r["data"]["outputs"],
+        serde_json::json!([]),
+        "lan is VLAN 10's only port: {r}"
+    );
+    assert_eq!(r["data"]["dropped"], "no output");
+    let fdb = freeway::runtime::ctl_request(&sock, &["fdb".into(), "show".into()]).unwrap();
+    assert!(!fdb["text"].as_str().unwrap().contains("02:00:00:00:10:77"), "{fdb}");
+    let ct = freeway::runtime::ctl_request(&sock, &["conntrack".into(), "list".into()]).unwrap();
+    let ct = ct["text"].as_str().unwrap();
+    assert!(!ct.contains("dport=4000") && !ct.contains("dport=22 "), "{ct}");
+
+    // Bad requests: clear errors.
+    for (w, e) in [
+        (vec!["trace"], "in_port"),
+        (vec!["trace", "in_port=nope"], "no such port"),
+        (vec!["trace", "in_port=lan", "dl_vlan=5000"], "1..=4094"),
+        (vec!["trace", "in_port=lan", "bogus=1"], "unknown field"),
+        (vec!["trace", "in_port=lan", "hex=0102"], "14-byte"),
+    ] {
+        let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
+        let r = freeway::runtime::ctl_request(&sock, &words).unwrap();
+        assert_eq!(r["ok"], false, "{w:?}");
+        assert!(r["error"].as_str().unwrap().contains(e), "{w:?}: {r}");
+    }
+    // A malformed frame given as bytes: the parser's verdict.
+    let r = trace(&["in_port=lan", "hex=02000000100902000000100508004500002e"]);
+    assert_eq!(r["data"]["dropped"], "parse:truncated_ipv4", "{r}");
+
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -10,7 +10,8 @@
 //! "error":...}`. A malformed, oversized or unknown request gets an error and changes nothing.
 //!
 //! Commands: `stats`; `fdb show|add|del|flush`; `route show|add|replace|del`;
-//! `neigh show|add|del|flush`; `conntrack list|flush [zone N]`; `help` (see [`HELP`]); and
+//! `neigh show|add|del|flush`; `conntrack list|flush [zone N]`; `trace FIELDS` (see
+//! [`super::trace`]); `help` (see [`HELP`]); and
 //! `capture PORT DIR SNAPLEN COUNT FORMAT FILTER` (what `freeway capture --ctl` sends): the
 //! reply line is followed, on the same connection, by the capture itself (pcap or pcapng)
 //! until COUNT packets (0: no limit) or until the client goes away, which detaches the tap.
@@ -136,6 +137,12 @@ pub(crate) struct Control<L: Layout> {
     pub detach: Box<dyn Fn(freeway_capture::TapId) + Send>,
     /// Captures started through the socket.
     pub captures: Vec<super::capture::RunningTap>,
+    /// The firewall's policy (for traces).
+    pub fw: Option<freeway_conntrack::Firewall>,
+    /// Conntrack zone of each port (for traces).
+    pub zones: Arc<[u16]>,
+    /// The L3 stage's settings (for traces).
+    pub l3: Option<freeway_l3::L3Config>,
 }
 
 /// Attaches a tap, with its writer thread, writing to a stream.
@@ -365,6 +372,26 @@ impl<L: Layout> Control<L> {
                 Ok((text, serde_json::to_value(&rows).map_err(|e| e.to_string())?))
             }
             ["route", rest @ ..] => self.route(rest),
+            ["trace", rest @ ..] => {
+                let (port, frame) = super::trace::frame_from_words(rest, &self.port_names, self.nports)?;
+                let tables = super::trace::Tables {
+                    fdb: &self.fdb,
+                    port_names: &self.port_names,
+                    port_vlans: &self.port_vlans,
+                    nports: self.nports,
+                    now: self.clock.now(),
+                    ct: self.ct.as_ref(),
+                    fw: self.fw.as_ref(),
+                    zones: &self.zones,
+                    router: match (&self.rib, &self.l3) {
+                        (Some((rib, ifaces, neigh)), Some(l3)) => {
+                            Some(super::trace::RouterView { rib, ifaces, neigh, l3 })
+                        }
+                        _ => None,
+                    },
+                };
+                Ok(super::trace::render(&tables.trace(port, frame)))
+            }
             ["neigh", "show"] | ["neigh"] => {
                 let (_, ifs, n) = self.rib.as_ref().ok_or(NO_ROUTER)?;
                 let e = n.entries(self.clock.now(), ifs);
@@ -522,6 +549,11 @@ neigh del IP dev IFACE                  delete a neighbour
 neigh flush [dev IFACE]                 delete the dynamic neighbours
 conntrack list                          the connection table
 conntrack flush [zone N]                delete connections
+trace in_port=PORT FIELD...             what the datapath does with one packet, stage by stage
+                                        (nothing is sent or changed). Fields, OVS style:
+                                        dl_src= dl_dst= dl_vlan= ip|ipv6|arp nw_src= nw_dst=
+                                        tcp|udp|icmp tp_src= tp_dst= tcp_flags=syn|ack|fin|rst
+                                        nw_ttl= len= arp_spa= arp_tpa=, or hex=FRAME
 ";
 
 fn prefix(s: &str) -> Result<Prefix, String> {

@@ -30,6 +30,7 @@ mod control;
 mod metrics;
 mod router;
 mod stateful;
+mod trace;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,6 +54,7 @@ use serde::Serialize;
 
 pub use capture::{TapDesc, TapResult};
 pub use control::{capture_request as ctl_capture, decode_request, request as ctl_request, MAX_REQUEST};
+pub use trace::{Step as TraceStep, Trace};
 
 use crate::config::{Checked, PortKind};
 use router::{Bridging, RouterWorker};
@@ -777,6 +779,11 @@ pub fn run_with<L: Layout, R: TapRegistry>(
                     })
                 },
                 captures: Vec::new(),
+                fw: stateful.as_ref().and_then(|s| s.fw.clone()),
+                zones: stateful
+                    .as_ref()
+                    .map_or_else(|| Arc::from(Vec::new()), |s| s.zones.clone()),
+                l3: router_shared.as_ref().map(|r| r.l3.clone()),
             };
             let stop = writer_stop.clone();
             let h = std::thread::Builder::new()

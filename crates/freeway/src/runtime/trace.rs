@@ -1,0 +1,765 @@
+//! `freeway ctl trace`: what the datapath does with one given packet, stage by stage (in the
+//! manner of Open vSwitch's `ofproto/trace`).
+//!
+//! The packet is described with OVS-style fields (`in_port=h1 dl_dst=… ip nw_dst=… tcp
+//! tp_dst=80`) or given as raw bytes (`hex=…`). It is *not* injected: the trace reads the live
+//! tables (FDB, conntrack, FIB, neighbours) and changes nothing: no MAC is learned, no
+//! connection created, no neighbour resolved, no counter moved.
+//!
+//! How faithful each stage is:
+//! * **parse** is the workers' parser.
+//! * **conntrack/firewall** looks the connection up in the live table and applies the
+//!   firewall's policy. For an existing TCP connection it reports the connection's state but
+//!   does not simulate the sequence/window checks of that segment.
+//! * **bridge** repeats the bridge stage's decisions (VLAN classification, source check,
+//!   FDB lookup, same-port drop, flooding to the VLAN's members, egress tagging) with
+//!   read-only lookups.
+//! * **router** runs the real L3 stage ([`L3Worker`]) on a copy of the frame, over the live
+//!   FIB and a private copy of the usable neighbour entries (so an unresolved next hop shows
+//!   the ARP/ND request the router would send, without sending it). Its output is bridged
+//!   again from the router port.
+//!
+//! Threads: runs on the control thread (`fw-ctl`); lookups take epoch guards only.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use freeway_bridge::{Fdb, Layout, Mac, PortVlan};
+use freeway_conntrack::extract::{classify, Class, L4Info};
+use freeway_conntrack::{Conntrack, CtConfig, Firewall};
+use freeway_l3::neigh::NeighConfig;
+use freeway_l3::{Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, RouteLookup, Wants};
+use freeway_packet::build::{build_arp_request, build_frame, tcp_flags, FrameSpec, L4};
+use freeway_packet::{parse, Packet, PacketPool, NO_VLAN};
+use freeway_route::{Fib, Rib};
+use freeway_sync::Tick;
+use serde::Serialize;
+use serde_json::Value;
+
+/// One stage's verdict in a trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    /// `parse`, `conntrack`, `firewall`, `bridge`, `router`.
+    pub stage: &'static str,
+    /// Where the frame is (`in h1 vlan 10`, `from (router) vlan 20`).
+    pub at: String,
+    /// What the stage does with it, in words.
+    pub result: String,
+}
+
+/// The whole trace.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Trace {
+    /// The frame traced, in hex.
+    pub frame: String,
+    /// Stage by stage.
+    pub steps: Vec<Step>,
+    /// Ports the frame (or a copy, or a frame the router sends in answer) leaves by.
+    pub outputs: Vec<String>,
+    /// Why the original frame goes nowhere, when it doesn't.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<String>,
+}
+
+/// Read-only views of the run's tables, as the control thread holds them.
+pub(crate) struct Tables<'a, L: Layout> {
+    pub fdb: &'a Fdb<L>,
+    pub port_names: &'a [String],
+    pub port_vlans: &'a [PortVlan],
+    pub nports: usize,
+    pub now: Tick,
+    pub ct: Option<&'a Conntrack>,
+    pub fw: Option<&'a Firewall>,
+    pub zones: &'a [u16],
+    pub router: Option<RouterView<'a>>,
+}
+
+/// The router's side, for traces.
+pub(crate) struct RouterView<'a> {
+    pub rib: &'a Rib,
+    pub ifaces: &'a Arc<Interfaces>,
+    pub neigh: &'a Neigh,
+    pub l3: &'a L3Config,
+}
+
+/// Builds the frame a `trace` request describes; returns it with its input port index.
+pub(crate) fn frame_from_words(words: &[&str], port_names: &[String], nports: usize) -> Result<(u16, Vec<u8>), String> {
+    let mut spec = FrameSpec::default();
+    let mut in_port = None;
+    let mut hex = None;
+    let (mut arp, mut v6, mut addr_given) = (false, false, [false; 2]);
+    let (mut spa, mut tpa) = (None, None);
+    let mut flags = None;
+    for w in words.iter().flat_map(|w| w.split(',')).filter(|w| !w.is_empty()) {
+        let (k, v) = w.split_once('=').unwrap_or((w, ""));
+        let num = |v: &str| -> Result<u64, String> { v.parse().map_err(|_| format!("{k}={v}: not a number")) };
+        let ip = |v: &str| -> Result<IpAddr, String> { v.parse().map_err(|_| format!("{k}={v}: not an address")) };
+        let mac =
+            |v: &str| -> Result<[u8; 6], String> { v.parse::<Mac>().map(|m| m.0).map_err(|e| format!("{k}={v}: {e}")) };
+        match k {
+            "in_port" => {
+                let p = port_names[..nports]
+                    .iter()
+                    .position(|n| n == v)
+                    .ok_or_else(|| format!("in_port={v}: no such port (ports: {})", port_names[..nports].join(", ")))?;
+                in_port = Some(p as u16);
+            }
+            "hex" => {
+                let v: String = v.chars().filter(|c| !c.is_whitespace() && *c != ':').collect();
+                if v.len() % 2 != 0 || v.len() < 28 {
+                    return Err("hex=: an even number of hex digits, at least a 14-byte Ethernet header".into());
+                }
+                let b = (0..v.len() / 2)
+                    .map(|i| u8::from_str_radix(&v[2 * i..2 * i + 2], 16))
+                    .collect::<Result<Vec<u8>, _>>()
+                    .map_err(|_| "hex=: not hex digits".to_string())?;
+                hex = Some(b);
+            }
+            "dl_src" => spec.src_mac = mac(v)?,
+            "dl_dst" => spec.dst_mac = mac(v)?,
+            "dl_vlan" => {
+                let n = num(v)?;
+                if !(1..=4094).contains(&n) {
+                    return Err(format!("dl_vlan={v}: 1..=4094"));
+                }
+                spec.vlan = Some(n as u16);
+            }
+            "ip" => {}
+            "ipv6" => v6 = true,
+            "arp" => arp = true,
+            "nw_src" | "ipv6_src" => (spec.src_ip, addr_given[0]) = (ip(v)?, true),
+            "nw_dst" | "ipv6_dst" => (spec.dst_ip, addr_given[1]) = (ip(v)?, true),
+            "arp_spa" => {
+                spa = Some(
+                    v.parse::<Ipv4Addr>()
+                        .map_err(|_| format!("{k}={v}: not an IPv4 address"))?,
+                )
+            }
+            "arp_tpa" => {
+                tpa = Some(
+                    v.parse::<Ipv4Addr>()
+                        .map_err(|_| format!("{k}={v}: not an IPv4 address"))?,
+                )
+            }
+            "tcp" => spec.proto = L4::Tcp { flags: tcp_flags::SYN },
+            "udp" => spec.proto = L4::Udp,
+            "icmp" | "icmp6" => spec.proto = L4::Icmp,
+            "tp_src" => spec.src_port = u16::try_from(num(v)?).map_err(|_| format!("{k}={v}: 0..=65535"))?,
+            "tp_dst" => spec.dst_port = u16::try_from(num(v)?).map_err(|_| format!("{k}={v}: 0..=65535"))?,
+            "tcp_flags" => flags = Some(parse_flags(v)?),
+            "nw_ttl" | "ttl" => spec.ttl = u8::try_from(num(v)?).map_err(|_| format!("{k}={v}: 0..=255"))?,
+            "len" => {
+                spec.len = usize::try_from(num(v)?)
+                    .unwrap_or(usize::MAX)
+                    .min(freeway_packet::MAX_FRAME)
+            }
+            _ => return Err(format!("{w:?}: unknown field (see `freeway ctl help`)")),
+        }
+    }
+    let in_port = in_port.ok_or("trace needs in_port=PORT")?;
+    if let Some(b) = hex {
+        return Ok((in_port, b));
+    }
+    if arp {
+        let (Some(spa), Some(tpa)) = (spa, tpa) else {
+            return Err("arp needs arp_spa=IP and arp_tpa=IP".into());
+        };
+        return Ok((in_port, build_arp_request(spec.src_mac, spec.vlan, spa, tpa)));
+    }
+    if let Some(f) = flags {
+        match &mut spec.proto {
+            L4::Tcp { flags } => *flags = f,
+            _ => return Err("tcp_flags= needs tcp".into()),
+        }
+    }
+    if v6 {
+        // Defaults of the IPv6 addresses not given: fd00::1 > fd00::2.
+        for (i, a) in [&mut spec.src_ip, &mut spec.dst_ip].into_iter().enumerate() {
+            if !addr_given[i] {
+                *a = IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i as u16 + 1));
+            } else if a.is_ipv4() {
+                return Err(format!("ipv6 with the IPv4 address {a}"));
+            }
+        }
+    }
+    if spec.src_ip.is_ipv4() != spec.dst_ip.is_ipv4() {
+        return Err("nw_src and nw_dst of different families".into());
+    }
+    spec.len = spec.len.max(freeway_packet::build::header_len(&spec));
+    Ok((in_port, build_frame(&spec)))
+}
+
+fn parse_flags(v: &str) -> Result<u8, String> {
+    let mut f = 0u8;
+    for n in v.split(['|', '+']).filter(|n| !n.is_empty()) {
+        f |= match n.to_ascii_lowercase().as_str() {
+            "fin" | "f" => tcp_flags::FIN,
+            "syn" | "s" => tcp_flags::SYN,
+            "rst" | "r" => tcp_flags::RST,
+            "psh" | "p" => tcp_flags::PSH,
+            "ack" | "a" | "." => tcp_flags::ACK,
+            "urg" | "u" => tcp_flags::URG,
+            x => return Err(format!("tcp_flags={v}: unknown flag {x:?} (fin|syn|rst|psh|ack|urg)")),
+        };
+    }
+    Ok(f)
+}
+
+impl<L: Layout> Tables<'_, L> {
+    fn name(&self, p: u16) -> String {
+        self.port_names
+            .get(usize::from(p))
+            .cloned()
+            .unwrap_or_else(|| format!("port{p}"))
+    }
+
+    /// Traces `frame` arriving on `in_port`.
+    pub fn trace(&self, in_port: u16, frame: Vec<u8>) -> Trace {
+        let mut t = Trace {
+            frame: frame.iter().map(|b| format!("{b:02x}")).collect(),
+            ..Trace::default()
+        };
+        let at = format!("in {}", self.name(in_port));
+        let mut pkt = match Packet::from_frame(&frame) {
+            Ok(p) => p,
+            Err(_) => {
+                t.dropped = Some("frame longer than the datapath's buffers".into());
+                return t;
+            }
+        };
+        if let Err(e) = parse(&mut pkt) {
+            t.steps.push(Step {
+                stage: "parse",
+                at,
+                result: format!("malformed: {} (dropped, counted as parse:{})", e, e.name()),
+            });
+            t.dropped = Some(format!("parse:{}", e.name()));
+            return t;
+        }
+        pkt.meta.in_port = in_port;
+        t.steps.push(Step {
+            stage: "parse",
+            at: at.clone(),
+            result: describe(&pkt),
+        });
+        if !self.conntrack(&pkt, &at, &mut t) {
+            return t;
+        }
+        self.bridge(pkt, tag_of(&frame), 0, &mut t);
+        if t.outputs.is_empty() && t.dropped.is_none() {
+            t.dropped = Some("no output".into());
+        }
+        t
+    }
+
+    /// Conntrack and firewall; `false` when the frame is dropped there.
+    fn conntrack(&self, pkt: &Packet, at: &str, t: &mut Trace) -> bool {
+        let Some(ct) = self.ct else {
+            return true;
+        };
+        let port = pkt.meta.in_port;
+        let zone = self.zones.get(usize::from(port)).copied().unwrap_or(0);
+        let allows_new = self.fw.is_none_or(|f| f.worker().allows_new(port, zone));
+        // (state, may create, invalid reason)
+        let (state, detail): (&str, String) = match classify(pkt.data(), &pkt.meta, false) {
+            Class::Untracked => ("untracked", "not IP, or neighbour discovery: not tracked".into()),
+            Class::Invalid(r) => ("invalid", format!("invalid ({})", r.name())),
+            Class::IcmpError(inner) => match ct.get(&inner, zone) {
+                Some(c) => ("related", format!("an ICMP error about the connection {c}")),
+                None => (
+                    "invalid",
+                    "an ICMP error about no known connection (no_connection)".into(),
+                ),
+            },
+            Class::Track(tuple, l4) => match ct.get(&tuple, zone) {
+                Some(c) => (
+                    "established",
+                    format!("existing connection {c} (the segment's sequence/window checks are not simulated)"),
+                ),
+                None => match l4 {
+                    L4Info::Tcp(seg) => match freeway_conntrack::tcp::init(&seg, CtConfig::default().tcp_loose) {
+                        Ok(_) => ("new", "no connection yet: a new TCP connection".into()),
+                        Err(r) => ("invalid", format!("no connection and cannot start one ({})", r.name())),
+                    },
+                    _ => ("new", "no connection yet: a new connection".into()),
+                },
+            },
+        };
+        t.steps.push(Step {
+            stage: "conntrack",
+            at: format!("{at} zone {zone}"),
+            result: format!("{state}: {detail}"),
+        });
+        let (pass, why) = match (self.fw.is_some(), state) {
+            (_, "established" | "related" | "untracked") => (true, format!("accept ({state})")),
+            (true, "new") if allows_new => (
+                true,
+                format!(
+                    "accept new from {} (allow_new_from); the connection is created",
+                    self.name(port)
+                ),
+            ),
+            (true, "new") => (
+                false,
+                "drop: new connections are not allowed from this port (firewall:new_not_allowed)".into(),
+            ),
+            (true, _) => (false, "drop: invalid (firewall:invalid)".into()),
+            (false, "new") => (true, "no firewall: pass; the connection is created".into()),
+            (false, _) => (true, "no firewall: an invalid packet passes (counted)".into()),
+        };
+        if self.fw.is_some() {
+            t.steps.push(Step {
+                stage: "firewall",
+                at: format!("{at} zone {zone}"),
+                result: why.clone(),
+            });
+        }
+        if !pass {
+            t.dropped = Some(
+                if state == "new" {
+                    "firewall:new_not_allowed"
+                } else {
+                    "firewall:invalid"
+                }
+                .into(),
+            );
+        }
+        pass
+    }
+
+    /// The bridge's decisions for `pkt` (parsed, `meta.in_port` set; `tag`: its outer tag).
+    fn bridge(&self, pkt: Packet, tag: Option<u16>, depth: usize, t: &mut Trace) {
+        let in_port = pkt.meta.in_port;
+        let f = pkt.data();
+        let at = format!(
+            "{} {}{}",
+            if usize::from(in_port) == self.nports {
+                "from"
+            } else {
+                "in"
+            },
+            self.name(in_port),
+            tag.map_or(String::new(), |v| format!(" tagged {v}"))
+        );
+        let step = |result: String, t: &mut Trace| {
+            t.steps.push(Step {
+                stage: "bridge",
+                at: at.clone(),
+                result,
+            })
+        };
+        let dst = Mac(f[0..6].try_into().expect("parsed frame has 14 bytes"));
+        let src = Mac(f[6..12].try_into().expect("parsed frame has 14 bytes"));
+        if src.0[0] & 1 != 0 {
+            step("drop: multicast source address (bridge:src_multicast)".into(), t);
+            t.dropped.get_or_insert("bridge:src_multicast".into());
+            return;
+        }
+        let Some(pv) = self.port_vlans.get(usize::from(in_port)) else {
+            step("drop: no such bridge port (bridge:bad_port)".into(), t);
+            t.dropped.get_or_insert("bridge:bad_port".into());
+            return;
+        };
+        let Some(vid) = pv.classify(tag) else {
+            step(
+                format!(
+                    "drop: {} not admitted on this port (bridge:vlan_filtered)",
+                    tag.map_or("untagged frame".into(), |v| format!("vlan {v}"))
+                ),
+                t,
+            );
+            t.dropped.get_or_insert("bridge:vlan_filtered".into());
+            return;
+        };
+        let g = self.fdb.pin();
+        let learn = match self.fdb.lookup(src, vid, &g) {
+            Some(n) if n.port() == in_port => format!("source {src} known on {}", self.name(in_port)),
+            Some(n) if n.is_static() => format!(
+                "source {src} is static on {}: not moved (bridge:static_conflict)",
+                self.name(n.port())
+            ),
+            Some(n) => format!(
+                "source {src} moves from {} to {}",
+                self.name(n.port()),
+                self.name(in_port)
+            ),
+            None => format!("source {src} would be learned on {}", self.name(in_port)),
+        };
+        if dst.0[0] & 1 == 0 {
+            if let Some(n) = self.fdb.lookup(dst, vid, &g) {
+                let o = n.port();
+                let kind = if n.is_static() { "static" } else { "learned" };
+                if o == in_port {
+                    step(
+                        format!("vlan {vid}; {learn}; destination {dst} is on the input port ({kind}): drop (bridge:same_port)"),
+                        t,
+                    );
+                    t.dropped.get_or_insert("bridge:same_port".into());
+                    return;
+                }
+                step(
+                    format!("vlan {vid}; {learn}; destination {dst} → {} ({kind})", self.name(o)),
+                    t,
+                );
+                self.deliver(pkt, o, vid, depth, t);
+                return;
+            }
+            step(format!("vlan {vid}; {learn}; destination {dst} unknown: flood"), t);
+        } else {
+            step(
+                format!("vlan {vid}; {learn}; destination {dst} is a group address: flood"),
+                t,
+            );
+        }
+        let members: Vec<u16> = (0..self.port_vlans.len() as u16)
+            .filter(|&p| p != in_port && self.port_vlans[usize::from(p)].is_member(vid))
+            .collect();
+        if members.is_empty() {
+            t.steps.push(Step {
+                stage: "bridge",
+                at,
+                result: format!("no other member of vlan {vid}: drop (bridge:flood_empty)"),
+            });
+            t.dropped.get_or_insert("bridge:flood_empty".into());
+            return;
+        }
+        for m in members {
+            let mut copy = Packet::from_frame(pkt.data()).expect("same size as the original");
+            copy.meta = pkt.meta;
+            self.deliver(copy, m, vid, depth, t);
+        }
+    }
+
+    /// The frame leaves the bridge on `port` in `vid`: to the wire, or to the router.
+    fn deliver(&self, pkt: Packet, port: u16, vid: u16, depth: usize, t: &mut Trace) {
+        let tagged = self.port_vlans[usize::from(port)].egress_tagged(vid);
+        if usize::from(port) < self.nports {
+            t.outputs.push(format!(
+                "{}{}",
+                self.name(port),
+                if tagged {
+                    format!(" (tagged {vid})")
+                } else {
+                    String::new()
+                }
+            ));
+            return;
+        }
+        // The router port is a tagged member of every interface VLAN.
+        let Some(r) = &self.router else {
+            return;
+        };
+        if depth > 0 {
+            return;
+        }
+        let Some(frame) = retag(pkt.data(), Some(vid)) else {
+            return;
+        };
+        let mut p = Packet::from_frame(&frame).expect("one tag more than a frame that fitted");
+        if parse(&mut p).is_err() {
+            return;
+        }
+        p.meta.in_port = port;
+        let at = format!("{} vlan {vid}", self.name(port));
+        match r.ifaces.wants(&p) {
+            Wants::NotOurs => {
+                if pkt.data()[0] & 1 == 0 {
+                    t.steps.push(Step {
+                        stage: "router",
+                        at,
+                        result: "not for the router: ignored".into(),
+                    });
+                }
+            }
+            w => self.route(r, p, w, at, t),
+        }
+    }
+
+    /// Runs the L3 stage on `p` (received on the router port) and bridges what it emits.
+    fn route(&self, r: &RouterView<'_>, p: Packet, w: Wants, at: String, t: &mut Trace) {
+        let iface = r
+            .ifaces
+            .ingress(&p)
+            .and_then(|i| r.ifaces.get(i))
+            .map(|i| i.name.clone());
+        let at = format!("{at}, interface {}", iface.unwrap_or_else(|| "?".into()));
+        // A private neighbour table with the usable entries: resolution requests and learns
+        // land there, not in the live table.
+        let live = r.neigh.entries(self.now, r.ifaces);
+        let (neigh, mut nw) = freeway_l3::neigh::new(NeighConfig {
+            limit: live.len() + 16,
+            ..NeighConfig::default()
+        });
+        for e in live.iter().filter(|e| e.state.iter().all(|s| s.usable())) {
+            if let Some(m) = e.lladdr.as_deref().and_then(|m| m.parse::<Mac>().ok()) {
+                let _ = nw.add_static(e.dst, e.ifindex, m.0, self.now);
+            }
+        }
+        let mut l3 = L3Worker::new(r.ifaces.clone(), neigh, r.l3.clone());
+        let mut rec = Record {
+            pool: PacketPool::new(freeway_packet::MAX_FRAME, 0, 8),
+            emitted: Vec::new(),
+            dropped: None,
+        };
+        let (dst, route) = dest(&p)
+            .map(|d| {
+                let s = match r.rib.lookup(d) {
+                    None => "no route".to_string(),
+                    Some(rt) => {
+                        let hop = |h: &freeway_route::NextHop| {
+                            let gw = h.gateway.map_or(String::new(), |g| format!("via {g} "));
+                            format!("{gw}dev {}", if_name(r.ifaces, h.iface))
+                        };
+                        let hops: Vec<String> = rt.hops.iter().map(hop).collect();
+                        let mut s = format!("route {} {}", rt.prefix, hops.join(", "));
+                        if rt.hops.len() > 1 {
+                            if let Some(h) = r.rib.fib().next_hop(d, p.meta.flow_hash) {
+                                s.push_str(&format!(" (ECMP: the flow hash picks {})", hop(&h)));
+                            }
+                        }
+                        s
+                    }
+                };
+                (Some(d), s)
+            })
+            .unwrap_or((None, String::new()));
+        let mut lookup = FibLookup { fib: r.rib.fib() };
+        l3.process_one(p, &mut lookup, self.now, &mut rec);
+        let queued = l3.pending_len() > 0;
+        let local = dst.is_some_and(|d| match d {
+            IpAddr::V4(a) => r.ifaces.local_v4(a).is_some(),
+            IpAddr::V6(a) => r.ifaces.local_v6(a).is_some(),
+        });
+        let mut result = match (w, rec.dropped) {
+            (_, Some(L3Drop::Consumed)) => "consumed by the router".to_string(),
+            (_, Some(d)) => format!("drop (router:{})", d.name()),
+            _ if queued => "waits for the next hop's link-layer address (queued)".into(),
+            (Wants::Copy(_), None) if rec.emitted.is_empty() => "a copy for the router: consumed".into(),
+            (Wants::Copy(_), None) => "a copy for the router: answered".into(),
+            _ if dst.is_none() || local => "for the router itself: answered".into(),
+            _ => "forwarded".into(),
+        };
+        if local {
+            result.push_str(&format!("; destination {} is the router's", dst.expect("local")));
+        } else if let Some(d) = dst {
+            result.push_str(&format!("; destination {d}: {route}"));
+        }
+        t.steps.push(Step {
+            stage: "router",
+            at,
+            result: result.clone(),
+        });
+        if let Some(d) = rec.dropped {
+            if !matches!(w, Wants::Copy(_)) {
+                t.dropped.get_or_insert(format!("router:{}", d.name()));
+            }
+        }
+        for e in rec.emitted {
+            let mut q = Packet::from_frame(e.data()).expect("fits");
+            if parse(&mut q).is_err() {
+                continue;
+            }
+            t.steps.push(Step {
+                stage: "router",
+                at: "out".into(),
+                result: format!("sends {}", describe(&q)),
+            });
+            q.meta.in_port = self.nports as u16;
+            let tag = tag_of(q.data());
+            self.bridge(q, tag, 1, t);
+        }
+    }
+}
+
+fn if_name(ifs: &Interfaces, i: u16) -> String {
+    ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone())
+}
+
+/// The L3 stage's output, kept.
+struct Record {
+    pool: PacketPool,
+    emitted: Vec<Packet>,
+    dropped: Option<L3Drop>,
+}
+
+impl L3Out for Record {
+    fn pool(&mut self) -> &mut PacketPool {
+        &mut self.pool
+    }
+    fn emit(&mut self, _port: u16, pkt: Packet) {
+        self.emitted.push(pkt);
+    }
+    fn drop(&mut self, _pkt: Packet, reason: L3Drop) {
+        self.dropped.get_or_insert(reason);
+    }
+}
+
+/// Uncached FIB lookups (the same answers the workers' caches hold).
+struct FibLookup<'a> {
+    fib: &'a Fib,
+}
+
+impl RouteLookup for FibLookup<'_> {
+    fn lookup_v4(&mut self, dst: Ipv4Addr, flow_hash: u32) -> Option<freeway_l3::NextHop> {
+        self.fib
+            .next_hop(IpAddr::V4(dst), flow_hash)
+            .map(|h| freeway_l3::NextHop {
+                iface: h.iface,
+                gateway: h.gateway,
+            })
+    }
+    fn lookup_v6(&mut self, dst: Ipv6Addr, flow_hash: u32) -> Option<freeway_l3::NextHop> {
+        self.fib
+            .next_hop(IpAddr::V6(dst), flow_hash)
+            .map(|h| freeway_l3::NextHop {
+                iface: h.iface,
+                gateway: h.gateway,
+            })
+    }
+}
+
+/// The outer 802.1Q tag of a frame.
+fn tag_of(f: &[u8]) -> Option<u16> {
+    (f.len() >= 18 && f[12..14] == [0x81, 0x00]).then(|| u16::from_be_bytes([f[14], f[15]]) & 0x0fff)
+}
+
+/// `f` with its outer tag replaced by `tag` (or removed).
+fn retag(f: &[u8], tag: Option<u16>) -> Option<Vec<u8>> {
+    let body = if tag_of(f).is_some() {
+        f.get(16..)?
+    } else {
+        f.get(12..)?
+    };
+    let mut v = f[..12].to_vec();
+    if let Some(t) = tag {
+        v.extend_from_slice(&[0x81, 0x00]);
+        v.extend_from_slice(&(t & 0x0fff).to_be_bytes());
+    }
+    v.extend_from_slice(body);
+    Some(v)
+}
+
+/// The IP destination of a parsed frame.
+fn dest(p: &Packet) -> Option<IpAddr> {
+    let f = p.data();
+    let l3 = usize::from(p.meta.l3_off);
+    match p.meta.ethertype {
+        0x0800 => f
+            .get(l3 + 16..l3 + 20)
+            .map(|b| IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))),
+        0x86dd => f
+            .get(l3 + 24..l3 + 40)
+            .map(|b| IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(b).expect("16 bytes")))),
+        _ => None,
+    }
+}
+
+/// One line about a parsed frame.
+fn describe(p: &Packet) -> String {
+    let f = p.data();
+    let m = &p.meta;
+    let mut s = format!(
+        "{} > {}",
+        Mac(f[6..12].try_into().expect("14 bytes")),
+        Mac(f[0..6].try_into().expect("14 bytes"))
+    );
+    if m.vlan_depth > 0 && m.vlan != NO_VLAN {
+        let _ = write!(s, ", vlan {}", m.vlan);
+    }
+    let l3 = usize::from(m.l3_off);
+    match m.ethertype {
+        0x0806 => {
+            if let Some(b) = f.get(l3..l3 + 28) {
+                let op = u16::from_be_bytes([b[6], b[7]]);
+                let spa = Ipv4Addr::new(b[14], b[15], b[16], b[17]);
+                let tpa = Ipv4Addr::new(b[24], b[25], b[26], b[27]);
+                let _ = match op {
+                    1 => write!(s, ", ARP who-has {tpa} tell {spa}"),
+                    2 => write!(s, ", ARP {spa} is-at {}", Mac(b[8..14].try_into().expect("6"))),
+                    _ => write!(s, ", ARP op {op}"),
+                };
+            }
+        }
+        0x0800 | 0x86dd => {
+            let (src, dst, ttl) = if m.ethertype == 0x0800 {
+                match f.get(l3..l3 + 20) {
+                    Some(h) => (
+                        IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])),
+                        IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19])),
+                        h[8],
+                    ),
+                    None => return s,
+                }
+            } else {
+                match f.get(l3..l3 + 40) {
+                    Some(h) => (
+                        IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&h[8..24]).expect("16"))),
+                        IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&h[24..40]).expect("16"))),
+                        h[7],
+                    ),
+                    None => return s,
+                }
+            };
+            let l4 = usize::from(m.l4_off);
+            let ports = f
+                .get(l4..l4 + 4)
+                .map(|b| (u16::from_be_bytes([b[0], b[1]]), u16::from_be_bytes([b[2], b[3]])));
+            let _ = match (m.ip_proto, ports) {
+                (6, Some((a, b))) => {
+                    let fl = f.get(l4 + 13).copied().unwrap_or(0);
+                    write!(s, ", {src}.{a} > {dst}.{b}: tcp flags [{}]", flag_names(fl))
+                }
+                (17, Some((a, b))) => write!(s, ", {src}.{a} > {dst}.{b}: udp"),
+                (1, Some((ty, _))) | (58, Some((ty, _))) => {
+                    write!(s, ", {src} > {dst}: icmp type {} code {}", ty >> 8, ty & 0xff)
+                }
+                (pr, _) => write!(s, ", {src} > {dst}: proto {pr}"),
+            };
+            let _ = write!(s, ", ttl {ttl}");
+        }
+        e => {
+            let _ = write!(s, ", ethertype 0x{e:04x}");
+        }
+    }
+    let _ = write!(s, ", length {}", f.len());
+    s
+}
+
+fn flag_names(f: u8) -> String {
+    let mut s = String::new();
+    for (b, c) in [
+        (0x02, 'S'),
+        (0x01, 'F'),
+        (0x04, 'R'),
+        (0x08, 'P'),
+        (0x20, 'U'),
+        (0x10, '.'),
+    ] {
+        if f & b != 0 {
+            s.push(c);
+        }
+    }
+    if s.is_empty() {
+        s.push_str("none");
+    }
+    s
+}
+
+/// The trace as `freeway ctl trace` prints it, and as JSON.
+pub(crate) fn render(t: &Trace) -> (String, Value) {
+    let mut s = String::new();
+    for (i, st) in t.steps.iter().enumerate() {
+        let _ = writeln!(s, "{:>2}. {:<9} [{}] {}", i + 1, st.stage, st.at, st.result);
+    }
+    if t.outputs.is_empty() {
+        let _ = writeln!(
+            s,
+            "Datapath actions: drop ({})",
+            t.dropped.as_deref().unwrap_or("no output")
+        );
+    } else {
+        let _ = writeln!(s, "Datapath actions: output to {}", t.outputs.join(", "));
+    }
+    (s, serde_json::to_value(t).unwrap_or(Value::Null))
+}
