@@ -703,3 +703,78 @@ fn trace_shows_each_stage_and_changes_nothing() {
     assert!(child.wait().unwrap().success());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn captures_are_started_listed_and_stopped_through_the_control_socket() {
+    let (dir, sock, mut child) = running_with_ctl("ctlcap");
+    let ctl = |w: &[&str]| -> serde_json::Value {
+        let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
+        freeway::runtime::ctl_request(&sock, &words).unwrap()
+    };
+    let file = dir.join("wan.pcap");
+    let f = file.to_str().unwrap();
+    let r = ctl(&[
+        "capture", "start", "-i", "wan", "-Q", "out", "-w", f, "udp", "and", "dst", "port", "5001",
+    ]);
+    assert_eq!(r["ok"], true, "{r}");
+    let id = r["data"]["id"].as_u64().unwrap();
+    let list = ctl(&["capture", "list"]);
+    let rows = list["data"].as_array().unwrap();
+    let row = rows.iter().find(|x| x["id"] == id).expect("the new tap is listed");
+    assert_eq!(row["port"], "wan");
+    assert_eq!(row["direction"], "out");
+    assert_eq!(row["filter"], "udp and dst port 5001");
+    assert_eq!(row["state"], "running");
+    assert!(list["text"].as_str().unwrap().contains(f), "{list}");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let r = ctl(&["capture", "stop", &id.to_string()]);
+    assert_eq!(r["ok"], true, "{r}");
+    let written = r["data"]["written"].as_u64().unwrap();
+    assert!(written > 0, "the routed flow to the server was captured: {r}");
+    // The file is complete: every record whole, each one the routed flow, TTL 63.
+    let frames = pcap_frames(&std::fs::read(&file).unwrap());
+    assert_eq!(frames.len() as u64, written);
+    assert!(frames
+        .iter()
+        .all(|x| x[0..6] == [2, 0, 0, 0, 0x20, 7] && x[22] == 63 && x[36..38] == [0x13, 0x89]));
+    let list = ctl(&["capture", "list"]);
+    let row = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == id)
+        .cloned()
+        .unwrap();
+    assert!(row["state"].as_str().unwrap().starts_with("stopped"), "{row}");
+
+    // Bad requests change nothing.
+    for (w, e) in [
+        (vec!["capture", "start", "-i", "wan", "-w", "rel.pcap"], "absolute"),
+        (vec!["capture", "start", "-i", "nope", "-w", "/tmp/x.pcap"], "no port"),
+        (vec!["capture", "start", "-w", "/tmp/x.pcap"], "-i PORT"),
+        (vec!["capture", "start", "-i", "wan"], "-w FILE"),
+        (
+            vec!["capture", "start", "-i", "wan", "-w", "/tmp/x.pcap", "port", "99999"],
+            "filter",
+        ),
+        (
+            vec!["capture", "start", "-i", "wan", "-w", "/nonexistent-dir/x.pcap"],
+            "/nonexistent-dir/x.pcap",
+        ),
+        (vec!["capture", "stop", "12345"], "no running tap"),
+        (vec!["capture", "stop", &id.to_string()], "no running tap"),
+    ] {
+        let r = ctl(&w);
+        assert_eq!(r["ok"], false, "{w:?}: {r}");
+        assert!(r["error"].as_str().unwrap().contains(e), "{w:?}: {r}");
+    }
+    assert_eq!(ctl(&["capture", "list"])["data"].as_array().unwrap().len(), 1);
+
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -48,6 +48,11 @@ impl RunningTap {
             .unwrap_or_else(|_| Err("the writer thread panicked".into()))
     }
 
+    /// What the tap is.
+    pub fn desc(&self) -> &TapDesc {
+        &self.desc
+    }
+
     /// Whether the writer stopped (count reached or output failed).
     pub fn is_finished(&self) -> bool {
         self.handle.is_finished()

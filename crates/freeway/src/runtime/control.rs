@@ -135,8 +135,13 @@ pub(crate) struct Control<L: Layout> {
     pub attach: Attach,
     /// Detaches a tap by id.
     pub detach: Box<dyn Fn(freeway_capture::TapId) + Send>,
-    /// Captures started through the socket.
+    /// Captures started through the socket (streamed to a client, or written to a file by
+    /// `capture start`).
     pub captures: Vec<super::capture::RunningTap>,
+    /// The config's taps (their writers belong to the runtime): id, what, stopped here.
+    pub config_taps: Vec<(freeway_capture::TapId, super::capture::TapDesc, bool)>,
+    /// Captures that ended: id and how (count reached, stopped, failed), for `capture list`.
+    pub ended: Vec<(freeway_capture::TapId, super::capture::TapDesc, String)>,
     /// The firewall's policy (for traces).
     pub fw: Option<freeway_conntrack::Firewall>,
     /// Conntrack zone of each port (for traces).
@@ -193,7 +198,7 @@ pub(crate) fn serve<L: Layout>(l: UnixListener, mut c: Control<L>, stop: Arc<Ato
             .partition(|t| t.is_finished());
         c.captures = running;
         for t in done {
-            let _ = t.join();
+            c.reap(t);
         }
     }
     // The datapath stops: end the captures, so their clients see the end of the stream.
@@ -250,12 +255,209 @@ pub fn request(path: &Path, words: &[String]) -> Result<Value, String> {
 }
 
 impl<L: Layout> Control<L> {
+    /// Joins an ended capture and remembers how it ended.
+    fn reap(&mut self, t: super::capture::RunningTap) {
+        let (id, desc) = (t.id(), t.desc().clone());
+        let how = match t.join() {
+            Ok(s) => format!("ended: {} packets written, {} dropped", s.written, s.dropped),
+            Err(e) => format!("failed: {e}"),
+        };
+        self.ended.push((id, desc, how));
+        let n = self.ended.len();
+        if n > 64 {
+            self.ended.drain(..n - 64);
+        }
+    }
+
+    /// `capture list`: the config's taps, the running captures and the last ended ones.
+    fn capture_list(&self) -> (String, Value) {
+        let mut rows = Vec::new();
+        for (id, d, stopped) in &self.config_taps {
+            rows.push((
+                *id,
+                d,
+                "config",
+                if *stopped {
+                    "stopped".to_string()
+                } else {
+                    "running".into()
+                },
+            ));
+        }
+        for t in &self.captures {
+            rows.push((t.id(), t.desc(), "ctl", "running".into()));
+        }
+        for (id, d, how) in &self.ended {
+            rows.push((*id, d, "ctl", how.clone()));
+        }
+        rows.sort_by_key(|r| r.0);
+        let mut text = format!(
+            "{:<4} {:<8} {:<12} {:<6} {:<28} {:<24} {}\n",
+            "id", "origin", "port", "dir", "output", "filter", "state"
+        );
+        for (id, d, origin, state) in &rows {
+            text.push_str(&format!(
+                "{:<4} {:<8} {:<12} {:<6} {:<28} {:<24} {}\n",
+                id,
+                origin,
+                d.port,
+                d.direction,
+                d.write,
+                if d.filter.is_empty() { "(all)" } else { &d.filter },
+                state
+            ));
+        }
+        let data: Vec<Value> = rows
+            .iter()
+            .map(|(id, d, origin, state)| json!({"id": id, "origin": origin, "port": d.port, "direction": d.direction, "filter": d.filter, "output": d.write, "state": state}))
+            .collect();
+        (text, json!(data))
+    }
+
+    /// `capture stop ID`: detaches a tap; a capture started here is joined and its counts
+    /// returned.
+    fn capture_stop(&mut self, id: &str) -> Result<(String, Value), String> {
+        let id: freeway_capture::TapId = id
+            .parse()
+            .map_err(|_| format!("capture stop {id:?}: not a tap id (see `capture list`)"))?;
+        if let Some(i) = self.captures.iter().position(|t| t.id() == id) {
+            let t = self.captures.swap_remove(i);
+            (self.detach)(id);
+            let desc = t.desc().clone();
+            return match t.join() {
+                Ok(s) => {
+                    self.ended.push((
+                        id,
+                        desc,
+                        format!("stopped: {} packets written, {} dropped", s.written, s.dropped),
+                    ));
+                    Ok((
+                        format!(
+                            "tap {id} stopped: {} packets written, {} dropped by full rings\n",
+                            s.written, s.dropped
+                        ),
+                        serde_json::to_value(s).map_err(|e| e.to_string())?,
+                    ))
+                }
+                Err(e) => {
+                    self.ended.push((id, desc, format!("failed: {e}")));
+                    Err(format!("tap {id} stopped; its writer had failed: {e}"))
+                }
+            };
+        }
+        if let Some(t) = self.config_taps.iter_mut().find(|t| t.0 == id) {
+            if t.2 {
+                return Err(format!("tap {id} is already stopped"));
+            }
+            (self.detach)(id);
+            t.2 = true;
+            return Ok((
+                format!("tap {id} (from the config) stopped; its counts are in the run's final report\n"),
+                json!({"id": id}),
+            ));
+        }
+        Err(format!("no running tap {id} (see `capture list`)"))
+    }
+
+    /// `capture start -i PORT [-Q DIR] [-s SNAPLEN] [-c COUNT] -w /ABS/FILE [FILTER...]`: a
+    /// tap writing a file on the datapath's side; replies with its id.
+    fn capture_start(&mut self, w: &[&str]) -> Result<(String, Value), String> {
+        let usage = "capture start -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] -w /ABSOLUTE/FILE [FILTER...]";
+        let (mut port, mut dir, mut snap, mut count, mut file) = (None, "inout", 262_144u32, None, None);
+        let mut i = 0;
+        while i < w.len() {
+            let arg = |i: usize| {
+                w.get(i + 1)
+                    .copied()
+                    .ok_or_else(|| format!("{} needs a value; {usage}", w[i]))
+            };
+            match w[i] {
+                "-i" => port = Some(arg(i)?),
+                "-Q" => dir = arg(i)?,
+                "-s" => {
+                    let v = arg(i)?;
+                    snap = v.parse().map_err(|_| format!("-s {v:?}: not a number"))?;
+                    if snap == 0 {
+                        snap = 262_144;
+                    }
+                }
+                "-c" => {
+                    let v = arg(i)?;
+                    count = Some(
+                        v.parse::<u64>()
+                            .ok()
+                            .filter(|c| *c > 0)
+                            .ok_or_else(|| format!("-c {v:?}: a positive number"))?,
+                    );
+                }
+                "-w" => file = Some(arg(i)?),
+                _ => break,
+            }
+            i += 2;
+        }
+        let filter = w[i..].join(" ");
+        let port = port.ok_or_else(|| format!("-i PORT is required; {usage}"))?;
+        let file = file.ok_or_else(|| {
+            format!("-w FILE is required (to stream a capture back, use `freeway capture --ctl`); {usage}")
+        })?;
+        let path = std::path::PathBuf::from(file);
+        if !path.is_absolute() {
+            return Err(format!(
+                "-w {file}: an absolute path, please (the datapath writes it, from its own directory)"
+            ));
+        }
+        let p = self
+            .port_names
+            .iter()
+            .position(|n| n == port)
+            .filter(|&i| i < self.nports)
+            .ok_or_else(|| {
+                format!(
+                    "no port named {port:?} (ports: {})",
+                    self.port_names[..self.nports].join(", ")
+                )
+            })?;
+        let direction = match dir {
+            "in" => crate::config::capture::Direction::In,
+            "out" => crate::config::capture::Direction::Out,
+            "inout" => crate::config::capture::Direction::Inout,
+            d => return Err(format!("-Q {d:?}: in, out or inout")),
+        };
+        if !(1..=262_144).contains(&snap) {
+            return Err(format!("-s {snap}: 1..=262144"));
+        }
+        freeway_capture::compile(&filter, snap).map_err(|e| format!("filter: {e}"))?;
+        let pcapng = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("pcapng"));
+        let spec = crate::config::capture::TapSpec {
+            port: p as u16,
+            direction,
+            filter,
+            snaplen: snap,
+            write: Some(path.clone()),
+            pcapng,
+            count,
+        };
+        let f = std::fs::File::create(&path).map_err(|e| format!("-w {}: {e}", path.display()))?;
+        let t = (self.attach)(&spec, Box::new(std::io::BufWriter::new(f))).map_err(|e| e.to_string())?;
+        let id = t.id();
+        self.captures.push(t);
+        Ok((
+            format!(
+                "tap {id} writing {} (stop it with `freeway ctl capture stop {id}`)\n",
+                path.display()
+            ),
+            json!({"id": id, "output": path}),
+        ))
+    }
+
     fn client(&mut self, s: UnixStream) {
         let _ = s.set_nonblocking(false);
         let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
         let req = read_request(&s);
         if let Ok(w) = &req {
-            if w.first().map(String::as_str) == Some("capture") {
+            if w.first().map(String::as_str) == Some("capture")
+                && !matches!(w.get(1).map(String::as_str), Some("start" | "list" | "stop") | None)
+            {
                 return self.capture(&w[1..], s);
             }
         }
@@ -372,6 +574,9 @@ impl<L: Layout> Control<L> {
                 Ok((text, serde_json::to_value(&rows).map_err(|e| e.to_string())?))
             }
             ["route", rest @ ..] => self.route(rest),
+            ["capture", "list"] | ["capture"] => Ok(self.capture_list()),
+            ["capture", "stop", id] => self.capture_stop(id),
+            ["capture", "start", rest @ ..] => self.capture_start(rest),
             ["trace", rest @ ..] => {
                 let (port, frame) = super::trace::frame_from_words(rest, &self.port_names, self.nports)?;
                 let tables = super::trace::Tables {
@@ -549,6 +754,10 @@ neigh del IP dev IFACE                  delete a neighbour
 neigh flush [dev IFACE]                 delete the dynamic neighbours
 conntrack list                          the connection table
 conntrack flush [zone N]                delete connections
+capture list                            the capture taps (config and started here)
+capture start -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] -w /ABS/FILE [FILTER...]
+                                        a tap writing a pcap (.pcapng: pcapng) file
+capture stop ID                         detach a tap (its file is completed)
 trace in_port=PORT FIELD...             what the datapath does with one packet, stage by stage
                                         (nothing is sent or changed). Fields, OVS style:
                                         dl_src= dl_dst= dl_vlan= ip|ipv6|arp nw_src= nw_dst=

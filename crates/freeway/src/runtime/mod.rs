@@ -779,6 +779,8 @@ pub fn run_with<L: Layout, R: TapRegistry>(
                     })
                 },
                 captures: Vec::new(),
+                config_taps: running_taps.iter().map(|t| (t.id(), t.desc().clone(), false)).collect(),
+                ended: Vec::new(),
                 fw: stateful.as_ref().and_then(|s| s.fw.clone()),
                 zones: stateful
                     .as_ref()
