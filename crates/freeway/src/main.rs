@@ -20,8 +20,35 @@ use freeway_bridge::Padded;
     about = "A multi-core userspace packet datapath: learning bridge, IPv4/IPv6 router, connection tracking and capture"
 )]
 struct Cli {
+    /// Log level of the structured logs on standard error: error, warn, info, debug, trace
+    /// (or a full filter such as `freeway=debug`; the environment variable FREEWAY_LOG wins).
+    #[arg(long, global = true, default_value = "warn", value_name = "LEVEL")]
+    log_level: String,
+    /// Log format: text, or json (one JSON object per event).
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// Installs the `tracing` subscriber: events at or above the level, to standard error.
+fn init_logs(level: &str, format: &str) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("FREEWAY_LOG") {
+        Ok(f) if !f.is_empty() => EnvFilter::try_new(&f).map_err(|e| format!("FREEWAY_LOG={f:?}: {e}"))?,
+        _ => EnvFilter::try_new(level).map_err(|e| format!("--log-level {level:?}: {e}"))?,
+    };
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_thread_names(true)
+        .with_target(false);
+    let r = if format == "json" {
+        b.json().try_init()
+    } else {
+        b.with_ansi(false).try_init()
+    };
+    r.map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand)]
@@ -163,7 +190,10 @@ fn stop_flag() -> Arc<AtomicBool> {
         let f = Arc::new(AtomicBool::new(false));
         let g = f.clone();
         // If a handler cannot be installed, Ctrl-C simply kills the process.
-        let _ = ctrlc::set_handler(move || g.store(true, Ordering::Relaxed));
+        let _ = ctrlc::set_handler(move || {
+            tracing::info!("stop requested (signal): draining and shutting down");
+            g.store(true, Ordering::Relaxed)
+        });
         f
     })
     .clone()
@@ -441,6 +471,10 @@ fn check_cmd(path: PathBuf) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = init_logs(&cli.log_level, &cli.log_format) {
+        eprintln!("freeway: error: {e}");
+        return ExitCode::FAILURE;
+    }
     let r = match cli.cmd {
         Cmd::Run(a) => run_cmd(a, Show::Summary),
         Cmd::Fdb(a) => run_cmd(a, Show::Fdb),

@@ -778,3 +778,93 @@ fn captures_are_started_listed_and_stopped_through_the_control_socket() {
     assert!(child.wait().unwrap().success());
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_capture_whose_disk_is_full_stops_with_a_logged_error_while_forwarding_goes_on() {
+    // /dev/full: every write fails with ENOSPC, as on a full disk.
+    let (dir, cfg) = router_config("devfull");
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("duration_secs = 1", "duration_secs = 60");
+    std::fs::write(&cfg, text).unwrap();
+    let sock = dir.join("ctl.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args([
+            "run",
+            "-q",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--ctl",
+            sock.to_str().unwrap(),
+        ])
+        .args(["--log-level", "info", "--log-format", "json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !sock.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let ctl = |w: &[&str]| -> serde_json::Value {
+        let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
+        freeway::runtime::ctl_request(&sock, &words).unwrap()
+    };
+    let wan_tx = || ctl(&["stats"])["data"]["ports"][1]["tx_packets"].as_u64().unwrap();
+    let r = ctl(&["capture", "start", "-i", "wan", "-w", "/dev/full"]);
+    assert_eq!(r["ok"], true, "{r}");
+    let id = r["data"]["id"].as_u64().unwrap();
+    // The writer fails at its first flush; the tap ends and says why.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let state = loop {
+        let l = ctl(&["capture", "list"]);
+        let row = l["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == id)
+            .cloned()
+            .unwrap();
+        let st = row["state"].as_str().unwrap().to_string();
+        if st != "running" || std::time::Instant::now() > deadline {
+            break st;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(
+        state.starts_with("failed") && state.contains("No space left on device"),
+        "{state}"
+    );
+    // Forwarding went on.
+    let a = wan_tx();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(wan_tx() > a, "forwarding goes on after the tap failed");
+    assert_eq!(ctl(&["route", "add", "10.77.0.0/16", "via", "10.0.20.7"])["ok"], true);
+    assert_eq!(ctl(&["route", "add", "10.77.0.0/16", "via", "10.0.20.7"])["ok"], false);
+
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    // Structured logs: one JSON object per line, with the events that matter.
+    let events: Vec<serde_json::Value> = String::from_utf8(out.stderr)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).expect("each log line is JSON"))
+        .collect();
+    let find = |msg: &'static str| events.iter().filter(move |e| e["fields"]["message"] == msg);
+    assert_eq!(find("datapath starting").count(), 1, "{events:#?}");
+    let failed: Vec<_> = find("capture tap stopped: its output failed; forwarding goes on").collect();
+    assert_eq!(failed.len(), 1, "{events:#?}");
+    assert_eq!(failed[0]["level"], "ERROR");
+    assert_eq!(failed[0]["fields"]["output"], "/dev/full");
+    assert!(find("control request applied").any(|e| e["fields"]["request"] == "route add 10.77.0.0/16 via 10.0.20.7"));
+    assert!(find("control request refused").any(|e| e["level"] == "WARN"));
+    assert_eq!(find("stop requested (signal): draining and shutting down").count(), 1);
+    assert_eq!(find("datapath stopped").count(), 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}

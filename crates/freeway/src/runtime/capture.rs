@@ -178,11 +178,22 @@ pub(crate) fn attach_to<R: TapRegistry>(
     let writer = TapWriter::new(reader, out, opts).map_err(|x| e(x.to_string()))?;
     let handle = std::thread::Builder::new()
         .name(thread.to_string())
-        .spawn(move || writer.run().map_err(|x| x.to_string()))
+        .spawn({
+            let (port, write) = (port_name.clone(), desc.write.clone());
+            move || {
+                let r = writer.run().map_err(|x| x.to_string());
+                match &r {
+                    Ok(s) => tracing::info!(tap = id, %port, output = %write, written = s.written, dropped = s.dropped, "capture tap finished"),
+                    Err(e) => tracing::error!(tap = id, %port, output = %write, error = %e, "capture tap stopped: its output failed; forwarding goes on"),
+                }
+                r
+            }
+        })
         .map_err(|x| {
             reg.detach(id);
             e(format!("cannot start its writer thread: {x}"))
         })?;
+    tracing::info!(tap = id, port = %port_name, direction = dir_name, filter = %s.filter, output = %desc.write, "capture tap attached");
     Ok(RunningTap { id, desc, handle })
 }
 

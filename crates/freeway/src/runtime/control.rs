@@ -462,11 +462,18 @@ impl<L: Layout> Control<L> {
             }
         }
         let reply = match req {
-            Ok(words) => match self.handle(&words) {
-                Ok((text, data)) => json!({"ok": true, "text": text, "data": data}),
-                Err(e) => json!({"ok": false, "error": e}),
-            },
-            Err(e) => json!({"ok": false, "error": e}),
+            Ok(words) => {
+                let r = self.handle(&words);
+                log_request(&words, r.as_ref().err());
+                match r {
+                    Ok((text, data)) => json!({"ok": true, "text": text, "data": data}),
+                    Err(e) => json!({"ok": false, "error": e}),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "control request refused");
+                json!({"ok": false, "error": e})
+            }
         };
         let mut w = s;
         let _ = w.write_all(format!("{reply}\n").as_bytes());
@@ -676,7 +683,10 @@ impl<L: Layout> Control<L> {
             (self.attach)(&spec, Box::new(std::io::BufWriter::new(out))).map_err(|e| e.to_string())
         })();
         match r {
-            Ok(t) => self.captures.push(t),
+            Ok(t) => {
+                tracing::info!(tap = t.id(), port = %t.desc().port, filter = %t.desc().filter, "capture streamed to a control client");
+                self.captures.push(t)
+            }
             // After an "ok" line (attach failed late) this reads as the end of the stream.
             Err(e) => {
                 let _ = s.write_all(format!("{}\n", json!({"ok": false, "error": e})).as_bytes());
@@ -730,6 +740,22 @@ impl<L: Layout> Control<L> {
             }
             _ => Err("route show | route add PREFIX (via GW[,GW...] | dev IFACE) | route del PREFIX".into()),
         }
+    }
+}
+
+/// Logs a control request: changes at `info`, reads at `debug`, refusals at `warn`.
+fn log_request(words: &[String], err: Option<&String>) {
+    let request = words.join(" ");
+    let change = words.iter().skip(1).take(1).any(|w| {
+        matches!(
+            w.as_str(),
+            "add" | "del" | "delete" | "replace" | "flush" | "-F" | "start" | "stop"
+        )
+    });
+    match err {
+        Some(e) => tracing::warn!(%request, error = %e, "control request refused"),
+        None if change => tracing::info!(%request, "control request applied"),
+        None => tracing::debug!(%request, "control request answered"),
     }
 }
 

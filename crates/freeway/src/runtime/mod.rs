@@ -615,6 +615,16 @@ pub fn run_with<L: Layout, R: TapRegistry>(
         }
     }
     let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers)?;
+    tracing::info!(
+        workers = nworkers,
+        ports = ?port_names,
+        router = router.is_some(),
+        conntrack = cfg.conntrack.is_some() || cfg.firewall.is_some(),
+        taps = running_taps.len(),
+        control = ?opts.control,
+        metrics = ?opts.metrics,
+        "datapath starting"
+    );
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let pin = cfg.pin_workers && !cores.is_empty();
@@ -843,6 +853,7 @@ pub fn run_with<L: Layout, R: TapRegistry>(
         let _ = std::fs::remove_file(path);
     }
     let tap_results = capture::finish(&taps, running_taps);
+    tracing::info!(elapsed_s = elapsed.as_secs_f64(), "datapath stopped");
     let mut close_errors = Vec::new();
     for (p, spec) in ports.iter_mut().zip(&cfg.ports) {
         if let Err(e) = p.close() {
