@@ -3,7 +3,8 @@
 //! one AF_PACKET port per veth end, and real traffic from the hosts' own stacks: ping and a
 //! TCP transfer with content check through the bridge; ping and TCP through the router
 //! between two subnets (ARP resolved live); the stateful firewall letting replies in and
-//! keeping unsolicited connections out; a capture of the traffic read back by tcpdump.
+//! keeping unsolicited connections out; a capture of the traffic read back by tcpdump; route
+//! and FDB changes through the control socket (`freeway ctl`) while a ping stream flows.
 //!
 //! Needs root (namespaces, veths, AF_PACKET): CI runs as root. Elsewhere every test prints a
 //! loud SKIPPED line and passes. Each test builds its own bed (a unique suffix) and tears it
@@ -101,6 +102,45 @@ impl Bed {
 
     /// Starts Freeway in the switch namespace with `config`.
     fn start(&mut self, config: &str) {
+        self.start_with(config, &[]);
+    }
+
+    /// The control socket of a Freeway started with [`Bed::start_ctl`].
+    fn sock(&self) -> PathBuf {
+        self.dir.join("ctl.sock")
+    }
+
+    /// Starts Freeway with a control socket ([`Bed::sock`]).
+    fn start_ctl(&mut self, config: &str) {
+        let s = self.sock();
+        self.start_with(config, &["--ctl", s.to_str().unwrap()]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !s.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends a control request; panics unless it succeeds.
+    fn ctl(&self, words: &[&str]) -> serde_json::Value {
+        let w: Vec<String> = words.iter().map(|x| x.to_string()).collect();
+        let r = freeway::runtime::ctl_request(&self.sock(), &w).expect("the control socket answers");
+        assert_eq!(r["ok"], true, "freeway ctl {words:?}: {r}");
+        r
+    }
+
+    /// Frames sent so far on the port named `port`.
+    fn tx(&self, port: &str) -> u64 {
+        let r = self.ctl(&["stats"]);
+        r["data"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == port)
+            .and_then(|p| p["tx_packets"].as_u64())
+            .unwrap()
+    }
+
+    fn start_with(&mut self, config: &str, extra: &[&str]) {
         let path = self.dir.join("freeway.toml");
         std::fs::write(&path, config).unwrap();
         let child = Command::new("ip")
@@ -108,6 +148,7 @@ impl Bed {
             .arg(env!("CARGO_BIN_EXE_freeway"))
             .args(["run", "-q", "-j", "--config"])
             .arg(&path)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -301,4 +342,123 @@ write = "{}"
     } else {
         eprintln!("\n*** tcpdump not installed: the capture file is not read back (CI installs it) ***\n");
     }
+}
+
+#[test]
+fn route_and_fdb_changes_through_ctl_while_traffic_flows() {
+    need_root!("route_and_fdb_changes_through_ctl_while_traffic_flows");
+    let mut bed = Bed::up("ctl");
+    // h1 in 10.1.0.0/24 (VLAN 10); h2 and h3 in 10.2.0.0/24 (VLAN 20). Both h2 and h3 own the
+    // service address 10.9.0.1; the route to 10.9.0.0/24 decides which one answers.
+    for (h, cmd) in [
+        ("h1", "ip addr flush dev eth0 && ip addr add 10.1.0.2/24 dev eth0 && ip route add default via 10.1.0.1"),
+        (
+            "h2",
+            "ip addr flush dev eth0 && ip addr add 10.2.0.2/24 dev eth0 && ip route add default via 10.2.0.1 && ip addr add 10.9.0.1/32 dev lo",
+        ),
+        (
+            "h3",
+            "ip addr flush dev eth0 && ip addr add 10.2.0.3/24 dev eth0 && ip route add default via 10.2.0.1 && ip addr add 10.9.0.1/32 dev lo",
+        ),
+    ] {
+        let o = bed.sh(h, cmd);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let h3_mac = String::from_utf8(bed.sh("h3", "cat /sys/class/net/eth0/address").stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut cfg = ports(2, &[("h1", 10), ("h2", 20), ("h3", 20)]);
+    cfg.push_str(
+        r#"
+[router]
+mac = "02:fe:00:00:00:01"
+
+[[interface]]
+name = "v10"
+vlan = 10
+addr = ["10.1.0.1/24"]
+
+[[interface]]
+name = "v20"
+vlan = 20
+addr = ["10.2.0.1/24"]
+
+[[route]]
+dst = "10.9.0.0/24"
+via = "10.2.0.2"
+"#,
+    );
+    bed.start_ctl(&cfg);
+    assert!(
+        bed.ping("h1", "10.9.0.1"),
+        "h1 reaches 10.9.0.1 (h2) through the router"
+    );
+
+    // A steady ping stream; halfway through, the route moves to h3.
+    let stream = Command::new("ip")
+        .args(["netns", "exec", &format!("fw-h1{}", bed.suffix)])
+        .args(["ping", "-q", "-i", "0.02", "-c", "150", "-W", "1", "10.9.0.1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let h2_a = bed.tx("h2");
+    bed.ctl(&["route", "replace", "10.9.0.0/24", "via", "10.2.0.3"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let (h2_b, h3_b) = (bed.tx("h2"), bed.tx("h3"));
+    let out = stream.wait_with_output().unwrap();
+    let (h2_c, h3_c) = (bed.tx("h2"), bed.tx("h3"));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let received: u64 = text
+        .split(", ")
+        .find_map(|x| x.strip_suffix(" received").and_then(|n| n.parse().ok()))
+        .unwrap_or_else(|| panic!("ping summary: {text}"));
+    assert!(
+        received >= 140,
+        "at most a few of 150 pings lost across the route change: {text}"
+    );
+    assert!(h2_a > 20, "h2 answered before the change: {h2_a}");
+    assert!(
+        h3_c - h3_b >= 40,
+        "after the change the pings go to h3: {h3_b} -> {h3_c}"
+    );
+    assert!(h2_c - h2_b <= 3, "and no more to h2 (ARP at most): {h2_b} -> {h2_c}");
+
+    // Delete the route: unreachable (and counted); add it back: reachable again.
+    bed.ctl(&["route", "del", "10.9.0.0/24"]);
+    assert!(!bed
+        .exec("h1", &["ping", "-c", "2", "-W", "1", "10.9.0.1"])
+        .status
+        .success());
+    let st = bed.ctl(&["stats"]);
+    assert!(
+        st["data"]["router"]["l3"]["drops"]["no_route"].as_u64().unwrap() >= 2,
+        "{st}"
+    );
+    bed.ctl(&["route", "add", "10.9.0.0/24", "via", "10.2.0.3"]);
+    assert!(bed.ping("h1", "10.9.0.1"), "reachable again once the route is back");
+
+    // A static FDB entry sending h3's MAC to h2's port diverts the routed pings: they stop;
+    // delete it and the bridge learns h3 again.
+    bed.ctl(&["fdb", "add", &h3_mac, "dev", "h2", "vlan", "20"]);
+    let fdb = bed.ctl(&["fdb", "show"]);
+    assert!(
+        fdb["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{h3_mac} dev h2 vlan 20 static")),
+        "{fdb}"
+    );
+    assert!(!bed
+        .exec("h1", &["ping", "-c", "2", "-W", "1", "10.9.0.1"])
+        .status
+        .success());
+    bed.ctl(&["fdb", "del", &h3_mac, "vlan", "20"]);
+    assert!(
+        bed.ping("h1", "10.9.0.1"),
+        "reachable again once the static entry is gone"
+    );
+    let j = bed.stop();
+    assert!(j["router"]["l3"]["forwarded_v4"].as_u64().unwrap() > 150, "{j}");
 }
