@@ -56,6 +56,13 @@ pub use capture::{TapDesc, TapResult};
 pub use control::{capture_request as ctl_capture, decode_request, request as ctl_request, MAX_REQUEST};
 pub use trace::{Step as TraceStep, Trace};
 
+/// The frame and input port a `freeway ctl trace` request describes (the control socket's
+/// field parser, public for its fuzz target): `words` are the request's words after `trace`,
+/// `port_names` the datapath's ports.
+pub fn trace_request_frame(words: &[&str], port_names: &[String]) -> Result<(u16, Vec<u8>), String> {
+    trace::frame_from_words(words, port_names, port_names.len())
+}
+
 use crate::config::{Checked, PortKind};
 use router::{Bridging, RouterWorker};
 use stateful::{CtStage, Stateful};

@@ -107,6 +107,9 @@ pub(crate) fn frame_from_words(words: &[&str], port_names: &[String], nports: us
             }
             "hex" => {
                 let v: String = v.chars().filter(|c| !c.is_whitespace() && *c != ':').collect();
+                if !v.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err("hex=: not hex digits".into());
+                }
                 if v.len() % 2 != 0 || v.len() < 28 {
                     return Err("hex=: an even number of hex digits, at least a 14-byte Ethernet header".into());
                 }
@@ -762,4 +765,55 @@ pub(crate) fn render(t: &Trace) -> (String, Value) {
         let _ = writeln!(s, "Datapath actions: output to {}", t.outputs.join(", "));
     }
     (s, serde_json::to_value(t).unwrap_or(Value::Null))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<String> {
+        vec!["h1".into(), "h2".into()]
+    }
+
+    #[test]
+    fn fields_build_the_frame_they_describe() {
+        let (p, f) = frame_from_words(
+            &[
+                "in_port=h2,dl_vlan=20",
+                "nw_src=10.1.0.2",
+                "nw_dst=10.2.0.9",
+                "tcp",
+                "tp_dst=443",
+                "tcp_flags=syn|ack",
+            ],
+            &names(),
+            2,
+        )
+        .unwrap();
+        assert_eq!(p, 1);
+        assert_eq!(tag_of(&f), Some(20));
+        let mut pkt = Packet::from_frame(&f).unwrap();
+        parse(&mut pkt).unwrap();
+        assert_eq!(dest(&pkt), Some(IpAddr::V4(Ipv4Addr::new(10, 2, 0, 9))));
+        let d = describe(&pkt);
+        assert!(
+            d.contains("10.1.0.2.1024 > 10.2.0.9.443: tcp flags [S.]") && d.contains("vlan 20"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn bad_fields_are_refused_not_panicked_on() {
+        // Found by the trace_request fuzz target: a multi-byte character inside hex=.
+        for w in [
+            &["in_port=h1", "hex=ffd\u{2e8}n01_ind"][..],
+            &["in_port=h1", "ipv6", "nw_src=10.0.0.1"],
+            &["in_port=h1", "udp", "tcp_flags=syn"],
+            &["in_port=h1", "tp_dst=70000"],
+            &["in_port=h1", "arp"],
+            &["in_port=h3"],
+        ] {
+            assert!(frame_from_words(w, &names(), 2).is_err(), "{w:?}");
+        }
+    }
 }
