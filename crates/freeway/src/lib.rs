@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod decode;
 pub mod report;
 pub mod runtime;
 

@@ -167,8 +167,9 @@ struct CaptureArgs {
     /// Stop after this many packets.
     #[arg(short = 'c')]
     count: Option<u64>,
-    /// Write packets to this file (`-` = standard output; `.pcapng` writes pcapng).
-    #[arg(short = 'w', required_unless_present = "dump")]
+    /// Write packets to this file (`-` = standard output; `.pcapng` writes pcapng). Without
+    /// -w, one decoded line per packet is printed, as tcpdump does.
+    #[arg(short = 'w')]
     write: Option<String>,
     /// Filter expression, tcpdump syntax (e.g. `tcp port 80 and host 10.0.0.1`).
     expression: Vec<String>,
@@ -332,7 +333,9 @@ fn capture_live(a: &CaptureArgs, sock: &std::path::Path, filter: String) -> Resu
         if pcapng { "pcapng" } else { "pcap" }.into(),
         filter,
     ];
-    let mut out: Box<dyn std::io::Write> = if w == "-" {
+    let mut out: Box<dyn std::io::Write> = if a.write.is_none() {
+        Box::new(freeway::decode::PcapText::new(std::io::stdout().lock()))
+    } else if w == "-" {
         Box::new(std::io::stdout().lock())
     } else {
         Box::new(std::io::BufWriter::new(
@@ -383,13 +386,14 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         return Err("-c 0: count must be at least 1".into());
     }
     freeway_capture::compile(&filter, snaplen).map_err(|e| format!("filter: {e}"))?;
+    let text = a.write.is_none();
     let w = a.write.as_deref().unwrap_or("-");
     let write = (w != "-").then(|| PathBuf::from(w));
     let pcapng = write
         .as_ref()
         .is_some_and(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("pcapng")));
     if write.is_none() && cfg.taps.iter().any(|t| t.write.is_none()) {
-        return Err("-w -: a tap of the config already writes to standard output".into());
+        return Err("a tap of the config already writes to standard output: use -w FILE".into());
     }
     cfg.taps.push(config::capture::TapSpec {
         port: port as u16,
@@ -399,6 +403,7 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         write,
         pcapng,
         count: a.count,
+        text,
     });
     run_loaded(run, cfg, Show::Capture)
 }

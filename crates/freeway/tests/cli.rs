@@ -655,7 +655,7 @@ fn trace_shows_each_stage_and_changes_nothing() {
     ]);
     let s = stages(&r);
     assert_eq!(r["data"]["dropped"], "router:ttl_expired", "{s:#?}");
-    assert!(s.iter().any(|l| l.contains("icmp type 11 code 0")), "{s:#?}");
+    assert!(s.iter().any(|l| l.contains("ICMP time exceeded in-transit")), "{s:#?}");
     assert_eq!(r["data"]["outputs"], serde_json::json!(["lan"]), "{s:#?}");
 
     // An unknown host behind a new MAC on the LAN: flooded in VLAN 10 only; and nothing was
@@ -866,5 +866,33 @@ fn a_capture_whose_disk_is_full_stops_with_a_logged_error_while_forwarding_goes_
     assert!(find("control request refused").any(|e| e["level"] == "WARN"));
     assert_eq!(find("stop requested (signal): draining and shutting down").count(), 1);
     assert_eq!(find("datapath stopped").count(), 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn capture_without_w_prints_one_tcpdump_style_line_per_packet() {
+    let (dir, cfg) = router_config("text");
+    let o = ok(&[
+        "capture",
+        "--config",
+        cfg.to_str().unwrap(),
+        "-i",
+        "wan",
+        "-Q",
+        "out",
+        "-c",
+        "3",
+        "udp",
+    ]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    for l in lines {
+        // 11:23:17.355379 IP 10.0.10.5.1024 > 10.0.20.7.5001: UDP, length 18 (ttl 63)
+        let (ts, rest) = l.split_once(' ').unwrap();
+        assert_eq!(ts.len(), 15, "{l}");
+        assert!(ts.as_bytes()[2] == b':' && ts.as_bytes()[8] == b'.', "{l}");
+        assert_eq!(rest, "IP 10.0.10.5.1024 > 10.0.20.7.5001: UDP, length 18 (ttl 63)");
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }

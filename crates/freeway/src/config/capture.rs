@@ -66,6 +66,9 @@ pub struct TapSpec {
     pub pcapng: bool,
     /// Packet count limit.
     pub count: Option<u64>,
+    /// Decode to tcpdump-style text lines instead of writing pcap (only with `write: None`;
+    /// `freeway capture` without `-w`).
+    pub text: bool,
 }
 
 type Err = (Option<Range<usize>>, String);
@@ -134,6 +137,7 @@ pub fn check(
             write,
             pcapng,
             count: t.count.as_ref().map(|c| *c.get_ref()),
+            text: false,
         });
     }
     Ok(out)

@@ -126,6 +126,7 @@ fn attach_one<R: TapRegistry>(
         Some(p) => Box::new(BufWriter::new(
             File::create(p).map_err(|x| RunError(format!("tap writing {}: {x}", p.display())))?,
         )),
+        None if s.text => Box::new(crate::decode::PcapText::new(BufWriter::new(std::io::stdout()))),
         None => Box::new(BufWriter::new(std::io::stdout())),
     };
     attach_to(reg, &format!("fw-tap-{n}"), s, port_names, workers, out)

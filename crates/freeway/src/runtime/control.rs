@@ -436,6 +436,7 @@ impl<L: Layout> Control<L> {
             write: Some(path.clone()),
             pcapng,
             count,
+            text: false,
         };
         let f = std::fs::File::create(&path).map_err(|e| format!("-w {}: {e}", path.display()))?;
         let t = (self.attach)(&spec, Box::new(std::io::BufWriter::new(f))).map_err(|e| e.to_string())?;
@@ -672,6 +673,7 @@ impl<L: Layout> Control<L> {
                 write: None,
                 pcapng,
                 count: (count > 0).then_some(count),
+                text: false,
             };
             freeway_capture::compile(filter, snaplen).map_err(|e| format!("filter: {e}"))?;
             // Everything is checked: the reply line goes first, then the writer (on a second

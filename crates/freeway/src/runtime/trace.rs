@@ -31,7 +31,7 @@ use freeway_conntrack::{Conntrack, CtConfig, Firewall};
 use freeway_l3::neigh::NeighConfig;
 use freeway_l3::{Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, RouteLookup, Wants};
 use freeway_packet::build::{build_arp_request, build_frame, tcp_flags, FrameSpec, L4};
-use freeway_packet::{parse, Packet, PacketPool, NO_VLAN};
+use freeway_packet::{parse, Packet, PacketPool};
 use freeway_route::{Fib, Rib};
 use freeway_sync::Tick;
 use serde::Serialize;
@@ -658,95 +658,15 @@ fn dest(p: &Packet) -> Option<IpAddr> {
     }
 }
 
-/// One line about a parsed frame.
+/// One line about a parsed frame: its addresses, then tcpdump's summary of it.
 fn describe(p: &Packet) -> String {
     let f = p.data();
-    let m = &p.meta;
-    let mut s = format!(
-        "{} > {}",
+    format!(
+        "{} > {}, {}",
         Mac(f[6..12].try_into().expect("14 bytes")),
-        Mac(f[0..6].try_into().expect("14 bytes"))
-    );
-    if m.vlan_depth > 0 && m.vlan != NO_VLAN {
-        let _ = write!(s, ", vlan {}", m.vlan);
-    }
-    let l3 = usize::from(m.l3_off);
-    match m.ethertype {
-        0x0806 => {
-            if let Some(b) = f.get(l3..l3 + 28) {
-                let op = u16::from_be_bytes([b[6], b[7]]);
-                let spa = Ipv4Addr::new(b[14], b[15], b[16], b[17]);
-                let tpa = Ipv4Addr::new(b[24], b[25], b[26], b[27]);
-                let _ = match op {
-                    1 => write!(s, ", ARP who-has {tpa} tell {spa}"),
-                    2 => write!(s, ", ARP {spa} is-at {}", Mac(b[8..14].try_into().expect("6"))),
-                    _ => write!(s, ", ARP op {op}"),
-                };
-            }
-        }
-        0x0800 | 0x86dd => {
-            let (src, dst, ttl) = if m.ethertype == 0x0800 {
-                match f.get(l3..l3 + 20) {
-                    Some(h) => (
-                        IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15])),
-                        IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19])),
-                        h[8],
-                    ),
-                    None => return s,
-                }
-            } else {
-                match f.get(l3..l3 + 40) {
-                    Some(h) => (
-                        IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&h[8..24]).expect("16"))),
-                        IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&h[24..40]).expect("16"))),
-                        h[7],
-                    ),
-                    None => return s,
-                }
-            };
-            let l4 = usize::from(m.l4_off);
-            let ports = f
-                .get(l4..l4 + 4)
-                .map(|b| (u16::from_be_bytes([b[0], b[1]]), u16::from_be_bytes([b[2], b[3]])));
-            let _ = match (m.ip_proto, ports) {
-                (6, Some((a, b))) => {
-                    let fl = f.get(l4 + 13).copied().unwrap_or(0);
-                    write!(s, ", {src}.{a} > {dst}.{b}: tcp flags [{}]", flag_names(fl))
-                }
-                (17, Some((a, b))) => write!(s, ", {src}.{a} > {dst}.{b}: udp"),
-                (1, Some((ty, _))) | (58, Some((ty, _))) => {
-                    write!(s, ", {src} > {dst}: icmp type {} code {}", ty >> 8, ty & 0xff)
-                }
-                (pr, _) => write!(s, ", {src} > {dst}: proto {pr}"),
-            };
-            let _ = write!(s, ", ttl {ttl}");
-        }
-        e => {
-            let _ = write!(s, ", ethertype 0x{e:04x}");
-        }
-    }
-    let _ = write!(s, ", length {}", f.len());
-    s
-}
-
-fn flag_names(f: u8) -> String {
-    let mut s = String::new();
-    for (b, c) in [
-        (0x02, 'S'),
-        (0x01, 'F'),
-        (0x04, 'R'),
-        (0x08, 'P'),
-        (0x20, 'U'),
-        (0x10, '.'),
-    ] {
-        if f & b != 0 {
-            s.push(c);
-        }
-    }
-    if s.is_empty() {
-        s.push_str("none");
-    }
-    s
+        Mac(f[0..6].try_into().expect("14 bytes")),
+        crate::decode::summary(f)
+    )
 }
 
 /// The trace as `freeway ctl trace` prints it, and as JSON.
@@ -797,7 +717,7 @@ mod tests {
         assert_eq!(dest(&pkt), Some(IpAddr::V4(Ipv4Addr::new(10, 2, 0, 9))));
         let d = describe(&pkt);
         assert!(
-            d.contains("10.1.0.2.1024 > 10.2.0.9.443: tcp flags [S.]") && d.contains("vlan 20"),
+            d.contains("vlan 20, IP 10.1.0.2.1024 > 10.2.0.9.443: Flags [S.]"),
             "{d}"
         );
     }
