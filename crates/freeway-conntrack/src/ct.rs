@@ -32,7 +32,7 @@ use crate::dump::ConnRecord;
 use crate::expiry::{Expirer, Remover};
 use crate::extract::{walk, Flow, L4Info, TcpSeg};
 use crate::key::{Key, Tuple};
-use crate::table::{pin, Conn, ConnPtr, Guard, Kind, Table, ASSURED, SEEN_REPLY};
+use crate::table::{pin, Conn, ConnPtr, Guard, Kind, NodeCache, Table, ASSURED, SEEN_REPLY};
 use crate::tcp::{self, state as ts, TcpConn, Update};
 use crate::timeout::{TimeoutClass, Timeouts};
 use crate::{CtResult, CtState, InvalidReason};
@@ -294,6 +294,7 @@ impl Conntrack {
             s: self.s.clone(),
             queue,
             stats,
+            nodes: std::cell::RefCell::new(self.s.table.node_cache()),
             now: self.s.clock.now(),
         }
     }
@@ -468,6 +469,10 @@ pub struct CtWorker {
     s: Arc<Shared>,
     queue: Arc<ArrayQueue<ConnPtr>>,
     stats: Arc<CachePadded<WorkerStats>>,
+    /// Free connection nodes (recycled by the table after expiry). A `RefCell` because the
+    /// tracking methods take `&self` (the global-lock baseline's guard borrows the shared
+    /// state); borrowed only in `create`, never re-entrantly.
+    nodes: std::cell::RefCell<NodeCache>,
     now: Tick,
 }
 
@@ -719,7 +724,10 @@ impl CtWorker {
         if let Err(r) = self.s.reserve(zone) {
             return invalid(r, false);
         }
-        let node = Conn::new(key, src_lo, kind, state, 0, tcp, self.now + to.ms(class));
+        let node =
+            self.nodes
+                .borrow_mut()
+                .alloc(Conn::value(key, src_lo, kind, state, 0, tcp, self.now + to.ms(class)));
         let s = &self.s;
         match s.table.insert(node, h, g) {
             Ok(c) => {
