@@ -1,7 +1,7 @@
 //! Runs the conntrack benchmarks and prints their numbers.
 //!
 //! ```sh
-//! cargo run --release -p freeway-conntrack --example ct_bench -- [ovs|churn|large|all] [runs]
+//! cargo run --release -p freeway-conntrack --example ct_bench -- [ovs|ovs1|churn|churn1|large|large1|all] [runs]
 //! ```
 use std::time::Duration;
 
@@ -68,6 +68,20 @@ fn main() {
             let ms: Vec<u128> = hs.into_iter().map(|h| h.join().unwrap().as_millis()).collect();
             println!("two independent N=1 runs at once: {ms:?} ms");
         }
+    }
+    if what == "churn1" {
+        // One worker, FIN teardown, `runs` x 100,000 connections (for instruction counts).
+        let r = churn(1, runs * 100_000, Teardown::Fin, 65_536);
+        println!(
+            "churn1: {:.2}M conns/s unexpected={}",
+            r.conns_per_sec[0] / 1e6,
+            r.unexpected
+        );
+    }
+    if what == "large1" {
+        // One worker over `runs` x 100,000 connections, 1M packets (for instruction counts).
+        let r = large_table(1, runs * 100_000, 1_000_000);
+        println!("large1: {:.2} Mpps unexpected={}", r.pps[0] / 1e6, r.unexpected);
     }
     if what == "churn" || what == "all" {
         for t in [1, 2] {

@@ -30,9 +30,9 @@ use serde::Serialize;
 
 use crate::dump::ConnRecord;
 use crate::expiry::{Expirer, Remover};
-use crate::extract::{classify, Class, L4Info, TcpSeg};
+use crate::extract::{walk, Flow, L4Info, TcpSeg};
 use crate::key::{Key, Tuple};
-use crate::table::{pin, Conn, ConnPtr, Guard, Kind, Table, ASSURED, SEEN_REPLY};
+use crate::table::{pin, Conn, ConnPtr, Guard, Kind, NodeCache, Table, ASSURED, SEEN_REPLY};
 use crate::tcp::{self, state as ts, TcpConn, Update};
 use crate::timeout::{TimeoutClass, Timeouts};
 use crate::{CtResult, CtState, InvalidReason};
@@ -113,7 +113,8 @@ pub struct TrackFlags {
 /// Per-worker counters (single writer: the worker).
 #[derive(Default)]
 pub(crate) struct WorkerStats {
-    packets: Counter,
+    // No per-packet total: every packet lands in exactly one state counter, and
+    // `Conntrack::stats` sums them (one counter write per packet instead of two).
     new: Counter,
     established: Counter,
     related: Counter,
@@ -132,8 +133,10 @@ pub(crate) struct Shared {
     pub(crate) count: CachePadded<AtomicUsize>,
     pub(crate) zone_count: Box<[AtomicU32]>,
     zone_limit: Box<[AtomicU32]>,
-    policies: Box<[Timeouts]>,
-    zone_policy: Box<[u8]>,
+    /// Policy 0 is the default; unused entries are copies of it (fixed size: a `u8` index
+    /// needs no bounds check).
+    policies: Box<[Timeouts; 256]>,
+    zone_policy: Box<[u8; ZONES]>,
     tcp_loose: bool,
     pub(crate) queues: Mutex<Vec<Arc<ArrayQueue<ConnPtr>>>>,
     pub(crate) remover: Mutex<Remover>,
@@ -149,8 +152,7 @@ pub(crate) struct Shared {
 impl Shared {
     #[inline(always)]
     pub(crate) fn timeouts(&self, zone: u16) -> &Timeouts {
-        // `zone_policy` has ZONES entries and every value indexes `policies` (both built in
-        // `Conntrack::new`): these index checks never fail.
+        // Both arrays are indexed by the full range of their index type: no checks.
         &self.policies[usize::from(self.zone_policy[usize::from(zone)])]
     }
 
@@ -242,11 +244,12 @@ impl Conntrack {
         for &(z, l) in &cfg.zone_limits {
             zone_limit[usize::from(z)].store(l, Ordering::Relaxed);
         }
-        let mut policies = vec![cfg.timeouts];
-        let mut zone_policy = vec![0u8; ZONES].into_boxed_slice();
-        for (z, t) in &cfg.zone_timeouts {
-            policies.push(*t);
-            zone_policy[usize::from(*z)] = (policies.len() - 1) as u8;
+        let mut policies: Box<[Timeouts; 256]> = Box::new([cfg.timeouts; 256]);
+        let mut zone_policy: Box<[u8; ZONES]> = vec![0u8; ZONES].into_boxed_slice().try_into().expect("ZONES entries");
+        // `validate` allows at most 255 per-zone policies: indexes 1..=255.
+        for (i, (z, t)) in cfg.zone_timeouts.iter().enumerate() {
+            policies[i + 1] = *t;
+            zone_policy[usize::from(*z)] = (i + 1) as u8;
         }
         let s = Arc::new(Shared {
             table: Table::new(cfg.max.div_ceil(2), seed),
@@ -255,7 +258,7 @@ impl Conntrack {
             count: CachePadded::new(AtomicUsize::new(0)),
             zone_count: (0..ZONES).map(|_| AtomicU32::new(0)).collect(),
             zone_limit,
-            policies: policies.into_boxed_slice(),
+            policies,
             zone_policy,
             tcp_loose: cfg.tcp_loose,
             queues: Mutex::new(Vec::new()),
@@ -291,6 +294,7 @@ impl Conntrack {
             s: self.s.clone(),
             queue,
             stats,
+            nodes: std::cell::RefCell::new(self.s.table.node_cache()),
             now: self.s.clock.now(),
         }
     }
@@ -430,7 +434,6 @@ impl Conntrack {
         }
         let mut inv = [0u64; InvalidReason::COUNT];
         for w in self.s.workers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            st.packets += w.packets.get();
             st.new += w.new.get();
             st.established += w.established.get();
             st.related += w.related.get();
@@ -449,6 +452,7 @@ impl Conntrack {
                 st.invalid_by_reason.insert(r.name().to_string(), n);
             }
         }
+        st.packets = st.new + st.established + st.related + st.untracked + st.invalid;
         st
     }
 }
@@ -465,6 +469,10 @@ pub struct CtWorker {
     s: Arc<Shared>,
     queue: Arc<ArrayQueue<ConnPtr>>,
     stats: Arc<CachePadded<WorkerStats>>,
+    /// Free connection nodes (recycled by the table after expiry). A `RefCell` because the
+    /// tracking methods take `&self` (the global-lock baseline's guard borrows the shared
+    /// state); borrowed only in `create`, never re-entrantly.
+    nodes: std::cell::RefCell<NodeCache>,
     now: Tick,
 }
 
@@ -568,12 +576,14 @@ impl CtWorker {
     /// Tracks one packet: `frame` with the metadata `freeway_packet::parse` filled in.
     #[inline]
     pub fn track(&mut self, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, flags: TrackFlags) -> CtResult {
-        self.stats.packets.inc();
-        let r = match classify(frame, meta, flags.l3_csum_verified) {
-            Class::Track(t, l4) => self.track_tuple(g, &t, l4, zone, flags.commit),
-            Class::IcmpError(t) => self.related(g, &t, zone),
-            Class::Untracked => CtResult::orig(CtState::Untracked),
-            Class::Invalid(r) => invalid(r, false),
+        let r = match walk::<Flow>(frame, meta, flags.l3_csum_verified) {
+            Flow::Track(mut key, src_lo, l4) => {
+                key.set_zone(zone);
+                self.track_key(g, key, src_lo, l4, zone, flags.commit)
+            }
+            Flow::IcmpError(t) => self.related(g, &t, zone),
+            Flow::Untracked => CtResult::orig(CtState::Untracked),
+            Flow::Invalid(r) => invalid(r, false),
         };
         let c = match r.state {
             CtState::New => &self.stats.new,
@@ -586,10 +596,9 @@ impl CtWorker {
         r
     }
 
-    /// Tracks a packet already reduced to its tuple and L4 information.
+    /// Tracks a packet already reduced to its key (in `zone`) and L4 information.
     #[inline(always)]
-    fn track_tuple(&self, g: &Guard, t: &Tuple, l4: L4Info, zone: u16, commit: bool) -> CtResult {
-        let (key, src_lo) = Key::new(t, zone);
+    fn track_key(&self, g: &Guard, key: Key, src_lo: bool, l4: L4Info, zone: u16, commit: bool) -> CtResult {
         let h = self.s.table.hash(&key);
         let s = &self.s;
         let _global = s.global.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
@@ -715,7 +724,10 @@ impl CtWorker {
         if let Err(r) = self.s.reserve(zone) {
             return invalid(r, false);
         }
-        let node = Conn::new(key, src_lo, kind, state, 0, tcp, self.now + to.ms(class));
+        let node =
+            self.nodes
+                .borrow_mut()
+                .alloc(Conn::value(key, src_lo, kind, state, 0, tcp, self.now + to.ms(class)));
         let s = &self.s;
         match s.table.insert(node, h, g) {
             Ok(c) => {

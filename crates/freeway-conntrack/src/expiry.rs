@@ -31,7 +31,7 @@ use std::time::Duration;
 use freeway_sync::Tick;
 
 use crate::ct::{Conntrack, Shared};
-use crate::table::{pin, ConnPtr};
+use crate::table::{pin, ConnPtr, RetireBatch};
 
 /// The remover's bookkeeping (see the module docs).
 #[derive(Default)]
@@ -51,13 +51,14 @@ impl Remover {
         }
     }
 
-    /// Unlinks list entry `i` (swap-removing it from the list).
-    fn remove_at(&mut self, s: &Shared, i: usize, g: &crate::table::Guard) {
+    /// Unlinks list entry `i` (swap-removing it from the list) into `batch`.
+    fn remove_at(&mut self, s: &Shared, i: usize, g: &crate::table::Guard, batch: &mut RetireBatch) {
         let p = self.list.swap_remove(i);
         // SAFETY: invariant 1: `p` is linked; we are the only remover (mutex held).
         let zone = unsafe { (*p.0).key().zone() };
-        // SAFETY: as above; `p` is dropped from the list, so it is removed once.
-        let linked = unsafe { s.table.remove(p.0, g) };
+        // SAFETY: as above; `p` is dropped from the list, so it is removed once; the batch is
+        // retired in this table by the caller.
+        let linked = unsafe { s.table.unlink(p.0, g, batch) };
         debug_assert!(linked, "a listed connection was not linked");
         s.release(zone);
     }
@@ -67,6 +68,7 @@ impl Remover {
     pub(crate) fn sweep(&mut self, s: &Shared, now: Tick, budget: usize) -> usize {
         self.drain(s);
         let g = pin();
+        let mut batch = RetireBatch::default();
         let mut removed = 0;
         let n = self.list.len().min(budget);
         if n == self.list.len() {
@@ -81,13 +83,14 @@ impl Remover {
             // SAFETY: invariant 1.
             let c = unsafe { &*self.list[i].0 };
             if c.expires() <= now {
-                self.remove_at(s, i, &g);
+                self.remove_at(s, i, &g, &mut batch);
                 removed += 1;
             } else {
                 i += 1;
             }
         }
         self.cursor = i;
+        s.table.retire_batch(batch, &g);
         s.expired.fetch_add(removed as u64, Ordering::Relaxed);
         removed
     }
@@ -96,19 +99,21 @@ impl Remover {
     pub(crate) fn flush(&mut self, s: &Shared, zone: Option<u16>) -> usize {
         self.drain(s);
         let g = pin();
+        let mut batch = RetireBatch::default();
         let mut removed = 0;
         let mut i = 0;
         while i < self.list.len() {
             // SAFETY: invariant 1.
             let c = unsafe { &*self.list[i].0 };
             if zone.is_none_or(|z| c.key().zone() == z) {
-                self.remove_at(s, i, &g);
+                self.remove_at(s, i, &g, &mut batch);
                 removed += 1;
             } else {
                 i += 1;
             }
         }
         self.cursor = 0;
+        s.table.retire_batch(batch, &g);
         s.flushed.fetch_add(removed as u64, Ordering::Relaxed);
         removed
     }

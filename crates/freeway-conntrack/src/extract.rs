@@ -21,7 +21,7 @@ use freeway_packet::checksum;
 use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP};
 use freeway_packet::{Meta, NO_OFFSET};
 
-use crate::key::Tuple;
+use crate::key::{Key, Tuple};
 use crate::InvalidReason;
 
 /// A TCP segment as the tracker needs it.
@@ -70,6 +70,133 @@ pub enum Class {
     Invalid(InvalidReason),
 }
 
+/// Builds the result of the header walk: [`Class`] for [`classify`], or [`Flow`] (the
+/// table key directly, without going through a 128-bit [`Tuple`]) for the tracker.
+pub(crate) trait Sink: Sized {
+    /// A tracked IPv4 packet.
+    fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self;
+    /// A tracked IPv6 packet.
+    fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self;
+    /// An ICMP error about a packet with tuple `t`.
+    fn icmp_error(t: Tuple) -> Self;
+    /// Not tracked.
+    fn untracked() -> Self;
+    /// Invalid.
+    fn invalid(r: InvalidReason) -> Self;
+}
+
+impl Sink for Class {
+    #[inline(always)]
+    fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
+        let t = Tuple {
+            src: u128::from(src),
+            dst: u128::from(dst),
+            sport,
+            dport,
+            proto,
+            v6: false,
+        };
+        Class::Track(t, l4)
+    }
+    #[inline(always)]
+    fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
+        let t = Tuple {
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+            v6: true,
+        };
+        Class::Track(t, l4)
+    }
+    #[inline(always)]
+    fn icmp_error(t: Tuple) -> Self {
+        Class::IcmpError(t)
+    }
+    #[inline(always)]
+    fn untracked() -> Self {
+        Class::Untracked
+    }
+    #[inline(always)]
+    fn invalid(r: InvalidReason) -> Self {
+        Class::Invalid(r)
+    }
+}
+
+/// [`Class`] with the key already built (in zone 0: set the zone with [`Key::set_zone`]).
+pub(crate) enum Flow {
+    /// Track under this key; `bool`: the packet's source is the key's low endpoint.
+    Track(Key, bool, L4Info),
+    /// As [`Class::IcmpError`].
+    IcmpError(Tuple),
+    /// As [`Class::Untracked`].
+    Untracked,
+    /// As [`Class::Invalid`].
+    Invalid(InvalidReason),
+}
+
+impl Sink for Flow {
+    #[inline(always)]
+    fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
+        let (k, lo) = Key::new_v4(src, dst, sport, dport, proto, 0);
+        Flow::Track(k, lo, l4)
+    }
+    #[inline(always)]
+    fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
+        let t = Tuple {
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+            v6: true,
+        };
+        let (k, lo) = Key::new(&t, 0);
+        Flow::Track(k, lo, l4)
+    }
+    #[inline(always)]
+    fn icmp_error(t: Tuple) -> Self {
+        Flow::IcmpError(t)
+    }
+    #[inline(always)]
+    fn untracked() -> Self {
+        Flow::Untracked
+    }
+    #[inline(always)]
+    fn invalid(r: InvalidReason) -> Self {
+        Flow::Invalid(r)
+    }
+}
+
+/// Addresses of a packet, by family.
+trait Addrs: Copy {
+    const V6: bool;
+    fn track<S: Sink>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> S;
+}
+
+#[derive(Clone, Copy)]
+struct A4(u32, u32);
+
+#[derive(Clone, Copy)]
+struct A6(u128, u128);
+
+impl Addrs for A4 {
+    const V6: bool = false;
+    #[inline(always)]
+    fn track<S: Sink>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> S {
+        S::v4(self.0, self.1, sport, dport, proto, l4)
+    }
+}
+
+impl Addrs for A6 {
+    const V6: bool = true;
+    #[inline(always)]
+    fn track<S: Sink>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> S {
+        S::v6(self.0, self.1, sport, dport, proto, l4)
+    }
+}
+
 #[inline(always)]
 fn rd16(f: &[u8], i: usize) -> u16 {
     u16::from_be_bytes([f[i], f[i + 1]])
@@ -91,109 +218,108 @@ fn rd128(f: &[u8], i: usize) -> u128 {
 /// already checked (by an earlier pass or by hardware).
 #[inline(always)]
 pub fn classify(f: &[u8], meta: &Meta, l3_csum_verified: bool) -> Class {
+    walk(f, meta, l3_csum_verified)
+}
+
+/// [`classify`], producing any [`Sink`].
+#[inline(always)]
+pub(crate) fn walk<S: Sink>(f: &[u8], meta: &Meta, l3_csum_verified: bool) -> S {
     let l3 = usize::from(meta.l3_off);
     if meta.l3_off == NO_OFFSET {
-        return Class::Untracked;
+        return S::untracked();
     }
     match meta.ethertype {
         ETHERTYPE_IPV4 => ipv4(f, l3, meta, l3_csum_verified),
         ETHERTYPE_IPV6 => ipv6(f, l3, meta),
-        _ => Class::Untracked,
+        _ => S::untracked(),
     }
 }
 
 #[inline(always)]
-fn ipv4(f: &[u8], l3: usize, meta: &Meta, verified: bool) -> Class {
-    if f.len() < l3 + 20 {
-        return Class::Invalid(InvalidReason::Malformed);
-    }
-    let hl = usize::from(f[l3] & 0x0f) * 4;
-    let tot = usize::from(rd16(f, l3 + 2));
+fn ipv4<S: Sink>(f: &[u8], l3: usize, meta: &Meta, verified: bool) -> S {
+    // One bounds check for the fixed header; the reads below index inside it.
+    let Some(h) = f.get(l3..l3 + 20) else {
+        return S::invalid(InvalidReason::Malformed);
+    };
+    let hl = usize::from(h[0] & 0x0f) * 4;
+    let tot = usize::from(rd16(h, 2));
     let end = l3 + tot;
     if hl < 20 || tot < hl || end > f.len() {
-        return Class::Invalid(InvalidReason::Malformed);
+        return S::invalid(InvalidReason::Malformed);
     }
     if !verified && !checksum::verify(&f[l3..l3 + hl]) {
-        return Class::Invalid(InvalidReason::IpChecksum);
+        return S::invalid(InvalidReason::IpChecksum);
     }
-    if rd16(f, l3 + 6) & 0x3fff != 0 {
-        return Class::Invalid(InvalidReason::Fragment);
+    if rd16(h, 6) & 0x3fff != 0 {
+        return S::invalid(InvalidReason::Fragment);
     }
-    let src = u128::from(rd32(f, l3 + 12));
-    let dst = u128::from(rd32(f, l3 + 16));
-    l4(f, meta.l4_off, end, meta.ip_proto, src, dst, false)
+    let a = A4(rd32(h, 12), rd32(h, 16));
+    l4(f, meta.l4_off, end, meta.ip_proto, a)
 }
 
 #[inline(always)]
-fn ipv6(f: &[u8], l3: usize, meta: &Meta) -> Class {
+fn ipv6<S: Sink>(f: &[u8], l3: usize, meta: &Meta) -> S {
     if f.len() < l3 + 40 {
-        return Class::Invalid(InvalidReason::Malformed);
+        return S::invalid(InvalidReason::Malformed);
     }
     let end = l3 + 40 + usize::from(rd16(f, l3 + 4));
     if end > f.len() {
-        return Class::Invalid(InvalidReason::Malformed);
+        return S::invalid(InvalidReason::Malformed);
     }
     if meta.l4_off == NO_OFFSET {
-        return Class::Invalid(InvalidReason::Fragment);
+        return S::invalid(InvalidReason::Fragment);
     }
-    let src = rd128(f, l3 + 8);
-    let dst = rd128(f, l3 + 24);
-    l4(f, meta.l4_off, end, meta.ip_proto, src, dst, true)
+    let a = A6(rd128(f, l3 + 8), rd128(f, l3 + 24));
+    l4(f, meta.l4_off, end, meta.ip_proto, a)
 }
 
 #[inline(always)]
-fn l4(f: &[u8], l4_off: u16, end: usize, proto: u8, src: u128, dst: u128, v6: bool) -> Class {
-    let mut t = Tuple {
-        src,
-        dst,
-        sport: 0,
-        dport: 0,
-        proto,
-        v6,
-    };
+fn l4<S: Sink, A: Addrs>(f: &[u8], l4_off: u16, end: usize, proto: u8, a: A) -> S {
+    let v6 = A::V6;
     if l4_off == NO_OFFSET {
         return match proto {
-            IPPROTO_TCP | IPPROTO_UDP | IPPROTO_ICMP | IPPROTO_ICMPV6 => Class::Invalid(InvalidReason::Malformed),
-            _ => Class::Track(t, L4Info::Generic),
+            IPPROTO_TCP | IPPROTO_UDP | IPPROTO_ICMP | IPPROTO_ICMPV6 => S::invalid(InvalidReason::Malformed),
+            _ => a.track(0, 0, proto, L4Info::Generic),
         };
     }
     let l4 = usize::from(l4_off);
+    // `end <= f.len()` (checked by the callers), so `f[..end]` never fails and the reads
+    // below need only the checks against `end`.
+    let f = &f[..end];
     match proto {
         IPPROTO_UDP => {
-            if l4 + 8 > end {
-                return Class::Invalid(InvalidReason::Malformed);
-            }
-            let ulen = usize::from(rd16(f, l4 + 4));
+            let Some(u) = f.get(l4..l4 + 8) else {
+                return S::invalid(InvalidReason::Malformed);
+            };
+            let ulen = usize::from(rd16(u, 4));
             if ulen < 8 || ulen > end - l4 {
-                return Class::Invalid(InvalidReason::L4Length);
+                return S::invalid(InvalidReason::L4Length);
             }
-            t.sport = rd16(f, l4);
-            t.dport = rd16(f, l4 + 2);
-            Class::Track(t, L4Info::Udp)
+            a.track(rd16(u, 0), rd16(u, 2), proto, L4Info::Udp)
         }
         IPPROTO_TCP => {
-            if l4 + 20 > end {
-                return Class::Invalid(InvalidReason::Malformed);
-            }
-            let doff = usize::from(f[l4 + 12] >> 4) * 4;
+            let Some(h) = f.get(l4..l4 + 20) else {
+                return S::invalid(InvalidReason::Malformed);
+            };
+            let doff = usize::from(h[12] >> 4) * 4;
             if doff < 20 || l4 + doff > end {
-                return Class::Invalid(InvalidReason::Malformed);
+                return S::invalid(InvalidReason::Malformed);
             }
-            t.sport = rd16(f, l4);
-            t.dport = rd16(f, l4 + 2);
-            let flags = f[l4 + 13];
+            let flags = h[13];
             let wscale = if flags & 0x02 != 0 {
                 wscale_option(&f[l4 + 20..l4 + doff])
             } else {
                 None
             };
-            Class::Track(
-                t,
+            a.track(
+                rd16(h, 0),
+                rd16(h, 2),
+                proto,
                 L4Info::Tcp(TcpSeg {
                     flags,
-                    seq: rd32(f, l4 + 4),
-                    ack: rd32(f, l4 + 8),
-                    win: rd16(f, l4 + 14),
+                    seq: rd32(h, 4),
+                    ack: rd32(h, 8),
+                    win: rd16(h, 14),
                     len: (end - l4 - doff) as u32,
                     wscale,
                 }),
@@ -201,18 +327,14 @@ fn l4(f: &[u8], l4_off: u16, end: usize, proto: u8, src: u128, dst: u128, v6: bo
         }
         IPPROTO_ICMP | IPPROTO_ICMPV6 => {
             if l4 + 8 > end {
-                return Class::Invalid(InvalidReason::Malformed);
+                return S::invalid(InvalidReason::Malformed);
             }
             let ty = f[l4];
             let (req, rep) = if v6 { (128, 129) } else { (8, 0) };
             if ty == req || ty == rep {
                 let id = rd16(f, l4 + 4);
-                if ty == req {
-                    t.sport = id;
-                } else {
-                    t.dport = id;
-                }
-                return Class::Track(t, L4Info::Echo { request: ty == req });
+                let (sport, dport) = if ty == req { (id, 0) } else { (0, id) };
+                return a.track(sport, dport, proto, L4Info::Echo { request: ty == req });
             }
             let is_error = if v6 {
                 matches!(ty, 1..=4)
@@ -221,17 +343,17 @@ fn l4(f: &[u8], l4_off: u16, end: usize, proto: u8, src: u128, dst: u128, v6: bo
             };
             if is_error {
                 return match inner(f, l4 + 8, end, v6) {
-                    Some(t) => Class::IcmpError(t),
-                    None => Class::Invalid(InvalidReason::IcmpInner),
+                    Some(t) => S::icmp_error(t),
+                    None => S::invalid(InvalidReason::IcmpInner),
                 };
             }
             if v6 && matches!(ty, 130..=137 | 143) {
                 // Multicast listener and neighbour discovery: link-local control, untracked.
-                return Class::Untracked;
+                return S::untracked();
             }
-            Class::Invalid(InvalidReason::IcmpType)
+            S::invalid(InvalidReason::IcmpType)
         }
-        _ => Class::Track(t, L4Info::Generic),
+        _ => a.track(0, 0, proto, L4Info::Generic),
     }
 }
 

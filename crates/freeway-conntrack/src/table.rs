@@ -18,8 +18,21 @@
 //!   takes). Removing the head node is a CAS on the bucket (retried if an insert moved the
 //!   head); removing an interior node is a `Release` store into its predecessor's `next`,
 //!   which is safe because inserters only ever write bucket heads, never `next` links of
-//!   published nodes. Unlinked nodes are freed after an epoch grace period (crossbeam-epoch;
-//!   under `--cfg loom` they are kept until the table drops).
+//!   published nodes. Unlinked nodes are recycled after an epoch grace period
+//!   (crossbeam-epoch; under `--cfg loom` they are kept until the table drops).
+//!
+//! # Node recycling
+//!
+//! Allocating and freeing a 64-byte-aligned node per connection (`posix_memalign`, and frees
+//! on another thread than the allocation) was a large share of a new connection's cost. So
+//! the remover retires unlinked nodes in batches ([`Table::retire_batch`]): one epoch
+//! deferral per batch, not per node, whose only work after the grace period is to push the
+//! batch, as chunks of at most [`RECYCLE_CHUNK`] pointers, onto a lock-free queue of free
+//! nodes. A worker keeps a private stack of free nodes ([`NodeCache`]) and refills it with
+//! one chunk from that queue when it runs dry (allocating a fresh node only if the queue is
+//! empty too). A recycled node is reused only after its grace period, exactly as memory
+//! returned to the allocator would be, so readers and inserters see nothing new. Free nodes
+//! are bounded by the nodes that were ever linked at once plus those in grace periods.
 //!
 //! # Node layout
 //!
@@ -31,7 +44,8 @@
 //! # Invariants
 //!
 //! 1. A node reachable from a bucket is fully initialised (published with `Release`).
-//! 2. A node is freed only after it was unlinked *and* an epoch grace period passed.
+//! 2. A node is freed or reused only after it was unlinked *and* an epoch grace period
+//!    passed.
 //! 3. Inserters write only bucket heads; only the remover writes `next` links of published
 //!    nodes. Keys are immutable after publication and unique within the table.
 //! 4. The TCP tracker state of a node is touched only with the node's lock held; the lock is
@@ -148,7 +162,13 @@ impl Drop for TcpLock<'_> {
 impl Conn {
     /// A new, unpublished connection.
     pub fn new(key: Key, orig_lo: bool, kind: Kind, state: u8, status: u8, tcp: TcpConn, expires: Tick) -> Box<Conn> {
-        Box::new(Conn {
+        Box::new(Conn::value(key, orig_lo, kind, state, status, tcp, expires))
+    }
+
+    /// A new connection, by value (to be placed in a recycled node, [`NodeCache::alloc`]).
+    #[inline(always)]
+    pub fn value(key: Key, orig_lo: bool, kind: Kind, state: u8, status: u8, tcp: TcpConn, expires: Tick) -> Conn {
+        Conn {
             key,
             next: AtomicPtr::new(std::ptr::null_mut()),
             orig_lo: AtomicBool::new(orig_lo),
@@ -160,7 +180,7 @@ impl Conn {
                 lock: AtomicBool::new(false),
                 tcp: UnsafeCell::new(tcp),
             },
-        })
+        }
     }
 
     /// The key.
@@ -246,11 +266,100 @@ pub struct ConnPtr(pub(crate) *const Conn);
 // by the remover while the node is still linked (only the remover unlinks).
 unsafe impl Send for ConnPtr {}
 
+/// Most free nodes per chunk of the shared free-node queue.
+pub const RECYCLE_CHUNK: usize = 1024;
+
+/// Free nodes (unlinked, past their grace period), as chunks of raw `Box<Conn>` pointers.
+/// Shared by the table and the pending deferrals; frees what it still holds on drop.
+#[derive(Default)]
+struct FreeNodes {
+    #[cfg(not(loom))]
+    q: crossbeam_queue::SegQueue<Vec<usize>>,
+}
+
+impl FreeNodes {
+    #[cfg(not(loom))]
+    fn push(&self, v: Vec<usize>) {
+        if !v.is_empty() {
+            self.q.push(v);
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for FreeNodes {
+    fn drop(&mut self) {
+        while let Some(v) = self.q.pop() {
+            for p in v {
+                // SAFETY: each pointer came from `Box::into_raw` of a node that was unlinked
+                // and whose grace period passed; it is in exactly one chunk, freed once.
+                drop(unsafe { Box::from_raw(p as *mut Conn) });
+            }
+        }
+    }
+}
+
+/// A worker's private stack of free nodes (see "Node recycling" above). Not shared.
+#[derive(Default)]
+pub struct NodeCache {
+    free: Vec<usize>,
+    #[cfg(not(loom))]
+    shared: Option<std::sync::Arc<FreeNodes>>,
+}
+
+impl NodeCache {
+    /// Places `c` in a free node (a recycled one when there is one) as an unpublished box.
+    #[inline]
+    pub fn alloc(&mut self, c: Conn) -> Box<Conn> {
+        #[cfg(not(loom))]
+        {
+            if self.free.is_empty() {
+                if let Some(v) = self.shared.as_ref().and_then(|s| s.q.pop()) {
+                    self.free = v;
+                }
+            }
+            if let Some(p) = self.free.pop() {
+                let p = p as *mut Conn;
+                // SAFETY: `p` is a `Box<Conn>` allocation that was unlinked and whose grace
+                // period passed (invariant 2), now owned by this cache alone; `Conn` has no
+                // drop glue, so overwriting the stale value leaks nothing.
+                unsafe {
+                    p.write(c);
+                    return Box::from_raw(p);
+                }
+            }
+        }
+        Box::new(c)
+    }
+}
+
+impl Drop for NodeCache {
+    fn drop(&mut self) {
+        #[cfg(not(loom))]
+        if let Some(s) = &self.shared {
+            s.push(std::mem::take(&mut self.free));
+            return;
+        }
+        for p in self.free.drain(..) {
+            // SAFETY: as in `FreeNodes::drop`; the cache owns its free nodes.
+            drop(unsafe { Box::from_raw(p as *mut Conn) });
+        }
+    }
+}
+
+/// Nodes the remover has unlinked and not yet handed to [`Table::retire_batch`].
+#[derive(Default)]
+pub struct RetireBatch {
+    nodes: Vec<usize>,
+}
+
 /// The table.
 pub struct Table {
     buckets: Box<[AtomicPtr<Conn>]>,
     mask: usize,
     seed: u64,
+    #[cfg_attr(loom, allow(dead_code))]
+    free: std::sync::Arc<FreeNodes>,
     #[cfg(loom)]
     retired: std::sync::Mutex<Vec<usize>>,
 }
@@ -269,8 +378,18 @@ impl Table {
             buckets: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             mask: n - 1,
             seed,
+            free: std::sync::Arc::new(FreeNodes::default()),
             #[cfg(loom)]
             retired: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A worker's cache of free nodes, fed by this table's recycled nodes.
+    pub fn node_cache(&self) -> NodeCache {
+        NodeCache {
+            free: Vec::new(),
+            #[cfg(not(loom))]
+            shared: Some(self.free.clone()),
         }
     }
 
@@ -342,6 +461,19 @@ impl Table {
     /// Only one thread may remove at a time, `p` must have been published in this table and
     /// not removed before, and the caller must be pinned with `g`.
     pub unsafe fn remove(&self, p: *const Conn, g: &Guard) -> bool {
+        let mut batch = RetireBatch::default();
+        // SAFETY: the contract is the same.
+        let linked = unsafe { self.unlink(p, g, &mut batch) };
+        self.retire_batch(batch, g);
+        linked
+    }
+
+    /// *Remover only.* Unlinks `p` and adds it to `batch`, to be retired with
+    /// [`Table::retire_batch`]. Returns false if `p` was not linked.
+    ///
+    /// # Safety
+    /// As [`Table::remove`]; and `batch` must be retired in this table.
+    pub unsafe fn unlink(&self, p: *const Conn, _g: &Guard, batch: &mut RetireBatch) -> bool {
         // SAFETY: per the contract `p` is still linked, so not freed.
         let n = unsafe { &*p };
         let b = self.bucket(self.hash(&n.key));
@@ -371,9 +503,17 @@ impl Table {
             }
             return false;
         }
-        // SAFETY: `p` is unlinked and removed once; freeing waits for current readers.
-        unsafe { self.retire(p, g) };
+        batch.nodes.push(p as usize);
         true
+    }
+
+    /// Retires the nodes of `batch` (all unlinked, each once): they are reused or freed after
+    /// an epoch grace period. One deferral for the whole batch.
+    pub fn retire_batch(&self, batch: RetireBatch, g: &Guard) {
+        if batch.nodes.is_empty() {
+            return;
+        }
+        self.retire(batch.nodes, g);
     }
 
     /// Calls `f` on every connection of bucket `b`.
@@ -387,25 +527,27 @@ impl Table {
         }
     }
 
-    /// Frees `p` once no reader can hold it.
-    ///
-    /// # Safety
-    /// `p` must be unlinked and not retired before.
+    /// Hands unlinked nodes to the free-node queue once no reader can hold them.
     #[cfg(not(loom))]
-    unsafe fn retire(&self, p: *mut Conn, g: &Guard) {
-        let p = p as usize;
-        // SAFETY: per the contract, unreachable for new readers; the epoch defers the free past
-        // every current reader.
-        unsafe { g.defer_unchecked(move || drop(Box::from_raw(p as *mut Conn))) };
+    fn retire(&self, mut nodes: Vec<usize>, g: &Guard) {
+        let free = self.free.clone();
+        // The nodes are unreachable for new readers (unlinked); the epoch runs this after
+        // every current reader is gone. The closure only moves pointers, so whichever thread
+        // runs it (often a worker's pin) pays a few pushes, never a free.
+        g.defer(move || {
+            while nodes.len() > RECYCLE_CHUNK {
+                let tail = nodes.split_off(nodes.len() - RECYCLE_CHUNK);
+                free.push(tail);
+            }
+            free.push(nodes);
+        });
+        g.flush();
     }
 
-    /// Keeps `p` until the table drops (loom models are short).
-    ///
-    /// # Safety
-    /// `p` must be unlinked and not retired before.
+    /// Keeps the nodes until the table drops (loom models are short).
     #[cfg(loom)]
-    unsafe fn retire(&self, p: *mut Conn, _g: &Guard) {
-        self.retired.lock().unwrap().push(p as usize);
+    fn retire(&self, nodes: Vec<usize>, _g: &Guard) {
+        self.retired.lock().unwrap().extend(nodes);
     }
 }
 
@@ -445,6 +587,52 @@ mod tests {
     fn layout_keeps_hot_fields_off_the_lookup_line() {
         assert_eq!(std::mem::size_of::<Conn>(), 128);
         assert_eq!(std::mem::offset_of!(Conn, hot), 64);
+    }
+
+    #[test]
+    fn removed_nodes_are_reused_after_the_grace_period() {
+        let t = Table::new(1, 5);
+        let mut cache = t.node_cache();
+        let mut removed = std::collections::HashSet::new();
+        {
+            let g = pin();
+            let mut batch = RetireBatch::default();
+            for i in 0..10 {
+                let k = key(i);
+                let c = t
+                    .insert(
+                        Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7),
+                        t.hash(&k),
+                        &g,
+                    )
+                    .ok()
+                    .unwrap() as *const Conn;
+                // SAFETY: single remover (this thread), each node unlinked once, batch retired
+                // in this table.
+                assert!(unsafe { t.unlink(c, &g, &mut batch) });
+                removed.insert(c as usize);
+            }
+            t.retire_batch(batch, &g);
+        }
+        // Advance the epoch until the deferral has run (bounded).
+        for _ in 0..10_000 {
+            if !t.free.q.is_empty() {
+                break;
+            }
+            pin().flush();
+        }
+        assert!(!t.free.q.is_empty(), "the grace period never ended");
+        let g = pin();
+        let k = key(100);
+        let node = cache.alloc(Conn::value(k, false, Kind::Udp, 0, 0, TcpConn::default(), 9));
+        assert!(
+            removed.contains(&(&*node as *const Conn as usize)),
+            "a removed node was reused"
+        );
+        let c = t.insert(node, t.hash(&k), &g).ok().unwrap();
+        assert_eq!((c.expires(), c.orig_lo()), (9, false));
+        assert!(t.lookup(&key(3), t.hash(&key(3)), &g).is_none());
+        assert!(t.lookup(&k, t.hash(&k), &g).is_some());
     }
 
     #[test]
