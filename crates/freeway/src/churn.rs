@@ -349,7 +349,9 @@ impl Shared {
                 if dst != t_mac(t) || ttl != 64 {
                     return Err(format!("L2T frame rewritten: dst {} ttl {ttl}", mac_text(dst)));
                 }
-                let Some(s) = h.seen(key_t(t), tag.lo, hi) else { return Ok(false) };
+                let Some(s) = h.seen(key_t(t), tag.lo, hi) else {
+                    return Ok(false);
+                };
                 if s & pbit == 0 && !(s & bit(NONE) != 0 && flood_lan & pbit != 0) {
                     return Err(format!("target {t} sent to port {port}; entry values {s:#x}"));
                 }
@@ -371,11 +373,15 @@ impl Shared {
                 let Some(a) = (0..NG).find(|&a| gw_mac(a) == dst) else {
                     return Err(format!("routed to {}, no gateway", mac_text(dst)));
                 };
-                let Some(routes) = h.seen(key_x(j), tag.lo, hi) else { return Ok(false) };
+                let Some(routes) = h.seen(key_x(j), tag.lo, hi) else {
+                    return Ok(false);
+                };
                 if !(0..16u8).any(|m| routes & bit(m) != 0 && m & (1 << a) != 0) {
                     return Err(format!("prefix {j} routed via gateway {a}; route values {routes:#x}"));
                 }
-                let Some(g) = h.seen(key_g(a), tag.lo, hi) else { return Ok(false) };
+                let Some(g) = h.seen(key_g(a), tag.lo, hi) else {
+                    return Ok(false);
+                };
                 if g & pbit == 0 && !(g & bit(NONE) != 0 && wan_mask() & pbit != 0) {
                     return Err(format!("gateway {a} reached on port {port}; entry values {g:#x}"));
                 }
@@ -383,13 +389,19 @@ impl Shared {
             Class::Reply => {
                 let (hh, j) = (usize::from(tag.b), usize::from(tag.a));
                 if src != RMAC || dst != host_mac(hh) || ttl != 63 || !ip_checksum_ok(f) {
-                    return Err(format!("reply badly rewritten: {} -> {} ttl {ttl}", mac_text(src), mac_text(dst)));
+                    return Err(format!(
+                        "reply badly rewritten: {} -> {} ttl {ttl}",
+                        mac_text(src),
+                        mac_text(dst)
+                    ));
                 }
                 if lan_mask() & pbit == 0 {
                     return Err(format!("reply to host {hh} on port {port}"));
                 }
                 if !self.fwd_seen[hh * NX + j].load(SeqCst) {
-                    return Err(format!("reply of flow ({hh},{j}) passed the firewall before any request"));
+                    return Err(format!(
+                        "reply of flow ({hh},{j}) passed the firewall before any request"
+                    ));
                 }
             }
             Class::Unsol => return Err(format!("unsolicited frame passed the firewall to port {port}")),
@@ -458,7 +470,9 @@ fn close(s: &Shared, h: &History, r: &Rec, hi: u64) {
     if n == 0 {
         s.c.lost.fetch_add(1, SeqCst);
         let droppable = match t.class {
-            Class::L2T => h.seen(key_t(usize::from(t.a)), t.lo, hi).map(|v| v & (1 << t.in_port) != 0),
+            Class::L2T => h
+                .seen(key_t(usize::from(t.a)), t.lo, hi)
+                .map(|v| v & (1 << t.in_port) != 0),
             Class::L2H => Some(false),
             Class::Fwd => h.seen(key_x(usize::from(t.a)), t.lo, hi).map(|v| v & bit(0) != 0),
             Class::Reply | Class::Unsol => Some(true),
@@ -676,11 +690,18 @@ impl TxQueue for CheckTx {
             s.c.outputs.fetch_add(1, SeqCst);
             let f = p.data();
             let Some(tag) = Tag::read(f) else {
-                s.violation(format!("port {}: a frame the harness never sent: {:02x?}", self.port, &f[..f.len().min(42)]));
+                s.violation(format!(
+                    "port {}: a frame the harness never sent: {:02x?}",
+                    self.port,
+                    &f[..f.len().min(42)]
+                ));
                 continue;
             };
             if tag.worker != book.worker {
-                s.violation(format!("port {}: {tag:?} left through worker {}", self.port, book.worker));
+                s.violation(format!(
+                    "port {}: {tag:?} left through worker {}",
+                    self.port, book.worker
+                ));
                 continue;
             }
             let Some(r) = book.get(tag.seq) else {
@@ -688,7 +709,10 @@ impl TxQueue for CheckTx {
                 continue;
             };
             if r.tag != tag {
-                s.violation(format!("port {}: {tag:?} does not match what was sent {:?}", self.port, r.tag));
+                s.violation(format!(
+                    "port {}: {tag:?} does not match what was sent {:?}",
+                    self.port, r.tag
+                ));
                 continue;
             }
             if r.mask & (1 << self.port) != 0 {
@@ -750,7 +774,10 @@ impl TapCheck {
         self.frames.fetch_add(1, SeqCst);
         let hi = s.sent.load(SeqCst);
         let Some(tag) = Tag::read(f) else {
-            s.violation(format!("tap on port {}: captured a frame the harness never sent", self.port));
+            s.violation(format!(
+                "tap on port {}: captured a frame the harness never sent",
+                self.port
+            ));
             return;
         };
         if !self.seen.insert((tag.worker, tag.seq)) {
@@ -770,7 +797,10 @@ impl TapCheck {
             return;
         }
         if !self.dir.covers(Direction::Tx) {
-            s.violation(format!("tap on port {} (in): captured {tag:?} from another port", self.port));
+            s.violation(format!(
+                "tap on port {} (in): captured {tag:?} from another port",
+                self.port
+            ));
             return;
         }
         let h = s.hist.read().unwrap_or_else(|e| e.into_inner());
@@ -793,14 +823,17 @@ impl Write for TapCheck {
                 return Ok(data.len());
             }
             if self.buf[0..4] != [0xd4, 0xc3, 0xb2, 0xa1] {
-                self.shared.violation("tap: not a little-endian microsecond pcap stream".into());
+                self.shared
+                    .violation("tap: not a little-endian microsecond pcap stream".into());
             }
             self.header = true;
             at = 24;
         }
         while let Some(h) = self.buf.get(at..at + 16) {
             let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
-            let Some(f) = self.buf.get(at + 16..at + 16 + len) else { break };
+            let Some(f) = self.buf.get(at + 16..at + 16 + len) else {
+                break;
+            };
             let f = f.to_vec();
             self.frame(&f);
             at += 16 + len;
@@ -886,7 +919,11 @@ const WAN_NAMES: [&str; 2] = ["wan0", "wan1"];
 impl Control {
     /// Runs one operation as version `k`: records `changes` in the history, applies `f`,
     /// marks it done.
-    fn op(&mut self, changes: &[(usize, u8)], f: impl FnOnce(&mut Control) -> Result<(), String>) -> Result<(), String> {
+    fn op(
+        &mut self,
+        changes: &[(usize, u8)],
+        f: impl FnOnce(&mut Control) -> Result<(), String>,
+    ) -> Result<(), String> {
         let k = self.shared.sent.load(SeqCst) + 1;
         {
             let mut h = self.shared.hist.write().unwrap_or_else(|e| e.into_inner());
@@ -1213,7 +1250,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     } else {
         (s, 1.0)
     };
-    let v: f64 = num.parse().map_err(|_| format!("{s:?}: a duration like 300s, 5m or 1.5"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: a duration like 300s, 5m or 1.5"))?;
     if !(v.is_finite() && v > 0.0) {
         return Err(format!("{s:?}: must be positive"));
     }
@@ -1358,8 +1397,12 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
     // Whatever happened, end the other threads.
     shared.gen_stop.store(true, SeqCst);
     stop.store(true, SeqCst);
-    let ctl = control.join().map_err(|_| RunError("the control thread panicked".into()))?;
-    let (rss_warm, rss_max) = monitor.join().map_err(|_| RunError("the monitor thread panicked".into()))?;
+    let ctl = control
+        .join()
+        .map_err(|_| RunError("the control thread panicked".into()))?;
+    let (rss_warm, rss_max) = monitor
+        .join()
+        .map_err(|_| RunError("the monitor thread panicked".into()))?;
     let res = res?;
     let elapsed = t0.elapsed();
     let ctl = ctl.map_err(|e| RunError(format!("control side: {e}")))?;
@@ -1380,7 +1423,9 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
         shared.violation(format!("{generated} frames generated, the datapath received {rx}"));
     }
     if tx != outputs {
-        shared.violation(format!("the datapath counted {tx} frames transmitted, the ports saw {outputs}"));
+        shared.violation(format!(
+            "the datapath counted {tx} frames transmitted, the ports saw {outputs}"
+        ));
     }
     if lost != counted {
         shared.violation(format!(
@@ -1489,7 +1534,11 @@ pub fn print_report(r: &ChurnReport, out: &mut dyn Write) -> std::io::Result<()>
         o.tap_detach
     )?;
     writeln!(out, "  generated    {}", r.generated)?;
-    writeln!(out, "  checked      {} output frames, {} tap frames", r.outputs_checked, r.tap_frames)?;
+    writeln!(
+        out,
+        "  checked      {} output frames, {} tap frames",
+        r.outputs_checked, r.tap_frames
+    )?;
     writeln!(
         out,
         "  frames       {} closed: {} delivered ({} flooded), {} dropped",
