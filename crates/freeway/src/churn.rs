@@ -1125,6 +1125,8 @@ impl Control {
         while !self.shared.gen_stop.load(SeqCst) {
             if let Err(e) = self.step() {
                 res = Err(e);
+                // Ends the run.
+                self.shared.gen_stop.store(true, SeqCst);
                 break;
             }
             // Prune what no frame in flight can need (taps may lag: they count as unchecked).
@@ -1151,8 +1153,12 @@ impl Control {
 /// Settings of a churn run.
 #[derive(Clone, Debug)]
 pub struct ChurnOptions {
-    /// How long traffic and churn go on.
+    /// How long traffic and churn go on (at least).
     pub duration: Duration,
+    /// Go on past `duration` until this many control operations are done (so a short run on
+    /// a slow machine still changes every table; the run ends early if the control side
+    /// fails).
+    pub min_ops: u64,
     /// Worker threads.
     pub workers: usize,
     /// Seed of the traffic and operation choices.
@@ -1169,6 +1175,7 @@ impl Default for ChurnOptions {
     fn default() -> Self {
         ChurnOptions {
             duration: Duration::from_secs(10),
+            min_ops: 0,
             workers: 2,
             seed: 1,
             warmup: Duration::from_secs(2),
@@ -1483,7 +1490,10 @@ fn monitor(s: &Shared, stop: &AtomicBool, o: &ChurnOptions, rss_start: u64) -> (
     let t0 = Instant::now();
     let (mut warm, mut max) = (None, 0);
     let mut next_progress = o.progress;
-    while t0.elapsed() < o.duration && !stop.load(SeqCst) {
+    while (t0.elapsed() < o.duration || s.done.load(SeqCst) < o.min_ops)
+        && !stop.load(SeqCst)
+        && !s.gen_stop.load(SeqCst)
+    {
         std::thread::sleep(Duration::from_millis(50));
         let el = t0.elapsed();
         let rss = rss_kib();
@@ -1611,6 +1621,7 @@ pub fn main(cmd: StressCmd) -> Result<(), String> {
     }
     let opts = ChurnOptions {
         duration: a.duration,
+        min_ops: 0,
         workers: a.workers,
         seed: a.seed,
         warmup: a.warmup,
@@ -1629,5 +1640,130 @@ pub fn main(cmd: StressCmd) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("the churn oracle found {} violations", r.violations))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(init: &[u8]) -> Shared {
+        Shared {
+            sent: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            hist: RwLock::new(History::new(init)),
+            fwd_seen: (0..NHOSTS * NX).map(|_| AtomicBool::new(false)).collect(),
+            gen_stop: AtomicBool::new(false),
+            floors: vec![AtomicU64::new(u64::MAX)],
+            c: Counters::default(),
+            messages: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn l2t_frame(t: usize, in_port: u16, lo: u64) -> (Tag, Vec<u8>) {
+        let spec = FrameSpec {
+            src_mac: host_mac(0),
+            dst_mac: t_mac(t),
+            len: TAG_OFF + TAG_LEN,
+            ttl: 64,
+            l4_checksum: false,
+            dst_port: 7000,
+            ..FrameSpec::default()
+        };
+        let mut f = freeway_packet::build::build_frame(&spec);
+        let tag = Tag {
+            worker: 0,
+            class: Class::L2T,
+            in_port,
+            a: t as u8,
+            b: 0,
+            seq: 9,
+            lo,
+        };
+        tag.write(&mut f);
+        (tag, f)
+    }
+
+    #[test]
+    fn history_answers_every_value_of_a_window_and_prunes() {
+        let mut h = History::new(&[NONE]);
+        h.set(0, 3, 1);
+        h.set(0, 5, 2);
+        h.set(0, 9, NONE);
+        assert_eq!(h.seen(0, 0, 2), Some(bit(NONE)));
+        assert_eq!(h.seen(0, 3, 3), Some(bit(1)));
+        assert_eq!(h.seen(0, 4, 5), Some(bit(1) | bit(2)));
+        assert_eq!(h.seen(0, 2, 100), Some(bit(NONE) | bit(1) | bit(2)));
+        h.prune(6);
+        assert_eq!(h.seen(0, 4, 5), None, "pruned past: unchecked, never guessed");
+        assert_eq!(h.seen(0, 6, 8), Some(bit(2)));
+        assert_eq!(h.seen(0, 7, 9), Some(bit(2) | bit(NONE)));
+    }
+
+    #[test]
+    fn the_oracle_refuses_a_port_no_version_allowed_and_a_flood_with_an_entry() {
+        let mut init = vec![NONE; NKEYS];
+        init[key_t(0)] = 1;
+        let s = shared(&init);
+        let h = s.hist.read().unwrap();
+        let (tag, f) = l2t_frame(0, 0, 0);
+        assert_eq!(Tag::read(&f), Some(tag));
+        assert_eq!(s.check_output(&h, &tag, 1, &f, 0), Ok(true));
+        assert!(
+            s.check_output(&h, &tag, 2, &f, 0).is_err(),
+            "port 2 never held target 0"
+        );
+        // The same frame reaching ports 1 and 2 is a flood while the entry always existed.
+        close(
+            &s,
+            &h,
+            &Rec {
+                tag,
+                call: 0,
+                mask: 0b110,
+            },
+            0,
+        );
+        assert_eq!(s.c.violations.load(SeqCst), 1);
+        // Reaching nothing when no version put the target on the ingress port: lost.
+        close(&s, &h, &Rec { tag, call: 0, mask: 0 }, 0);
+        assert_eq!(s.c.violations.load(SeqCst), 2);
+        drop(h);
+        // Once an operation deleted the entry, the flood is one valid outcome.
+        s.hist.write().unwrap().set(key_t(0), 1, NONE);
+        let h = s.hist.read().unwrap();
+        assert_eq!(s.check_output(&h, &tag, 2, &f, 1), Ok(true));
+        close(
+            &s,
+            &h,
+            &Rec {
+                tag,
+                call: 0,
+                mask: 0b110,
+            },
+            1,
+        );
+        assert_eq!(s.c.violations.load(SeqCst), 2);
+        // But not a partial one.
+        close(
+            &s,
+            &h,
+            &Rec {
+                tag,
+                call: 0,
+                mask: 0b010 | 0b1000,
+            },
+            1,
+        );
+        assert_eq!(s.c.violations.load(SeqCst), 3);
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("300s"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
     }
 }
