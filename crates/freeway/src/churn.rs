@@ -320,6 +320,8 @@ struct Shared {
     fwd_seen: Vec<AtomicBool>,
     /// Generators stop producing (the run is ending).
     gen_stop: AtomicBool,
+    /// The datapath is up (its control socket answers): the run's clock starts.
+    ready: AtomicBool,
     /// Per worker: the oldest `lo` of its frames in flight (`u64::MAX`: none).
     floors: Vec<AtomicU64>,
     c: Counters,
@@ -1116,11 +1118,13 @@ impl Control {
         // Wait for the control socket.
         let t0 = Instant::now();
         while runtime::ctl_request(&self.sock, &["stats".to_string()]).is_err() {
-            if t0.elapsed() > Duration::from_secs(30) || self.shared.gen_stop.load(SeqCst) {
+            if t0.elapsed() > Duration::from_secs(300) || self.shared.gen_stop.load(SeqCst) {
+                self.shared.gen_stop.store(true, SeqCst);
                 return Err("the control socket never came up".into());
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        self.shared.ready.store(true, SeqCst);
         let mut res = Ok(());
         while !self.shared.gen_stop.load(SeqCst) {
             if let Err(e) = self.step() {
@@ -1307,7 +1311,9 @@ fn config_text(workers: usize) -> String {
             mac_text(gw_mac(a))
         );
     }
-    t += "[conntrack]\n[firewall]\nallow_new_from = [\"lan0\", \"lan1\", \"lan2\"]\n";
+    // The traffic has a few thousand flows at most: a small table (quick to set up, also
+    // under valgrind).
+    t += "[conntrack]\nmax = 16384\n[firewall]\nallow_new_from = [\"lan0\", \"lan1\", \"lan2\"]\n";
     t
 }
 
@@ -1338,6 +1344,7 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
         hist: RwLock::new(History::new(&init)),
         fwd_seen: (0..NHOSTS * NX).map(|_| AtomicBool::new(false)).collect(),
         gen_stop: AtomicBool::new(false),
+        ready: AtomicBool::new(false),
         floors: (0..workers).map(|_| AtomicU64::new(u64::MAX)).collect(),
         c: Counters::default(),
         messages: Mutex::new(Vec::new()),
@@ -1390,7 +1397,6 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
             .spawn(move || monitor(&shared, &stop, &o, rss_start))
             .map_err(|e| RunError(format!("cannot start the monitor thread: {e}")))?
     };
-    let t0 = Instant::now();
     let res = runtime::run_on_ports::<Padded, Taps>(
         &cfg,
         RunOptions {
@@ -1407,11 +1413,10 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
     let ctl = control
         .join()
         .map_err(|_| RunError("the control thread panicked".into()))?;
-    let (rss_warm, rss_max) = monitor
+    let (rss_warm, rss_max, elapsed) = monitor
         .join()
         .map_err(|_| RunError("the monitor thread panicked".into()))?;
     let res = res?;
-    let elapsed = t0.elapsed();
     let ctl = ctl.map_err(|e| RunError(format!("control side: {e}")))?;
 
     for b in &books {
@@ -1485,8 +1490,13 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
 }
 
 /// Samples the resident set, prints progress, ends generation at the deadline and the run
-/// shortly after. Returns the resident set after the warm-up and the highest after it.
-fn monitor(s: &Shared, stop: &AtomicBool, o: &ChurnOptions, rss_start: u64) -> (u64, u64) {
+/// shortly after. Returns the resident set after the warm-up and the highest after it, and
+/// how long traffic ran.
+fn monitor(s: &Shared, stop: &AtomicBool, o: &ChurnOptions, rss_start: u64) -> (u64, u64, Duration) {
+    // The clock starts once the datapath is up (slow under valgrind).
+    while !s.ready.load(SeqCst) && !s.gen_stop.load(SeqCst) && !stop.load(SeqCst) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let t0 = Instant::now();
     let (mut warm, mut max) = (None, 0);
     let mut next_progress = o.progress;
@@ -1519,10 +1529,11 @@ fn monitor(s: &Shared, stop: &AtomicBool, o: &ChurnOptions, rss_start: u64) -> (
         }
     }
     s.gen_stop.store(true, SeqCst);
+    let ran = t0.elapsed();
     // Frames in flight leave within a batch; give the workers a moment.
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, SeqCst);
-    (warm.unwrap_or(rss_start), max.max(warm.unwrap_or(rss_start)))
+    (warm.unwrap_or(rss_start), max.max(warm.unwrap_or(rss_start)), ran)
 }
 
 /// Writes `report` as the `freeway stress churn` table.
@@ -1605,6 +1616,9 @@ pub struct ChurnArgs {
     /// limit, e.g. under valgrind).
     #[arg(long, default_value_t = 32)]
     pub rss_limit_mib: u64,
+    /// Go on past the duration until this many control operations are done.
+    #[arg(long, default_value_t = 0)]
+    pub min_ops: u64,
     /// Print the report as JSON.
     #[arg(short = 'j', long)]
     pub json: bool,
@@ -1621,7 +1635,7 @@ pub fn main(cmd: StressCmd) -> Result<(), String> {
     }
     let opts = ChurnOptions {
         duration: a.duration,
-        min_ops: 0,
+        min_ops: a.min_ops,
         workers: a.workers,
         seed: a.seed,
         warmup: a.warmup,
@@ -1654,6 +1668,7 @@ mod tests {
             hist: RwLock::new(History::new(init)),
             fwd_seen: (0..NHOSTS * NX).map(|_| AtomicBool::new(false)).collect(),
             gen_stop: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
             floors: vec![AtomicU64::new(u64::MAX)],
             c: Counters::default(),
             messages: Mutex::new(Vec::new()),
