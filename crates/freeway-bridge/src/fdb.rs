@@ -383,21 +383,24 @@ impl<L: Layout> FdbWriter<L> {
             self.shared.stats.static_limit_reached.inc();
             return Err(FdbError::StaticLimit);
         }
+        // An existing entry is replaced in place, never removed first: a lookup in between
+        // would find nothing and flood (found by the churn oracle, `freeway stress churn`).
         match existing {
+            // Same address: replace (the port may differ).
             Some(true) => {
-                // Same address: replace (the port may differ).
-                self.remove_key(k, &g);
-                self.statics -= 1;
+                self.shared.table.replace(k, port, true, now, &g);
             }
+            // A learned entry becomes static.
             Some(false) => {
-                // A learned entry becomes static.
-                self.remove_key(k, &g);
+                self.shared.table.replace(k, port, true, now, &g);
                 self.learned -= 1;
+                self.statics += 1;
             }
-            None => {}
+            None => {
+                self.shared.table.insert_new(k, port, true, now);
+                self.statics += 1;
+            }
         }
-        self.shared.table.insert_new(k, port, true, now);
-        self.statics += 1;
         Ok(())
     }
 
@@ -554,6 +557,58 @@ mod tests {
         assert_eq!(ok, 4);
         assert_eq!(w.drain_learn_queue(0, 100), 4);
         assert_eq!(fdb.len(), 4);
+    }
+
+    #[test]
+    fn replacing_an_entry_never_leaves_it_missing() {
+        // Found by the churn oracle (`freeway stress churn`): `fdb add` over an existing
+        // entry removed it and inserted the new one, so a worker could find no entry in
+        // between and flood a frame to ports that were valid in neither version.
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 7);
+        let k = key(mac(1).0, 1);
+        w.add_static(mac(1), 1, 1, 0).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (missing, looked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (fdb, stop, missing, looked) = (fdb.clone(), stop.clone(), missing.clone(), looked.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let g = fdb.pin();
+                        match fdb.table().lookup(k, &g) {
+                            Some(n) => assert!(matches!(n.port(), 1 | 2), "port {}", n.port()),
+                            None => {
+                                missing.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        looked.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for i in 0..200_000u32 {
+            w.add_static(mac(1), 1, 1 + (i % 2) as u16, 0).unwrap();
+            if i % 1024 == 0 {
+                // A learned entry made static takes the same path.
+                assert!(w.delete(mac(2), 1) || i == 0);
+                w.learn(key(mac(2).0, 1), 3, 0);
+                w.add_static(mac(2), 1, 3, 0).unwrap();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert!(looked.load(Ordering::Relaxed) > 0);
+        assert_eq!(
+            missing.load(Ordering::Relaxed),
+            0,
+            "lookups found no entry mid-replacement"
+        );
+        assert_eq!(w.learned_len(), 0);
+        assert_eq!(fdb.len(), 2);
     }
 
     #[test]

@@ -270,6 +270,39 @@ impl<L: Layout> Table<L> {
         self.len.store(self.len.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
+    /// *Writer only.* Replaces the entry for `key` by a new one (`port`, `is_static`, fresh
+    /// timestamps) in one store, as the kernel's `hlist_replace_rcu` does: the new node takes
+    /// the old one's place in its chain (same successor), so a reader finds the old entry or
+    /// the new one, never none. Returns whether `key` was present (if not, nothing changes).
+    pub(crate) fn replace(&self, key: u64, port: u16, is_static: bool, now: Tick, guard: &Guard) -> bool {
+        let mut link: &AtomicPtr<Node<L>> = &self.buckets[self.bucket_of(key)];
+        loop {
+            let p = link.load(Ordering::Relaxed);
+            if p.is_null() {
+                return false;
+            }
+            // SAFETY: only the writer frees nodes, and it has not retired `p` (still linked).
+            let n = unsafe { &*p };
+            if n.key == key {
+                let node = Box::into_raw(Box::new(Node::<L> {
+                    key,
+                    port: AtomicU16::new(port),
+                    is_static,
+                    // Only the writer changes links, so this is the current successor.
+                    next: AtomicPtr::new(n.next.load(Ordering::Relaxed)),
+                    hot: L::new_hot(now),
+                }));
+                // Release: the new node's contents happen-before any reader that loads it.
+                link.store(node, Ordering::Release);
+                // SAFETY: `p` is unlinked (its place taken by `node`); readers still holding it
+                // are pinned and reach the same successor through it; the free waits for them.
+                unsafe { self.retire(p, guard) };
+                return true;
+            }
+            link = &n.next;
+        }
+    }
+
     /// *Writer only.* Unlinks the entries of bucket `b` for which `pred` is true and retires
     /// them. Returns how many were removed.
     pub(crate) fn remove_where(&self, b: usize, guard: &Guard, mut pred: impl FnMut(&Node<L>) -> bool) -> usize {

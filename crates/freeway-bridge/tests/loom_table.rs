@@ -124,3 +124,35 @@ fn mac_move_races_neighbour_delete() {
         assert!(fdb.table().lookup(b, &g).is_none());
     });
 }
+
+#[test]
+fn a_static_entry_replaced_is_never_missing() {
+    // `fdb add` over an existing entry (static moved to another port, or learned made
+    // static): a reader finds the old entry or the new one, never none (which would flood
+    // the frame to every port of the VLAN). Found by the churn oracle.
+    let [a, b, _] = colliding_keys();
+    loom::model(move || {
+        let (fdb, mut w) = new_seeded::<Padded>(small(), SEED);
+        let (mac, vlan) = unkey(a);
+        w.add_static(Mac(mac), vlan, 1, 0).unwrap();
+        let (mb, vb) = unkey(b);
+        w.add_static(Mac(mb), vb, 3, 0).unwrap();
+        let reader = fdb.clone();
+        let r = thread::spawn(move || {
+            let g = reader.pin();
+            let n = reader
+                .table()
+                .lookup(a, &g)
+                .expect("entry missing during its replacement");
+            assert!(n.port() == 1 || n.port() == 2);
+            assert!(n.is_static());
+            let n = reader.table().lookup(b, &g).expect("neighbour missing");
+            assert_eq!(n.port(), 3);
+        });
+        w.add_static(Mac(mac), vlan, 2, 0).unwrap();
+        r.join().unwrap();
+        let g = fdb.pin();
+        assert_eq!(fdb.table().lookup(a, &g).map(|n| n.port()), Some(2));
+        assert_eq!(fdb.len(), 2);
+    });
+}

@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod churn;
 pub mod config;
 pub mod decode;
 pub mod report;

@@ -81,6 +81,9 @@ enum Cmd {
     /// Benchmarks that reproduce the seeds' experiments.
     #[command(subcommand)]
     Bench(freeway::bench::BenchCmd),
+    /// Long-running reliability checks (the churn oracle).
+    #[command(subcommand)]
+    Stress(freeway::churn::StressCmd),
 }
 
 #[derive(Args)]
@@ -501,6 +504,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Cmd::Bench(b) => freeway::bench::main(b),
+        Cmd::Stress(s) => freeway::churn::main(s),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

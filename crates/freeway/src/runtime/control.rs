@@ -185,12 +185,24 @@ pub(crate) fn bind(path: &Path) -> Result<UnixListener, RunError> {
     Ok(l)
 }
 
+/// How often an idle control thread looks for a client.
+const IDLE_POLL: Duration = Duration::from_millis(10);
+
 /// Serves requests until `stop` is set; returns the state (with the RIB) for the final dumps.
 pub(crate) fn serve<L: Layout>(l: UnixListener, mut c: Control<L>, stop: Arc<AtomicBool>) -> Control<L> {
+    // Right after a request the next one is likely (a script, `freeway stress churn`): poll
+    // again soon, backing off to 10 ms while nobody calls.
+    let mut nap = IDLE_POLL;
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
-            Ok((s, _)) => c.client(s),
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            Ok((s, _)) => {
+                c.client(s);
+                nap = Duration::from_micros(50);
+            }
+            Err(_) => {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(IDLE_POLL);
+            }
         }
         // Reap the captures that ended (count reached, client gone).
         let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut c.captures)

@@ -532,9 +532,22 @@ struct Inline<L: Layout> {
 /// attach, replace and detach taps on it from another thread while the run goes on.
 pub fn run_with<L: Layout, R: TapRegistry>(
     cfg: &Checked,
-    mut opts: RunOptions<'_>,
+    opts: RunOptions<'_>,
     taps: Option<R>,
 ) -> Result<RunResult, RunError> {
+    run_on_ports::<L, R>(cfg, opts, taps, Vec::new())
+}
+
+/// Like [`run_with`], with the first `given.len()` ports supplied by the caller instead of
+/// opened from the config (whose entries still give their names and VLANs): the churn
+/// harness (`crate::churn`) drives the runtime through ports of its own.
+pub(crate) fn run_on_ports<L: Layout, R: TapRegistry>(
+    cfg: &Checked,
+    mut opts: RunOptions<'_>,
+    taps: Option<R>,
+    given: Vec<Box<dyn Port>>,
+) -> Result<RunResult, RunError> {
+    let mut given = given.into_iter();
     let nworkers = worker_count(cfg, &opts);
     let nports = cfg.ports.len();
     let (clock, _ticker) = Clock::start();
@@ -584,7 +597,10 @@ pub fn run_with<L: Layout, R: TapRegistry>(
     let mut rx_of: Vec<Vec<(u16, Box<dyn RxQueue>)>> = (0..nworkers).map(|_| Vec::new()).collect();
     let mut tx_of: Vec<Vec<Box<dyn TxQueue>>> = (0..nworkers).map(|_| Vec::new()).collect();
     for (i, spec) in cfg.ports.iter().enumerate() {
-        let mut port = open_port(spec)?;
+        let mut port = match given.next() {
+            Some(p) => p,
+            None => open_port(spec)?,
+        };
         let PortQueues { rx, tx } = port
             .open(nworkers)
             .map_err(|e| RunError(format!("port {:?}: cannot open: {e}", spec.name)))?;
