@@ -32,7 +32,7 @@ use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,16 +68,31 @@ pub(crate) enum NeighOp {
     Flush(Option<u16>),
 }
 
-/// A request to a writer thread and where its answer goes.
-pub(crate) type Op<T> = (T, Sender<Result<String, String>>);
+/// A request to a writer thread, where its answer goes, and its claim word ([`PENDING`],
+/// [`TAKEN`], [`CANCELLED`]): the writer applies a request only if it moves the word from
+/// pending to taken, and the asker gives up only if it moves it from pending to cancelled, so
+/// a request the asker reported as not done is never applied later.
+pub(crate) type Op<T> = (T, Sender<Result<String, String>>, Arc<AtomicU8>);
+
+/// Waiting in the queue.
+const PENDING: u8 = 0;
+/// Being applied by the writer (the answer will come).
+const TAKEN: u8 = 1;
+/// Given up by the asker (the writer skips it).
+const CANCELLED: u8 = 2;
 
 /// Answers every request waiting in `rx` with `apply` (a table's writer thread, between its
-/// rounds). Returns how many there were.
+/// rounds), skipping those their asker gave up on. Returns how many were applied.
 fn drain<T>(rx: &Receiver<Op<T>>, mut apply: impl FnMut(T) -> Result<String, String>) -> usize {
     let mut n = 0;
-    while let Ok((op, reply)) = rx.try_recv() {
-        let _ = reply.send(apply(op));
-        n += 1;
+    while let Ok((op, reply, claim)) = rx.try_recv() {
+        if claim
+            .compare_exchange(PENDING, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let _ = reply.send(apply(op));
+            n += 1;
+        }
     }
     n
 }
@@ -156,17 +171,38 @@ pub(crate) type Attach = Box<
         + Send,
 >;
 
-/// Sends `op` to a writer thread and waits (bounded) for its answer.
+/// How long the control thread waits for a table's writer.
+const WRITER_WAIT: Duration = Duration::from_secs(2);
+
+/// Sends `op` to a writer thread and waits (bounded) for its answer. A request that is not
+/// taken in time is withdrawn, so "did not answer" always means "not done".
 fn ask<T>(q: &Option<Sender<Op<T>>>, op: T) -> Result<(String, Value), String> {
     let q = q
         .as_ref()
         .ok_or("this run's tables are written by its worker (offline pcap run): no live changes")?;
     let (tx, rx) = bounded(1);
-    q.send((op, tx))
-        .map_err(|_| "the table's writer has stopped".to_string())?;
-    let text = rx
-        .recv_timeout(Duration::from_secs(2))
-        .map_err(|_| "the table's writer did not answer".to_string())??;
+    let claim = Arc::new(AtomicU8::new(PENDING));
+    q.send_timeout((op, tx, claim.clone()), WRITER_WAIT)
+        .map_err(|e| match e {
+            crossbeam_channel::SendTimeoutError::Timeout(_) => {
+                "the table's writer is busy: nothing done, try again".to_string()
+            }
+            crossbeam_channel::SendTimeoutError::Disconnected(_) => "the table's writer has stopped".to_string(),
+        })?;
+    let text = match rx.recv_timeout(WRITER_WAIT) {
+        Ok(r) => r?,
+        Err(_) => {
+            if claim
+                .compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Err("the table's writer did not take the request in time: nothing done, try again".into());
+            }
+            // The writer took it: the answer is on its way.
+            rx.recv()
+                .map_err(|_| "the table's writer stopped while applying the request".to_string())??
+        }
+    };
     Ok((text, Value::Null))
 }
 
@@ -830,4 +866,38 @@ pub fn decode_request(line: &[u8]) -> Result<Vec<String>, String> {
         return Err("request with too many or too long words".into());
     }
     Ok(words)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_reported_as_not_done_is_never_applied_later() {
+        let (q, rx) = bounded::<Op<u32>>(4);
+        let q = Some(q);
+        // No writer drains in time: the asker gives up and says nothing was done ...
+        let e = ask(&q, 7).unwrap_err();
+        assert!(e.contains("nothing done"), "{e}");
+        // ... and the writer, coming late, skips it.
+        let mut applied = Vec::new();
+        assert_eq!(
+            drain(&rx, |x| {
+                applied.push(x);
+                Ok(String::new())
+            }),
+            0
+        );
+        assert!(applied.is_empty());
+
+        // A writer that answers: the request is applied once and its answer returned.
+        let w = std::thread::spawn(move || loop {
+            if drain(&rx, |x| Ok(format!("applied {x}\n"))) > 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        });
+        assert_eq!(ask(&q, 9).unwrap().0, "applied 9\n");
+        w.join().unwrap();
+    }
 }
