@@ -88,84 +88,6 @@ pub struct Program {
     ops: Box<[Op]>,
     /// Whether any instruction touches scratch memory (if none does, runs skip zeroing it).
     uses_mem: bool,
-    /// For programs whose verdict depends only on bytes at fixed offsets: those bytes.
-    key: Option<KeyBytes>,
-}
-
-/// The bytes a program reads, when they are all at fixed offsets (no indirect load, no
-/// length load): the program's verdict on a packet at least `need` bytes long is then a
-/// function of these bytes alone (every load is in bounds, jumps and arithmetic depend only on
-/// loaded values and constants, scratch memory starts zeroed), so two such packets that agree
-/// on them get the same verdict. [`Program::run_batch`] uses that to run the program once per
-/// distinct key in a batch instead of once per packet.
-#[derive(Clone, Debug)]
-struct KeyBytes {
-    /// (offset, width 1/2/4/8) words covering every byte read.
-    words: Box<[(u32, u8)]>,
-    /// The end of the last byte read.
-    need: usize,
-}
-
-/// Distinct keys tried per batch before the rest of a batch is simply interpreted.
-const KEYS_PER_BATCH: usize = 4;
-
-impl KeyBytes {
-    /// The key bytes of `ops`, if every packet read is at a fixed offset below 64 KiB.
-    fn of(ops: &[Op]) -> Option<KeyBytes> {
-        let mut spans: Vec<(u32, u32)> = Vec::new();
-        for o in ops {
-            let (k, w) = match *o {
-                Op::LdW(k) | Op::LdWJeq(k, ..) => (k, 4),
-                Op::LdH(k) | Op::LdHJeq(k, ..) => (k, 2),
-                Op::LdB(k) | Op::LdBJeq(k, ..) | Op::LdxMsh(k) => (k, 1),
-                Op::LdIndW(_) | Op::LdIndH(_) | Op::LdIndB(_) | Op::LdLen | Op::LdxLen => return None,
-                _ => continue,
-            };
-            let end = k.checked_add(w).filter(|e| *e <= 65_535)?;
-            spans.push((k, end));
-        }
-        spans.sort_unstable();
-        let mut merged: Vec<(u32, u32)> = Vec::new();
-        for (a, b) in spans {
-            match merged.last_mut() {
-                Some(last) if a <= last.1 => last.1 = last.1.max(b),
-                _ => merged.push((a, b)),
-            }
-        }
-        let need = merged.last().map_or(0, |m| m.1 as usize);
-        let mut words = Vec::new();
-        for (mut a, b) in merged {
-            while a < b {
-                let w = [8u32, 4, 2, 1].into_iter().find(|w| a + w <= b).expect("1 always fits");
-                words.push((a, w as u8));
-                a += w;
-            }
-        }
-        Some(KeyBytes {
-            words: words.into(),
-            need,
-        })
-    }
-
-    /// Whether `p` and `q` (both at least `need` bytes long) agree on the key bytes.
-    #[inline(always)]
-    fn same(&self, p: &[u8], q: &[u8]) -> bool {
-        debug_assert!(p.len() >= self.need && q.len() >= self.need);
-        self.words.iter().all(|&(off, w)| {
-            let off = off as usize;
-            // SAFETY: every word lies below `need` (see `of`) and both packets are at least
-            // `need` bytes long (checked by the caller, `run_batch`).
-            unsafe {
-                let (a, b) = (p.as_ptr().add(off), q.as_ptr().add(off));
-                match w {
-                    8 => a.cast::<u64>().read_unaligned() == b.cast::<u64>().read_unaligned(),
-                    4 => a.cast::<u32>().read_unaligned() == b.cast::<u32>().read_unaligned(),
-                    2 => a.cast::<u16>().read_unaligned() == b.cast::<u16>().read_unaligned(),
-                    _ => *a == *b,
-                }
-            }
-        })
-    }
 }
 
 fn decode(pc: usize, i: &Insn) -> Op {
@@ -327,12 +249,10 @@ impl Program {
         let uses_mem = ops
             .iter()
             .any(|o| matches!(o, Op::LdMem(_) | Op::LdxMem(_) | Op::St(_) | Op::Stx(_)));
-        let key = KeyBytes::of(&ops);
         Ok(Program {
             insns: insns.into(),
             ops: ops.into(),
             uses_mem,
-            key,
         })
     }
 
@@ -343,7 +263,6 @@ impl Program {
             insns: Box::new([insn]),
             ops: Box::new([Op::RetK(snaplen)]),
             uses_mem: false,
-            key: KeyBytes::of(&[]),
         }
     }
 
@@ -398,59 +317,16 @@ impl Program {
             pkts.len() <= LANES && pkts.len() <= out.len(),
             "batch of at most {LANES}"
         );
+        if self.uses_mem {
+            for (o, p) in out.iter_mut().zip(pkts) {
+                *o = self.run(p);
+            }
+            return;
+        }
         let n = pkts.len();
         if n == 0 {
             return;
         }
-        let all = if n == LANES { u32::MAX } else { (1u32 << n) - 1 };
-        // Packets that agree with an earlier one on every byte the program reads take its
-        // verdict (see `KeyBytes`): the program runs once per distinct key.
-        let mut todo = all;
-        let mut copy_from = [u8::MAX; LANES];
-        if let Some(key) = self.key.as_ref().filter(|_| n > 1) {
-            let mut reps = [0usize; KEYS_PER_BATCH];
-            let mut nr = 0;
-            for (i, p) in pkts.iter().enumerate() {
-                if p.len() < key.need {
-                    continue;
-                }
-                match reps[..nr].iter().find(|&&r| key.same(pkts[r], p)) {
-                    Some(&r) => {
-                        copy_from[i] = r as u8;
-                        todo &= !(1 << i);
-                    }
-                    None if nr < KEYS_PER_BATCH => {
-                        reps[nr] = i;
-                        nr += 1;
-                    }
-                    None => {}
-                }
-            }
-        }
-        if self.uses_mem {
-            let mut m = todo;
-            while m != 0 {
-                let l = m.trailing_zeros() as usize;
-                m &= m - 1;
-                out[l] = self.run(pkts[l]);
-            }
-        } else {
-            self.run_lanes(pkts, out, todo, all);
-        }
-        if todo != all {
-            for (i, &r) in copy_from[..n].iter().enumerate() {
-                if r != u8::MAX {
-                    out[i] = out[usize::from(r)];
-                }
-            }
-        }
-    }
-
-    /// The batch interpreter proper: runs the program for the lanes of `todo` (out of `all`,
-    /// the first `pkts.len()`), writing their verdicts to `out`.
-    #[inline]
-    fn run_lanes(&self, pkts: &[&[u8]], out: &mut [u32], todo: u32, all: u32) {
-        let n = pkts.len();
         let ops = &*self.ops;
         let mut a = [0u32; LANES];
         let mut x = [0u32; LANES];
@@ -458,8 +334,8 @@ impl Program {
         let mut f_pc = [0u16; LANES];
         let mut f_m = [0u32; LANES];
         let mut f_n = 1usize;
-        let full = all;
-        f_m[0] = todo;
+        let full = if n == LANES { u32::MAX } else { (1u32 << n) - 1 };
+        f_m[0] = full;
         macro_rules! lanes {
             ($m:expr, |$l:ident| $body:expr) => {{
                 let mut mm: u32 = $m;
