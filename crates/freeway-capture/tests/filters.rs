@@ -422,11 +422,14 @@ fn long_programs_use_ja_trampolines() {
 fn batch_verdicts_equal_single_verdicts_on_the_corpus() {
     let mixed = frames(7, 32 * 8);
     let uniform: Vec<Vec<u8>> = std::iter::repeat_n(udp([10, 0, 0, 1], [10, 0, 0, 2], 1000, 53), 32).collect();
+    // A few flows interleaved, as a port's batches usually are.
+    let few = frames(11, 5);
+    let interleaved: Vec<Vec<u8>> = (0..32 * 4).map(|i| few[(i * 7 + i / 3) % few.len()].clone()).collect();
     let mut checked = 0;
     for expr in common::corpus(300) {
         let Ok(f) = Filter::new(&expr, 262_144) else { continue };
         let p = f.program();
-        for set in [&mixed, &uniform] {
+        for set in [&mixed, &uniform, &interleaved] {
             for chunk in set.chunks(32) {
                 let refs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
                 let mut out = [u32::MAX; 32];

@@ -331,6 +331,40 @@ proptest! {
         }
     }
 
+    /// Batches of a few distinct packets repeated (real traffic: a few flows per batch), so
+    /// the batch runs that share one verdict among packets with the same key bytes are
+    /// exercised; some copies are cut short.
+    #[test]
+    fn batch_runs_of_repeated_packets_equal_packet_by_packet_runs(
+        raw in prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..40),
+        base in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..96), 1..4),
+        picks in prop::collection::vec((any::<usize>(), any::<u8>(), 0..8usize), 2..=32),
+    ) {
+        let prog = make_valid(&raw);
+        let p = Program::new(&prog).expect("made valid");
+        let pkts: Vec<Vec<u8>> = picks
+            .iter()
+            .map(|&(i, flip, cut)| {
+                let mut v = base[i % base.len()].clone();
+                // Now and then a copy differs in one byte, or is shorter.
+                if flip < 16 && !v.is_empty() {
+                    let j = usize::from(flip) % v.len();
+                    v[j] ^= 0x5a;
+                }
+                if cut == 0 {
+                    v.truncate(v.len() / 2);
+                }
+                v
+            })
+            .collect();
+        let refs: Vec<&[u8]> = pkts.iter().map(Vec::as_slice).collect();
+        let mut out = [0xdead_beefu32; 32];
+        p.run_batch(&refs, &mut out);
+        for (i, pkt) in pkts.iter().enumerate() {
+            prop_assert_eq!(out[i], p.run(pkt), "packet {} of {}", i, pkts.len());
+        }
+    }
+
     #[test]
     fn arbitrary_instructions_are_validated_or_rejected(
         raw in prop::collection::vec((any::<u16>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..20),
