@@ -63,6 +63,24 @@ fn running_with_ctl(tag: &str) -> (PathBuf, PathBuf, std::process::Child) {
     (dir, sock, child)
 }
 
+/// Stops a datapath started by [`running_with_ctl`] with SIGINT, checks it exits cleanly and
+/// removes its directory.
+fn stop_cleanly(mut child: std::process::Child, dir: PathBuf) {
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Sends one control request (words) and returns the reply.
+fn ctl_words(sock: &std::path::Path, w: &[&str]) -> serde_json::Value {
+    let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
+    freeway::runtime::ctl_request(sock, &words).unwrap()
+}
+
 fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
     let mut r = pcap_file::pcap::PcapReader::new(bytes).expect("a pcap header");
     let mut v = Vec::new();
@@ -477,7 +495,7 @@ fn prometheus_metrics_are_served_while_running() {
 
 #[test]
 fn capture_attaches_to_a_running_datapath_through_the_control_socket() {
-    let (dir, sock, mut child) = running_with_ctl("livecap");
+    let (dir, sock, child) = running_with_ctl("livecap");
     let s = sock.to_str().unwrap();
     // To a file, with a count: the routed requests leaving on wan.
     let file = dir.join("live.pcap");
@@ -529,18 +547,12 @@ fn capture_attaches_to_a_running_datapath_through_the_control_socket() {
     let _ = c.wait();
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(ok(&["ctl", "-s", s, "stats"]).status.success());
-    assert!(Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(child.wait().unwrap().success());
-    std::fs::remove_dir_all(dir).unwrap();
+    stop_cleanly(child, dir);
 }
 
 #[test]
 fn many_control_clients_at_once_are_all_answered() {
-    let (dir, sock, mut child) = running_with_ctl("ctlmany");
+    let (dir, sock, child) = running_with_ctl("ctlmany");
     // Eight clients, twenty requests each, at the same time: one changes routes, the others
     // read; every request gets its answer, and the changes all land.
     let handles: Vec<_> = (0..8)
@@ -573,18 +585,12 @@ fn many_control_clients_at_once_are_all_answered() {
         21,
         "{text}"
     );
-    assert!(Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(child.wait().unwrap().success());
-    std::fs::remove_dir_all(dir).unwrap();
+    stop_cleanly(child, dir);
 }
 
 #[test]
 fn trace_shows_each_stage_and_changes_nothing() {
-    let (dir, sock, mut child) = running_with_ctl("trace");
+    let (dir, sock, child) = running_with_ctl("trace");
     let trace = |w: &[&str]| -> serde_json::Value {
         let mut words = vec!["trace".to_string()];
         words.extend(w.iter().map(|s| s.to_string()));
@@ -695,22 +701,13 @@ fn trace_shows_each_stage_and_changes_nothing() {
     let r = trace(&["in_port=lan", "hex=02000000100902000000100508004500002e"]);
     assert_eq!(r["data"]["dropped"], "parse:truncated_ipv4", "{r}");
 
-    assert!(Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(child.wait().unwrap().success());
-    std::fs::remove_dir_all(dir).unwrap();
+    stop_cleanly(child, dir);
 }
 
 #[test]
 fn captures_are_started_listed_and_stopped_through_the_control_socket() {
-    let (dir, sock, mut child) = running_with_ctl("ctlcap");
-    let ctl = |w: &[&str]| -> serde_json::Value {
-        let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
-        freeway::runtime::ctl_request(&sock, &words).unwrap()
-    };
+    let (dir, sock, child) = running_with_ctl("ctlcap");
+    let ctl = |w: &[&str]| ctl_words(&sock, w);
     let file = dir.join("wan.pcap");
     let f = file.to_str().unwrap();
     let r = ctl(&[
@@ -770,13 +767,7 @@ fn captures_are_started_listed_and_stopped_through_the_control_socket() {
     }
     assert_eq!(ctl(&["capture", "list"])["data"].as_array().unwrap().len(), 1);
 
-    assert!(Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(child.wait().unwrap().success());
-    std::fs::remove_dir_all(dir).unwrap();
+    stop_cleanly(child, dir);
 }
 
 #[test]
@@ -806,10 +797,7 @@ fn a_capture_whose_disk_is_full_stops_with_a_logged_error_while_forwarding_goes_
     while !sock.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let ctl = |w: &[&str]| -> serde_json::Value {
-        let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
-        freeway::runtime::ctl_request(&sock, &words).unwrap()
-    };
+    let ctl = |w: &[&str]| ctl_words(&sock, w);
     let wan_tx = || ctl(&["stats"])["data"]["ports"][1]["tx_packets"].as_u64().unwrap();
     let r = ctl(&["capture", "start", "-i", "wan", "-w", "/dev/full"]);
     assert_eq!(r["ok"], true, "{r}");

@@ -303,6 +303,20 @@ pub fn request(path: &Path, words: &[String]) -> Result<Value, String> {
 }
 
 impl<L: Layout> Control<L> {
+    /// The index of the configured port named `port`.
+    fn port_index(&self, port: &str) -> Result<usize, String> {
+        self.port_names
+            .iter()
+            .position(|n| n == port)
+            .filter(|&i| i < self.nports)
+            .ok_or_else(|| {
+                format!(
+                    "no port named {port:?} (ports: {})",
+                    self.port_names[..self.nports].join(", ")
+                )
+            })
+    }
+
     /// Joins an ended capture and remembers how it ended.
     fn reap(&mut self, t: super::capture::RunningTap) {
         let (id, desc) = (t.id(), t.desc().clone());
@@ -454,23 +468,8 @@ impl<L: Layout> Control<L> {
                 "-w {file}: an absolute path, please (the datapath writes it, from its own directory)"
             ));
         }
-        let p = self
-            .port_names
-            .iter()
-            .position(|n| n == port)
-            .filter(|&i| i < self.nports)
-            .ok_or_else(|| {
-                format!(
-                    "no port named {port:?} (ports: {})",
-                    self.port_names[..self.nports].join(", ")
-                )
-            })?;
-        let direction = match dir {
-            "in" => crate::config::capture::Direction::In,
-            "out" => crate::config::capture::Direction::Out,
-            "inout" => crate::config::capture::Direction::Inout,
-            d => return Err(format!("-Q {d:?}: in, out or inout")),
-        };
+        let p = self.port_index(port)?;
+        let direction = direction(dir).map_err(|e| format!("-Q {e}"))?;
         if !(1..=262_144).contains(&snap) {
             return Err(format!("-s {snap}: 1..=262144"));
         }
@@ -685,23 +684,8 @@ impl<L: Layout> Control<L> {
             let [port, dir, snap, count, format, filter] = w else {
                 return Err("capture PORT in|out|inout SNAPLEN COUNT pcap|pcapng FILTER".into());
             };
-            let p = self
-                .port_names
-                .iter()
-                .position(|n| n == port)
-                .filter(|&i| i < self.nports)
-                .ok_or_else(|| {
-                    format!(
-                        "no port named {port:?} (ports: {})",
-                        self.port_names[..self.nports].join(", ")
-                    )
-                })?;
-            let direction = match dir.as_str() {
-                "in" => crate::config::capture::Direction::In,
-                "out" => crate::config::capture::Direction::Out,
-                "inout" => crate::config::capture::Direction::Inout,
-                d => return Err(format!("direction {d:?}: in, out or inout")),
-            };
+            let p = self.port_index(port)?;
+            let direction = direction(dir).map_err(|e| format!("direction {e}"))?;
             let snaplen: u32 = snap
                 .parse()
                 .ok()
@@ -840,6 +824,17 @@ trace in_port=PORT FIELD...             what the datapath does with one packet, 
                                         tcp|udp|icmp tp_src= tp_dst= tcp_flags=syn|ack|fin|rst
                                         nw_ttl= len= arp_spa= arp_tpa=, or hex=FRAME
 ";
+
+/// A capture direction as tcpdump's `-Q` names it.
+fn direction(d: &str) -> Result<crate::config::capture::Direction, String> {
+    use crate::config::capture::Direction;
+    match d {
+        "in" => Ok(Direction::In),
+        "out" => Ok(Direction::Out),
+        "inout" => Ok(Direction::Inout),
+        d => Err(format!("{d:?}: in, out or inout")),
+    }
+}
 
 fn prefix(s: &str) -> Result<Prefix, String> {
     let (a, l) = crate::config::l3::parse_prefix(if s == "default" { "0.0.0.0/0" } else { s }, false)?;
