@@ -37,6 +37,11 @@ fn router_config(tag: &str) -> (PathBuf, PathBuf) {
 /// The router demo running for up to a minute with a control socket; returns its directory,
 /// the socket and the process (stop it with SIGINT).
 fn running_with_ctl(tag: &str) -> (PathBuf, PathBuf, std::process::Child) {
+    running_with_ctl_args(tag, &[])
+}
+
+/// [`running_with_ctl`] with more arguments for `freeway run`.
+fn running_with_ctl_args(tag: &str, extra: &[&str]) -> (PathBuf, PathBuf, std::process::Child) {
     let (dir, cfg) = router_config(tag);
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
@@ -52,6 +57,7 @@ fn running_with_ctl(tag: &str) -> (PathBuf, PathBuf, std::process::Child) {
             "--ctl",
             sock.to_str().unwrap(),
         ])
+        .args(extra)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -773,30 +779,7 @@ fn captures_are_started_listed_and_stopped_through_the_control_socket() {
 #[test]
 fn a_capture_whose_disk_is_full_stops_with_a_logged_error_while_forwarding_goes_on() {
     // /dev/full: every write fails with ENOSPC, as on a full disk.
-    let (dir, cfg) = router_config("devfull");
-    let text = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replace("duration_secs = 1", "duration_secs = 60");
-    std::fs::write(&cfg, text).unwrap();
-    let sock = dir.join("ctl.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args([
-            "run",
-            "-q",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--ctl",
-            sock.to_str().unwrap(),
-        ])
-        .args(["--log-level", "info", "--log-format", "json"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !sock.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let (dir, sock, child) = running_with_ctl_args("devfull", &["--log-level", "info", "--log-format", "json"]);
     let ctl = |w: &[&str]| ctl_words(&sock, w);
     let wan_tx = || ctl(&["stats"])["data"]["ports"][1]["tx_packets"].as_u64().unwrap();
     let r = ctl(&["capture", "start", "-i", "wan", "-w", "/dev/full"]);
