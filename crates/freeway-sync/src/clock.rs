@@ -6,10 +6,11 @@
 //! that record "last seen" times compare against this value and write only when it changed, so
 //! a hot entry is written at most once per tick.
 //!
-//! Threads: the ticker thread is the only writer; any thread may read. Tests drive the clock by
+//! Threads: the ticker thread is the only writer; any thread may read. The atomics come from
+//! [`crate::atomic`], so `tests/loom_clock.rs` model-checks the publication under loom. Tests drive the clock by
 //! hand with [`Clock::manual`] and [`Clock::set`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
