@@ -434,12 +434,14 @@ impl GenConfig {
     }
 }
 
-/// SplitMix64: a small, fast, well-mixed deterministic generator.
+/// SplitMix64: a small, fast, well-mixed deterministic generator (the generator's, and the
+/// churn harness's in the `freeway` crate).
 #[derive(Clone, Debug)]
-struct Rng(u64);
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -447,8 +449,9 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    /// A number in `0..n` (multiply-shift: no division).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 }
 

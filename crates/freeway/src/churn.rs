@@ -152,20 +152,13 @@ fn key_x(j: usize) -> usize {
 }
 const NKEYS: usize = NT + NG + NX;
 
-/// A small deterministic generator (splitmix64).
+/// The generator's SplitMix64, with indexes.
 #[derive(Clone, Debug)]
-struct Rng(u64);
+struct Rng(freeway_io::gen::Rng);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        self.0.below(n as u64) as usize
     }
 }
 
@@ -952,37 +945,46 @@ impl Control {
         s.split(' ').map(String::from).collect()
     }
 
+    /// Deletes (one time in `del_odds`, if present) or adds/moves the static FDB entry of
+    /// `mac` (oracle key `key`) in `vlan`, on one of `ports`.
+    fn churn_fdb(
+        &mut self,
+        key: usize,
+        mac: [u8; 6],
+        vlan: u16,
+        ports: &[u16],
+        names: &[&str],
+        del_odds: usize,
+    ) -> Result<(), String> {
+        let slot = if key < NT {
+            &mut self.t_port[key]
+        } else {
+            &mut self.g_port[key - NT]
+        };
+        if *slot != NONE && self.rng.below(del_odds) == 0 {
+            *slot = NONE;
+            let w = Self::words(&format!("fdb del {} vlan {vlan}", mac_text(mac)));
+            self.op(&[(key, NONE)], |c| c.ctl(&w))?;
+            self.ops.fdb_del += 1;
+        } else {
+            let p = self.rng.below(ports.len());
+            *slot = ports[p] as u8;
+            let w = Self::words(&format!("fdb add {} dev {} vlan {vlan}", mac_text(mac), names[p]));
+            self.op(&[(key, ports[p] as u8)], |c| c.ctl(&w))?;
+            self.ops.fdb_add += 1;
+        }
+        Ok(())
+    }
+
     fn step(&mut self) -> Result<(), String> {
         match self.rng.below(20) {
             0..=5 => {
                 let t = self.rng.below(NT);
-                if self.t_port[t] != NONE && self.rng.below(2) == 0 {
-                    self.t_port[t] = NONE;
-                    let w = Self::words(&format!("fdb del {} vlan 10", mac_text(t_mac(t))));
-                    self.op(&[(key_t(t), NONE)], |c| c.ctl(&w))?;
-                    self.ops.fdb_del += 1;
-                } else {
-                    let p = self.rng.below(LAN.len());
-                    self.t_port[t] = LAN[p] as u8;
-                    let w = Self::words(&format!("fdb add {} dev {} vlan 10", mac_text(t_mac(t)), LAN_NAMES[p]));
-                    self.op(&[(key_t(t), LAN[p] as u8)], |c| c.ctl(&w))?;
-                    self.ops.fdb_add += 1;
-                }
+                self.churn_fdb(key_t(t), t_mac(t), 10, &LAN, &LAN_NAMES, 2)?;
             }
             6..=8 => {
                 let a = self.rng.below(NG);
-                if self.g_port[a] != NONE && self.rng.below(3) == 0 {
-                    self.g_port[a] = NONE;
-                    let w = Self::words(&format!("fdb del {} vlan 20", mac_text(gw_mac(a))));
-                    self.op(&[(key_g(a), NONE)], |c| c.ctl(&w))?;
-                    self.ops.fdb_del += 1;
-                } else {
-                    let q = self.rng.below(WAN.len());
-                    self.g_port[a] = WAN[q] as u8;
-                    let w = Self::words(&format!("fdb add {} dev {} vlan 20", mac_text(gw_mac(a)), WAN_NAMES[q]));
-                    self.op(&[(key_g(a), WAN[q] as u8)], |c| c.ctl(&w))?;
-                    self.ops.fdb_add += 1;
-                }
+                self.churn_fdb(key_g(a), gw_mac(a), 20, &WAN, &WAN_NAMES, 3)?;
             }
             9..=13 => {
                 let j = self.rng.below(NX);
@@ -1356,7 +1358,9 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
                 next_seq: 0,
                 inflight: VecDeque::new(),
                 calls: 0,
-                rng: Rng(opts.seed ^ (w as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d)),
+                rng: Rng(freeway_io::gen::Rng(
+                    opts.seed ^ (w as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d),
+                )),
             }))
         })
         .collect();
@@ -1378,7 +1382,7 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
         shared: shared.clone(),
         sock: sock.clone(),
         reg: reg.clone(),
-        rng: Rng(opts.seed.wrapping_mul(31).wrapping_add(7)),
+        rng: Rng(freeway_io::gen::Rng(opts.seed.wrapping_mul(31).wrapping_add(7))),
         t_port: [NONE; NT],
         g_port: std::array::from_fn(|a| WAN[a % 2] as u8),
         routes: std::array::from_fn(|j| 1 << (j % NG)),
