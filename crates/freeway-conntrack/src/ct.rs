@@ -138,15 +138,19 @@ pub(crate) struct Shared {
     policies: Box<[Timeouts; 256]>,
     zone_policy: Box<[u8; ZONES]>,
     tcp_loose: bool,
-    pub(crate) queues: Mutex<Vec<Arc<ArrayQueue<ConnPtr>>>>,
-    pub(crate) remover: Mutex<Remover>,
-    workers: Mutex<Vec<Arc<CachePadded<WorkerStats>>>>,
+    // What the expiry thread and the control plane write (the remover's list and cursor,
+    // the queue list's lock, the removal counters) sits on cache lines of its own: sharing a
+    // line with the fields above, which workers read on every packet, made each packet miss
+    // while a sweep ran.
+    pub(crate) queues: CachePadded<Mutex<Vec<Arc<ArrayQueue<ConnPtr>>>>>,
+    pub(crate) remover: CachePadded<Mutex<Remover>>,
+    workers: CachePadded<Mutex<Vec<Arc<CachePadded<WorkerStats>>>>>,
     global: Option<Mutex<()>>,
     queue_cap: usize,
     pub(crate) interval_ms: u64,
     pub(crate) chunk: usize,
-    pub(crate) expired: AtomicU64,
-    pub(crate) flushed: AtomicU64,
+    pub(crate) expired: CachePadded<AtomicU64>,
+    pub(crate) flushed: CachePadded<AtomicU64>,
 }
 
 impl Shared {
@@ -177,6 +181,18 @@ impl Shared {
     pub(crate) fn release(&self, zone: u16) {
         self.zone_count[usize::from(zone)].fetch_sub(1, Ordering::Relaxed);
         self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Gives back `in_zone` places of `zone` and `total` places of the global count (the
+    /// remover's summed releases).
+    #[inline]
+    pub(crate) fn release_many(&self, zone: u16, in_zone: u32, total: usize) {
+        if in_zone != 0 {
+            self.zone_count[usize::from(zone)].fetch_sub(in_zone, Ordering::Relaxed);
+        }
+        if total != 0 {
+            self.count.fetch_sub(total, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn lock_remover(&self) -> MutexGuard<'_, Remover> {
@@ -261,15 +277,15 @@ impl Conntrack {
             policies,
             zone_policy,
             tcp_loose: cfg.tcp_loose,
-            queues: Mutex::new(Vec::new()),
-            remover: Mutex::new(Remover::default()),
-            workers: Mutex::new(Vec::new()),
+            queues: CachePadded::new(Mutex::new(Vec::new())),
+            remover: CachePadded::new(Mutex::new(Remover::default())),
+            workers: CachePadded::new(Mutex::new(Vec::new())),
             global: cfg.global_lock.then(|| Mutex::new(())),
             queue_cap: cfg.expiry_queue,
             interval_ms: cfg.expiry_interval_ms,
             chunk: cfg.expiry_chunk,
-            expired: AtomicU64::new(0),
-            flushed: AtomicU64::new(0),
+            expired: CachePadded::new(AtomicU64::new(0)),
+            flushed: CachePadded::new(AtomicU64::new(0)),
         });
         let ct = Conntrack { s };
         let exp = Expirer::new(ct.clone());

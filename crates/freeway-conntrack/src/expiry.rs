@@ -17,7 +17,8 @@
 //!    under the remover mutex is sound.
 //! 2. Each linked connection appears at most once in the list and the queues together (it is
 //!    pushed once, by its creator, right after its insert).
-//! 3. Removal gives back the connection's place under the global and zone limits.
+//! 3. Removal gives back the connection's place under the global and zone limits (summed, by
+//!    the end of the sweep or flush that removed it).
 //!
 //! A connection whose expiry a worker extends while the remover decides to remove it is
 //! removed anyway (the worker's write lands in a node that is being retired); its next
@@ -51,8 +52,16 @@ impl Remover {
         }
     }
 
-    /// Unlinks list entry `i` (swap-removing it from the list) into `batch`.
-    fn remove_at(&mut self, s: &Shared, i: usize, g: &crate::table::Guard, batch: &mut RetireBatch) {
+    /// Unlinks list entry `i` (swap-removing it from the list) into `batch`; its place under
+    /// the limits goes to `rel`.
+    fn remove_at(
+        &mut self,
+        s: &Shared,
+        i: usize,
+        g: &crate::table::Guard,
+        batch: &mut RetireBatch,
+        rel: &mut Releases,
+    ) {
         let p = self.list.swap_remove(i);
         // SAFETY: invariant 1: `p` is linked; we are the only remover (mutex held).
         let zone = unsafe { (*p.0).key().zone() };
@@ -60,7 +69,7 @@ impl Remover {
         // retired in this table by the caller.
         let linked = unsafe { s.table.unlink(p.0, g, batch) };
         debug_assert!(linked, "a listed connection was not linked");
-        s.release(zone);
+        rel.add(s, zone);
     }
 
     /// Drains the queues, then examines up to `budget` connections and removes the expired
@@ -69,6 +78,7 @@ impl Remover {
         self.drain(s);
         let g = pin();
         let mut batch = RetireBatch::default();
+        let mut rel = Releases::default();
         let mut removed = 0;
         let n = self.list.len().min(budget);
         if n == self.list.len() {
@@ -83,13 +93,14 @@ impl Remover {
             // SAFETY: invariant 1.
             let c = unsafe { &*self.list[i].0 };
             if c.expires() <= now {
-                self.remove_at(s, i, &g, &mut batch);
+                self.remove_at(s, i, &g, &mut batch, &mut rel);
                 removed += 1;
             } else {
                 i += 1;
             }
         }
         self.cursor = i;
+        rel.finish(s);
         s.table.retire_batch(batch, &g);
         s.expired.fetch_add(removed as u64, Ordering::Relaxed);
         removed
@@ -100,19 +111,21 @@ impl Remover {
         self.drain(s);
         let g = pin();
         let mut batch = RetireBatch::default();
+        let mut rel = Releases::default();
         let mut removed = 0;
         let mut i = 0;
         while i < self.list.len() {
             // SAFETY: invariant 1.
             let c = unsafe { &*self.list[i].0 };
             if zone.is_none_or(|z| c.key().zone() == z) {
-                self.remove_at(s, i, &g, &mut batch);
+                self.remove_at(s, i, &g, &mut batch, &mut rel);
                 removed += 1;
             } else {
                 i += 1;
             }
         }
         self.cursor = 0;
+        rel.finish(s);
         s.table.retire_batch(batch, &g);
         s.flushed.fetch_add(removed as u64, Ordering::Relaxed);
         removed
@@ -121,6 +134,37 @@ impl Remover {
     /// Connections known to the remover (listed, not counting queued ones).
     pub(crate) fn listed(&self) -> usize {
         self.list.len()
+    }
+}
+
+/// Places under the limits given back by one sweep or flush, summed: one atomic subtraction
+/// per run of connections of the same zone and one on the global count per sweep, instead of
+/// two per connection on the lines every new connection's reservation writes. Until
+/// [`Releases::finish`] the counts over-state the table (invariant 1 of `ct` still holds: a
+/// limit can only refuse early, never admit too many).
+#[derive(Default)]
+struct Releases {
+    /// Zone of the current run, and connections removed in it.
+    zone: u16,
+    run: u32,
+    /// Connections removed, all zones.
+    total: usize,
+}
+
+impl Releases {
+    #[inline]
+    fn add(&mut self, s: &Shared, zone: u16) {
+        if zone != self.zone && self.run != 0 {
+            s.release_many(self.zone, self.run, 0);
+            self.run = 0;
+        }
+        self.zone = zone;
+        self.run += 1;
+        self.total += 1;
+    }
+
+    fn finish(self, s: &Shared) {
+        s.release_many(self.zone, self.run, self.total);
     }
 }
 

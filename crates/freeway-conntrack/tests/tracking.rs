@@ -400,6 +400,43 @@ fn expiry_follows_the_manual_clock_and_timeout_policies() {
 }
 
 #[test]
+fn expiry_and_flush_give_back_each_zones_places() {
+    // The remover sums the places it gives back per run of same-zone connections: interleave
+    // zones so that runs are short, expire part of them, then flush the rest.
+    let cfg = CtConfig {
+        max: 64,
+        zone_limits: vec![(1, 8), (2, 8)],
+        ..CtConfig::default()
+    };
+    let (ct, mut w, clock) = setup(cfg);
+    let (a, b) = (ip("10.0.0.1"), ip("10.0.0.2"));
+    for port in 0..8u16 {
+        for zone in [1, 2, 3] {
+            assert_eq!(go(&mut w, &frames::udp(a, b, port, 9, 0), zone).0, NEW);
+        }
+    }
+    assert_eq!((ct.len(), ct.zone_len(1), ct.zone_len(2), ct.zone_len(3)), (24, 8, 8, 8));
+    // Zone 2's connections get a reply (the longer udp_multiple timeout) and survive.
+    for port in 0..8u16 {
+        assert_eq!(go(&mut w, &frames::udp(b, a, 9, port, 0), 2), (EST, true));
+    }
+    clock.advance(31_000);
+    assert_eq!(ct.expire_now(), 16);
+    assert_eq!((ct.len(), ct.zone_len(1), ct.zone_len(2), ct.zone_len(3)), (8, 0, 8, 0));
+    assert_eq!(ct.stats().zones.into_iter().collect::<Vec<_>>(), vec![(2, 8)]);
+    // The zone limits count again from zero: zone 1 takes 8 new connections, not a 9th.
+    for port in 100..108u16 {
+        assert_eq!(go(&mut w, &frames::udp(a, b, port, 9, 0), 1).0, NEW);
+    }
+    let full_zone = CtState::Invalid(InvalidReason::LimitZone);
+    assert_eq!(go(&mut w, &frames::udp(a, b, 108, 9, 0), 1).0, full_zone);
+    assert_eq!(ct.flush(), 16);
+    assert!(ct.is_empty());
+    assert!(ct.stats().zones.is_empty());
+    assert_eq!((ct.zone_len(1), ct.zone_len(2)), (0, 0));
+}
+
+#[test]
 fn expiry_thread_runs_in_the_background() {
     let cfg = CtConfig {
         expiry_interval_ms: 1,
