@@ -250,6 +250,28 @@ impl Conn {
     }
 }
 
+/// Hints the CPU to fetch both cache lines of the node at `p` for writing. Only a hint: it
+/// never faults and changes no memory, whatever `p` is.
+#[inline(always)]
+fn prefetch_write(p: *const Conn) {
+    // `prefetchw` (not `_mm_prefetch`, which becomes a read prefetch without the `prfchw`
+    // target feature): the lines come in exclusive, so the writes need no invalidation round.
+    // CPUs without it (Intel before Broadwell) execute it as a no-op.
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: a prefetch reads and writes no memory, cannot fault whatever the address, and
+    // touches no register but its address operand and no flags.
+    unsafe {
+        std::arch::asm!(
+            "prefetchw [{p}]",
+            "prefetchw [{p} + 64]",
+            p = in(reg) p,
+            options(nostack, preserves_flags, readonly),
+        );
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = p;
+}
+
 #[inline(always)]
 fn spin_hint() {
     #[cfg(loom)]
@@ -319,6 +341,12 @@ impl NodeCache {
                 }
             }
             if let Some(p) = self.free.pop() {
+                // The next free node is the next connection's: fetch its lines for writing
+                // now, so that the next publication's CAS does not wait for them (a recycled
+                // node was last touched by the remover, usually on another core).
+                if let Some(&next) = self.free.last() {
+                    prefetch_write(next as *const Conn);
+                }
                 let p = p as *mut Conn;
                 // SAFETY: `p` is a `Box<Conn>` allocation that was unlinked and whose grace
                 // period passed (invariant 2), now owned by this cache alone; `Conn` has no
@@ -353,9 +381,125 @@ pub struct RetireBatch {
     nodes: Vec<usize>,
 }
 
+/// The bucket array: all null at creation, never resized. On Linux, an array of at least
+/// 2 MiB is an anonymous mapping aligned to 2 MiB and marked for transparent huge pages
+/// (`MADV_HUGEPAGE`): a new connection's bucket is a random place in tens of MiB, and with
+/// 4 KiB pages nearly every such access also missed the TLB (a page walk, two-dimensional in
+/// a virtual machine). Smaller arrays, other systems and loom models use a boxed slice.
+struct Buckets {
+    ptr: *const AtomicPtr<Conn>,
+    len: usize,
+    /// The mapping to unmap on drop (address, length); null for a boxed slice.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    map: (*mut libc::c_void, usize),
+}
+
+impl Buckets {
+    #[cfg(all(target_os = "linux", not(loom)))]
+    const HUGE: usize = 2 << 20;
+
+    fn new(n: usize) -> Buckets {
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if let Some(b) = Self::mapped(n) {
+            return b;
+        }
+        let b: Box<[AtomicPtr<Conn>]> = (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect();
+        let len = b.len();
+        Buckets {
+            ptr: Box::into_raw(b) as *const AtomicPtr<Conn>,
+            len,
+            #[cfg(all(target_os = "linux", not(loom)))]
+            map: (std::ptr::null_mut(), 0),
+        }
+    }
+
+    /// `n` null buckets in a 2 MiB-aligned anonymous mapping advised for huge pages, or
+    /// `None` (too small, or the mapping failed).
+    #[cfg(all(target_os = "linux", not(loom)))]
+    fn mapped(n: usize) -> Option<Buckets> {
+        let bytes = n.checked_mul(std::mem::size_of::<AtomicPtr<Conn>>())?;
+        if bytes < Self::HUGE {
+            return None;
+        }
+        let map_len = bytes.checked_add(Self::HUGE)?;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return None;
+        }
+        let start = (map as usize).next_multiple_of(Self::HUGE);
+        let ptr = start as *mut AtomicPtr<Conn>;
+        // SAFETY: `[start, start + bytes)` lies inside the mapping (at most `HUGE - 1` bytes
+        // are skipped for the alignment). The advice is only a hint: its failure (THP off)
+        // leaves ordinary pages, so its result is ignored.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
+        }
+        // Fault the pages in now, at creation, rather than on the first inserts: one write per
+        // 4 KiB page (a huge page takes the first write of its 2 MiB).
+        let mut off = 0;
+        while off < bytes {
+            // SAFETY: inside the mapping, which is writable, aligned for `u8`, and not yet
+            // shared with anyone. Zero keeps the mapping's content (a null bucket is all
+            // zero bits).
+            unsafe { std::ptr::write_volatile((start + off) as *mut u8, 0) };
+            off += 4096;
+        }
+        Some(Buckets {
+            ptr,
+            len: n,
+            map: (map, map_len),
+        })
+    }
+
+    #[inline(always)]
+    fn as_slice(&self) -> &[AtomicPtr<Conn>] {
+        // SAFETY: `ptr` points to `len` initialised buckets that live as long as `self`
+        // (a boxed slice, or zeroed mapped memory, where all zero bits is a null `AtomicPtr`).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::Deref for Buckets {
+    type Target = [AtomicPtr<Conn>];
+    #[inline(always)]
+    fn deref(&self) -> &[AtomicPtr<Conn>] {
+        self.as_slice()
+    }
+}
+
+impl Drop for Buckets {
+    fn drop(&mut self) {
+        #[cfg(all(target_os = "linux", not(loom)))]
+        if !self.map.0.is_null() {
+            // SAFETY: the mapping made in `mapped`, unmapped once; no reference into it
+            // outlives `self`.
+            unsafe { libc::munmap(self.map.0, self.map.1) };
+            return;
+        }
+        // SAFETY: `ptr`/`len` came from `Box::into_raw` of a boxed slice of `len` buckets in
+        // `new`, dropped once.
+        drop(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr as *mut AtomicPtr<Conn>,
+                self.len,
+            ))
+        });
+    }
+}
+
 /// The table.
 pub struct Table {
-    buckets: Box<[AtomicPtr<Conn>]>,
+    buckets: Buckets,
     mask: usize,
     seed: u64,
     #[cfg_attr(loom, allow(dead_code))]
@@ -375,7 +519,7 @@ impl Table {
     pub fn new(buckets: usize, seed: u64) -> Table {
         let n = buckets.max(16).next_power_of_two();
         Table {
-            buckets: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            buckets: Buckets::new(n),
             mask: n - 1,
             seed,
             free: std::sync::Arc::new(FreeNodes::default()),
@@ -633,6 +777,42 @@ mod tests {
         assert_eq!((c.expires(), c.orig_lo()), (9, false));
         assert!(t.lookup(&key(3), t.hash(&key(3)), &g).is_none());
         assert!(t.lookup(&k, t.hash(&k), &g).is_some());
+    }
+
+    #[test]
+    fn large_bucket_arrays_are_mapped_aligned_and_null() {
+        // 2 MiB of buckets: a huge-page mapping on Linux.
+        let n = (2 << 20) / std::mem::size_of::<AtomicPtr<Conn>>();
+        let t = Table::new(n, 5);
+        assert_eq!(t.buckets(), n);
+        #[cfg(target_os = "linux")]
+        {
+            assert!(!t.buckets.map.0.is_null(), "mapped");
+            assert_eq!(t.buckets.ptr as usize % Buckets::HUGE, 0, "2 MiB aligned");
+        }
+        assert!(t.buckets.iter().all(|b| b.load(Ordering::Relaxed).is_null()));
+        let g = pin();
+        let mut ptrs = Vec::new();
+        for i in 0..1000 {
+            let k = key(i);
+            let c = t
+                .insert(Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7), t.hash(&k), &g)
+                .ok()
+                .unwrap();
+            ptrs.push(c as *const Conn);
+        }
+        for i in 0..1000 {
+            assert!(t.lookup(&key(i), t.hash(&key(i)), &g).is_some());
+        }
+        for p in &ptrs[..500] {
+            // SAFETY: single remover (this thread), each pointer removed once.
+            assert!(unsafe { t.remove(*p, &g) });
+        }
+        assert!(t.lookup(&key(0), t.hash(&key(0)), &g).is_none());
+        assert!(t.lookup(&key(999), t.hash(&key(999)), &g).is_some());
+        // Small arrays stay boxed.
+        #[cfg(target_os = "linux")]
+        assert!(Table::new(16, 5).buckets.map.0.is_null());
     }
 
     #[test]
