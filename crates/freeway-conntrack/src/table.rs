@@ -802,7 +802,11 @@ mod tests {
         for i in 0..1000 {
             let k = key(i);
             let c = t
-                .insert(Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7), t.hash(&k), &g)
+                .insert(
+                    Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7),
+                    t.hash(&k),
+                    &g,
+                )
                 .ok()
                 .unwrap();
             ptrs.push(c as *const Conn);

@@ -415,7 +415,10 @@ fn expiry_and_flush_give_back_each_zones_places() {
             assert_eq!(go(&mut w, &frames::udp(a, b, port, 9, 0), zone).0, NEW);
         }
     }
-    assert_eq!((ct.len(), ct.zone_len(1), ct.zone_len(2), ct.zone_len(3)), (24, 8, 8, 8));
+    assert_eq!(
+        (ct.len(), ct.zone_len(1), ct.zone_len(2), ct.zone_len(3)),
+        (24, 8, 8, 8)
+    );
     // Zone 2's connections get a reply (the longer udp_multiple timeout) and survive.
     for port in 0..8u16 {
         assert_eq!(go(&mut w, &frames::udp(b, a, 9, port, 0), 2), (EST, true));
