@@ -3,7 +3,9 @@
 //! # Design
 //!
 //! A fixed array of buckets (a power of two sized once from the connection limit, never
-//! resized), each the head of a singly linked chain of heap-allocated [`Conn`]s, RCU style:
+//! resized; on Linux, from 2 MiB up, on transparent huge pages, since a new connection's bucket
+//! is a random place in it), each the head of a singly linked chain of heap-allocated
+//! [`Conn`]s, RCU style:
 //!
 //! * **Lookups** (workers, ICMP error matching, dumps) walk chains with `Acquire` loads under
 //!   an epoch guard pinned once per batch. They take no lock and write nothing shared.
@@ -30,7 +32,9 @@
 //! batch, as chunks of at most [`RECYCLE_CHUNK`] pointers, onto a lock-free queue of free
 //! nodes. A worker keeps a private stack of free nodes ([`NodeCache`]) and refills it with
 //! one chunk from that queue when it runs dry (allocating a fresh node only if the queue is
-//! empty too). A recycled node is reused only after its grace period, exactly as memory
+//! empty too), and prefetches for writing the node it will hand out a few connections later
+//! (its lines were last read by the remover, often on another core, so the publishing CAS
+//! waited for them). A recycled node is reused only after its grace period, exactly as memory
 //! returned to the allocator would be, so readers and inserters see nothing new. Free nodes
 //! are bounded by the nodes that were ever linked at once plus those in grace periods.
 //!
