@@ -139,7 +139,10 @@ fn make_valid(raw: &[(usize, u8, u8, u32, u8)]) -> Vec<Insn> {
 }
 
 fn raw_prog() -> impl Strategy<Value = Vec<(usize, u8, u8, u32, u8)>> {
-    prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>(), any::<u8>()), 0..48)
+    prop::collection::vec(
+        (any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>(), any::<u8>()),
+        0..48,
+    )
 }
 
 #[test]
@@ -174,7 +177,11 @@ fn edge_cases() {
         vec![s(LD | W | ABS, 0x8000_0000), s(RET | K, 1)],
         vec![s(LD | W | ABS, 0x7fff_fffd), s(RET | K, 1)],
         vec![s(LDX | W | IMM, 0xffff_ffff), s(LD | B | IND, 1), s(RET | K, 1)],
-        vec![s(LDX | W | IMM, 0xffff_ffff), s(LD | W | IND, 0xffff_ffff), s(RET | K, 1)],
+        vec![
+            s(LDX | W | IMM, 0xffff_ffff),
+            s(LD | W | IND, 0xffff_ffff),
+            s(RET | K, 1),
+        ],
         vec![s(LDX | W | IMM, 15), s(LD | W | IND, 1), s(RET | A, 0)],
         vec![s(LDX | W | IMM, 16), s(LD | W | IND, 1), s(RET | A, 0)],
         vec![s(LDX | W | IMM, 2), s(LD | H | IND, 0x7fff_ffff), s(RET | A, 0)],
@@ -184,29 +191,111 @@ fn edge_cases() {
         // division and modulo by X = 0 end with 0; by constants
         vec![s(LD | W | IMM, 7), s(ALU | DIV | X, 0), s(RET | K, 5)],
         vec![s(LD | W | IMM, 7), s(ALU | MOD | X, 0), s(RET | K, 5)],
-        vec![s(LD | W | IMM, 7), s(LDX | W | IMM, 2), s(ALU | DIV | X, 0), s(RET | A, 0)],
-        vec![s(LD | W | IMM, 7), s(LDX | W | IMM, 2), s(ALU | MOD | X, 0), s(RET | A, 0)],
+        vec![
+            s(LD | W | IMM, 7),
+            s(LDX | W | IMM, 2),
+            s(ALU | DIV | X, 0),
+            s(RET | A, 0),
+        ],
+        vec![
+            s(LD | W | IMM, 7),
+            s(LDX | W | IMM, 2),
+            s(ALU | MOD | X, 0),
+            s(RET | A, 0),
+        ],
         vec![s(LD | W | IMM, u32::MAX), s(ALU | DIV | K, 3), s(RET | A, 0)],
         vec![s(LD | W | IMM, u32::MAX), s(ALU | MOD | K, u32::MAX - 1), s(RET | A, 0)],
         // shifts by X at and past 31
-        vec![s(LD | W | IMM, 1), s(LDX | W | IMM, 31), s(ALU | LSH | X, 0), s(RET | A, 0)],
-        vec![s(LD | W | IMM, 1), s(LDX | W | IMM, 32), s(ALU | LSH | X, 0), s(RET | A, 0)],
-        vec![s(LD | W | IMM, u32::MAX), s(LDX | W | IMM, 33), s(ALU | RSH | X, 0), s(RET | A, 0)],
-        vec![s(LD | W | IMM, u32::MAX), s(LDX | W | IMM, 31), s(ALU | RSH | X, 0), s(RET | A, 0)],
-        vec![s(LD | W | IMM, u32::MAX), s(LDX | W | IMM, 0x100), s(ALU | RSH | X, 0), s(RET | A, 0)],
+        vec![
+            s(LD | W | IMM, 1),
+            s(LDX | W | IMM, 31),
+            s(ALU | LSH | X, 0),
+            s(RET | A, 0),
+        ],
+        vec![
+            s(LD | W | IMM, 1),
+            s(LDX | W | IMM, 32),
+            s(ALU | LSH | X, 0),
+            s(RET | A, 0),
+        ],
+        vec![
+            s(LD | W | IMM, u32::MAX),
+            s(LDX | W | IMM, 33),
+            s(ALU | RSH | X, 0),
+            s(RET | A, 0),
+        ],
+        vec![
+            s(LD | W | IMM, u32::MAX),
+            s(LDX | W | IMM, 31),
+            s(ALU | RSH | X, 0),
+            s(RET | A, 0),
+        ],
+        vec![
+            s(LD | W | IMM, u32::MAX),
+            s(LDX | W | IMM, 0x100),
+            s(ALU | RSH | X, 0),
+            s(RET | A, 0),
+        ],
         // wrap-around and negation, multiplication
-        vec![s(LD | W | IMM, u32::MAX), s(ALU | ADD | K, 2), s(ALU | NEG, 0), s(RET | A, 0)],
-        vec![s(LD | W | IMM, 0x1234_5678), s(ALU | MUL | K, 0x9abc_def1), s(RET | A, 0)],
+        vec![
+            s(LD | W | IMM, u32::MAX),
+            s(ALU | ADD | K, 2),
+            s(ALU | NEG, 0),
+            s(RET | A, 0),
+        ],
+        vec![
+            s(LD | W | IMM, 0x1234_5678),
+            s(ALU | MUL | K, 0x9abc_def1),
+            s(RET | A, 0),
+        ],
         // scratch memory: starts zeroed, indices 0 and 15
         vec![s(LD | W | MEM, 15), s(RET | A, 0)],
-        vec![s(LD | W | IMM, 3), s(ST, 15), s(LDX | W | MEM, 15), s(STX, 0), s(LD | W | MEM, 0), s(RET | A, 0)],
+        vec![
+            s(LD | W | IMM, 3),
+            s(ST, 15),
+            s(LDX | W | MEM, 15),
+            s(STX, 0),
+            s(LD | W | MEM, 0),
+            s(RET | A, 0),
+        ],
         // unsigned comparisons, jset, jumps with both targets equal or far
-        vec![s(LD | W | IMM, 0x8000_0000), j(JMP | JGT | K, 1, 1, 0), s(RET | K, 1), s(RET | K, 2)],
-        vec![s(LD | W | IMM, 5), j(JMP | JGE | K, 5, 0, 1), s(RET | K, 1), s(RET | K, 2)],
-        vec![s(LD | W | IMM, 5), j(JMP | JSET | K, 2, 1, 0), s(RET | K, 1), s(RET | K, 2)],
-        vec![s(LD | W | IMM, 5), j(JMP | JEQ | K, 5, 1, 1), s(RET | K, 1), s(RET | K, 2)],
-        vec![s(LD | W | IMM, 5), s(LDX | W | IMM, 6), j(JMP | JGT | X, 0, 0, 1), s(RET | K, 1), s(RET | K, 2)],
-        vec![s(LD | W | LEN, 0), s(LDX | W | LEN, 0), s(ALU | SUB | X, 0), s(RET | A, 0)],
+        vec![
+            s(LD | W | IMM, 0x8000_0000),
+            j(JMP | JGT | K, 1, 1, 0),
+            s(RET | K, 1),
+            s(RET | K, 2),
+        ],
+        vec![
+            s(LD | W | IMM, 5),
+            j(JMP | JGE | K, 5, 0, 1),
+            s(RET | K, 1),
+            s(RET | K, 2),
+        ],
+        vec![
+            s(LD | W | IMM, 5),
+            j(JMP | JSET | K, 2, 1, 0),
+            s(RET | K, 1),
+            s(RET | K, 2),
+        ],
+        vec![
+            s(LD | W | IMM, 5),
+            j(JMP | JEQ | K, 5, 1, 1),
+            s(RET | K, 1),
+            s(RET | K, 2),
+        ],
+        vec![
+            s(LD | W | IMM, 5),
+            s(LDX | W | IMM, 6),
+            j(JMP | JGT | X, 0, 0, 1),
+            s(RET | K, 1),
+            s(RET | K, 2),
+        ],
+        vec![
+            s(LD | W | LEN, 0),
+            s(LDX | W | LEN, 0),
+            s(ALU | SUB | X, 0),
+            s(RET | A, 0),
+        ],
         // `ret a` with A never written
         vec![s(RET | A, 0)],
     ];
@@ -254,7 +343,11 @@ fn corpus_filters_jit_equals_interpreter() {
         .collect();
     sets.push(cut);
     let mut checked = 0usize;
-    for expr in common::corpus(300).iter().map(String::as_str).chain(["", "host 198.18.0.1"]) {
+    for expr in common::corpus(300)
+        .iter()
+        .map(String::as_str)
+        .chain(["", "host 198.18.0.1"])
+    {
         let Ok(f) = Filter::new(expr, 262_144) else { continue };
         let p = f.program();
         assert_eq!(p.is_jitted(), jit_expected(), "{expr}");

@@ -174,9 +174,14 @@ impl Asm {
 
     /// Loads `size` (W, H or B) bytes at the constant offset `k` into `dst` (EAX or ECX),
     /// big-endian, zero-extended; bounds-checked.
-    fn load_abs(&mut self, size: u16, k: u32, dst: u8, fail: Label) {
+    ///
+    /// Without `check`, the caller guarantees the bytes are in the packet; without `swap`,
+    /// the bytes are left in memory order.
+    fn load_abs(&mut self, size: u16, k: u32, dst: u8, fail: Label, check: bool, swap: bool) {
         let w = width(size);
-        self.check_end_const(u64::from(k) + w, fail);
+        if check {
+            self.check_end_const(u64::from(k) + w, fail);
+        }
         let op: &[u8] = load_opcode(size);
         if k <= i32::MAX as u32 {
             // op dst, [rdi + disp32]
@@ -189,7 +194,9 @@ impl Asm {
             self.u32(k);
             self.load_rdi_r10(op, dst);
         }
-        self.fix_endian(size, dst);
+        if swap {
+            self.fix_endian(size, dst);
+        }
     }
 
     /// `op dst, [rdi + r10]`.
@@ -253,29 +260,181 @@ fn load_opcode(size: u16) -> &'static [u8] {
     }
 }
 
-/// Emits the program body. Entered with `rdi` = packet, `rsi` = captured length, `r9d` =
-/// wire length, `r8` = scratch memory; leaves the return value in `eax` and jumps to `done`
-/// (every `ret`, and every failed load or division through the shared fail path, which
-/// zeroes `eax` first).
-fn body(a: &mut Asm, prog: &[Insn], uses_mem: bool, done: Label) {
+/// What the code generator knows about a program beyond its instructions.
+struct Facts {
+    /// Whether any instruction touches scratch memory.
+    uses_mem: bool,
+    /// Whether any instruction reads the wire length (`ld`/`ldx #pktlen`).
+    uses_len: bool,
+    /// Per instruction: registers live before it (bit 0 = A, bit 1 = X).
+    live_in: Vec<u8>,
+    /// Per instruction: whether some jump lands on it.
+    target: Vec<bool>,
+    /// The furthest end (offset + width) of any absolute packet load, if there is one.
+    max_abs_end: Option<u64>,
+}
+
+const LIVE_A: u8 = 1;
+const LIVE_X: u8 = 2;
+
+impl Facts {
+    /// Analyses a validated program. Jumps only go forward, so one backward pass computes
+    /// liveness exactly.
+    fn of(prog: &[Insn]) -> Facts {
+        let n = prog.len();
+        let mut live_in = vec![0u8; n];
+        let mut target = vec![false; n];
+        let mut max_abs_end = None::<u64>;
+        let mut uses_mem = false;
+        let mut uses_len = false;
+        for (pc, i) in prog.iter().enumerate().rev() {
+            let c = i.code;
+            let next = |d: usize| live_in.get(pc + 1 + d).copied().unwrap_or(0);
+            // (uses, defs, live after)
+            let (uses, defs, out) = match class(c) {
+                LD => {
+                    if matches!(mode(c), ABS) {
+                        let end = u64::from(i.k) + width(size(c));
+                        max_abs_end = Some(max_abs_end.map_or(end, |m| m.max(end)));
+                    }
+                    uses_mem |= mode(c) == MEM;
+                    uses_len |= mode(c) == LEN;
+                    (if mode(c) == IND { LIVE_X } else { 0 }, LIVE_A, next(0))
+                }
+                LDX => {
+                    if mode(c) == MSH {
+                        let end = u64::from(i.k) + 1;
+                        max_abs_end = Some(max_abs_end.map_or(end, |m| m.max(end)));
+                    }
+                    uses_mem |= mode(c) == MEM;
+                    uses_len |= mode(c) == LEN;
+                    (0, LIVE_X, next(0))
+                }
+                ST => {
+                    uses_mem = true;
+                    (LIVE_A, 0, next(0))
+                }
+                STX => {
+                    uses_mem = true;
+                    (LIVE_X, 0, next(0))
+                }
+                ALU => {
+                    let x = if aluop(c) != NEG && src(c) == X { LIVE_X } else { 0 };
+                    (LIVE_A | x, LIVE_A, next(0))
+                }
+                JMP => {
+                    if aluop(c) == JA {
+                        (0, 0, next(i.k as usize))
+                    } else {
+                        let x = if src(c) == X { LIVE_X } else { 0 };
+                        (LIVE_A | x, 0, next(i.jt as usize) | next(i.jf as usize))
+                    }
+                }
+                RET => (if rval(c) == A { LIVE_A } else { 0 }, 0, 0),
+                _ => {
+                    if c & 0xf8 == TXA {
+                        (LIVE_X, LIVE_A, next(0))
+                    } else {
+                        (LIVE_A, LIVE_X, next(0))
+                    }
+                }
+            };
+            live_in[pc] = uses | (out & !defs);
+        }
+        for (pc, i) in prog.iter().enumerate() {
+            if class(i.code) == JMP {
+                if aluop(i.code) == JA {
+                    target[pc + 1 + i.k as usize] = true;
+                } else {
+                    target[pc + 1 + i.jt as usize] = true;
+                    target[pc + 1 + i.jf as usize] = true;
+                }
+            }
+        }
+        Facts {
+            uses_mem,
+            uses_len,
+            live_in,
+            target,
+            max_abs_end,
+        }
+    }
+
+    /// Whether A is live after the conditional jump at `pc`.
+    fn a_live_after_jump(&self, prog: &[Insn], pc: usize) -> bool {
+        let i = prog[pc];
+        (self.live_in[pc + 1 + i.jt as usize] | self.live_in[pc + 1 + i.jf as usize]) & LIVE_A != 0
+    }
+}
+
+/// Emits the program. Entered with `rdi` = packet, `rsi` = captured length, `r9d` = wire
+/// length (if the program reads it), `r8` = scratch memory; leaves the return value in `eax`
+/// and jumps to `done` (every `ret`, and every failed load or division through the fail
+/// path, which zeroes `eax` first).
+///
+/// A and X are zeroed first if the program may read them before writing them, the scratch
+/// memory if the program uses it. When the program has absolute loads, one comparison of
+/// the captured length with the furthest of them picks between two copies of the body: one
+/// without bounds checks on absolute loads (every one of them is in bounds) and one with.
+fn program(a: &mut Asm, prog: &[Insn], facts: &Facts, done: Label) {
+    if facts.uses_mem {
+        // xor eax, eax, then 8 × mov [r8 + 8i], rax
+        a.b(&[0x31, 0xC0]);
+        for i in 0..8u8 {
+            a.b(&[0x49, 0x89, 0x40, i * 8]);
+        }
+    } else if facts.live_in[0] & LIVE_A != 0 {
+        // xor eax, eax
+        a.b(&[0x31, 0xC0]);
+    }
+    if facts.live_in[0] & LIVE_X != 0 {
+        // xor ecx, ecx
+        a.b(&[0x31, 0xC9]);
+    }
+    match facts.max_abs_end {
+        Some(end) if end <= i32::MAX as u64 => {
+            let checked = a.label();
+            // cmp rsi, imm32 ; jb checked
+            a.b(&[0x48, 0x81, 0xFE]);
+            a.u32(end as u32);
+            a.jcc(JB, checked);
+            body(a, prog, facts, false, done);
+            a.bind(checked);
+            body(a, prog, facts, true, done);
+        }
+        _ => body(a, prog, facts, true, done),
+    }
+}
+
+/// Emits one copy of the body; with `checked` false, absolute loads are not bounds-checked
+/// (the caller has checked the packet is long enough for all of them).
+fn body(a: &mut Asm, prog: &[Insn], facts: &Facts, checked: bool, done: Label) {
     let n = prog.len();
     let at = a.labels(n);
     let fail = a.label();
-    // xor eax, eax ; xor ecx, ecx
-    a.b(&[0x31, 0xC0, 0x31, 0xC9]);
-    if uses_mem {
-        for i in 0..8u8 {
-            // mov [r8 + 8i], rax
-            a.b(&[0x49, 0x89, 0x40, i * 8]);
-        }
-    }
+    // Set when a load was emitted without its byte swap, the jump after it comparing with a
+    // swapped constant instead.
+    let mut raw_load = false;
     for (pc, i) in prog.iter().enumerate() {
         a.bind(at + pc);
         let c = i.code;
         let k = i.k;
+        let was_raw = std::mem::take(&mut raw_load);
         match class(c) {
             LD => match mode(c) {
-                ABS => a.load_abs(size(c), k, EAX, fail),
+                ABS => {
+                    // `ld`/`ldh [k]` feeding only the `jeq`/`jset #k` right after it (no other
+                    // path reaches that jump, A is dead after it): compare the loaded bytes as
+                    // they are with the constant byte-swapped, saving the swap.
+                    let j = prog.get(pc + 1);
+                    raw_load = matches!(size(c), W | H)
+                        && j.is_some_and(|j| {
+                            class(j.code) == JMP && src(j.code) == K && matches!(aluop(j.code), JEQ | JSET)
+                        })
+                        && !facts.target[pc + 1]
+                        && !facts.a_live_after_jump(prog, pc + 1);
+                    a.load_abs(size(c), k, EAX, fail, checked, !raw_load);
+                }
                 IND => a.load_ind(size(c), k, fail),
                 // mov eax, r9d
                 LEN => a.b(&[0x44, 0x89, 0xC8]),
@@ -299,7 +458,7 @@ fn body(a: &mut Asm, prog: &[Insn], uses_mem: bool, done: Label) {
                 LEN => a.b(&[0x44, 0x89, 0xC9]),
                 _ => {
                     // ldxb 4*([k]&0xf): movzx ecx, byte [k] ; and ecx, 0xf ; shl ecx, 2
-                    a.load_abs(B, k, ECX, fail);
+                    a.load_abs(B, k, ECX, fail, checked, true);
                     a.b(&[0x83, 0xE1, 0x0F, 0xC1, 0xE1, 0x02]);
                 }
             },
@@ -325,6 +484,19 @@ fn body(a: &mut Asm, prog: &[Insn], uses_mem: bool, done: Label) {
                     continue;
                 }
                 let x = src(c) == X;
+                // The constant to compare with: byte-swapped after a raw load (of a word or
+                // a half-word, whose upper half is zero).
+                let kk = if !was_raw {
+                    k
+                } else if size(prog[pc - 1].code) == W {
+                    k.swap_bytes()
+                } else if aluop(c) == JSET || k <= 0xffff {
+                    (k as u16).swap_bytes() as u32
+                } else {
+                    // jeq with a constant over 0xffff after a half-word load: never equal,
+                    // swapped or not.
+                    k
+                };
                 // The compare; `cc` holds when the BPF condition does.
                 let cc = match aluop(c) {
                     JSET => {
@@ -334,7 +506,7 @@ fn body(a: &mut Asm, prog: &[Insn], uses_mem: bool, done: Label) {
                         } else {
                             // test eax, imm32
                             a.b(&[0xA9]);
-                            a.u32(k);
+                            a.u32(kk);
                         }
                         JNE
                     }
@@ -345,7 +517,7 @@ fn body(a: &mut Asm, prog: &[Insn], uses_mem: bool, done: Label) {
                         } else {
                             // cmp eax, imm32
                             a.b(&[0x3D]);
-                            a.u32(k);
+                            a.u32(kk);
                         }
                         match op {
                             JEQ => JE,
@@ -453,40 +625,39 @@ fn alu(a: &mut Asm, c: u16, k: u32, fail: Label) {
     }
 }
 
-/// Whether the program touches scratch memory.
-fn uses_mem(prog: &[Insn]) -> bool {
-    prog.iter().any(|i| match class(i.code) {
-        LD | LDX => mode(i.code) == MEM,
-        ST | STX => true,
-        _ => false,
-    })
-}
-
 /// Emits the machine code of a program, or `None` if it does not validate.
 pub fn emit(prog: &[Insn]) -> Option<Emitted> {
     super::validate(prog).ok()?;
-    let mem = uses_mem(prog);
+    let facts = Facts::of(prog);
     let mut a = Asm::new();
 
-    // Batch entry: (rdi = slices, rsi = n, rdx = out, rcx = mem).
+    // Batch entry: (rdi = slices, rsi = n, rdx = out, rcx = mem). The loop index r12 runs
+    // from -2n up to 0 in steps of 2: slice i is at [rbx + r12*8] with rbx = slices + 16n,
+    // out[i] at [r13 + r12*2] with r13 = out + 4n.
     let batch = a.code.len();
     let top = a.label();
     let store = a.label();
     let exit = a.label();
-    // push rbx ; push r12 ; push r13
-    a.b(&[0x53, 0x41, 0x54, 0x41, 0x55]);
-    // mov rbx, rdi ; mov r12, rsi ; mov r13, rdx ; mov r8, rcx
-    a.b(&[0x48, 0x89, 0xFB, 0x49, 0x89, 0xF4, 0x49, 0x89, 0xD5, 0x49, 0x89, 0xC8]);
-    // test r12, r12 ; jz exit
-    a.b(&[0x4D, 0x85, 0xE4]);
+    // push rbx ; push r12 ; push r13 ; mov r8, rcx
+    a.b(&[0x53, 0x41, 0x54, 0x41, 0x55, 0x49, 0x89, 0xC8]);
+    // test rsi, rsi ; jz exit
+    a.b(&[0x48, 0x85, 0xF6]);
     a.jcc(JE, exit);
+    // lea rbx, [rdi + rsi*8] ; lea rbx, [rbx + rsi*8] ; lea r13, [rdx + rsi*4]
+    a.b(&[0x48, 0x8D, 0x1C, 0xF7, 0x48, 0x8D, 0x1C, 0xF3, 0x4C, 0x8D, 0x2C, 0xB2]);
+    // mov r12, rsi ; neg r12 ; add r12, r12
+    a.b(&[0x49, 0x89, 0xF4, 0x49, 0xF7, 0xDC, 0x4D, 0x01, 0xE4]);
     a.bind(top);
-    // mov rdi, [rbx] ; mov rsi, [rbx + 8] ; mov r9d, esi
-    a.b(&[0x48, 0x8B, 0x3B, 0x48, 0x8B, 0x73, 0x08, 0x41, 0x89, 0xF1]);
-    body(&mut a, prog, mem, store);
+    // mov rdi, [rbx + r12*8] ; mov rsi, [rbx + r12*8 + 8]
+    a.b(&[0x4A, 0x8B, 0x3C, 0xE3, 0x4A, 0x8B, 0x74, 0xE3, 0x08]);
+    if facts.uses_len {
+        // mov r9d, esi
+        a.b(&[0x41, 0x89, 0xF1]);
+    }
+    program(&mut a, prog, &facts, store);
     a.bind(store);
-    // mov [r13], eax ; add rbx, 16 ; add r13, 4 ; dec r12
-    a.b(&[0x41, 0x89, 0x45, 0x00, 0x48, 0x83, 0xC3, 0x10, 0x49, 0x83, 0xC5, 0x04, 0x49, 0xFF, 0xCC]);
+    // mov [r13 + r12*2], eax ; add r12, 2
+    a.b(&[0x43, 0x89, 0x44, 0x65, 0x00, 0x49, 0x83, 0xC4, 0x02]);
     // jnz top
     a.jcc(JNE, top);
     a.bind(exit);
@@ -498,7 +669,7 @@ pub fn emit(prog: &[Insn]) -> Option<Emitted> {
     let ret = a.label();
     // mov r9d, edx ; mov r8, rcx
     a.b(&[0x41, 0x89, 0xD1, 0x49, 0x89, 0xC8]);
-    body(&mut a, prog, mem, ret);
+    program(&mut a, prog, &facts, ret);
     a.bind(ret);
     a.b(&[0xC3]);
 
