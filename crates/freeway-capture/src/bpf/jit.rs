@@ -19,6 +19,13 @@
 //! shift by `x & 31`: the generated code tests and selects 0); arithmetic wraps, comparisons
 //! are unsigned; A, X and (for programs that use it) the 16-word scratch memory start at 0.
 //!
+//! Code shape: A and X are zeroed only if the program may read them before writing them
+//! (liveness, one backward pass: jumps only go forward); when the program has absolute loads,
+//! one comparison of the captured length with the furthest of them selects a copy of the
+//! body without per-load bounds checks (else the copy with them runs); an `ld`/`ldh [k]`
+//! whose value only feeds the `jeq`/`jset #c` right after it is compared unswapped with the
+//! byte-swapped constant.
+//!
 //! Register use inside the generated code: `eax` = A, `ecx` = X (so `shl eax, cl` shifts by
 //! X), `rdi` = packet, `rsi` = captured length, `r9d` = wire length, `r8` = scratch memory,
 //! `edx`/`r10`/`r11` temporaries; the batch loop keeps its state in `rbx`, `r12`, `r13`
@@ -773,7 +780,7 @@ mod imp {
             // SAFETY: `one` and `batch` are the offsets of the two entry points emitted by
             // `emit`, inside the mapping, with exactly these signatures (sysv64 ABI:
             // arguments in rdi, rsi, rdx, rcx, result in eax; callee-saved registers
-            // restored). The code validated program lets them run (see the module doc).
+            // restored), emitted from a validated program (see the module doc).
             let (one, batch) = unsafe {
                 (
                     std::mem::transmute::<*mut u8, OneFn>(base.as_ptr().add(e.one)),
