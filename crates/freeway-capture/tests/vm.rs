@@ -105,8 +105,12 @@ fn validator_rejects() {
         .contains("(003)"));
 }
 
+/// Runs `prog` on `pkt` with the interpreter and (where available) the JIT; they must agree.
 fn run(prog: &[Insn], pkt: &[u8]) -> u32 {
-    Program::new(prog).unwrap().run(pkt)
+    let p = Program::new(prog).unwrap();
+    let r = p.run_interpreted(pkt, pkt.len() as u32);
+    assert_eq!(p.run(pkt), r, "JIT vs interpreter on {prog:?}");
+    r
 }
 
 #[test]

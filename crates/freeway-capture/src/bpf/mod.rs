@@ -1,10 +1,11 @@
 //! Classic BPF: the instruction encoding ([`Insn`], `tcpdump -d` rendering), the validator
-//! ([`validate()`]) and the VM ([`Program`]).
+//! ([`validate()`]), the VM ([`Program`]) and the x86-64 JIT ([`jit`]).
 //!
 //! A program is validated once when it is built ([`Program::new`]); running it afterwards
 //! cannot fail, loop or panic, whatever the packet.
 
 pub mod insn;
+pub mod jit;
 pub mod validate;
 pub mod vm;
 

@@ -14,10 +14,26 @@
 //! Nothing here can panic on any packet: [`Program::new`] validated jump targets and scratch
 //! indices once, and every packet access is bounds-checked.
 //!
+//! On x86-64 Unix, [`Program::new`] also compiles the program to machine code
+//! ([`super::jit`]); [`Program::run`], [`Program::run_wirelen`] and [`Program::run_batch`]
+//! then run that code, which gives the same results (the interpreter stays reachable through
+//! [`Program::run_interpreted`] and [`Program::run_batch_interpreted`], and is what runs when
+//! the JIT is unavailable or switched off with `FREEWAY_BPF_JIT=0` in the environment).
+//!
 //! Threads: a [`Program`] is immutable and `Sync`; any number of workers may run it at once.
 
+use std::sync::{Arc, OnceLock};
+
 use super::insn::{op::*, Insn};
+use super::jit::JitCode;
 use super::validate::{validate, ValidateError};
+
+/// Whether [`Program::new`] compiles programs to machine code: yes unless the environment
+/// variable `FREEWAY_BPF_JIT` is `0` (read once, at the first program built).
+pub fn jit_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("FREEWAY_BPF_JIT").is_none_or(|v| v != "0"))
+}
 
 /// One decoded instruction; jump targets are absolute instruction indices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +104,9 @@ pub struct Program {
     ops: Box<[Op]>,
     /// Whether any instruction touches scratch memory (if none does, runs skip zeroing it).
     uses_mem: bool,
+    /// The program compiled to machine code, when available (shared by clones; unmapped
+    /// with the last of them).
+    jit: Option<Arc<JitCode>>,
 }
 
 fn decode(pc: usize, i: &Insn) -> Op {
@@ -232,8 +251,18 @@ fn dense_mask(n: usize, a: &[u32; LANES], cond: impl Fn(u32) -> bool) -> u32 {
 }
 
 impl Program {
-    /// Validates and decodes `insns`.
+    /// Validates and decodes `insns`, and compiles them to machine code where the JIT is
+    /// available and enabled ([`jit_enabled`]).
     pub fn new(insns: &[Insn]) -> Result<Program, ValidateError> {
+        let mut p = Program::new_interpreted(insns)?;
+        if jit_enabled() {
+            p.jit = JitCode::compile(insns).map(Arc::new);
+        }
+        Ok(p)
+    }
+
+    /// Validates and decodes `insns`, without compiling them: every run interprets.
+    pub fn new_interpreted(insns: &[Insn]) -> Result<Program, ValidateError> {
         validate(insns)?;
         let mut ops: Vec<Op> = insns.iter().enumerate().map(|(pc, i)| decode(pc, i)).collect();
         for i in 0..ops.len().saturating_sub(1) {
@@ -253,6 +282,7 @@ impl Program {
             insns: insns.into(),
             ops: ops.into(),
             uses_mem,
+            jit: None,
         })
     }
 
@@ -263,7 +293,18 @@ impl Program {
             insns: Box::new([insn]),
             ops: Box::new([Op::RetK(snaplen)]),
             uses_mem: false,
+            jit: None,
         }
+    }
+
+    /// Whether runs execute compiled machine code (see [`super::jit`]).
+    pub fn is_jitted(&self) -> bool {
+        self.jit.is_some()
+    }
+
+    /// Bytes of machine code, if compiled.
+    pub fn jit_code_len(&self) -> Option<usize> {
+        self.jit.as_ref().map(|j| j.code_len())
     }
 
     /// The instructions, as given to [`Program::new`].
@@ -309,17 +350,35 @@ impl Program {
     /// left per packet is the load and the compare. Programs that use scratch memory run
     /// packet by packet.
     ///
+    /// With compiled code, the batch is one call into it (a loop over the packets).
+    ///
     /// # Panics
     /// Never for any packet; `pkts.len()` beyond [`LANES`] or beyond `out.len()` is a caller
     /// error and panics.
+    #[inline]
     pub fn run_batch(&self, pkts: &[&[u8]], out: &mut [u32]) {
+        assert!(
+            pkts.len() <= LANES && pkts.len() <= out.len(),
+            "batch of at most {LANES}"
+        );
+        match &self.jit {
+            Some(j) => j.run_batch(pkts, out),
+            None => self.run_batch_interpreted(pkts, out),
+        }
+    }
+
+    /// [`Program::run_batch`] with the batch interpreter, even if the program is compiled.
+    ///
+    /// # Panics
+    /// As [`Program::run_batch`].
+    pub fn run_batch_interpreted(&self, pkts: &[&[u8]], out: &mut [u32]) {
         assert!(
             pkts.len() <= LANES && pkts.len() <= out.len(),
             "batch of at most {LANES}"
         );
         if self.uses_mem {
             for (o, p) in out.iter_mut().zip(pkts) {
-                *o = self.run(p);
+                *o = self.run_interpreted(p, p.len() as u32);
             }
             return;
         }
@@ -563,6 +622,15 @@ impl Program {
     /// was `wirelen` (what `len`/`ld #pktlen` sees).
     #[inline]
     pub fn run_wirelen(&self, pkt: &[u8], wirelen: u32) -> u32 {
+        match &self.jit {
+            Some(j) => j.run(pkt, wirelen),
+            None => self.run_interpreted(pkt, wirelen),
+        }
+    }
+
+    /// [`Program::run_wirelen`] with the interpreter, even if the program is compiled.
+    #[inline]
+    pub fn run_interpreted(&self, pkt: &[u8], wirelen: u32) -> u32 {
         if self.uses_mem {
             self.exec::<true>(pkt, wirelen)
         } else {
