@@ -8,9 +8,12 @@
 //!   takes**.
 //! * **Workers** (one [`TapRegistry::Worker`] handle per worker index, claimed once): call
 //!   [`TapPoint::tap`] on every batch with the port index, the direction and a timestamp.
-//!   With no tap attached anywhere this is one relaxed load and one branch. With taps, the
-//!   [`Taps`] variant pins an epoch, reads the published tap list and runs each matching
-//!   tap's filter; matches are copied (up to the snap length) into that tap's ring for this
+//!   The [`Taps`] variant keeps a counted reference to the list it last read and the list's
+//!   generation: while nothing changes, a batch costs one load of the shared generation
+//!   word, one compare and a test of the cached list's port masks (with no tap attached,
+//!   nothing more). When the generation moved, the worker pins an epoch once to take the
+//!   new list. For each tap on the batch's port and direction it runs the tap's filter;
+//!   matches are copied (up to the snap length) into that tap's ring for this
 //!   worker ([`crate::ring::Ring`], single producer, single consumer). A full ring drops the
 //!   copy and counts it. Workers never wait.
 //! * **Writer** (one thread per tap, [`crate::writer::TapWriter`]): drains the tap's rings.
@@ -19,8 +22,10 @@
 //!
 //! The tap list is immutable once published: attach, detach and filter replacement build a
 //! new list (sharing the unchanged taps through `Arc`) and swap it in with one `AcqRel`
-//! pointer swap; the old list is freed by crossbeam-epoch after every worker that might still
-//! read it has unpinned. This is the FreeBSD change in seed 002 (the rwlock on the tap path
+//! pointer swap, then bump the generation; the old pointer is freed by crossbeam-epoch after
+//! every worker that might still read it has unpinned, and the list itself (an `Arc`) when
+//! the last worker cache holding it has moved on (at its next batch, or its next idle poll
+//! when traffic stopped). This is the FreeBSD change in seed 002 (the rwlock on the tap path
 //! replaced by epoch(9) and a program buffer swapped without the interface lock).
 //!
 //! # Closing
@@ -32,6 +37,7 @@
 //! `matched == written + dropped + discarded` exactly.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -213,7 +219,9 @@ impl TapShared {
     ) {
         let Some(ring) = self.rings.get(worker) else { return };
         let mut keep = [0u32; LANES];
-        filter.program().run_batch(frames, &mut keep);
+        if !filter.program().run_batch(frames, &mut keep) {
+            return;
+        }
         let mut entered = false;
         let mut now = 0;
         for (f, &k) in frames.iter().zip(&keep) {
@@ -321,6 +329,10 @@ pub trait TapPoint: Send {
 
     /// Whether any tap is attached anywhere (the per-batch fast check).
     fn any(&self) -> bool;
+
+    /// Called by an idle worker now and then: lets go of anything the handle caches that
+    /// the control plane has since replaced (a detached tap's rings, an old filter).
+    fn idle(&mut self) {}
 }
 
 /// The control-plane API, implemented by the epoch variant ([`Taps`]) and the `RwLock`
@@ -353,6 +365,9 @@ pub trait TapRegistry: Clone + Send + Sync + 'static {
 #[derive(Debug)]
 pub(crate) struct Common {
     pub(crate) any: CachePadded<AtomicUsize>,
+    /// Bumped (after the new list is published) by every change of the epoch variant's
+    /// tap list; workers revalidate their cached list against it once per batch.
+    pub(crate) generation: CachePadded<AtomicU64>,
     pub(crate) next_id: AtomicU64,
     pub(crate) claimed: Box<[AtomicBool]>,
     pub(crate) workers: usize,
@@ -364,6 +379,7 @@ impl Common {
     pub(crate) fn new(workers: usize) -> Common {
         Common {
             any: CachePadded::new(AtomicUsize::new(0)),
+            generation: CachePadded::new(AtomicU64::new(0)),
             next_id: AtomicU64::new(1),
             claimed: (0..workers).map(|_| AtomicBool::new(false)).collect(),
             workers,
@@ -407,14 +423,57 @@ impl Common {
 
 // ------------------------------------------------------------------ the epoch variant
 
+/// A published tap list: immutable once built.
 #[derive(Debug, Default)]
 struct TapList {
     entries: Vec<Entry>,
+    /// Bit `port % 64` set when some entry taps `port` in the receive direction: a quick,
+    /// conservative reject test (the entries are checked exactly afterwards).
+    rx_ports: u64,
+    /// The same for the transmit direction.
+    tx_ports: u64,
+}
+
+impl TapList {
+    fn new(entries: Vec<Entry>) -> TapList {
+        let (mut rx_ports, mut tx_ports) = (0u64, 0u64);
+        for e in &entries {
+            let bit = 1u64 << (e.tap.port % 64);
+            if e.tap.dir.covers(Direction::Rx) {
+                rx_ports |= bit;
+            }
+            if e.tap.dir.covers(Direction::Tx) {
+                tx_ports |= bit;
+            }
+        }
+        TapList {
+            entries,
+            rx_ports,
+            tx_ports,
+        }
+    }
+
+    /// Whether some entry may tap `port` going `dir` (no false negatives).
+    #[inline]
+    fn may_cover(&self, port: u16, dir: Direction) -> bool {
+        let mask = match dir {
+            Direction::Rx => self.rx_ports,
+            Direction::Tx => self.tx_ports,
+            Direction::Both => self.rx_ports | self.tx_ports,
+        };
+        mask & (1u64 << (port % 64)) != 0
+    }
+}
+
+/// What the epoch-protected pointer holds: the list, shared with the workers' caches.
+#[derive(Debug, Default)]
+struct Published {
+    list: Arc<TapList>,
 }
 
 struct Inner {
     common: Common,
-    list: Atomic<TapList>,
+    list: Atomic<Published>,
 }
 
 impl Drop for Inner {
@@ -439,12 +498,16 @@ impl Inner {
         let cur = self.list.load(Ordering::Acquire, &guard);
         // SAFETY: `cur` is protected by `guard`; only control-plane code (serialised by
         // `ctl`) replaces it.
-        let mut entries = unsafe { cur.as_ref() }.map(|l| l.entries.clone()).unwrap_or_default();
+        let mut entries = unsafe { cur.as_ref() }
+            .map(|p| p.list.entries.clone())
+            .unwrap_or_default();
         let r = f(&mut entries);
         let n = entries.len();
-        let old = self
-            .list
-            .swap(Owned::new(TapList { entries }), Ordering::AcqRel, &guard);
+        let list = Arc::new(TapList::new(entries));
+        let old = self.list.swap(Owned::new(Published { list }), Ordering::AcqRel, &guard);
+        // Release: a worker that reads the new generation (Acquire) then reads this list
+        // or a later one.
+        self.common.generation.fetch_add(1, Ordering::Release);
         self.common.any.store(n, Ordering::Release);
         if !old.is_null() {
             // SAFETY: `old` is unlinked; readers that still see it are pinned, and the
@@ -496,9 +559,21 @@ impl Taps {
 }
 
 /// A worker's handle on [`Taps`].
+///
+/// It keeps its own counted reference to the tap list it last read, with the generation
+/// it read it at (the per-worker route cache of seed 001, applied to taps): a batch costs
+/// one load of the shared generation word and one compare while nothing changes, plus a
+/// test of the cached list's port masks. Only when the generation moved does the worker
+/// pin an epoch, read the published pointer and swap in the new list's `Arc`. A dropped
+/// old list is freed by whichever holder lets go last (possibly this worker, once per
+/// change).
 pub struct TapWorker {
     inner: Arc<Inner>,
     index: usize,
+    /// The list this worker taps with.
+    list: Arc<TapList>,
+    /// The generation `list` was read at.
+    generation: u64,
 }
 
 impl fmt::Debug for TapWorker {
@@ -514,14 +589,45 @@ impl Drop for TapWorker {
 }
 
 impl TapWorker {
+    /// Re-reads the published list (the generation moved to `g`).
+    #[cold]
     #[inline(never)]
-    fn slow(&mut self, mut each: impl FnMut(&Entry)) {
+    fn refresh(&mut self, g: u64) {
         let guard = epoch::pin();
-        let list = self.inner.list.load(Ordering::Acquire, &guard);
-        // SAFETY: the list is protected by `guard` for as long as we use it.
-        if let Some(l) = unsafe { list.as_ref() } {
-            for e in &l.entries {
-                each(e);
+        let p = self.inner.list.load(Ordering::Acquire, &guard);
+        // SAFETY: the pointer is protected by `guard` while we clone the `Arc` it holds.
+        self.list = unsafe { p.as_ref() }.map(|p| p.list.clone()).unwrap_or_default();
+        self.generation = g;
+    }
+
+    /// The current list (revalidated against the generation).
+    #[inline(always)]
+    fn current(&mut self) -> &TapList {
+        let g = self.inner.common.generation.load(Ordering::Acquire);
+        if g != self.generation {
+            self.refresh(g);
+        }
+        &self.list
+    }
+
+    /// Offers the batch to the entries of `list` that tap `port`/`dir`: the frames of each
+    /// [`LANES`]-chunk are gathered once for all of them.
+    #[inline(never)]
+    fn offer(list: &TapList, w: usize, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64) {
+        let mut cached = None;
+        let mut once = || *cached.get_or_insert_with(&mut *ts);
+        for chunk in pkts.chunks(LANES) {
+            let mut buf = [const { MaybeUninit::<&[u8]>::uninit() }; LANES];
+            for (f, p) in buf.iter_mut().zip(chunk) {
+                f.write(p.data());
+            }
+            // SAFETY: the first `chunk.len()` (at most `LANES`) elements were written just
+            // above, and `MaybeUninit<&[u8]>` has the layout of `&[u8]`.
+            let frames: &[&[u8]] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<&[u8]>(), chunk.len()) };
+            for e in &list.entries {
+                // SAFETY: the caller's handle holds the claim on worker index `w`: the only
+                // producer.
+                unsafe { e.offer_frames(w, port, dir, frames, &mut once) };
             }
         }
     }
@@ -530,37 +636,37 @@ impl TapWorker {
 impl TapPoint for TapWorker {
     #[inline]
     fn tap_lazy(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64) {
-        if self.inner.common.any.load(Ordering::Relaxed) == 0 {
+        let w = self.index;
+        let list = self.current();
+        if !list.may_cover(port, dir) || pkts.is_empty() {
             return;
         }
-        let w = self.index;
-        let mut cached = None;
-        let mut once = || *cached.get_or_insert_with(&mut *ts);
-        for chunk in pkts.chunks(LANES) {
-            // The frames are gathered once for all the taps.
-            let mut frames: [&[u8]; LANES] = [&[]; LANES];
-            for (f, p) in frames.iter_mut().zip(chunk) {
-                *f = p.data();
-            }
-            let frames = &frames[..chunk.len()];
-            // SAFETY: this handle holds the claim on worker index `w`: the only producer.
-            self.slow(|e| unsafe { e.offer_frames(w, port, dir, frames, &mut once) });
-        }
+        Self::offer(list, w, port, dir, pkts, ts);
     }
 
     #[inline]
     fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
-        if self.inner.common.any.load(Ordering::Relaxed) == 0 {
+        let w = self.index;
+        let list = self.current();
+        if !list.may_cover(port, dir) {
             return;
         }
-        let w = self.index;
-        // SAFETY: as in `tap_lazy`.
-        self.slow(|e| unsafe { e.offer_frames(w, port, dir, frames, &mut || ts_ns) });
+        for e in &list.entries {
+            // SAFETY: as in `offer`.
+            unsafe { e.offer_frames(w, port, dir, frames, &mut || ts_ns) };
+        }
     }
 
+    /// True while a tap is attached, and while this worker still holds a list with taps
+    /// (so that the next `tap` call, or [`TapPoint::idle`], lets go of it after the last
+    /// detach).
     #[inline]
     fn any(&self) -> bool {
-        self.inner.common.any.load(Ordering::Relaxed) != 0
+        self.inner.common.any.load(Ordering::Relaxed) != 0 || !self.list.entries.is_empty()
+    }
+
+    fn idle(&mut self) {
+        self.current();
     }
 }
 
@@ -572,9 +678,15 @@ impl TapRegistry for Taps {
     }
 
     fn worker(&self, index: usize) -> Option<TapWorker> {
-        self.inner.common.claim(index).then(|| TapWorker {
-            inner: self.inner.clone(),
-            index,
+        self.inner.common.claim(index).then(|| {
+            let mut w = TapWorker {
+                inner: self.inner.clone(),
+                index,
+                list: Arc::default(),
+                generation: 0,
+            };
+            w.refresh(self.inner.common.generation.load(Ordering::Acquire));
+            w
         })
     }
 

@@ -35,7 +35,8 @@ fn check(p: &Program, pkts: &[&[u8]]) -> Result<Vec<u32>, TestCaseError> {
         want.push(r);
     }
     let mut out = [0xdead_beefu32; 32];
-    p.run_batch(pkts, &mut out);
+    let any = p.run_batch(pkts, &mut out);
+    prop_assert_eq!(any, want.iter().any(|&r| r != 0), "JIT batch summary\n{}", p.dump());
     let mut out_i = [0x5555_aaaau32; 32];
     p.run_batch_interpreted(pkts, &mut out_i);
     prop_assert_eq!(&out[..pkts.len()], &want[..], "JIT batch\n{}", p.dump());

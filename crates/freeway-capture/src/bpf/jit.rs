@@ -4,10 +4,11 @@
 //!
 //! * **one packet** (`extern "sysv64" fn(pkt, caplen, wirelen, mem) -> u32`), used by
 //!   [`crate::Program::run_wirelen`];
-//! * **a batch** (`extern "sysv64" fn(slices, n, out, mem)`), used by
+//! * **a batch** (`extern "sysv64" fn(slices, n, out, mem) -> u32`), used by
 //!   [`crate::Program::run_batch`]: the loop over the batch is in the generated code, the
 //!   program body inlined in it, so a batch costs one indirect call and each packet only
-//!   the program's own instructions plus a few of loop control.
+//!   the program's own instructions plus a few of loop control. It returns the bitwise OR
+//!   of the results, so a caller learns "nothing matched" without scanning them.
 //!
 //! # Semantics
 //!
@@ -29,7 +30,7 @@
 //! Register use inside the generated code: `eax` = A, `ecx` = X (so `shl eax, cl` shifts by
 //! X), `rdi` = packet, `rsi` = captured length, `r9d` = wire length, `r8` = scratch memory,
 //! `edx`/`r10`/`r11` temporaries; the batch loop keeps its state in `rbx`, `r12`, `r13`
-//! (callee-saved, pushed and popped). No stack beyond that, no calls out.
+//! and the OR of the results in `r14` (callee-saved, pushed and popped). No stack beyond that, no calls out.
 //!
 //! # Why hand-written
 //!
@@ -645,8 +646,10 @@ pub fn emit(prog: &[Insn]) -> Option<Emitted> {
     let top = a.label();
     let store = a.label();
     let exit = a.label();
-    // push rbx ; push r12 ; push r13 ; mov r8, rcx
-    a.b(&[0x53, 0x41, 0x54, 0x41, 0x55, 0x49, 0x89, 0xC8]);
+    // push rbx ; push r12 ; push r13 ; push r14 ; mov r8, rcx ; xor r14d, r14d
+    a.b(&[
+        0x53, 0x41, 0x54, 0x41, 0x55, 0x41, 0x56, 0x49, 0x89, 0xC8, 0x45, 0x31, 0xF6,
+    ]);
     // test rsi, rsi ; jz exit
     a.b(&[0x48, 0x85, 0xF6]);
     a.jcc(JE, exit);
@@ -663,13 +666,13 @@ pub fn emit(prog: &[Insn]) -> Option<Emitted> {
     }
     program(&mut a, prog, &facts, store);
     a.bind(store);
-    // mov [r13 + r12*2], eax ; add r12, 2
-    a.b(&[0x43, 0x89, 0x44, 0x65, 0x00, 0x49, 0x83, 0xC4, 0x02]);
+    // mov [r13 + r12*2], eax ; or r14d, eax ; add r12, 2
+    a.b(&[0x43, 0x89, 0x44, 0x65, 0x00, 0x41, 0x09, 0xC6, 0x49, 0x83, 0xC4, 0x02]);
     // jnz top
     a.jcc(JNE, top);
     a.bind(exit);
-    // pop r13 ; pop r12 ; pop rbx ; ret
-    a.b(&[0x41, 0x5D, 0x41, 0x5C, 0x5B, 0xC3]);
+    // mov eax, r14d ; pop r14 ; pop r13 ; pop r12 ; pop rbx ; ret
+    a.b(&[0x44, 0x89, 0xF0, 0x41, 0x5E, 0x41, 0x5D, 0x41, 0x5C, 0x5B, 0xC3]);
 
     // One-packet entry: (rdi = pkt, rsi = caplen, edx = wirelen, rcx = mem) -> eax.
     let one = a.code.len();
@@ -698,7 +701,7 @@ mod imp {
     use crate::bpf::insn::Insn;
 
     type OneFn = unsafe extern "sysv64" fn(*const u8, usize, u32, *mut u32) -> u32;
-    type BatchFn = unsafe extern "sysv64" fn(*const [usize; 2], usize, *mut u32, *mut u32);
+    type BatchFn = unsafe extern "sysv64" fn(*const [usize; 2], usize, *mut u32, *mut u32) -> u32;
 
     /// A program compiled to x86-64 machine code, in read + execute memory it owns.
     pub struct JitCode {
@@ -812,32 +815,35 @@ mod imp {
         }
 
         /// Runs on each packet of `pkts` (whole packets), writing the results to
-        /// `out[..pkts.len()]`.
+        /// `out[..pkts.len()]`; returns whether any result is non-zero.
         ///
         /// # Panics
         /// If `out` is shorter than `pkts`.
         #[inline]
-        pub fn run_batch(&self, pkts: &[&[u8]], out: &mut [u32]) {
+        pub fn run_batch(&self, pkts: &[&[u8]], out: &mut [u32]) -> bool {
             let out = &mut out[..pkts.len()];
             if !slices_are_ptr_len() {
+                let mut any = 0;
                 for (o, p) in out.iter_mut().zip(pkts) {
                     *o = self.run(p, p.len() as u32);
+                    any |= *o;
                 }
-                return;
+                return any != 0;
             }
             let mut mem = [0u32; 16];
             // SAFETY: `pkts` is `pkts.len()` slice descriptors laid out as (ptr, len) (checked
             // just above); the code reads each packet only within its length, writes
             // `out[..pkts.len()]` (in bounds: `out` was sliced to that length) and the 16
-            // words of `mem`, and returns.
-            unsafe {
+            // words of `mem`, and returns the OR of what it wrote.
+            let any = unsafe {
                 (self.batch)(
                     pkts.as_ptr().cast::<[usize; 2]>(),
                     pkts.len(),
                     out.as_mut_ptr(),
                     mem.as_mut_ptr(),
                 )
-            }
+            };
+            any != 0
         }
     }
 
@@ -876,7 +882,7 @@ mod imp {
         }
 
         /// Unreachable (no value exists).
-        pub fn run_batch(&self, _pkts: &[&[u8]], _out: &mut [u32]) {
+        pub fn run_batch(&self, _pkts: &[&[u8]], _out: &mut [u32]) -> bool {
             match *self {}
         }
     }

@@ -352,18 +352,24 @@ impl Program {
     ///
     /// With compiled code, the batch is one call into it (a loop over the packets).
     ///
+    /// Returns whether any packet's result is non-zero (so a caller whose filter matched
+    /// nothing need not look at `out`).
+    ///
     /// # Panics
     /// Never for any packet; `pkts.len()` beyond [`LANES`] or beyond `out.len()` is a caller
     /// error and panics.
     #[inline]
-    pub fn run_batch(&self, pkts: &[&[u8]], out: &mut [u32]) {
+    pub fn run_batch(&self, pkts: &[&[u8]], out: &mut [u32]) -> bool {
         assert!(
             pkts.len() <= LANES && pkts.len() <= out.len(),
             "batch of at most {LANES}"
         );
         match &self.jit {
             Some(j) => j.run_batch(pkts, out),
-            None => self.run_batch_interpreted(pkts, out),
+            None => {
+                self.run_batch_interpreted(pkts, out);
+                out[..pkts.len()].iter().any(|&k| k != 0)
+            }
         }
     }
 

@@ -1035,8 +1035,10 @@ fn worker_main<L: Layout, T: TapPoint>(
             w.stats.idle_polls.inc();
             idle += 1;
             if idle % 64 == 0 {
-                // Packets waiting for a neighbour go out (or time out) while no traffic comes.
+                // Packets waiting for a neighbour go out (or time out) while no traffic comes;
+                // the tap handle drops a tap list the control plane has replaced.
                 poll_router(&mut w, now, inline.as_mut());
+                w.tx.taps.idle();
             }
             if idle < 64 {
                 std::hint::spin_loop();
