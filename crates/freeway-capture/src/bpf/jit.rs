@@ -52,10 +52,9 @@
 //!   out. It is never writable and executable at once, and never written again.
 //! * **Lifetime**: the mapping belongs to its [`JitCode`], which [`crate::Program`] holds in
 //!   an `Arc`; it is unmapped when the last `Program` sharing it is dropped. A tap's program
-//!   lives in its [`crate::Filter`], itself in the published tap list, which is retired
-//!   through crossbeam-epoch (see [`crate::tap`]): a worker that pinned the epoch and reads
-//!   the old list keeps running the old code until it unpins, and only then can the list,
-//!   the filter, the program and its code be freed.
+//!   lives in its [`crate::Filter`], itself in a tap list that workers hold by `Arc` (see
+//!   [`crate::tap`]): a worker running the old list's code holds that list, so the list,
+//!   the filter, the program and its code are freed only after every worker let go of it.
 //! * **Memory accessed** by the generated code: the packet bytes `[pkt, pkt + caplen)` (each
 //!   access checked), the 64-byte scratch buffer passed in, and for the batch entry the
 //!   `n` slice descriptors and `n` output words passed in. Nothing else.
