@@ -399,9 +399,9 @@ pub struct RetireBatch {
 struct Buckets {
     ptr: *const AtomicPtr<Conn>,
     len: usize,
-    /// The mapping to unmap on drop (address, length); null for a boxed slice.
+    /// The mapping the buckets live in (unmapped when dropped); `None` for a boxed slice.
     #[cfg(all(target_os = "linux", not(loom)))]
-    map: (*mut libc::c_void, usize),
+    map: Option<memmap2::MmapMut>,
 }
 
 impl Buckets {
@@ -419,7 +419,7 @@ impl Buckets {
             ptr: Box::into_raw(b) as *const AtomicPtr<Conn>,
             len,
             #[cfg(all(target_os = "linux", not(loom)))]
-            map: (std::ptr::null_mut(), 0),
+            map: None,
         }
     }
 
@@ -431,50 +431,33 @@ impl Buckets {
         if bytes < Self::HUGE {
             return None;
         }
-        let map_len = bytes.checked_add(Self::HUGE)?;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return None;
+        let mut map = memmap2::MmapMut::map_anon(bytes.checked_add(Self::HUGE)?).ok()?;
+        let base = map.as_ptr() as usize;
+        let off = base.next_multiple_of(Self::HUGE) - base;
+        // `[off, off + bytes)` lies inside the mapping (at most `HUGE - 1` bytes are skipped
+        // for the alignment). The advice is only a hint: its failure (THP off) leaves
+        // ordinary pages, so its result is ignored.
+        let _ = map.advise_range(memmap2::Advice::HugePage, off, bytes);
+        let buckets = &mut map[off..off + bytes];
+        // Fault the pages in now, at creation, rather than on the first inserts: one write
+        // per 4 KiB page (a huge page takes the first write of its 2 MiB). Zero keeps the
+        // content (a null bucket is all zero bits).
+        for b in buckets.iter_mut().step_by(4096) {
+            *b = 0;
         }
-        let start = (map as usize).next_multiple_of(Self::HUGE);
-        let ptr = start as *mut AtomicPtr<Conn>;
-        // SAFETY: `[start, start + bytes)` lies inside the mapping (at most `HUGE - 1` bytes
-        // are skipped for the alignment). The advice is only a hint: its failure (THP off)
-        // leaves ordinary pages, so its result is ignored.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
-        }
-        // Fault the pages in now, at creation, rather than on the first inserts: one write per
-        // 4 KiB page (a huge page takes the first write of its 2 MiB).
-        let mut off = 0;
-        while off < bytes {
-            // SAFETY: inside the mapping, which is writable, aligned for `u8`, and not yet
-            // shared with anyone. Zero keeps the mapping's content (a null bucket is all
-            // zero bits).
-            unsafe { std::ptr::write_volatile((start + off) as *mut u8, 0) };
-            off += 4096;
-        }
+        let ptr = buckets.as_mut_ptr().cast::<AtomicPtr<Conn>>().cast_const();
         Some(Buckets {
             ptr,
             len: n,
-            map: (map, map_len),
+            map: Some(map),
         })
     }
 
     #[inline(always)]
     fn as_slice(&self) -> &[AtomicPtr<Conn>] {
         // SAFETY: `ptr` points to `len` initialised buckets that live as long as `self`
-        // (a boxed slice, or zeroed mapped memory, where all zero bits is a null `AtomicPtr`).
+        // (a boxed slice, or zeroed mapped memory, 2 MiB-aligned, where all zero bits is a
+        // null `AtomicPtr`; the mapping is only reached through `ptr` after creation).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
@@ -490,10 +473,9 @@ impl std::ops::Deref for Buckets {
 impl Drop for Buckets {
     fn drop(&mut self) {
         #[cfg(all(target_os = "linux", not(loom)))]
-        if !self.map.0.is_null() {
-            // SAFETY: the mapping made in `mapped`, unmapped once; no reference into it
-            // outlives `self`.
-            unsafe { libc::munmap(self.map.0, self.map.1) };
+        if self.map.is_some() {
+            // The mapping is unmapped when the field drops; no reference into it outlives
+            // `self`.
             return;
         }
         // SAFETY: `ptr`/`len` came from `Box::into_raw` of a boxed slice of `len` buckets in
@@ -797,7 +779,7 @@ mod tests {
         assert_eq!(t.buckets(), n);
         #[cfg(target_os = "linux")]
         {
-            assert!(!t.buckets.map.0.is_null(), "mapped");
+            assert!(t.buckets.map.is_some(), "mapped");
             assert_eq!(t.buckets.ptr as usize % Buckets::HUGE, 0, "2 MiB aligned");
         }
         assert!(t.buckets.iter().all(|b| b.load(Ordering::Relaxed).is_null()));
@@ -826,7 +808,7 @@ mod tests {
         assert!(t.lookup(&key(999), t.hash(&key(999)), &g).is_some());
         // Small arrays stay boxed.
         #[cfg(target_os = "linux")]
-        assert!(Table::new(16, 5).buckets.map.0.is_null());
+        assert!(Table::new(16, 5).buckets.map.is_none());
     }
 
     #[test]

@@ -37,8 +37,8 @@
 //! The instruction set is small (about 40 encodings, all listed below with their bytes), so
 //! a tiny assembler emitting fixed encodings is less code and fewer assumptions than pulling
 //! in an assembler crate (`dynasmrt` needs a proc-macro for its syntax and brings its own
-//! executable-memory management, which we would still have to audit); the only dependency is
-//! `libc` for `mmap`/`mprotect`/`munmap`, already used by the workspace.
+//! executable-memory management, which we would still have to audit); the code pages come
+//! from `memmap2` (an anonymous mapping, then `make_exec`: read + execute, no longer writable).
 //!
 //! # Safety invariants
 //!
@@ -694,7 +694,6 @@ pub use imp::JitCode;
 #[cfg(all(target_arch = "x86_64", unix))]
 mod imp {
     use std::fmt;
-    use std::ptr::NonNull;
 
     use super::emit;
     use crate::bpf::insn::Insn;
@@ -704,24 +703,22 @@ mod imp {
 
     /// A program compiled to x86-64 machine code, in read + execute memory it owns.
     pub struct JitCode {
-        base: NonNull<u8>,
-        map_len: usize,
+        /// The code pages (read + execute); unmapped when dropped.
+        map: memmap2::Mmap,
         one: OneFn,
         batch: BatchFn,
         code_len: usize,
     }
 
-    // SAFETY: the mapping is immutable (read + execute) from the moment `JitCode` exists
-    // until it is dropped; the generated functions keep no state between calls (their
-    // scratch memory is the caller's), so any number of threads may call them at once.
-    unsafe impl Send for JitCode {}
-    // SAFETY: as above.
-    unsafe impl Sync for JitCode {}
+    // `JitCode` is `Send + Sync` without an `unsafe impl`: the mapping (`memmap2::Mmap`) is
+    // immutable (read + execute) for its whole life, and the generated functions keep no
+    // state between calls (their scratch memory is the caller's), so any number of threads
+    // may call them at once.
 
     impl fmt::Debug for JitCode {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             f.debug_struct("JitCode")
-                .field("base", &self.base)
+                .field("base", &self.map.as_ptr())
                 .field("code_len", &self.code_len)
                 .finish()
         }
@@ -746,52 +743,26 @@ mod imp {
         /// mapped.
         pub fn compile(prog: &[Insn]) -> Option<JitCode> {
             let e = emit(prog)?;
-            // SAFETY: sysconf has no memory-safety preconditions.
-            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-                .ok()
-                .filter(|&p| p > 0)
-                .unwrap_or(4096);
-            let map_len = e.code.len().div_ceil(page) * page;
-            // SAFETY: an anonymous private mapping at an address of the kernel's choosing
-            // touches no existing memory.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    map_len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return None;
-            }
-            let base = NonNull::new(p.cast::<u8>())?;
-            // SAFETY: the mapping is `map_len >= code.len()` bytes, writable, and ours alone.
-            unsafe { std::ptr::copy_nonoverlapping(e.code.as_ptr(), base.as_ptr(), e.code.len()) };
-            // Read + execute, no longer writable (W^X). mprotect is a system call: the
-            // writes above are complete and visible to every core before it returns, and
-            // no core has executed from these pages before (fresh mapping).
-            // SAFETY: `p`/`map_len` are exactly the mapping made above.
-            if unsafe { libc::mprotect(p, map_len, libc::PROT_READ | libc::PROT_EXEC) } != 0 {
-                // SAFETY: as above; nothing refers to the mapping.
-                unsafe { libc::munmap(p, map_len) };
-                return None;
-            }
+            let mut map = memmap2::MmapMut::map_anon(e.code.len()).ok()?;
+            map[..e.code.len()].copy_from_slice(&e.code);
+            // Read + execute, no longer writable (W^X): `make_exec` is one mprotect system
+            // call, so the writes above are complete and visible to every core before it
+            // returns, and no core has executed from these fresh pages before. If the
+            // policy forbids executable memory, the mapping is dropped (unmapped) here.
+            let map = map.make_exec().ok()?;
+            let base = map.as_ptr();
             // SAFETY: `one` and `batch` are the offsets of the two entry points emitted by
             // `emit`, inside the mapping, with exactly these signatures (sysv64 ABI:
             // arguments in rdi, rsi, rdx, rcx, result in eax; callee-saved registers
             // restored), emitted from a validated program (see the module doc).
             let (one, batch) = unsafe {
                 (
-                    std::mem::transmute::<*mut u8, OneFn>(base.as_ptr().add(e.one)),
-                    std::mem::transmute::<*mut u8, BatchFn>(base.as_ptr().add(e.batch)),
+                    std::mem::transmute::<*const u8, OneFn>(base.add(e.one)),
+                    std::mem::transmute::<*const u8, BatchFn>(base.add(e.batch)),
                 )
             };
             Some(JitCode {
-                base,
-                map_len,
+                map,
                 one,
                 batch,
                 code_len: e.code.len(),
@@ -843,15 +814,6 @@ mod imp {
                 )
             };
             any != 0
-        }
-    }
-
-    impl Drop for JitCode {
-        fn drop(&mut self) {
-            // SAFETY: `base`/`map_len` are the mapping made in `compile`; the `JitCode` is
-            // being dropped, so no `Program` refers to it any more and no thread is running
-            // its code (a running call borrows the `JitCode`).
-            unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_len) };
         }
     }
 }
