@@ -1,8 +1,7 @@
 //! Fuzzes the x86-64 BPF JIT against the interpreter: arbitrary instructions, arbitrary
 //! packets.
 //!
-//! Input layout (as `bpf_vm`): byte 0 = number of instructions n (0..=63); then n × 8 bytes,
-//! each `code` (u16 LE), `jt`, `jf`, `k` (u32 LE); the rest is the packet.
+//! Input layout: as `bpf_vm` (`fuzz/src/bpf_input.rs`).
 //!
 //! Invariants checked: for a program that validates, the compiled code gives the
 //! interpreter's result on the packet, on every prefix of it (loads past the end), with a wire
@@ -15,22 +14,11 @@ use freeway_capture::bpf::jit::emit;
 use freeway_capture::bpf::{validate, Insn, Program};
 use libfuzzer_sys::fuzz_target;
 
+#[path = "../src/bpf_input.rs"]
+mod bpf_input;
+
 fuzz_target!(|data: &[u8]| {
-    let Some((&n, rest)) = data.split_first() else { return };
-    let n = (n & 63) as usize;
-    if rest.len() < n * 8 {
-        return;
-    }
-    let (code, pkt) = rest.split_at(n * 8);
-    let insns: Vec<Insn> = code
-        .chunks_exact(8)
-        .map(|c| Insn {
-            code: u16::from_le_bytes([c[0], c[1]]),
-            jt: c[2],
-            jf: c[3],
-            k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-        })
-        .collect();
+    let Some((insns, pkt)) = bpf_input::decode(data) else { return };
     assert_eq!(emit(&insns).is_some(), validate(&insns).is_ok());
     let Ok(p) = Program::new(&insns) else { return };
     assert!(p.is_jitted(), "the JIT is available on the fuzzing target");

@@ -1,7 +1,7 @@
 //! Fuzzes the BPF validator and VM: arbitrary instructions, arbitrary packets.
 //!
-//! Input layout: byte 0 = number of instructions n (0..=63); then n × 8 bytes, each
-//! `code` (u16 LE), `jt`, `jf`, `k` (u32 LE); the rest is the packet.
+//! Input layout: see `fuzz/src/bpf_input.rs` (byte 0 = number of instructions, then 8 bytes
+//! per instruction, then the packet).
 //!
 //! Invariants checked (beyond "no panic, no hang"):
 //! - the VM is deterministic and never reads past the packet (a program that validates runs
@@ -17,22 +17,12 @@ use freeway_capture::bpf::op::{class, JA, JMP, RET};
 use freeway_capture::bpf::{Insn, Program};
 use libfuzzer_sys::fuzz_target;
 
+#[path = "../src/bpf_input.rs"]
+mod bpf_input;
+
 fuzz_target!(|data: &[u8]| {
-    let Some((&n, rest)) = data.split_first() else { return };
-    let n = (n & 63) as usize;
-    if rest.len() < n * 8 {
-        return;
-    }
-    let (code, pkt) = rest.split_at(n * 8);
-    let insns: Vec<Insn> = code
-        .chunks_exact(8)
-        .map(|c| Insn {
-            code: u16::from_le_bytes([c[0], c[1]]),
-            jt: c[2],
-            jf: c[3],
-            k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-        })
-        .collect();
+    let Some((insns, pkt)) = bpf_input::decode(data) else { return };
+    let n = insns.len();
     let Ok(p) = Program::new(&insns) else { return };
     assert_eq!(class(insns[n - 1].code), RET);
     for (pc, i) in insns.iter().enumerate() {

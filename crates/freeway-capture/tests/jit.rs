@@ -46,59 +46,6 @@ fn check(p: &Program, pkts: &[&[u8]]) -> Result<Vec<u32>, TestCaseError> {
     Ok(want)
 }
 
-/// Every opcode the validator accepts.
-const OPS: &[u16] = &[
-    LD | W | ABS,
-    LD | H | ABS,
-    LD | B | ABS,
-    LD | W | IND,
-    LD | H | IND,
-    LD | B | IND,
-    LD | W | LEN,
-    LD | W | IMM,
-    LD | W | MEM,
-    LDX | W | IMM,
-    LDX | W | MEM,
-    LDX | W | LEN,
-    LDX | B | MSH,
-    ST,
-    STX,
-    ALU | ADD | K,
-    ALU | SUB | K,
-    ALU | MUL | K,
-    ALU | DIV | K,
-    ALU | MOD | K,
-    ALU | AND | K,
-    ALU | OR | K,
-    ALU | XOR | K,
-    ALU | LSH | K,
-    ALU | RSH | K,
-    ALU | ADD | X,
-    ALU | SUB | X,
-    ALU | MUL | X,
-    ALU | DIV | X,
-    ALU | MOD | X,
-    ALU | AND | X,
-    ALU | OR | X,
-    ALU | XOR | X,
-    ALU | LSH | X,
-    ALU | RSH | X,
-    ALU | NEG,
-    JMP | JA,
-    JMP | JEQ | K,
-    JMP | JGT | K,
-    JMP | JGE | K,
-    JMP | JSET | K,
-    JMP | JEQ | X,
-    JMP | JGT | X,
-    JMP | JGE | X,
-    JMP | JSET | X,
-    RET | K,
-    RET | A,
-    MISC | TAX,
-    MISC | TXA,
-];
-
 /// Turns arbitrary numbers into a valid program; `kind` picks the operand's range so that
 /// small offsets (inside and just past packets), X-sized values (shifts by 0..40, division by
 /// 0) and full 32-bit values (offsets past 2^31, wrap-around) all appear.
@@ -108,7 +55,7 @@ fn make_valid(raw: &[(usize, u8, u8, u32, u8)]) -> Vec<Insn> {
         .iter()
         .enumerate()
         .map(|(pc, &(o, jt, jf, k, kind))| {
-            let code = OPS[o % OPS.len()];
+            let code = common::ALL_OPS[o % common::ALL_OPS.len()];
             let remaining = (n - pc - 1) as u32;
             let k = match kind % 4 {
                 0 => k % 100,

@@ -1,6 +1,8 @@
 //! The validator's rejections and the VM's semantics; random valid programs on random (and
 //! truncated) packets never panic.
 
+mod common;
+
 use freeway_capture::bpf::op::*;
 use freeway_capture::bpf::{validate, Insn, Program, ValidateError};
 use proptest::prelude::*;
@@ -227,48 +229,6 @@ fn vm_semantics() {
     assert!(d.contains("(003) ja       5"), "{d}");
 }
 
-/// Opcodes of every kind the VM knows.
-const OPS: &[u16] = &[
-    LD | W | ABS,
-    LD | H | ABS,
-    LD | B | ABS,
-    LD | W | IND,
-    LD | H | IND,
-    LD | B | IND,
-    LD | W | LEN,
-    LD | W | IMM,
-    LD | W | MEM,
-    LDX | W | IMM,
-    LDX | W | MEM,
-    LDX | W | LEN,
-    LDX | B | MSH,
-    ST,
-    STX,
-    ALU | ADD | K,
-    ALU | SUB | X,
-    ALU | MUL | K,
-    ALU | DIV | K,
-    ALU | DIV | X,
-    ALU | MOD | K,
-    ALU | MOD | X,
-    ALU | AND | X,
-    ALU | OR | K,
-    ALU | XOR | X,
-    ALU | LSH | K,
-    ALU | RSH | X,
-    ALU | LSH | X,
-    ALU | NEG,
-    JMP | JA,
-    JMP | JEQ | K,
-    JMP | JGT | X,
-    JMP | JGE | K,
-    JMP | JSET | X,
-    RET | K,
-    RET | A,
-    MISC | TAX,
-    MISC | TXA,
-];
-
 /// Turns arbitrary numbers into a valid program.
 fn make_valid(raw: &[(usize, u8, u8, u32)]) -> Vec<Insn> {
     let n = raw.len() + 1;
@@ -276,7 +236,7 @@ fn make_valid(raw: &[(usize, u8, u8, u32)]) -> Vec<Insn> {
         .iter()
         .enumerate()
         .map(|(pc, &(o, jt, jf, k))| {
-            let code = OPS[o % OPS.len()];
+            let code = common::ALL_OPS[o % common::ALL_OPS.len()];
             let remaining = (n - pc - 1) as u32;
             let k = match class(code) {
                 LD | LDX if mode(code) == MEM => k % 16,

@@ -1,6 +1,7 @@
 //! Shared test material: the corpus of filter expressions.
 #![allow(dead_code)]
 
+use freeway_capture::bpf::op;
 use freeway_capture::samples::Rng;
 
 /// One primitive or relation per construct the compiler supports.
@@ -207,3 +208,56 @@ pub fn corpus(n: usize) -> Vec<String> {
     }
     out
 }
+
+/// Every opcode the validator accepts (the VM and JIT tests build programs from them).
+pub const ALL_OPS: &[u16] = &[
+    op::LD | op::W | op::ABS,
+    op::LD | op::H | op::ABS,
+    op::LD | op::B | op::ABS,
+    op::LD | op::W | op::IND,
+    op::LD | op::H | op::IND,
+    op::LD | op::B | op::IND,
+    op::LD | op::W | op::LEN,
+    op::LD | op::W | op::IMM,
+    op::LD | op::W | op::MEM,
+    op::LDX | op::W | op::IMM,
+    op::LDX | op::W | op::MEM,
+    op::LDX | op::W | op::LEN,
+    op::LDX | op::B | op::MSH,
+    op::ST,
+    op::STX,
+    op::ALU | op::ADD | op::K,
+    op::ALU | op::SUB | op::K,
+    op::ALU | op::MUL | op::K,
+    op::ALU | op::DIV | op::K,
+    op::ALU | op::MOD | op::K,
+    op::ALU | op::AND | op::K,
+    op::ALU | op::OR | op::K,
+    op::ALU | op::XOR | op::K,
+    op::ALU | op::LSH | op::K,
+    op::ALU | op::RSH | op::K,
+    op::ALU | op::ADD | op::X,
+    op::ALU | op::SUB | op::X,
+    op::ALU | op::MUL | op::X,
+    op::ALU | op::DIV | op::X,
+    op::ALU | op::MOD | op::X,
+    op::ALU | op::AND | op::X,
+    op::ALU | op::OR | op::X,
+    op::ALU | op::XOR | op::X,
+    op::ALU | op::LSH | op::X,
+    op::ALU | op::RSH | op::X,
+    op::ALU | op::NEG,
+    op::JMP | op::JA,
+    op::JMP | op::JEQ | op::K,
+    op::JMP | op::JGT | op::K,
+    op::JMP | op::JGE | op::K,
+    op::JMP | op::JSET | op::K,
+    op::JMP | op::JEQ | op::X,
+    op::JMP | op::JGT | op::X,
+    op::JMP | op::JGE | op::X,
+    op::JMP | op::JSET | op::X,
+    op::RET | op::K,
+    op::RET | op::A,
+    op::MISC | op::TAX,
+    op::MISC | op::TXA,
+];
