@@ -27,7 +27,7 @@ fn main() {
             for &n in ns {
                 let ms: Vec<f64> = (0..runs)
                     .map(|_| {
-                        let d: Duration = ovs_workload(n, 3_000_000, 32, variant);
+                        let d: Duration = ovs_workload(n, 3_000_000, 32, variant, true);
                         d.as_secs_f64() * 1e3
                     })
                     .collect();
@@ -63,7 +63,7 @@ fn main() {
         // Control experiment: two independent tables, one worker each, at the same time.
         for _ in 0..runs {
             let hs: Vec<_> = (0..2)
-                .map(|_| std::thread::spawn(|| ovs_workload(1, 3_000_000, 32, Variant::Freeway)))
+                .map(|_| std::thread::spawn(|| ovs_workload(1, 3_000_000, 32, Variant::Freeway, true)))
                 .collect();
             let ms: Vec<u128> = hs.into_iter().map(|h| h.join().unwrap().as_millis()).collect();
             println!("two independent N=1 runs at once: {ms:?} ms");

@@ -65,8 +65,18 @@ pub fn ovs_frame(id: usize) -> Packet {
 /// `batch` frames, `packets / batch` times) of one UDP flow in zone 0 with commit; an expiry
 /// thread runs but has nothing to do. Returns the wall time from the barrier to the last
 /// worker's end.
-pub fn ovs_workload(threads: usize, packets: usize, batch: usize, variant: Variant) -> Duration {
+///
+/// With `pin_cores`, worker `i` is pinned to core `i % cores` before it builds its frames (the
+/// datapath pins its workers the same way): on a small machine an unpinned worker may share
+/// a core with another for the first milliseconds of a 30 ms run, until the scheduler
+/// spreads them, which shows up as noise in the N = 2 time.
+pub fn ovs_workload(threads: usize, packets: usize, batch: usize, variant: Variant, pin_cores: bool) -> Duration {
     let threads = threads.max(1);
+    let cores = if pin_cores {
+        core_affinity::get_core_ids().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let batch = batch.clamp(1, freeway_packet::MAX_BATCH);
     let clock = Clock::manual();
     clock.set(1_000);
@@ -84,7 +94,11 @@ pub fn ovs_workload(threads: usize, packets: usize, batch: usize, variant: Varia
             let ct = ct.clone();
             let barrier = barrier.clone();
             let clock = clock.clone();
+            let core = (!cores.is_empty()).then(|| cores[id % cores.len()]);
             std::thread::spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(c);
+                }
                 let mut w = ct.worker();
                 let pkts: Vec<Packet> = (0..batch).map(|_| ovs_frame(id)).collect();
                 let mut verified = vec![false; batch];

@@ -36,6 +36,9 @@ pub struct ConntrackArgs {
     /// Runs per configuration (each printed; the median is the result).
     #[arg(long, default_value_t = 1)]
     pub runs: usize,
+    /// Do not pin worker i to core i (mod the core count), as Open vSwitch's test does not.
+    #[arg(long)]
+    pub no_pin: bool,
     /// Write results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -44,6 +47,7 @@ pub struct ConntrackArgs {
 #[derive(Serialize)]
 struct OvsRow {
     variant: &'static str,
+    pinned: bool,
     threads: usize,
     packets: usize,
     batch: usize,
@@ -73,7 +77,7 @@ pub fn ovs(a: ConntrackArgs) -> Result<(), String> {
         let mut runs: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
         for _ in 0..a.runs.max(1) {
             for (i, &v) in variants.iter().enumerate() {
-                let ms = ovs_workload(n, a.packets, a.batch, v).as_secs_f64() * 1e3;
+                let ms = ovs_workload(n, a.packets, a.batch, v, !a.no_pin).as_secs_f64() * 1e3;
                 println!("conntrack {:<11} N={n}: {ms:.0} ms", v.name());
                 runs[i].push(ms);
             }
@@ -82,6 +86,7 @@ pub fn ovs(a: ConntrackArgs) -> Result<(), String> {
             let m = median(&runs[i]);
             rows.push(OvsRow {
                 variant: v.name(),
+                pinned: !a.no_pin,
                 threads: n,
                 packets: a.packets,
                 batch: a.batch,
@@ -92,10 +97,11 @@ pub fn ovs(a: ConntrackArgs) -> Result<(), String> {
         }
     }
     println!(
-        "\nbench conntrack: {} packets per worker, batch {}, median of {} run(s)",
+        "\nbench conntrack: {} packets per worker, batch {}, median of {} run(s), workers {}",
         a.packets,
         a.batch,
-        a.runs.max(1)
+        a.runs.max(1),
+        if a.no_pin { "not pinned" } else { "pinned" }
     );
     println!("variant      N   median ms  ns/packet/worker  runs");
     for r in &rows {
