@@ -6,19 +6,30 @@
 //!   (single-writer counters on their own cache lines) and its own expiry queue (it is the
 //!   queue's only producer, so a push after a successful "not full" check cannot fail). It
 //!   reads the table lock-free and writes only the connections its packets belong to, plus
-//!   the shared connection counters (one `fetch_add` per *new* connection, never per packet).
+//!   the shared connection counters: it reserves places for new connections from them in
+//!   chunks of up to [`CREDIT_CHUNK`] (one `fetch_add` per chunk, never per packet), so two
+//!   workers creating connections at full speed do not pass the counters' cache line back
+//!   and forth for every connection.
 //! * [`Conntrack`]: any thread; control operations (flush, dump, stats, zone limits) never
 //!   stop the workers. Flushes take the remover mutex, shared only with the expiry thread.
 //!
 //! # Invariants
 //!
-//! 1. `count` = connections linked in the table + places reserved by inserts in flight;
-//!    `count <= max` at all times (a reservation that would exceed it is undone and refused).
-//!    The same holds per zone with `zone_count` and the zone's limit.
+//! 1. `count` = connections linked in the table + places reserved by inserts in flight +
+//!    the workers' spare credits (places reserved ahead, not yet used); `count <= max` at all
+//!    times (a reservation that would exceed it is undone and refused). The same holds per
+//!    zone with `zone_count` and the zone's limit; zones with a limit are never reserved
+//!    ahead (each new connection is counted exactly), so a lowered limit takes effect at once.
+//!    Each worker publishes its spare credits in its statistics block, and [`Conntrack::len`]
+//!    and the zone counts subtract them: at rest they are exact. The price of reserving
+//!    ahead: with `W` workers a new connection may be refused as "table full" while up to
+//!    `(W - 1) * (CREDIT_CHUNK - 1)` places are still reserved, unused, by other workers
+//!    (a few per million at the default limit; the chunk shrinks to 1 for small limits).
 //! 2. Every linked connection is either in its creator's queue, or in the remover's list
 //!    (exactly once), or about to be pushed by its creator (between CAS and push).
 //! 3. `now` is read once per batch ([`CtWorker::pin`]); per-packet work reads no clock.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -110,9 +121,16 @@ pub struct TrackFlags {
     pub l3_csum_verified: bool,
 }
 
+/// Most places a worker reserves ahead from the shared connection count (invariant 1).
+pub const CREDIT_CHUNK: u32 = 64;
+
 /// Per-worker counters (single writer: the worker).
 #[derive(Default)]
 pub(crate) struct WorkerStats {
+    /// The worker's spare credits of the global count (invariant 1).
+    spare: AtomicU32,
+    /// Its spare credits of one zone: `zone << 32 | places`.
+    spare_zone: AtomicU64,
     // No per-packet total: every packet lands in exactly one state counter, and
     // `Conntrack::stats` sums them (one counter write per packet instead of two).
     new: Counter,
@@ -130,6 +148,8 @@ pub(crate) struct Shared {
     pub(crate) table: Table,
     pub(crate) clock: Clock,
     pub(crate) max: usize,
+    /// Places a worker reserves ahead at once: [`CREDIT_CHUNK`], fewer for small limits.
+    credit_chunk: u32,
     pub(crate) count: CachePadded<AtomicUsize>,
     pub(crate) zone_count: Box<[AtomicU32]>,
     zone_limit: Box<[AtomicU32]>,
@@ -160,20 +180,41 @@ impl Shared {
         &self.policies[usize::from(self.zone_policy[usize::from(zone)])]
     }
 
-    /// Reserves a place for a new connection in `zone` (invariant 1).
+    /// Reserves up to `want` places of the global count; returns how many it got (0: the
+    /// table is full).
+    #[cold]
+    fn reserve_global(&self, want: u32) -> u32 {
+        let want = want as usize;
+        let prev = self.count.fetch_add(want, Ordering::Relaxed);
+        let got = self.max.saturating_sub(prev).min(want);
+        if got < want {
+            self.count.fetch_sub(want - got, Ordering::Relaxed);
+        }
+        got as u32
+    }
+
+    /// Reserves exactly one place in the limited zone `z` (`false`: the zone is full).
     #[inline]
-    fn reserve(&self, zone: u16) -> Result<(), InvalidReason> {
-        if self.count.fetch_add(1, Ordering::Relaxed) >= self.max {
-            self.count.fetch_sub(1, Ordering::Relaxed);
-            return Err(InvalidReason::LimitGlobal);
-        }
-        let z = usize::from(zone);
-        if self.zone_count[z].fetch_add(1, Ordering::Relaxed) >= self.zone_limit[z].load(Ordering::Relaxed) {
+    fn reserve_zone_exact(&self, z: usize, limit: u32) -> bool {
+        if self.zone_count[z].fetch_add(1, Ordering::Relaxed) >= limit {
             self.zone_count[z].fetch_sub(1, Ordering::Relaxed);
-            self.count.fetch_sub(1, Ordering::Relaxed);
-            return Err(InvalidReason::LimitZone);
+            return false;
         }
-        Ok(())
+        true
+    }
+
+    /// Spare credits over all workers: (global, per zone).
+    fn spare(&self) -> (usize, BTreeMap<u16, u32>) {
+        let mut global = 0usize;
+        let mut zones = BTreeMap::new();
+        for w in self.workers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            global += w.spare.load(Ordering::Relaxed) as usize;
+            let z = w.spare_zone.load(Ordering::Relaxed);
+            if z as u32 != 0 {
+                *zones.entry((z >> 32) as u16).or_insert(0) += z as u32;
+            }
+        }
+        (global, zones)
     }
 
     /// Gives back a place (a lost insert race, or a removal).
@@ -271,6 +312,7 @@ impl Conntrack {
             table: Table::new(cfg.max.div_ceil(2), seed),
             clock,
             max: cfg.max,
+            credit_chunk: (cfg.max / 4096).clamp(1, CREDIT_CHUNK as usize) as u32,
             count: CachePadded::new(AtomicUsize::new(0)),
             zone_count: (0..ZONES).map(|_| AtomicU32::new(0)).collect(),
             zone_limit,
@@ -312,6 +354,8 @@ impl Conntrack {
             stats,
             nodes: std::cell::RefCell::new(self.s.table.node_cache()),
             now: self.s.clock.now(),
+            spare: Cell::new(0),
+            spare_zone: Cell::new((0, 0)),
         }
     }
 
@@ -322,7 +366,8 @@ impl Conntrack {
 
     /// Connections in the table (plus inserts in flight).
     pub fn len(&self) -> usize {
-        self.s.count.load(Ordering::Relaxed)
+        let (spare, _) = self.s.spare();
+        self.s.count.load(Ordering::Relaxed).saturating_sub(spare)
     }
 
     /// Whether the table is empty.
@@ -337,7 +382,9 @@ impl Conntrack {
 
     /// Connections in `zone`.
     pub fn zone_len(&self, zone: u16) -> usize {
-        self.s.zone_count[usize::from(zone)].load(Ordering::Relaxed) as usize
+        let (_, spare) = self.s.spare();
+        let c = self.s.zone_count[usize::from(zone)].load(Ordering::Relaxed);
+        c.saturating_sub(spare.get(&zone).copied().unwrap_or(0)) as usize
     }
 
     /// Sets (or with `None` removes) the limit of `zone`. Existing connections above a lowered
@@ -442,8 +489,11 @@ impl Conntrack {
             flushed: self.s.flushed.load(Ordering::Relaxed),
             ..Default::default()
         };
+        let (_, spare) = self.s.spare();
         for (z, c) in self.s.zone_count.iter().enumerate() {
-            let c = c.load(Ordering::Relaxed);
+            let c = c
+                .load(Ordering::Relaxed)
+                .saturating_sub(spare.get(&(z as u16)).copied().unwrap_or(0));
             if c != 0 {
                 st.zones.insert(z as u16, c as usize);
             }
@@ -490,6 +540,26 @@ pub struct CtWorker {
     /// state); borrowed only in `create`, never re-entrantly.
     nodes: std::cell::RefCell<NodeCache>,
     now: Tick,
+    /// Spare places of the global count reserved ahead (invariant 1).
+    spare: Cell<u32>,
+    /// Spare places of zone `spare_zone.0` (an unlimited zone) reserved ahead.
+    spare_zone: Cell<(u16, u32)>,
+}
+
+impl Drop for CtWorker {
+    fn drop(&mut self) {
+        // Give the spare places back.
+        let (z, n) = self.spare_zone.get();
+        if n != 0 {
+            self.s.zone_count[usize::from(z)].fetch_sub(n, Ordering::Relaxed);
+        }
+        let g = self.spare.get();
+        if g != 0 {
+            self.s.count.fetch_sub(g as usize, Ordering::Relaxed);
+        }
+        self.stats.spare.store(0, Ordering::Relaxed);
+        self.stats.spare_zone.store(0, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for CtWorker {
@@ -534,6 +604,69 @@ fn invalid(r: InvalidReason, reply: bool) -> CtResult {
 }
 
 impl CtWorker {
+    /// Reserves a place for a new connection in `zone` (invariant 1): from this worker's
+    /// spare credits, refilled a chunk at a time from the shared counts.
+    #[inline]
+    fn reserve(&self, zone: u16) -> Result<(), InvalidReason> {
+        let s = &*self.s;
+        let mut g = self.spare.get();
+        if g == 0 {
+            g = s.reserve_global(s.credit_chunk);
+            if g == 0 {
+                return Err(InvalidReason::LimitGlobal);
+            }
+        }
+        let z = usize::from(zone);
+        let limit = s.zone_limit[z].load(Ordering::Relaxed);
+        let (sz, sn) = self.spare_zone.get();
+        if limit != u32::MAX || s.credit_chunk == 1 {
+            // A limited zone is counted exactly; spare places of it (reserved before the limit
+            // was set) go back first.
+            if sz == zone && sn != 0 {
+                s.zone_count[z].fetch_sub(sn, Ordering::Relaxed);
+                self.set_spare_zone(zone, 0);
+            }
+            if !s.reserve_zone_exact(z, limit) {
+                // The global place stays with this worker, spare.
+                self.set_spare(g);
+                return Err(InvalidReason::LimitZone);
+            }
+        } else if sz == zone && sn != 0 {
+            self.set_spare_zone(zone, sn - 1);
+        } else {
+            self.refill_zone(zone);
+        }
+        self.set_spare(g - 1);
+        Ok(())
+    }
+
+    /// Moves to spare places of the unlimited zone `zone`: gives back those of the previous
+    /// zone, takes a chunk of this one's and uses one of them.
+    #[cold]
+    fn refill_zone(&self, zone: u16) {
+        let s = &*self.s;
+        let (sz, sn) = self.spare_zone.get();
+        if sn != 0 {
+            s.zone_count[usize::from(sz)].fetch_sub(sn, Ordering::Relaxed);
+        }
+        s.zone_count[usize::from(zone)].fetch_add(s.credit_chunk, Ordering::Relaxed);
+        self.set_spare_zone(zone, s.credit_chunk - 1);
+    }
+
+    #[inline(always)]
+    fn set_spare(&self, n: u32) {
+        self.spare.set(n);
+        self.stats.spare.store(n, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn set_spare_zone(&self, zone: u16, n: u32) {
+        self.spare_zone.set((zone, n));
+        self.stats
+            .spare_zone
+            .store(u64::from(zone) << 32 | u64::from(n), Ordering::Relaxed);
+    }
+
     /// Starts a batch: reads the clock once and pins an epoch guard. Hold the guard while
     /// tracking the batch's packets; drop it between batches.
     #[inline]
@@ -737,7 +870,7 @@ impl CtWorker {
         if self.queue.is_full() {
             return invalid(InvalidReason::QueueFull, false);
         }
-        if let Err(r) = self.s.reserve(zone) {
+        if let Err(r) = self.reserve(zone) {
             return invalid(r, false);
         }
         let node =

@@ -366,6 +366,67 @@ fn global_and_zone_limits_drop_new_but_established_flow() {
 }
 
 #[test]
+fn places_reserved_ahead_keep_counts_exact_and_the_limit_hard() {
+    // max = 8 * 4096: each worker reserves 8 places of the global count at a time.
+    let max = 8 * 4096;
+    let cfg = CtConfig {
+        max,
+        ..CtConfig::default()
+    };
+    let (ct, mut w1, _clock) = setup(cfg);
+    let mut w2 = ct.worker();
+    let a = ip("10.0.0.1");
+    let (mut created, mut refused) = (0usize, [false; 2]);
+    let mut i = 0u32;
+    // Two workers alternate until both are refused; zone 7 has no limit (reserved ahead).
+    while !(refused[0] && refused[1]) {
+        let w = if i % 2 == 0 { &mut w1 } else { &mut w2 };
+        let b = IpAddr::from(std::net::Ipv4Addr::from(0x0a80_0000 + i));
+        match go(w, &frames::udp(a, b, 1, 9, 0), 7).0 {
+            NEW => created += 1,
+            CtState::Invalid(InvalidReason::LimitGlobal) => refused[(i % 2) as usize] = true,
+            other => panic!("unexpected {other:?}"),
+        }
+        // Counts never include spare places, at any point.
+        if i % 1000 == 0 {
+            assert_eq!(ct.len(), created);
+            assert_eq!(ct.zone_len(7), created);
+        }
+        i += 1;
+    }
+    assert!(created <= max, "the limit is hard: {created} > {max}");
+    assert!(
+        created >= max - 7,
+        "at most one chunk less one refused early: {created}"
+    );
+    assert_eq!(ct.len(), created);
+    assert_eq!(ct.zone_len(7), created);
+    assert_eq!(ct.stats().zones[&7], created);
+    // A limit set on a zone with places reserved ahead applies at once: counted exactly.
+    assert_eq!(ct.flush(), created);
+    assert_eq!((ct.len(), ct.zone_len(7)), (0, 0));
+    for port in 0..3 {
+        assert_eq!(go(&mut w1, &frames::udp(a, a, port, 9, 0), 7).0, NEW);
+    }
+    ct.set_zone_limit(7, Some(5));
+    for port in 3..5 {
+        assert_eq!(go(&mut w1, &frames::udp(a, a, port, 9, 0), 7).0, NEW);
+    }
+    let full_zone = CtState::Invalid(InvalidReason::LimitZone);
+    assert_eq!(go(&mut w1, &frames::udp(a, a, 5, 9, 0), 7).0, full_zone);
+    assert_eq!(go(&mut w2, &frames::udp(a, a, 6, 9, 0), 7).0, full_zone);
+    assert_eq!((ct.len(), ct.zone_len(7)), (5, 5));
+    // Dropped workers give their spare places back.
+    drop(w1);
+    drop(w2);
+    assert_eq!((ct.len(), ct.zone_len(7)), (5, 5));
+    ct.set_zone_limit(7, None);
+    let mut w3 = ct.worker();
+    assert_eq!(go(&mut w3, &frames::udp(a, a, 7, 9, 0), 7).0, NEW);
+    assert_eq!((ct.len(), ct.zone_len(7)), (6, 6));
+}
+
+#[test]
 fn expiry_follows_the_manual_clock_and_timeout_policies() {
     let mut cfg = CtConfig::default();
     cfg.timeouts.set("udp_single", 5).unwrap();
