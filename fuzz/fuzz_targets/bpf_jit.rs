@@ -11,7 +11,7 @@
 #![no_main]
 
 use freeway_capture::bpf::jit::emit;
-use freeway_capture::bpf::{validate, Insn, Program};
+use freeway_capture::bpf::{validate, Program};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "../src/bpf_input.rs"]

@@ -14,7 +14,7 @@
 #![no_main]
 
 use freeway_capture::bpf::op::{class, JA, JMP, RET};
-use freeway_capture::bpf::{Insn, Program};
+use freeway_capture::bpf::Program;
 use libfuzzer_sys::fuzz_target;
 
 #[path = "../src/bpf_input.rs"]
