@@ -3,10 +3,11 @@
 //!
 //! Workers offer every received batch to the taps of its port before parsing (so a capture
 //! sees malformed frames too, as tcpdump would) and every transmit batch just before it is
-//! handed to the port. With no tap attached that is one relaxed load and one branch per
-//! batch; with taps, the batch runs through each tap's filter at once (one VM run per batch,
-//! [`freeway_capture::Program::run_batch`]) and the wall-clock timestamp is read only when a
-//! filter matches.
+//! handed to the port. With no tap attached that is one relaxed load of a shared word and a
+//! test of the worker's cached tap list per batch; with taps, a batch of a tapped port and
+//! direction runs through each such tap's filter at once (one call of its compiled code per
+//! batch, [`freeway_capture::Program::run_batch`]) and the wall-clock timestamp is read only
+//! when a filter matches.
 //!
 //! Threads: attach and detach run on the runtime's caller thread; each tap's
 //! [`TapWriter`] runs on its own thread (`fw-tap-N`) and stops when the tap is detached,
