@@ -719,6 +719,18 @@ mod tests {
         .0
     }
 
+    /// Inserts a fresh UDP connection for `key(i)`; returns it.
+    fn insert_udp<'g>(t: &'g Table, i: u16, g: &'g Guard) -> *const Conn {
+        let k = key(i);
+        t.insert(
+            Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7),
+            t.hash(&k),
+            g,
+        )
+        .ok()
+        .unwrap() as *const Conn
+    }
+
     #[test]
     fn layout_keeps_hot_fields_off_the_lookup_line() {
         assert_eq!(std::mem::size_of::<Conn>(), 128);
@@ -734,15 +746,7 @@ mod tests {
             let g = pin();
             let mut batch = RetireBatch::default();
             for i in 0..10 {
-                let k = key(i);
-                let c = t
-                    .insert(
-                        Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7),
-                        t.hash(&k),
-                        &g,
-                    )
-                    .ok()
-                    .unwrap() as *const Conn;
+                let c = insert_udp(&t, i, &g);
                 // SAFETY: single remover (this thread), each node unlinked once, batch retired
                 // in this table.
                 assert!(unsafe { t.unlink(c, &g, &mut batch) });
@@ -786,16 +790,7 @@ mod tests {
         let g = pin();
         let mut ptrs = Vec::new();
         for i in 0..1000 {
-            let k = key(i);
-            let c = t
-                .insert(
-                    Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7),
-                    t.hash(&k),
-                    &g,
-                )
-                .ok()
-                .unwrap();
-            ptrs.push(c as *const Conn);
+            ptrs.push(insert_udp(&t, i, &g));
         }
         for i in 0..1000 {
             assert!(t.lookup(&key(i), t.hash(&key(i)), &g).is_some());
