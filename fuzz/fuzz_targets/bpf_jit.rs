@@ -5,7 +5,8 @@
 //!
 //! Invariants checked: for a program that validates, the compiled code gives the
 //! interpreter's result on the packet, on every prefix of it (loads past the end), with a wire
-//! length other than the captured one, and in a batch of prefixes (the batch entry point);
+//! length other than the captured one, and in a batch of prefixes (the batch entry points,
+//! over slices and over packets);
 //! `emit` refuses exactly the programs the validator refuses.
 
 #![no_main]
@@ -35,4 +36,20 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(out[i], p.run_interpreted(c, c.len() as u32), "lane {i}");
     }
     assert_eq!(any, out[..cuts.len()].iter().any(|&r| r != 0), "batch summary");
+    // The same prefixes in packets, at varying places in their buffers (the packets entry).
+    let packets: Vec<freeway_packet::Packet> = cuts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut framed = vec![0u8; i % 5];
+            framed.extend_from_slice(c);
+            let mut p = freeway_packet::Packet::from_frame(&framed).expect("fits");
+            assert!(p.pull_front(i % 5));
+            p
+        })
+        .collect();
+    let mut out_p = [0u32; 32];
+    let any_p = p.run_packets(&packets, &mut out_p);
+    assert_eq!(&out_p[..cuts.len()], &out[..cuts.len()], "packets entry");
+    assert_eq!(any_p, any, "packets summary");
 });

@@ -37,7 +37,6 @@
 //! `matched == written + dropped + discarded` exactly.
 
 use std::fmt;
-use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -217,14 +216,53 @@ impl TapShared {
         frames: &[&[u8]],
         ts: &mut dyn FnMut() -> u64,
     ) {
-        let Some(ring) = self.rings.get(worker) else { return };
         let mut keep = [0u32; LANES];
-        if !filter.program().run_batch(frames, &mut keep) {
-            return;
+        if filter.program().run_batch(frames, &mut keep) {
+            // SAFETY: forwarded contract.
+            unsafe { self.push_matches(worker, dir, &keep[..frames.len()], |i| frames[i], ts) }
         }
+    }
+
+    /// [`TapShared::offer`] for packets (at most [`LANES`]): compiled filters read the
+    /// frames straight from the packets.
+    ///
+    /// # Safety
+    /// As [`TapShared::offer`].
+    #[inline]
+    unsafe fn offer_packets(
+        &self,
+        worker: usize,
+        filter: &Filter,
+        dir: Direction,
+        pkts: &[Packet],
+        ts: &mut dyn FnMut() -> u64,
+    ) {
+        let mut keep = [0u32; LANES];
+        if filter.program().run_packets(pkts, &mut keep) {
+            // SAFETY: forwarded contract.
+            unsafe { self.push_matches(worker, dir, &keep[..pkts.len()], |i| pkts[i].data(), ts) }
+        }
+    }
+
+    /// Copies frame `i` (up to `keep[i]` bytes and the snap length) into ring `worker` for
+    /// every `keep[i]` that is not 0.
+    ///
+    /// # Safety
+    /// As [`TapShared::offer`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn push_matches<'f>(
+        &self,
+        worker: usize,
+        dir: Direction,
+        keep: &[u32],
+        frame: impl Fn(usize) -> &'f [u8],
+        ts: &mut dyn FnMut() -> u64,
+    ) {
+        let Some(ring) = self.rings.get(worker) else { return };
         let mut entered = false;
         let mut now = 0;
-        for (f, &k) in frames.iter().zip(&keep) {
+        for (i, &k) in keep.iter().enumerate() {
             if k == 0 {
                 continue;
             }
@@ -240,7 +278,7 @@ impl TapShared {
             }
             let snap = k.min(self.snaplen) as usize;
             // SAFETY: as above.
-            unsafe { ring.push(now, self.port, dir as u8, f, snap) };
+            unsafe { ring.push(now, self.port, dir as u8, frame(i), snap) };
         }
         if entered {
             // SAFETY: as above.
@@ -610,24 +648,20 @@ impl TapWorker {
         &self.list
     }
 
-    /// Offers the batch to the entries of `list` that tap `port`/`dir`: the frames of each
-    /// [`LANES`]-chunk are gathered once for all of them.
+    /// Offers the batch to the entries of `list` that tap `port`/`dir`, [`LANES`] packets
+    /// at a time (compiled filters read the frames straight from the packets).
     #[inline(never)]
     fn offer(list: &TapList, w: usize, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64) {
         let mut cached = None;
         let mut once = || *cached.get_or_insert_with(&mut *ts);
-        for chunk in pkts.chunks(LANES) {
-            let mut buf = [const { MaybeUninit::<&[u8]>::uninit() }; LANES];
-            for (f, p) in buf.iter_mut().zip(chunk) {
-                f.write(p.data());
+        for e in &list.entries {
+            if e.tap.port != port || !e.tap.dir.covers(dir) {
+                continue;
             }
-            // SAFETY: the first `chunk.len()` (at most `LANES`) elements were written just
-            // above, and `MaybeUninit<&[u8]>` has the layout of `&[u8]`.
-            let frames: &[&[u8]] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<&[u8]>(), chunk.len()) };
-            for e in &list.entries {
+            for chunk in pkts.chunks(LANES) {
                 // SAFETY: the caller's handle holds the claim on worker index `w`: the only
                 // producer.
-                unsafe { e.offer_frames(w, port, dir, frames, &mut once) };
+                unsafe { e.tap.offer_packets(w, &e.filter, dir, chunk, &mut once) };
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The x86-64 JIT against the interpreter: random valid programs (every opcode, every
 //! operand the validator accepts, offsets near and past the packet's end, huge offsets) and
 //! the compiler's output for the filter corpus, on generated packets and their truncations.
-//! Every comparison checks four paths: interpreter and JIT, packet by packet and in batches.
+//! Every comparison checks five paths: interpreter and JIT, packet by packet and in batches
+//! (of slices and, for the JIT, of packets).
 
 mod common;
 
@@ -10,6 +11,7 @@ use freeway_capture::bpf::op::*;
 use freeway_capture::bpf::{Insn, Program};
 use freeway_capture::filter::Filter;
 use freeway_capture::samples::{clean_frames, frames};
+use freeway_packet::Packet;
 use proptest::prelude::*;
 
 fn jit_expected() -> bool {
@@ -43,6 +45,25 @@ fn check(p: &Program, pkts: &[&[u8]]) -> Result<Vec<u32>, TestCaseError> {
     prop_assert_eq!(&out_i[..pkts.len()], &want[..], "interpreted batch\n{}", p.dump());
     // Nothing written past the batch.
     prop_assert!(out[pkts.len()..].iter().all(|&v| v == 0xdead_beef));
+    // The same frames in packets, each at a different place in its buffer (the packets
+    // entry reads the frame's start and length from the packet).
+    let packets: Vec<Packet> = pkts
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let skip = i % 7 * 3;
+            let mut framed = vec![0xeeu8; skip];
+            framed.extend_from_slice(f);
+            let mut p = Packet::from_frame(&framed).expect("fits");
+            assert!(p.pull_front(skip));
+            p
+        })
+        .collect();
+    let mut out_p = [0xdead_beefu32; 32];
+    let any_p = p.run_packets(&packets, &mut out_p);
+    prop_assert_eq!(&out_p[..pkts.len()], &want[..], "JIT packets\n{}", p.dump());
+    prop_assert_eq!(any_p, any, "JIT packets summary\n{}", p.dump());
+    prop_assert!(out_p[pkts.len()..].iter().all(|&v| v == 0xdead_beef));
     Ok(want)
 }
 

@@ -7,6 +7,13 @@
 //!
 //! Threads: a packet is owned by one thread at a time (moved, never shared); nothing here is
 //! synchronised.
+//!
+//! # Invariant
+//!
+//! `start + len <= buf.len()` for every packet, at all times: every method that moves
+//! `start` or `len` keeps it (and `buf` never changes size). [`Packet::data`] relies on it
+//! to slice without a bounds check, and so may unsafe code that reads a frame through
+//! [`Packet::frame_layout`] (the BPF JIT's batch loop).
 
 /// Default buffer size: a 1518-byte frame plus two VLAN tags plus headroom fits.
 pub const DEFAULT_BUF_SIZE: usize = 2048;
@@ -79,6 +86,23 @@ impl std::fmt::Debug for Packet {
     }
 }
 
+/// Byte offsets inside a [`Packet`] of what locates its frame, from
+/// [`Packet::frame_layout`]: the frame of the packet at address `p` starts at
+/// `*(p + ptr) as *const u8` plus the `u16` at `p + start`, and is the `u16` at `p + len`
+/// bytes long; the next packet of a slice is at `p + size`. Valid for the build that
+/// produced it, and only while the module invariant holds (always, for a live packet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameLayout {
+    /// `size_of::<Packet>()`: the stride of a `[Packet]`.
+    pub size: usize,
+    /// Offset of the buffer's data pointer (a `*const u8`).
+    pub ptr: usize,
+    /// Offset of the frame's start in the buffer (a `u16`).
+    pub start: usize,
+    /// Offset of the frame's length (a `u16`).
+    pub len: usize,
+}
+
 /// The frame does not fit the buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TooBig;
@@ -144,14 +168,63 @@ impl Packet {
     #[inline(always)]
     pub fn data(&self) -> &[u8] {
         let s = usize::from(self.start);
-        &self.buf[s..s + usize::from(self.len)]
+        let e = s + usize::from(self.len);
+        debug_assert!(e <= self.buf.len());
+        // SAFETY: `s <= e <= buf.len()` (the module invariant).
+        unsafe { self.buf.get_unchecked(s..e) }
     }
 
     /// The frame, mutable.
     #[inline(always)]
     pub fn data_mut(&mut self) -> &mut [u8] {
         let s = usize::from(self.start);
-        &mut self.buf[s..s + usize::from(self.len)]
+        let e = s + usize::from(self.len);
+        debug_assert!(e <= self.buf.len());
+        // SAFETY: as in `data`.
+        unsafe { self.buf.get_unchecked_mut(s..e) }
+    }
+
+    /// Where a `Packet` keeps its frame, for code that reads frames straight from an array
+    /// of packets (the BPF JIT's batch loop, [`FrameLayout`]). `None` if the layout is not
+    /// the expected one (the data pointer of the buffer was not found where a `Box<[u8]>`
+    /// keeps it); such code then goes through [`Packet::data`].
+    pub fn frame_layout() -> Option<FrameLayout> {
+        static LAYOUT: std::sync::OnceLock<Option<FrameLayout>> = std::sync::OnceLock::new();
+        *LAYOUT.get_or_init(Packet::find_frame_layout)
+    }
+
+    fn find_frame_layout() -> Option<FrameLayout> {
+        let p = Packet::with_capacity(0);
+        let buf = std::mem::offset_of!(Packet, buf);
+        let word = |off: usize| {
+            // SAFETY: `buf..buf + 16` is the `buf` field, a `Box<[u8]>`: a pointer and a
+            // length, two initialised words without padding; `read_unaligned` needs no
+            // alignment.
+            unsafe {
+                std::ptr::from_ref(&p)
+                    .cast::<u8>()
+                    .add(off)
+                    .cast::<usize>()
+                    .read_unaligned()
+            }
+        };
+        if std::mem::size_of::<Box<[u8]>>() != 2 * std::mem::size_of::<usize>() {
+            return None;
+        }
+        let data = p.buf.as_ptr() as usize;
+        let ptr = if word(buf) == data && word(buf + 8) == p.buf.len() {
+            buf
+        } else if word(buf + 8) == data && word(buf) == p.buf.len() {
+            buf + 8
+        } else {
+            return None;
+        };
+        Some(FrameLayout {
+            size: std::mem::size_of::<Packet>(),
+            ptr,
+            start: std::mem::offset_of!(Packet, start),
+            len: std::mem::offset_of!(Packet, len),
+        })
     }
 
     /// Frame length in bytes.
@@ -397,6 +470,38 @@ impl Default for PacketPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The layout found by `frame_layout` locates every packet's frame: read through it, an
+    /// array of packets at various starts and lengths gives what `data` gives.
+    #[test]
+    fn frame_layout_locates_the_frame() {
+        let l = Packet::frame_layout().expect("the layout of this build is found");
+        assert_eq!(l.size, std::mem::size_of::<Packet>());
+        let mut pkts = Vec::new();
+        for i in 0..20usize {
+            let frame: Vec<u8> = (0..i * 7).map(|b| b as u8).collect();
+            let mut p = Packet::from_frame(&frame).unwrap();
+            if i % 3 == 0 {
+                p.push_front(i).unwrap();
+            } else {
+                p.pull_front(i.min(p.len()));
+            }
+            pkts.push(p);
+        }
+        let base = pkts.as_ptr().cast::<u8>();
+        for (i, p) in pkts.iter().enumerate() {
+            // SAFETY: reads inside element `i` of `pkts` at the offsets the layout gives (a
+            // data pointer and two u16), then the frame within its length (the invariant).
+            let got = unsafe {
+                let at = base.add(i * l.size);
+                let ptr = at.add(l.ptr).cast::<*const u8>().read_unaligned();
+                let start = at.add(l.start).cast::<u16>().read_unaligned();
+                let len = at.add(l.len).cast::<u16>().read_unaligned();
+                std::slice::from_raw_parts(ptr.add(usize::from(start)), usize::from(len))
+            };
+            assert_eq!(got, p.data(), "packet {i}");
+        }
+    }
 
     #[test]
     fn headroom_push_and_pull() {

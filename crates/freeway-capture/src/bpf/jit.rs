@@ -1,14 +1,19 @@
 //! An x86-64 JIT for validated classic BPF programs.
 //!
-//! [`JitCode::compile`] translates a program into x86-64 machine code with two entry points:
+//! [`JitCode::compile`] translates a program into x86-64 machine code with three entry points:
 //!
 //! * **one packet** (`extern "sysv64" fn(pkt, caplen, wirelen, mem) -> u32`), used by
 //!   [`crate::Program::run_wirelen`];
-//! * **a batch** (`extern "sysv64" fn(slices, n, out, mem) -> u32`), used by
+//! * **a batch of slices** (`extern "sysv64" fn(slices, n, out, mem) -> u32`), used by
 //!   [`crate::Program::run_batch`]: the loop over the batch is in the generated code, the
 //!   program body inlined in it, so a batch costs one indirect call and each packet only
 //!   the program's own instructions plus a few of loop control. It returns the bitwise OR
 //!   of the results, so a caller learns "nothing matched" without scanning them.
+//! * **a batch of packets** (`extern "sysv64" fn(packets, n, out, mem) -> u32`), used by
+//!   [`crate::Program::run_packets`]: the same loop, reading each frame's address and
+//!   length straight from the `freeway_packet::Packet`s at the offsets of
+//!   `Packet::frame_layout` (found at run time; without it this entry is not emitted), so
+//!   the taps need not gather an array of slices first.
 //!
 //! # Semantics
 //!
@@ -20,7 +25,10 @@
 //! shift by `x & 31`: the generated code tests and selects 0); arithmetic wraps, comparisons
 //! are unsigned; A, X and (for programs that use it) the 16-word scratch memory start at 0.
 //!
-//! Code shape: A and X are zeroed only if the program may read them before writing them
+//! Code shape: every `ret` (and the fail path) is emitted in place with what follows it in
+//! its entry (`ret`, or store the result, step to the next packet and loop), and a jump to
+//! a `ret` is replaced by that copy, so a packet that falls through its program takes one
+//! branch, the loop's; A and X are zeroed only if the program may read them before writing them
 //! (liveness, one backward pass: jumps only go forward); when the program has absolute loads,
 //! one comparison of the captured length with the furthest of them selects a copy of the
 //! body without per-load bounds checks (else the copy with them runs); an `ld`/`ldh [k]`
@@ -29,8 +37,9 @@
 //!
 //! Register use inside the generated code: `eax` = A, `ecx` = X (so `shl eax, cl` shifts by
 //! X), `rdi` = packet, `rsi` = captured length, `r9d` = wire length, `r8` = scratch memory,
-//! `edx`/`r10`/`r11` temporaries; the batch loop keeps its state in `rbx`, `r12`, `r13`
-//! and the OR of the results in `r14` (callee-saved, pushed and popped). No stack beyond that, no calls out.
+//! `edx`/`r10`/`r11` temporaries; a batch loop keeps the current descriptor in `rbx`, the
+//! count up to 0 in `r12`, the end of `out` in `r13` and the OR of the results in `r14`
+//! (callee-saved, pushed and popped). No stack beyond that, no calls out.
 //!
 //! # Why hand-written
 //!
@@ -56,8 +65,9 @@
 //!   [`crate::tap`]): a worker running the old list's code holds that list, so the list,
 //!   the filter, the program and its code are freed only after every worker let go of it.
 //! * **Memory accessed** by the generated code: the packet bytes `[pkt, pkt + caplen)` (each
-//!   access checked), the 64-byte scratch buffer passed in, and for the batch entry the
-//!   `n` slice descriptors and `n` output words passed in. Nothing else.
+//!   access checked), the 64-byte scratch buffer passed in, and for a batch entry the
+//!   `n` slice descriptors or packets and `n` output words passed in. Nothing else. (The
+//!   packets entry trusts `Packet`'s invariant, `start + len` inside the buffer.)
 //!
 //! On targets other than x86-64 Unix, or when mapping executable memory fails (a policy such
 //! as SELinux `execmem` may forbid it), [`JitCode::compile`] returns `None` and the program
@@ -75,12 +85,27 @@ pub struct Emitted {
     pub code: Vec<u8>,
     /// Offset of the one-packet entry.
     pub one: usize,
-    /// Offset of the batch entry.
+    /// Offset of the batch entry over `&[u8]` slices.
     pub batch: usize,
+    /// Offset of the batch entry over `freeway_packet::Packet`s (`None` if their layout is
+    /// not known: [`freeway_packet::Packet::frame_layout`]).
+    pub packets: Option<usize>,
 }
 
 /// A label: an index into [`Asm::labels`].
 type Label = usize;
+
+/// How a `ret` (and the fail path) leaves the program body.
+#[derive(Clone, Copy)]
+enum Exit {
+    /// The one-packet entry: the value in `eax`, then `ret`.
+    Return,
+    /// A batch entry: store the value in `out[i]`, OR it into `r14d`, step to the next
+    /// descriptor (`stride` bytes on) and loop (`top`) or leave the loop (`exit`). Emitted at
+    /// every return site (tail duplication), so a packet costs one taken branch (the
+    /// loop's) on any path that falls through to its `ret`.
+    Batch { top: Label, exit: Label, stride: u32 },
+}
 
 /// The assembler: bytes, label positions and rel32 fixups.
 struct Asm {
@@ -150,6 +175,46 @@ impl Asm {
     fn jcc(&mut self, cc: u8, l: Label) {
         self.b(&[0x0F, cc]);
         self.rel32(l);
+    }
+
+    /// Leaves the body with `val` (a constant, or A when `None`) as `exit` says.
+    fn ret(&mut self, exit: Exit, val: Option<u32>) {
+        match (exit, val) {
+            (Exit::Return, Some(k)) => {
+                if k == 0 {
+                    // xor eax, eax
+                    self.b(&[0x31, 0xC0]);
+                } else {
+                    // mov eax, imm32
+                    self.b(&[0xB8]);
+                    self.u32(k);
+                }
+                self.b(&[0xC3]);
+            }
+            (Exit::Return, None) => self.b(&[0xC3]),
+            (Exit::Batch { top, exit, stride }, v) => {
+                match v {
+                    Some(k) => {
+                        // mov dword [r13 + r12*4], imm32
+                        self.b(&[0x43, 0xC7, 0x44, 0xA5, 0x00]);
+                        self.u32(k);
+                        if k != 0 {
+                            // or r14d, imm32
+                            self.b(&[0x41, 0x81, 0xCE]);
+                            self.u32(k);
+                        }
+                    }
+                    // mov [r13 + r12*4], eax ; or r14d, eax
+                    None => self.b(&[0x43, 0x89, 0x44, 0xA5, 0x00, 0x41, 0x09, 0xC6]),
+                }
+                // add rbx, imm32 ; add r12, 1 ; jnz top ; jmp exit
+                self.b(&[0x48, 0x81, 0xC3]);
+                self.u32(stride);
+                self.b(&[0x49, 0x83, 0xC4, 0x01]);
+                self.jcc(JNE, top);
+                self.jmp(exit);
+            }
+        }
     }
 
     /// Resolves the fixups; every label used must be bound.
@@ -375,15 +440,14 @@ impl Facts {
 }
 
 /// Emits the program. Entered with `rdi` = packet, `rsi` = captured length, `r9d` = wire
-/// length (if the program reads it), `r8` = scratch memory; leaves the return value in `eax`
-/// and jumps to `done` (every `ret`, and every failed load or division through the fail
-/// path, which zeroes `eax` first).
+/// length (if the program reads it), `r8` = scratch memory; every `ret`, and every failed
+/// load or division (through the fail path, with 0), leaves as `exit` says.
 ///
 /// A and X are zeroed first if the program may read them before writing them, the scratch
 /// memory if the program uses it. When the program has absolute loads, one comparison of
 /// the captured length with the furthest of them picks between two copies of the body: one
 /// without bounds checks on absolute loads (every one of them is in bounds) and one with.
-fn program(a: &mut Asm, prog: &[Insn], facts: &Facts, done: Label) {
+fn program(a: &mut Asm, prog: &[Insn], facts: &Facts, exit: Exit) {
     if facts.uses_mem {
         // xor eax, eax, then 8 × mov [r8 + 8i], rax
         a.b(&[0x31, 0xC0]);
@@ -405,20 +469,31 @@ fn program(a: &mut Asm, prog: &[Insn], facts: &Facts, done: Label) {
             a.b(&[0x48, 0x81, 0xFE]);
             a.u32(end as u32);
             a.jcc(JB, checked);
-            body(a, prog, facts, false, done);
+            body(a, prog, facts, false, exit);
             a.bind(checked);
-            body(a, prog, facts, true, done);
+            body(a, prog, facts, true, exit);
         }
-        _ => body(a, prog, facts, true, done),
+        _ => body(a, prog, facts, true, exit),
     }
 }
 
 /// Emits one copy of the body; with `checked` false, absolute loads are not bounds-checked
 /// (the caller has checked the packet is long enough for all of them).
-fn body(a: &mut Asm, prog: &[Insn], facts: &Facts, checked: bool, done: Label) {
+fn body(a: &mut Asm, prog: &[Insn], facts: &Facts, checked: bool, exit: Exit) {
     let n = prog.len();
     let at = a.labels(n);
     let fail = a.label();
+    // The value a `ret` returns: a constant, or A (`None`).
+    let ret_val = |i: &Insn| if rval(i.code) != A { Some(i.k) } else { None };
+    // Goes to instruction `t`: a jump, or when `t` is a `ret`, its exit emitted in place
+    // (A is the same here as there: a jump does not change it).
+    let goto = |a: &mut Asm, t: usize| {
+        if class(prog[t].code) == RET {
+            a.ret(exit, ret_val(&prog[t]));
+        } else {
+            a.jmp(at + t);
+        }
+    };
     // Set when a load was emitted without its byte swap, the jump after it comparing with a
     // swapped constant instead.
     let mut raw_load = false;
@@ -478,7 +553,7 @@ fn body(a: &mut Asm, prog: &[Insn], facts: &Facts, checked: bool, done: Label) {
                 let next = pc + 1;
                 if aluop(c) == JA {
                     if k != 0 {
-                        a.jmp(at + next + k as usize);
+                        goto(a, next + k as usize);
                     }
                     continue;
                 }
@@ -486,7 +561,7 @@ fn body(a: &mut Asm, prog: &[Insn], facts: &Facts, checked: bool, done: Label) {
                 let f = next + i.jf as usize;
                 if t == f {
                     if t != next {
-                        a.jmp(at + t);
+                        goto(a, t);
                     }
                     continue;
                 }
@@ -540,19 +615,15 @@ fn body(a: &mut Asm, prog: &[Insn], facts: &Facts, checked: bool, done: Label) {
                     a.jcc(inv, at + f);
                 } else if f == next {
                     a.jcc(cc, at + t);
+                } else if class(prog[t].code) == RET && class(prog[f].code) != RET {
+                    a.jcc(inv, at + f);
+                    goto(a, t);
                 } else {
                     a.jcc(cc, at + t);
-                    a.jmp(at + f);
+                    goto(a, f);
                 }
             }
-            RET => {
-                if rval(c) != A {
-                    // mov eax, imm32
-                    a.b(&[0xB8]);
-                    a.u32(k);
-                }
-                a.jmp(done);
-            }
+            RET => a.ret(exit, ret_val(i)),
             _ => {
                 if c & 0xf8 == TXA {
                     // mov eax, ecx
@@ -565,9 +636,7 @@ fn body(a: &mut Asm, prog: &[Insn], facts: &Facts, checked: bool, done: Label) {
         }
     }
     a.bind(fail);
-    // xor eax, eax ; jmp done
-    a.b(&[0x31, 0xC0]);
-    a.jmp(done);
+    a.ret(exit, Some(0));
 }
 
 fn alu(a: &mut Asm, c: u16, k: u32, fail: Label) {
@@ -638,12 +707,62 @@ pub fn emit(prog: &[Insn]) -> Option<Emitted> {
     let facts = Facts::of(prog);
     let mut a = Asm::new();
 
-    // Batch entry: (rdi = slices, rsi = n, rdx = out, rcx = mem). The loop index r12 runs
-    // from -2n up to 0 in steps of 2: slice i is at [rbx + r12*8] with rbx = slices + 16n,
-    // out[i] at [r13 + r12*2] with r13 = out + 4n.
-    let batch = a.code.len();
+    // Batch entry over `&[u8]` slices (pointer, length).
+    let batch = batch_entry(&mut a, prog, &facts, SLICES);
+    // Batch entry over packets, where their layout is known.
+    let packets = freeway_packet::Packet::frame_layout().and_then(|l| {
+        let d = Desc {
+            stride: u32::try_from(l.size).ok()?,
+            ptr: u32::try_from(l.ptr).ok()?,
+            start: Some(u32::try_from(l.start).ok()?),
+            len: u32::try_from(l.len).ok()?,
+            len_wide: false,
+        };
+        Some(batch_entry(&mut a, prog, &facts, d))
+    });
+
+    // One-packet entry: (rdi = pkt, rsi = caplen, edx = wirelen, rcx = mem) -> eax.
+    let one = a.code.len();
+    // mov r9d, edx ; mov r8, rcx
+    a.b(&[0x41, 0x89, 0xD1, 0x49, 0x89, 0xC8]);
+    program(&mut a, prog, &facts, Exit::Return);
+
+    Some(Emitted {
+        code: a.finish(),
+        one,
+        batch,
+        packets,
+    })
+}
+
+/// Where a batch entry finds each packet: descriptors `stride` bytes apart, the data
+/// pointer (8 bytes) at `ptr`, optionally a 16-bit offset to add to it at `start`, the
+/// captured length at `len` (8 bytes if `len_wide`, else 2).
+#[derive(Clone, Copy)]
+struct Desc {
+    stride: u32,
+    ptr: u32,
+    start: Option<u32>,
+    len: u32,
+    len_wide: bool,
+}
+
+/// `&[u8]` as (pointer, length); checked at run time before use (`slices_are_ptr_len`).
+const SLICES: Desc = Desc {
+    stride: 16,
+    ptr: 0,
+    start: None,
+    len: 8,
+    len_wide: true,
+};
+
+/// Emits a batch entry `(rdi = descriptors, rsi = n, rdx = out, rcx = mem) -> eax` over
+/// descriptors laid out as `d` says; returns its offset. `rbx` walks the descriptors, `r12`
+/// runs from -n up to 0, `out[i]` is at `[r13 + r12*4]` with `r13 = out + 4n`; `r14d`
+/// collects the OR of the results, returned.
+fn batch_entry(a: &mut Asm, prog: &[Insn], facts: &Facts, d: Desc) -> usize {
+    let entry = a.code.len();
     let top = a.label();
-    let store = a.label();
     let exit = a.label();
     // push rbx ; push r12 ; push r13 ; push r14 ; mov r8, rcx ; xor r14d, r14d
     a.b(&[
@@ -652,41 +771,49 @@ pub fn emit(prog: &[Insn]) -> Option<Emitted> {
     // test rsi, rsi ; jz exit
     a.b(&[0x48, 0x85, 0xF6]);
     a.jcc(JE, exit);
-    // lea rbx, [rdi + rsi*8] ; lea rbx, [rbx + rsi*8] ; lea r13, [rdx + rsi*4]
-    a.b(&[0x48, 0x8D, 0x1C, 0xF7, 0x48, 0x8D, 0x1C, 0xF3, 0x4C, 0x8D, 0x2C, 0xB2]);
-    // mov r12, rsi ; neg r12 ; add r12, r12
-    a.b(&[0x49, 0x89, 0xF4, 0x49, 0xF7, 0xDC, 0x4D, 0x01, 0xE4]);
+    // mov rbx, rdi ; lea r13, [rdx + rsi*4] ; mov r12, rsi ; neg r12
+    a.b(&[
+        0x48, 0x89, 0xFB, 0x4C, 0x8D, 0x2C, 0xB2, 0x49, 0x89, 0xF4, 0x49, 0xF7, 0xDC,
+    ]);
     a.bind(top);
-    // mov rdi, [rbx + r12*8] ; mov rsi, [rbx + r12*8 + 8]
-    a.b(&[0x4A, 0x8B, 0x3C, 0xE3, 0x4A, 0x8B, 0x74, 0xE3, 0x08]);
+    // mov rdi, [rbx + ptr]
+    a.b(&[0x48, 0x8B, 0xBB]);
+    a.u32(d.ptr);
+    if let Some(start) = d.start {
+        // movzx eax, word [rbx + start] ; add rdi, rax   (the program's prologue zeroes
+        // eax, A, if the program may read A before writing it)
+        a.b(&[0x0F, 0xB7, 0x83]);
+        a.u32(start);
+        a.b(&[0x48, 0x01, 0xC7]);
+    }
+    if d.len_wide {
+        // mov rsi, [rbx + len]
+        a.b(&[0x48, 0x8B, 0xB3]);
+    } else {
+        // movzx esi, word [rbx + len]
+        a.b(&[0x0F, 0xB7, 0xB3]);
+    }
+    a.u32(d.len);
     if facts.uses_len {
         // mov r9d, esi
         a.b(&[0x41, 0x89, 0xF1]);
     }
-    program(&mut a, prog, &facts, store);
-    a.bind(store);
-    // mov [r13 + r12*2], eax ; or r14d, eax ; add r12, 2
-    a.b(&[0x43, 0x89, 0x44, 0x65, 0x00, 0x41, 0x09, 0xC6, 0x49, 0x83, 0xC4, 0x02]);
-    // jnz top
-    a.jcc(JNE, top);
+    // Every path of the body ends in an exit (the program ends in a `ret`, validated), which
+    // stores out[i], ORs it into r14d and loops.
+    program(
+        a,
+        prog,
+        facts,
+        Exit::Batch {
+            top,
+            exit,
+            stride: d.stride,
+        },
+    );
     a.bind(exit);
     // mov eax, r14d ; pop r14 ; pop r13 ; pop r12 ; pop rbx ; ret
     a.b(&[0x44, 0x89, 0xF0, 0x41, 0x5E, 0x41, 0x5D, 0x41, 0x5C, 0x5B, 0xC3]);
-
-    // One-packet entry: (rdi = pkt, rsi = caplen, edx = wirelen, rcx = mem) -> eax.
-    let one = a.code.len();
-    let ret = a.label();
-    // mov r9d, edx ; mov r8, rcx
-    a.b(&[0x41, 0x89, 0xD1, 0x49, 0x89, 0xC8]);
-    program(&mut a, prog, &facts, ret);
-    a.bind(ret);
-    a.b(&[0xC3]);
-
-    Some(Emitted {
-        code: a.finish(),
-        one,
-        batch,
-    })
+    entry
 }
 
 pub use imp::JitCode;
@@ -695,11 +822,14 @@ pub use imp::JitCode;
 mod imp {
     use std::fmt;
 
+    use freeway_packet::Packet;
+
     use super::emit;
     use crate::bpf::insn::Insn;
 
     type OneFn = unsafe extern "sysv64" fn(*const u8, usize, u32, *mut u32) -> u32;
     type BatchFn = unsafe extern "sysv64" fn(*const [usize; 2], usize, *mut u32, *mut u32) -> u32;
+    type PacketsFn = unsafe extern "sysv64" fn(*const Packet, usize, *mut u32, *mut u32) -> u32;
 
     /// A program compiled to x86-64 machine code, in read + execute memory it owns.
     pub struct JitCode {
@@ -707,6 +837,7 @@ mod imp {
         map: memmap2::Mmap,
         one: OneFn,
         batch: BatchFn,
+        packets: Option<PacketsFn>,
         code_len: usize,
     }
 
@@ -761,10 +892,16 @@ mod imp {
                     std::mem::transmute::<*const u8, BatchFn>(base.add(e.batch)),
                 )
             };
+            // SAFETY: as above; the packets entry reads each `Packet` at the offsets of
+            // `Packet::frame_layout()`, which `emit` used.
+            let packets = e
+                .packets
+                .map(|off| unsafe { std::mem::transmute::<*const u8, PacketsFn>(base.add(off)) });
             Some(JitCode {
                 map,
                 one,
                 batch,
+                packets,
                 code_len: e.code.len(),
             })
         }
@@ -815,6 +952,27 @@ mod imp {
             };
             any != 0
         }
+
+        /// [`JitCode::run_batch`] on the frames of `pkts`, read straight from the packets
+        /// (no array of slices gathered first). `None` if this build's `Packet` layout is not
+        /// known ([`Packet::frame_layout`]); the caller then gathers the frames itself.
+        ///
+        /// # Panics
+        /// If `out` is shorter than `pkts`.
+        #[inline]
+        pub fn run_packets(&self, pkts: &[Packet], out: &mut [u32]) -> Option<bool> {
+            let f = self.packets?;
+            let out = &mut out[..pkts.len()];
+            let mut mem = [0u32; 16];
+            // SAFETY: the code reads the `pkts.len()` packets at the offsets of
+            // `Packet::frame_layout()` (the layout of this build, found when the code was
+            // emitted), and each one's frame only within its length (`start + len` is inside
+            // the buffer: `Packet`'s invariant); it writes `out[..pkts.len()]` (in bounds:
+            // sliced to that length) and the 16 words of `mem`, and returns the OR of what
+            // it wrote.
+            let any = unsafe { f(pkts.as_ptr(), pkts.len(), out.as_mut_ptr(), mem.as_mut_ptr()) };
+            Some(any != 0)
+        }
     }
 }
 
@@ -844,6 +1002,11 @@ mod imp {
 
         /// Unreachable (no value exists).
         pub fn run_batch(&self, _pkts: &[&[u8]], _out: &mut [u32]) -> bool {
+            match *self {}
+        }
+
+        /// Never called: no value exists.
+        pub fn run_packets(&self, _pkts: &[freeway_packet::Packet], _out: &mut [u32]) -> Option<bool> {
             match *self {}
         }
     }

@@ -373,6 +373,30 @@ impl Program {
         }
     }
 
+    /// [`Program::run_batch`] on the frames of up to [`LANES`] packets. Compiled code reads
+    /// them straight from the packets; otherwise the frames are gathered first.
+    ///
+    /// # Panics
+    /// As [`Program::run_batch`].
+    #[inline]
+    pub fn run_packets(&self, pkts: &[freeway_packet::Packet], out: &mut [u32]) -> bool {
+        assert!(
+            pkts.len() <= LANES && pkts.len() <= out.len(),
+            "batch of at most {LANES}"
+        );
+        if let Some(any) = self.jit.as_ref().and_then(|j| j.run_packets(pkts, out)) {
+            return any;
+        }
+        let mut buf = [const { std::mem::MaybeUninit::<&[u8]>::uninit() }; LANES];
+        for (f, p) in buf.iter_mut().zip(pkts) {
+            f.write(p.data());
+        }
+        // SAFETY: the first `pkts.len()` (at most `LANES`) elements were written just above,
+        // and `MaybeUninit<&[u8]>` has the layout of `&[u8]`.
+        let frames: &[&[u8]] = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<&[u8]>(), pkts.len()) };
+        self.run_batch(frames, out)
+    }
+
     /// [`Program::run_batch`] with the batch interpreter, even if the program is compiled.
     ///
     /// # Panics
