@@ -17,6 +17,10 @@
 //!   worker ([`crate::ring::Ring`], single producer, single consumer). A full ring drops the
 //!   copy and counts it. Workers never wait.
 //! * **Writer** (one thread per tap, [`crate::writer::TapWriter`]): drains the tap's rings.
+//!   When it has found nothing for a while it parks; a worker that pushes into a ring then
+//!   wakes it (one load of the tap's `parked` flag per batch that matched), and so does
+//!   closing the tap. An idle capture wakes no thread, so on a machine with no spare core
+//!   it preempts no worker.
 //!
 //! # Publication ([`Taps`])
 //!
@@ -37,8 +41,9 @@
 //! `matched == written + dropped + discarded` exactly.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread::Thread;
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use freeway_packet::Packet;
@@ -132,6 +137,10 @@ pub struct TapShared {
     snaplen: u32,
     rings: Box<[Ring]>,
     closed: AtomicBool,
+    /// Set by the writer while it sleeps waiting for packets ([`TapShared::wake_writer`]).
+    parked: AtomicBool,
+    /// The writer's thread, registered by [`crate::writer::TapWriter::run`].
+    writer: OnceLock<Thread>,
 }
 
 impl TapShared {
@@ -145,6 +154,46 @@ impl TapShared {
                 .map(|_| Ring::new(spec.ring_slots, spec.snaplen as usize))
                 .collect(),
             closed: AtomicBool::new(false),
+            parked: AtomicBool::new(false),
+            writer: OnceLock::new(),
+        }
+    }
+
+    /// Writer side: registers the calling thread as the one that drains this tap, so that
+    /// workers can wake it when it sleeps ([`TapShared::set_parked`]).
+    pub(crate) fn register_writer(&self) {
+        let _ = self.writer.set(std::thread::current());
+    }
+
+    /// Writer side: announces that the writer is about to sleep (`true`, then a `SeqCst`
+    /// fence, then a last look at the rings) or is awake again (`false`).
+    pub(crate) fn set_parked(&self, parked: bool) {
+        self.parked.store(parked, Ordering::SeqCst);
+        if parked {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// Worker side, after pushing into a ring: wakes the writer if it sleeps. One load of a
+    /// line the writer writes only when it goes to sleep or wakes. Best effort: a push that
+    /// races with the writer's last look at the rings may not wake it; the writer's sleep
+    /// is bounded (`WriterOptions::park_timeout`), as libpcap's buffer timeout bounds
+    /// tcpdump's.
+    #[inline]
+    fn wake_writer(&self) {
+        if self.parked.load(Ordering::Relaxed) {
+            if let Some(t) = self.writer.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Marks the tap closed (the closer side of the close protocol,
+    /// [`crate::ring::close`]) and wakes its writer so it notices at once.
+    pub(crate) fn close(&self) {
+        crate::ring::close(&self.closed);
+        if let Some(t) = self.writer.get() {
+            t.unpark();
         }
     }
 
@@ -192,7 +241,7 @@ impl TapShared {
     /// packet will be added to any ring. Waits only for workers already copying (bounded
     /// by one batch), never for a worker to do anything new.
     pub fn close_and_quiesce(&self) {
-        crate::ring::close(&self.closed);
+        self.close();
         for r in self.rings.iter() {
             while r.busy() {
                 std::hint::spin_loop();
@@ -283,6 +332,7 @@ impl TapShared {
         if entered {
             // SAFETY: as above.
             unsafe { ring.leave() };
+            self.wake_writer();
         }
     }
 }
@@ -565,7 +615,7 @@ impl Detach for Inner {
             (before != v.len(), tap)
         });
         if let (true, Some(tap)) = &found {
-            crate::ring::close(&tap.closed);
+            tap.close();
         }
         found.0
     }

@@ -1,6 +1,8 @@
 //! The tap writer: drains a tap's per-worker rings into a pcap or pcapng stream.
 //!
-//! Runs on its own thread ([`TapWriter::run`]) or is polled ([`TapWriter::poll`]). Packets
+//! Runs on its own thread ([`TapWriter::run`], which polls every `idle_sleep` while packets
+//! flow and parks when they stop, see [`WriterOptions::park_after`]) or is polled
+//! ([`TapWriter::poll`]). Packets
 //! from different workers are merged by timestamp (oldest first among the rings' heads).
 //! It stops when the tap is detached, after `count` packets, or on a write error (the tap is
 //! then detached, so workers stop copying; forwarding is not affected). On stop it closes
@@ -27,6 +29,13 @@ pub struct WriterOptions {
     pub if_name: String,
     /// Sleep when all rings are empty.
     pub idle_sleep: Duration,
+    /// After this many polls in a row found nothing, [`TapWriter::run`] flushes and parks
+    /// its thread until a worker pushes a packet (or the tap closes) instead of polling:
+    /// an idle capture costs no wake-ups, and no worker is preempted by its polling.
+    pub park_after: u32,
+    /// The longest a parked writer sleeps (bounds the delay of a packet whose wake-up was
+    /// missed in a race, see [`crate::tap`]).
+    pub park_timeout: Duration,
     /// Flush at least this often while packets flow.
     pub flush_every: Duration,
 }
@@ -38,6 +47,8 @@ impl Default for WriterOptions {
             count: None,
             if_name: "freeway".into(),
             idle_sleep: Duration::from_millis(1),
+            park_after: 16,
+            park_timeout: Duration::from_millis(100),
             flush_every: Duration::from_millis(100),
         }
     }
@@ -159,16 +170,45 @@ impl<W: Write> TapWriter<W> {
 
     /// Runs until the tap is detached or `count` packets are written; then finishes (see
     /// the module documentation). Returns the counters, or the write error.
+    ///
+    /// While packets flow it drains, then sleeps `idle_sleep`; after `park_after` empty
+    /// polls in a row it parks (see [`WriterOptions::park_after`]).
     pub fn run(mut self) -> Result<TapStats, TapError> {
+        self.reader.tap().register_writer();
+        let mut empty = 0u32;
         let r = loop {
             match self.poll() {
                 Ok((_, true)) => break Ok(()),
-                Ok((0, false)) => std::thread::sleep(self.opts.idle_sleep),
-                Ok(_) => {}
+                Ok((0, false)) => {
+                    empty = empty.saturating_add(1);
+                    if empty < self.opts.park_after {
+                        std::thread::sleep(self.opts.idle_sleep);
+                    } else if let Err(e) = self.park() {
+                        break Err(e);
+                    }
+                }
+                Ok(_) => empty = 0,
                 Err(e) => break Err(e),
             }
         };
         self.finish(r)
+    }
+
+    /// Flushes, then sleeps until a worker pushes a packet, the tap closes or
+    /// `park_timeout` passes. Announces the sleep before a last look at the rings, so a
+    /// worker that pushes after that look sees the announcement and wakes the thread.
+    fn park(&mut self) -> Result<(), TapError> {
+        self.out.flush().map_err(TapError::Write)?;
+        self.last_flush = Instant::now();
+        let tap = self.reader.tap();
+        tap.set_parked(true);
+        // SAFETY: this writer is the rings' only consumer (as in `drain`).
+        let pending = tap.rings().iter().any(|r| unsafe { r.peek_ts() }.is_some());
+        if !pending && !tap.is_closed() {
+            std::thread::park_timeout(self.opts.park_timeout);
+        }
+        tap.set_parked(false);
+        Ok(())
     }
 
     /// Stops now: detaches and closes the tap, drains what is left (up to the count),

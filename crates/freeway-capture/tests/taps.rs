@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use freeway_capture::pcap::Format;
 use freeway_capture::samples::clean_frames;
@@ -107,6 +107,53 @@ fn no_tap_epoch() {
 #[test]
 fn no_tap_rwlock() {
     no_tap_is_one_branch::<LockedTaps>();
+}
+
+/// A writer that found nothing parks; a worker's push wakes it (long before its park
+/// timeout) and so does a detach.
+fn parked_writer_wakes<R: TapRegistry>() {
+    let reg = R::with_workers(1);
+    let mut w = reg.worker(0).unwrap();
+    let (id, reader) = reg.attach(spec(0, Direction::Rx, 64), filter("")).unwrap();
+    let out = Shared::default();
+    let opts = WriterOptions {
+        park_after: 1,
+        park_timeout: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let tw = TapWriter::new(reader, out.clone(), opts).unwrap();
+    let h = thread::spawn(move || tw.run());
+    // The writer finds the rings empty and parks.
+    thread::sleep(Duration::from_millis(50));
+    w.tap(0, Direction::Rx, &pkts(&clean_frames(3, 4)), 1);
+    let t = Instant::now();
+    while count_pcap(&out.bytes()) < 4 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the push did not wake the writer"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    // Parked again; the detach wakes it and it finishes.
+    thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    assert!(reg.detach(id));
+    let stats = h.join().unwrap().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the detach did not wake the writer"
+    );
+    assert_eq!((stats.matched, stats.written, stats.dropped), (4, 4, 0));
+}
+
+#[test]
+fn parked_writer_wakes_epoch() {
+    parked_writer_wakes::<Taps>();
+}
+
+#[test]
+fn parked_writer_wakes_rwlock() {
+    parked_writer_wakes::<LockedTaps>();
 }
 
 /// Workers push continuously while the control plane attaches, replaces filters and
