@@ -14,6 +14,11 @@
 //! Each scenario runs with Freeway's epoch-published tap list ([`Taps`]) and with the
 //! baseline, the same taps behind an `RwLock` ([`LockedTaps`]: the FreeBSD BPF path before
 //! the seed's change), interleaved run by run in one process.
+//!
+//! The table gives each cell's median Mpps per worker, its share of the no-tap median
+//! (`vs none`) and the median of its per-round shares (`paired`: each run divided by the
+//! no-tap run of the same round, run a few seconds before it; on a machine whose speed
+//! drifts between rounds this is the steadier estimate of what the taps cost).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,6 +91,8 @@ pub struct CaptureRun {
     pub scenario: String,
     /// Workers.
     pub workers: usize,
+    /// Which round of the interleaved runs (0-based): runs of one round ran back to back.
+    pub round: usize,
     /// Mean Mpps per worker over the window.
     pub mpps_per_worker: f64,
     /// Packets the taps matched, wrote and dropped (ring full), summed over taps.
@@ -115,6 +122,10 @@ pub struct CaptureRow {
     pub runs: Vec<f64>,
     /// Median relative to the same registry's `none` scenario at the same worker count.
     pub vs_no_tap: Option<f64>,
+    /// Median over the rounds of this run's rate relative to the `none` run of the same
+    /// round (same registry, topology and workers, run minutes apart at most): less
+    /// sensitive than `vs_no_tap` to the machine drifting between rounds.
+    pub paired_vs_no_tap: Option<f64>,
 }
 
 const SNAPLEN: u32 = 128;
@@ -197,6 +208,7 @@ fn measure<R: TapRegistry>(
     name: &str,
     scenario: &str,
     workers: usize,
+    round: usize,
 ) -> Result<CaptureRun, String> {
     let secs = WARMUP + a.seconds + 0.3;
     let text = if topology == "router" {
@@ -267,6 +279,7 @@ fn measure<R: TapRegistry>(
         registry: name.into(),
         scenario: scenario.into(),
         workers,
+        round,
         mpps_per_worker: per.iter().sum::<f64>() / per.len().max(1) as f64,
         matched: sum.matched,
         written: sum.written,
@@ -300,14 +313,14 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
     let bar = indicatif::ProgressBar::new(total);
     let mut runs = Vec::new();
     // Interleave everything run by run, so slow drift on a noisy machine hits all alike.
-    for _ in 0..a.runs {
+    for round in 0..a.runs {
         for t in &a.topology {
             for &w in &a.workers {
                 for s in &a.scenarios {
                     for r in &a.registry {
                         let run = match r.as_str() {
-                            "epoch" => measure::<Taps>(&a, t, r, s, w)?,
-                            _ => measure::<LockedTaps>(&a, t, r, s, w)?,
+                            "epoch" => measure::<Taps>(&a, t, r, s, w, round)?,
+                            _ => measure::<LockedTaps>(&a, t, r, s, w, round)?,
                         };
                         runs.push(run);
                         bar.inc(1);
@@ -334,6 +347,7 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
                     median_mpps_per_worker: median(&v),
                     runs: v,
                     vs_no_tap: None,
+                    paired_vs_no_tap: None,
                 });
             }
         }
@@ -351,6 +365,21 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
         })
         .collect();
     for row in &mut rows {
+        let same =
+            |x: &CaptureRun| x.topology == row.topology && x.registry == row.registry && x.workers == row.workers;
+        let ratios: Vec<f64> = runs
+            .iter()
+            .filter(|x| same(x) && x.scenario == row.scenario)
+            .filter_map(|x| {
+                let b = runs
+                    .iter()
+                    .find(|y| same(y) && y.scenario == "none" && y.round == x.round)?;
+                (b.mpps_per_worker > 0.0).then(|| x.mpps_per_worker / b.mpps_per_worker)
+            })
+            .collect();
+        if !ratios.is_empty() {
+            row.paired_vs_no_tap = Some(median(&ratios));
+        }
         if let Some((_, _, _, b)) = base
             .iter()
             .find(|(t, g, w, _)| *t == row.topology && *g == row.registry && *w == row.workers)
@@ -365,13 +394,14 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
         a.seconds, a.runs
     );
     println!(
-        "{:<8} {:<8} {:<9} {:>7} {:>12} {:>9} {:>10} {:>10} {:>10} {:>8}  runs",
+        "{:<8} {:<8} {:<9} {:>7} {:>12} {:>9} {:>8} {:>10} {:>10} {:>10} {:>8}  runs",
         "topology",
         "registry",
         "scenario",
         "workers",
         "Mpps/worker",
         "vs none",
+        "paired",
         "matched",
         "written",
         "dropped",
@@ -390,13 +420,15 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
         let med = |f: fn(&CaptureRun) -> f64| median(&pick.iter().map(|x| f(x)).collect::<Vec<_>>());
         let rs: Vec<String> = row.runs.iter().map(|x| format!("{x:.2}")).collect();
         println!(
-            "{:<8} {:<8} {:<9} {:>7} {:>12.2} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8.0}  {}",
+            "{:<8} {:<8} {:<9} {:>7} {:>12.2} {:>9} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8.0}  {}",
             row.topology,
             row.registry,
             row.scenario,
             row.workers,
             row.median_mpps_per_worker,
             row.vs_no_tap.map_or("-".into(), |v| format!("{:.1}%", v * 100.0)),
+            row.paired_vs_no_tap
+                .map_or("-".into(), |v| format!("{:.1}%", v * 100.0)),
             med(|x| x.matched as f64),
             med(|x| x.written as f64),
             med(|x| x.dropped as f64),
