@@ -697,7 +697,13 @@ impl Bucket {
 
 /// One RX queue of a generator port: a ring of template frames plus its share of the count
 /// and rate. Owned by one worker.
+///
+/// Aligned to 128 bytes (two cache lines, the adjacent-line prefetch pair): the queues of
+/// all workers are built on the control thread, one after another, and each is written on
+/// every burst by its worker (cursor, count, rate bucket), so unaligned neighbours would
+/// share lines between workers.
 #[derive(Debug)]
+#[repr(align(128))]
 pub struct GenQueue {
     data: Vec<u8>,
     tpl: Vec<Template>,

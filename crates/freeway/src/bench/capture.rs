@@ -6,6 +6,9 @@
 //! taps are attached to port `h0`, both directions, in five scenarios:
 //!
 //! * `none`: no tap;
+//! * `idle`: one tap (the `nomatch` filter, the same rings) on a port no frame crosses:
+//!   what attaching costs by itself (the tap list is walked by nobody), so that `nomatch`
+//!   can be told apart from the effect of the tap's allocations on the rest of the run;
 //! * `nomatch`: one tap whose filter matches nothing (`host 198.18.0.1`, or `--filter`);
 //! * `matchall`: one tap matching everything, written to a pcap file;
 //! * `taps8`: eight taps, none matching (`host 198.18.0.1` .. `.8`);
@@ -36,7 +39,10 @@ use crate::config;
 use crate::runtime::{self, RunOptions, Snapshot};
 
 /// The scenarios, in the order they run.
-pub const SCENARIOS: &[&str] = &["none", "nomatch", "matchall", "taps8", "swap"];
+pub const SCENARIOS: &[&str] = &["none", "idle", "nomatch", "matchall", "taps8", "swap"];
+
+/// The port of the `idle` scenario's tap: past every port of both topologies.
+const IDLE_PORT: u16 = 63;
 
 /// `bench capture` options.
 #[derive(Args, Clone)]
@@ -44,7 +50,7 @@ pub struct CaptureArgs {
     /// Worker counts to measure, e.g. 1,2.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub workers: Vec<usize>,
-    /// Scenarios: none, nomatch, matchall, taps8, swap.
+    /// Scenarios: none, idle, nomatch, matchall, taps8, swap.
     #[arg(long, value_delimiter = ',', default_value = "none,nomatch,matchall,taps8,swap")]
     pub scenarios: Vec<String>,
     /// Tap registries: epoch (Freeway) and/or rwlock (the baseline).
@@ -130,9 +136,9 @@ pub struct CaptureRow {
 
 const SNAPLEN: u32 = 128;
 
-fn spec() -> TapSpec {
+fn spec(port: u16) -> TapSpec {
     TapSpec {
-        port: 0,
+        port,
         dir: Direction::Both,
         snaplen: SNAPLEN,
         ring_slots: 4096,
@@ -149,7 +155,7 @@ fn attach<R: TapRegistry>(
 ) -> Result<(Vec<u64>, Vec<JoinHandle<Result<TapStats, String>>>), String> {
     let filters: Vec<String> = match scenario {
         "none" => Vec::new(),
-        "nomatch" | "swap" => vec![nomatch.into()],
+        "nomatch" | "swap" | "idle" => vec![nomatch.into()],
         "matchall" => vec![String::new()],
         "taps8" => (1..=8).map(|i| format!("host 198.18.0.{i}")).collect(),
         s => {
@@ -163,7 +169,8 @@ fn attach<R: TapRegistry>(
     let mut writers = Vec::new();
     for f in &filters {
         let filter = Filter::new(f, SNAPLEN).map_err(|e| e.to_string())?;
-        let (id, reader) = reg.attach(spec(), filter).map_err(|e| e.to_string())?;
+        let port = if scenario == "idle" { IDLE_PORT } else { 0 };
+        let (id, reader) = reg.attach(spec(port), filter).map_err(|e| e.to_string())?;
         let out: Box<dyn std::io::Write + Send> = if scenario == "matchall" {
             let f = std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
             Box::new(std::io::BufWriter::new(f))
