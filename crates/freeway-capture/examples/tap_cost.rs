@@ -27,15 +27,50 @@ fn ns_per_frame(reps: usize, frames: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+fn spec(port: u16) -> TapSpec {
+    TapSpec {
+        port,
+        dir: Direction::Both,
+        snaplen: 128,
+        ring_slots: 1024,
+    }
+}
+
+/// `threads` worker handles of one registry time the tapped batch at once.
+fn threads_mode(expr: &str, frame: &[u8], threads: usize, reps: usize) {
+    let reg = Taps::new(threads);
+    let (_id, _reader) = reg
+        .attach(spec(0), Filter::new(expr, 128).expect("compiles"))
+        .expect("attach");
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (reg, barrier) = (&reg, &barrier);
+            s.spawn(move || {
+                let batch: Vec<Packet> = (0..32).map(|_| Packet::from_frame(frame).expect("fits")).collect();
+                let mut w = reg.worker(t).expect("worker");
+                barrier.wait();
+                let ns = ns_per_frame(reps, 32, || w.tap(0, Direction::Rx, black_box(&batch), 1));
+                println!("thread {t}: one tap {ns:6.3} ns/frame");
+            });
+        }
+    });
+}
+
 fn main() {
     let expr = std::env::args().nth(1).unwrap_or_else(|| "host 198.18.0.1".into());
+    let threads: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1);
     let frame = clean_frames(11, 64)
         .into_iter()
         .find(|f| f.len() >= 42 && f[12] == 8 && f[13] == 0 && f[23] == 17)
         .expect("an IPv4/UDP frame");
+    let reps = 2_000_000;
+    if threads > 1 {
+        threads_mode(&expr, &frame, threads, reps);
+        return;
+    }
     let batch: Vec<Packet> = (0..32).map(|_| Packet::from_frame(&frame).expect("fits")).collect();
     let refs: Vec<&[u8]> = batch.iter().map(Packet::data).collect();
-    let reps = 2_000_000;
 
     let reg = Taps::new(1);
     let mut w = reg.worker(0).expect("worker 0");
@@ -43,56 +78,15 @@ fn main() {
 
     let filter = Filter::new(&expr, 128).expect("filter compiles");
     let prog = filter.program().clone();
-    let spec = TapSpec {
-        port: 0,
-        dir: Direction::Both,
-        snaplen: 128,
-        ring_slots: 1024,
-    };
-    let (other, _r) = reg
-        .attach(
-            TapSpec {
-                port: 1,
-                ..spec.clone()
-            },
-            filter.clone(),
-        )
-        .expect("attach");
+    let (other, _r) = reg.attach(spec(1), filter.clone()).expect("attach");
     let elsewhere = ns_per_frame(reps, 32, || w.tap(0, Direction::Rx, black_box(&batch), 1));
     reg.detach(other);
-    let (_id, _reader) = reg.attach(spec, filter).expect("attach");
+    let (_id, _reader) = reg.attach(spec(0), filter).expect("attach");
     let tapped = ns_per_frame(reps, 32, || w.tap(0, Direction::Rx, black_box(&batch), 1));
     let mut out = [0u32; 32];
     let alone = ns_per_frame(reps, 32, || {
         black_box(prog.run_batch(black_box(&refs), &mut out));
     });
-    let threads: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1);
-    if threads > 1 {
-        let reg = Taps::new(threads);
-        let spec = TapSpec {
-            port: 0,
-            dir: Direction::Both,
-            snaplen: 128,
-            ring_slots: 1024,
-        };
-        let (_id, _reader) = reg
-            .attach(spec, Filter::new(&expr, 128).expect("compiles"))
-            .expect("attach");
-        let barrier = std::sync::Barrier::new(threads);
-        std::thread::scope(|s| {
-            for t in 0..threads {
-                let (reg, barrier, frame) = (&reg, &barrier, &frame);
-                s.spawn(move || {
-                    let batch: Vec<Packet> = (0..32).map(|_| Packet::from_frame(frame).expect("fits")).collect();
-                    let mut w = reg.worker(t).expect("worker");
-                    barrier.wait();
-                    let ns = ns_per_frame(reps, 32, || w.tap(0, Direction::Rx, black_box(&batch), 1));
-                    println!("thread {t}: one tap {ns:6.3} ns/frame");
-                });
-            }
-        });
-        return;
-    }
     println!("filter {expr:?} (jit: {})", prog.is_jitted());
     println!("no tap          {none:6.3} ns/frame");
     println!("tap elsewhere   {elsewhere:6.3} ns/frame (one tap on another port)");
