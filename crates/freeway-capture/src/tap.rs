@@ -30,7 +30,9 @@
 //! every worker that might still read it has unpinned, and the list itself (an `Arc`) when
 //! the last worker cache holding it has moved on (at its next batch, or its next idle poll
 //! when traffic stopped). This is the FreeBSD change in seed 002 (the rwlock on the tap path
-//! replaced by epoch(9) and a program buffer swapped without the interface lock).
+//! replaced by epoch(9) and a program buffer swapped without the interface lock). The
+//! orderings of the swap and the generation are model-checked on a replica in
+//! `tests/loom_ring.rs` (`tap_list_generation_cache`).
 //!
 //! # Closing
 //!

@@ -10,6 +10,8 @@
 //! * pushed + dropped = offered, popped = pushed;
 //! * once the closer has set `closed` and seen `busy` clear, no packet arrives afterwards,
 //!   so its final drain is complete.
+//! * (a replica of the tap-list cache, `tap_list_generation_cache`) a worker that sees a new
+//!   generation reads a list at least that new, and never one still being built.
 #![cfg(loom)]
 
 use std::sync::Arc;
@@ -94,5 +96,72 @@ fn close_protocol_final_drain_is_complete() {
         // Nothing arrived after the final drain.
         assert!(ring.is_empty(), "a packet arrived after the final drain");
         assert_eq!(drained, pushed);
+    });
+}
+
+/// The tap-list cache of `tap::TapWorker` (`current`/`refresh`) against the control plane's
+/// `Inner::update`, as a replica with the same orderings (the real code publishes through
+/// crossbeam-epoch, which loom cannot run): the control plane writes a new list, swaps the
+/// published index (`AcqRel`), then bumps the generation (`Release`); a worker loads the
+/// generation (`Acquire`) once per batch and only when it moved loads the published index
+/// (`Acquire`) and reads that list.
+///
+/// Checked: a worker that saw generation `g` reads a list at least as new as the `g`-th
+/// publication, never a list still being written (loom's cells would report the race), and
+/// a worker that revalidates after the control plane finished holds the newest list.
+/// (Weakening the swap and its load to `Relaxed` makes loom report the race on the list;
+/// weakening the generation's bump and load makes the first assertion fail.)
+#[test]
+fn tap_list_generation_cache() {
+    use freeway_sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use loom::cell::UnsafeCell;
+
+    struct Shared {
+        lists: [UnsafeCell<u64>; 3],
+        published: AtomicUsize,
+        generation: AtomicU64,
+    }
+    // SAFETY (test replica): list `i` is written only before index `i` is published and read
+    // only after it was seen published, which is what the model checks.
+    unsafe impl Sync for Shared {}
+
+    loom::model(|| {
+        let s = Arc::new(Shared {
+            lists: [UnsafeCell::new(0), UnsafeCell::new(0), UnsafeCell::new(0)],
+            published: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+        });
+        let c = s.clone();
+        let control = thread::spawn(move || {
+            for v in 1..=2usize {
+                // Build the new list (its content: its version), then publish it.
+                // SAFETY: list `v` is not published yet: no reader can reach it.
+                c.lists[v].with_mut(|p| unsafe { *p = v as u64 });
+                c.published.swap(v, Ordering::AcqRel);
+                c.generation.fetch_add(1, Ordering::Release);
+            }
+        });
+        // The worker: its cached list and generation, revalidated per batch.
+        let (mut cached_gen, mut cached_list) = (0u64, 0u64);
+        let mut batch = |s: &Shared| {
+            let g = s.generation.load(Ordering::Acquire);
+            if g != cached_gen {
+                let v = s.published.load(Ordering::Acquire);
+                // SAFETY: `v` was read published (Acquire): its list is complete and never
+                // written again.
+                cached_list = s.lists[v].with(|p| unsafe { *p });
+                cached_gen = g;
+                assert!(cached_list >= g, "generation {g} but list {cached_list}");
+            }
+        };
+        batch(&s);
+        batch(&s);
+        control.join().unwrap();
+        batch(&s);
+        assert_eq!(
+            (cached_gen, cached_list),
+            (2, 2),
+            "the newest list after the control plane finished"
+        );
     });
 }
