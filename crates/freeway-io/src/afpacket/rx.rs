@@ -175,7 +175,12 @@ unsafe fn block_status<'a>(block: *mut u8) -> &'a AtomicU32 {
 }
 
 /// One receive queue: the RX ring of one socket.
+///
+/// Aligned to 128 bytes, as `GenQueue`: the queues of all workers are built one after another
+/// on the control thread and each is written on every burst by its worker (cursor, block
+/// state), so unaligned neighbours would share cache lines between workers.
 #[derive(Debug)]
+#[repr(align(128))]
 pub struct AfPacketRx {
     ring: Ring,
     /// Keeps the socket (and with it the fanout membership) open while the queue lives.
