@@ -1,7 +1,8 @@
 //! The "before" variant of the tap registry for the capture benchmark: the tap list and
 //! every tap's filter live behind one `RwLock`, read-locked by every worker on every batch
 //! that finds a tap attached (the FreeBSD BPF design before seed 002). Same rings, same
-//! writer, same worker-facing API ([`TapPoint`]) as [`crate::tap::Taps`].
+//! writer, same filter path (`Entry::offer_packets`), same worker-facing API ([`TapPoint`])
+//! as [`crate::tap::Taps`]: the two differ only in how a worker reaches the list.
 //!
 //! Threads: workers take the read lock once per batch when any tap is attached; the control
 //! plane takes the write lock to attach, detach or replace a filter, and workers wait for it.
@@ -12,7 +13,6 @@ use std::sync::{Arc, RwLock, Weak};
 
 use freeway_packet::Packet;
 
-use crate::bpf::vm::LANES;
 use crate::filter::Filter;
 use crate::tap::{Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec};
 
@@ -74,15 +74,9 @@ impl TapPoint for LockedTapWorker {
         let mut cached = None;
         let mut once = || *cached.get_or_insert_with(&mut *ts);
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
-        for chunk in pkts.chunks(LANES) {
-            let mut frames: [&[u8]; LANES] = [&[]; LANES];
-            for (f, p) in frames.iter_mut().zip(chunk) {
-                *f = p.data();
-            }
-            for e in l.iter() {
-                // SAFETY: this handle holds the claim on worker index `self.index`.
-                unsafe { e.offer_frames(self.index, port, dir, &frames[..chunk.len()], &mut once) };
-            }
+        for e in l.iter() {
+            // SAFETY: this handle holds the claim on worker index `self.index`.
+            unsafe { e.offer_packets(self.index, port, dir, pkts, &mut once) };
         }
     }
 

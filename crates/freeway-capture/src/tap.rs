@@ -368,6 +368,28 @@ impl Entry {
             }
         }
     }
+
+    /// [`Entry::offer_frames`] for packets, [`LANES`] at a time (compiled filters read the
+    /// frames straight from the packets). Both registries tap through here.
+    ///
+    /// # Safety
+    /// As [`TapShared::offer`].
+    #[inline]
+    pub(crate) unsafe fn offer_packets(
+        &self,
+        worker: usize,
+        port: u16,
+        dir: Direction,
+        pkts: &[Packet],
+        ts: &mut dyn FnMut() -> u64,
+    ) {
+        if self.tap.port == port && self.tap.dir.covers(dir) {
+            for chunk in pkts.chunks(LANES) {
+                // SAFETY: forwarded contract.
+                unsafe { self.tap.offer_packets(worker, &self.filter, dir, chunk, ts) }
+            }
+        }
+    }
 }
 
 /// Control-plane operations a [`TapReader`] needs to detach its own tap.
@@ -707,14 +729,9 @@ impl TapWorker {
         let mut cached = None;
         let mut once = || *cached.get_or_insert_with(&mut *ts);
         for e in &list.entries {
-            if e.tap.port != port || !e.tap.dir.covers(dir) {
-                continue;
-            }
-            for chunk in pkts.chunks(LANES) {
-                // SAFETY: the caller's handle holds the claim on worker index `w`: the only
-                // producer.
-                unsafe { e.tap.offer_packets(w, &e.filter, dir, chunk, &mut once) };
-            }
+            // SAFETY: the caller's handle holds the claim on worker index `w`: the only
+            // producer.
+            unsafe { e.offer_packets(w, port, dir, pkts, &mut once) };
         }
     }
 }
