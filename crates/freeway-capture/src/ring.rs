@@ -9,12 +9,24 @@
 //!
 //! * `head` (written by the producer only) counts pushed slots; `tail` (written by the
 //!   consumer only) counts popped slots. Both only grow (wrapping `usize`).
-//! * The producer fills slot `head % cap` and then publishes it with a `Release` store of
-//!   `head + 1`; the consumer reads `head` with `Acquire` before reading the slot.
+//! * The producer fills slots `head % cap ..` and then publishes them with one `Release`
+//!   store of `head + n` ([`Ring::reserve`], [`Ring::fill`], [`Ring::commit`]: a worker's
+//!   matches of one batch are published at once); the consumer reads `head` with `Acquire`
+//!   before reading a slot.
 //! * The consumer reads slot `tail % cap` and then frees it with a `Release` store of
 //!   `tail + 1`; the producer reads `tail` with `Acquire` before overwriting the slot.
+//! * Each side keeps the other's index as it last read it (`tail_seen` in the producer's
+//!   line, `head_seen` in the consumer's): `tail_seen <= tail` and `head_seen <= head`
+//!   always, so what they promise (free slots, filled slots) is never more than there is.
+//!   A side reads the other's line only when its copy says "full" or "empty", so while
+//!   both run the two lines are not passed back and forth on every packet (the
+//!   cached-index SPSC queue, as in Lamport's queue with FastForward's lesson).
 //! * Counters `pushed`/`dropped` and the `busy` flag sit on the producer's cache line and
 //!   are written only by the producer (plain load + store, no read-modify-write).
+//! * Room is looked up once per [`Ring::reserve`]: the packets of a batch that do not fit
+//!   are dropped and counted at once, even if the consumer frees slots meanwhile.
+//! * Slots are 64-byte aligned, so the producer filling one slot does not write the line
+//!   the consumer is reading the previous one from.
 //! * The close protocol (`busy` + the tap's `closed` flag, both `SeqCst`) lets the writer
 //!   know that no push is in flight before its final drain (see [`Ring::enter`]).
 //!
@@ -45,8 +57,10 @@ impl<T> UnsafeCell<T> {
     }
 }
 
-/// One captured packet in a ring slot.
+/// One captured packet in a ring slot (one cache line of its own; the bytes are in a
+/// buffer of the slot's).
 #[derive(Debug)]
+#[repr(align(64))]
 pub struct Slot {
     /// Timestamp (ns since the Unix epoch, or whatever clock the caller uses).
     pub ts_ns: u64,
@@ -71,6 +85,8 @@ impl Slot {
 #[derive(Debug)]
 struct Prod {
     head: AtomicUsize,
+    /// The consumer's `tail` as the producer last read it (producer only).
+    tail_seen: AtomicUsize,
     pushed: AtomicU64,
     dropped: AtomicU64,
     busy: AtomicBool,
@@ -79,6 +95,38 @@ struct Prod {
 #[derive(Debug)]
 struct Cons {
     tail: AtomicUsize,
+    /// The producer's `head` as the consumer last read it (consumer only).
+    head_seen: AtomicUsize,
+}
+
+/// Slots taken by [`Ring::reserve`] for one batch of pushes, filled by [`Ring::fill`] and
+/// published by [`Ring::commit`].
+#[derive(Debug)]
+#[must_use = "reserved slots are published by Ring::commit"]
+pub struct Reserved {
+    /// Index of the next slot to fill.
+    idx: usize,
+    /// Slots reserved.
+    n: usize,
+    /// Slots filled so far.
+    filled: usize,
+}
+
+impl Reserved {
+    /// Slots reserved (what fits of what was asked).
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether nothing fits.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Slots filled so far.
+    pub fn filled(&self) -> usize {
+        self.filled
+    }
 }
 
 /// The ring. Use it through [`Producer`]/[`Consumer`] (from [`channel`]) or, inside this
@@ -118,12 +166,14 @@ impl Ring {
         Ring {
             prod: CachePadded::new(Prod {
                 head: AtomicUsize::new(0),
+                tail_seen: AtomicUsize::new(0),
                 pushed: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 busy: AtomicBool::new(false),
             }),
             cons: CachePadded::new(Cons {
                 tail: AtomicUsize::new(0),
+                head_seen: AtomicUsize::new(0),
             }),
             slots,
             slot_size,
@@ -162,9 +212,9 @@ impl Ring {
         self.len() == 0
     }
 
-    fn bump(c: &AtomicU64) {
+    fn add(c: &AtomicU64, n: usize) {
         // Single writer: a plain load and store, no locked read-modify-write.
-        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n as u64), Ordering::Relaxed);
     }
 
     /// Producer side of the close protocol: marks a push section as in flight and returns
@@ -200,21 +250,58 @@ impl Ring {
     }
 
     /// Copies a packet in (cut to the slot size and to `snap`). Returns false, counting a
-    /// drop, if the ring is full.
+    /// drop, if the ring is full. (One [`Ring::reserve`], [`Ring::fill`], [`Ring::commit`].)
     ///
     /// # Safety
     /// Only one thread at a time may act as the producer of this ring.
     pub unsafe fn push(&self, ts_ns: u64, port: u16, dir: u8, frame: &[u8], snap: usize) -> bool {
+        // SAFETY (all three): forwarded contract.
+        let mut r = unsafe { self.reserve(1) };
+        let ok = unsafe { self.fill(&mut r, ts_ns, port, dir, frame, snap) };
+        unsafe { self.commit(r, usize::from(!ok)) };
+        ok
+    }
+
+    /// Producer: takes as many of the next `want` slots as are free now (looking at the
+    /// consumer's index only if the last look no longer shows room for all of them). Fill
+    /// them with [`Ring::fill`], then publish with [`Ring::commit`] before the next
+    /// `reserve`.
+    ///
+    /// # Safety
+    /// Only one thread at a time may act as the producer of this ring.
+    pub unsafe fn reserve(&self, want: usize) -> Reserved {
+        let cap = self.slots.len();
         let head = self.prod.head.load(Ordering::Relaxed);
-        let tail = self.cons.tail.load(Ordering::Acquire);
-        if head.wrapping_sub(tail) >= self.slots.len() {
-            Self::bump(&self.prod.dropped);
+        // Invariant: tail_seen <= tail <= head <= tail_seen + cap (the producer only ever
+        // filled slots its copy of tail showed free).
+        let mut free = cap - head.wrapping_sub(self.prod.tail_seen.load(Ordering::Relaxed));
+        if free < want {
+            let tail = self.cons.tail.load(Ordering::Acquire);
+            self.prod.tail_seen.store(tail, Ordering::Relaxed);
+            free = cap - head.wrapping_sub(tail);
+        }
+        Reserved {
+            idx: head % cap,
+            n: free.min(want),
+            filled: 0,
+        }
+    }
+
+    /// Producer: copies a packet (cut to the slot size and to `snap`) into the next slot of
+    /// `r`. Returns false, writing nothing, when every reserved slot is filled.
+    ///
+    /// # Safety
+    /// Only one thread at a time may act as the producer of this ring, and `r` must come
+    /// from this ring's latest [`Ring::reserve`].
+    pub unsafe fn fill(&self, r: &mut Reserved, ts_ns: u64, port: u16, dir: u8, frame: &[u8], snap: usize) -> bool {
+        if r.filled >= r.n {
             return false;
         }
         let n = frame.len().min(snap).min(self.slot_size);
-        self.slots[head % self.slots.len()].with_mut(|p| {
-            // SAFETY: the slot at `head` is free (checked above against the consumer's
-            // Acquire-published tail) and only this producer writes free slots.
+        self.slots[r.idx].with_mut(|p| {
+            // SAFETY: the slot is free (`reserve` counted it against an Acquire-read tail)
+            // and only this producer writes free slots; the consumer reads it only after
+            // `commit` publishes it.
             let s = unsafe { &mut *p };
             s.ts_ns = ts_ns;
             s.orig_len = frame.len() as u32;
@@ -223,9 +310,40 @@ impl Ring {
             s.port = port;
             s.data[..n].copy_from_slice(&frame[..n]);
         });
-        self.prod.head.store(head.wrapping_add(1), Ordering::Release);
-        Self::bump(&self.prod.pushed);
+        r.idx += 1;
+        if r.idx == self.slots.len() {
+            r.idx = 0;
+        }
+        r.filled += 1;
         true
+    }
+
+    /// Producer: publishes the slots filled in `r` (one `Release` store) and counts them as
+    /// pushed, and `refused` packets as dropped.
+    ///
+    /// # Safety
+    /// Only one thread at a time may act as the producer of this ring, and `r` must come
+    /// from this ring's latest [`Ring::reserve`].
+    pub unsafe fn commit(&self, r: Reserved, refused: usize) {
+        if r.filled > 0 {
+            let head = self.prod.head.load(Ordering::Relaxed);
+            self.prod.head.store(head.wrapping_add(r.filled), Ordering::Release);
+            Self::add(&self.prod.pushed, r.filled);
+        }
+        if refused > 0 {
+            Self::add(&self.prod.dropped, refused);
+        }
+    }
+
+    /// Consumer: whether a filled slot is waiting at `tail` (reading the producer's index
+    /// only when the last look shows none).
+    fn filled_at(&self, tail: usize) -> bool {
+        if tail != self.cons.head_seen.load(Ordering::Relaxed) {
+            return true;
+        }
+        let head = self.prod.head.load(Ordering::Acquire);
+        self.cons.head_seen.store(head, Ordering::Relaxed);
+        head != tail
     }
 
     /// Timestamp of the oldest filled slot, if any.
@@ -234,11 +352,11 @@ impl Ring {
     /// Only one thread at a time may act as the consumer of this ring.
     pub unsafe fn peek_ts(&self) -> Option<u64> {
         let tail = self.cons.tail.load(Ordering::Relaxed);
-        let head = self.prod.head.load(Ordering::Acquire);
-        if tail == head {
+        if !self.filled_at(tail) {
             return None;
         }
-        // SAFETY: the slot at `tail` was published by the producer (Acquire on head) and is
+        // SAFETY: the slot at `tail` was published by the producer (`filled_at` saw it below
+        // a head read with Acquire by this consumer, now or when it took `head_seen`) and is
         // not reused until this consumer advances tail.
         Some(self.slots[tail % self.slots.len()].with(|p| unsafe { (*p).ts_ns }))
     }
@@ -249,8 +367,7 @@ impl Ring {
     /// Only one thread at a time may act as the consumer of this ring.
     pub unsafe fn pop<R>(&self, f: impl FnOnce(&Slot) -> R) -> Option<R> {
         let tail = self.cons.tail.load(Ordering::Relaxed);
-        let head = self.prod.head.load(Ordering::Acquire);
-        if tail == head {
+        if !self.filled_at(tail) {
             return None;
         }
         // SAFETY: as in `peek_ts`.
@@ -304,5 +421,92 @@ impl Consumer {
     /// The ring.
     pub fn ring(&self) -> &Ring {
         &self.0
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn pop_all(r: &Ring) -> Vec<(u64, Vec<u8>)> {
+        let mut v = Vec::new();
+        // SAFETY: the test is the only consumer.
+        while let Some(x) = unsafe { r.pop(|s| (s.ts_ns, s.data().to_vec())) } {
+            v.push(x);
+        }
+        v
+    }
+
+    #[test]
+    fn batch_reserve_fills_what_fits_and_counts_the_rest() {
+        let r = Ring::new(5, 8);
+        // SAFETY (every producer call): the test is the only producer.
+        let mut res = unsafe { r.reserve(3) };
+        assert_eq!(res.len(), 3);
+        for i in 0..3u8 {
+            assert!(unsafe { r.fill(&mut res, u64::from(i), 1, 0, &[i; 10], 4) });
+        }
+        // Every reserved slot is filled: a fourth fill writes nothing.
+        assert!(!unsafe { r.fill(&mut res, 9, 1, 0, &[9; 4], 4) });
+        unsafe { r.commit(res, 0) };
+        // Two slots left: of four wanted, two fit, two are refused.
+        let mut res = unsafe { r.reserve(4) };
+        assert_eq!(res.len(), 2);
+        for i in 3..5u8 {
+            assert!(unsafe { r.fill(&mut res, u64::from(i), 1, 0, &[i; 3], 4) });
+        }
+        unsafe { r.commit(res, 2) };
+        assert_eq!((r.pushed(), r.dropped(), r.len()), (5, 2, 5));
+        let got = pop_all(&r);
+        let want: Vec<(u64, Vec<u8>)> = (0..5u8)
+            .map(|i| (u64::from(i), vec![i; if i < 3 { 4 } else { 3 }]))
+            .collect();
+        assert_eq!(got, want, "snap length 4 and slot size 8 cut the copies");
+    }
+
+    #[test]
+    fn producer_rereads_the_consumer_index_only_when_full() {
+        let r = Ring::new(3, 4);
+        for round in 0..10u64 {
+            // Fill the ring: the producer's copy of tail (from the last look) may say full;
+            // the ring was emptied since, so `reserve` must look again and find room.
+            let mut res = unsafe { r.reserve(3) };
+            assert_eq!(res.len(), 3, "round {round}");
+            for i in 0..3 {
+                assert!(unsafe { r.fill(&mut res, round * 3 + i, 0, 1, &[i as u8; 4], 4) });
+            }
+            unsafe { r.commit(res, 0) };
+            // Full now: a push is refused and counted.
+            assert!(!unsafe { r.push(99, 0, 1, &[0; 4], 4) });
+            let got: Vec<u64> = pop_all(&r).into_iter().map(|(t, _)| t).collect();
+            assert_eq!(
+                got,
+                vec![round * 3, round * 3 + 1, round * 3 + 2],
+                "order across the wrap"
+            );
+        }
+        assert_eq!((r.pushed(), r.dropped()), (30, 10));
+    }
+
+    #[test]
+    fn partly_filled_reservation_publishes_only_the_filled_slots() {
+        let r = Ring::new(4, 4);
+        let mut res = unsafe { r.reserve(4) };
+        assert!(unsafe { r.fill(&mut res, 1, 0, 0, &[1; 4], 4) });
+        unsafe { r.commit(res, 0) };
+        assert_eq!(r.len(), 1);
+        // The next reservation starts right after the published slot.
+        let mut res = unsafe { r.reserve(2) };
+        assert!(unsafe { r.fill(&mut res, 2, 0, 0, &[2; 4], 4) });
+        assert!(unsafe { r.fill(&mut res, 3, 0, 0, &[3; 4], 4) });
+        unsafe { r.commit(res, 0) };
+        let got: Vec<u64> = pop_all(&r).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(got, vec![1, 2, 3]);
+        // An empty reservation publishes nothing.
+        let res = unsafe { r.reserve(0) };
+        assert!(res.is_empty());
+        unsafe { r.commit(res, 0) };
+        assert!(r.is_empty());
+        assert_eq!((r.pushed(), r.dropped()), (3, 0));
     }
 }

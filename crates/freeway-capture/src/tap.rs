@@ -296,7 +296,8 @@ impl TapShared {
     }
 
     /// Copies frame `i` (up to `keep[i]` bytes and the snap length) into ring `worker` for
-    /// every `keep[i]` that is not 0.
+    /// every `keep[i]` that is not 0: the room is looked up once, the copies are published
+    /// with one store, and what does not fit is counted as dropped at once.
     ///
     /// # Safety
     /// As [`TapShared::offer`].
@@ -311,31 +312,32 @@ impl TapShared {
         ts: &mut dyn FnMut() -> u64,
     ) {
         let Some(ring) = self.rings.get(worker) else { return };
-        let mut entered = false;
-        let mut now = 0;
-        for (i, &k) in keep.iter().enumerate() {
-            if k == 0 {
-                continue;
-            }
-            if !entered {
-                entered = true;
-                // SAFETY: the caller is this ring's only producer.
-                if !unsafe { ring.enter(&self.closed) } {
-                    // SAFETY: as above.
-                    unsafe { ring.leave() };
-                    return;
-                }
-                now = ts();
-            }
-            let snap = k.min(self.snaplen) as usize;
-            // SAFETY: as above.
-            unsafe { ring.push(now, self.port, dir as u8, frame(i), snap) };
+        let matched = keep.iter().filter(|&&k| k != 0).count();
+        if matched == 0 {
+            return;
         }
-        if entered {
-            // SAFETY: as above.
+        // SAFETY (enter, leave, reserve, fill, commit): the caller is this ring's only
+        // producer, and `r` is this ring's latest reservation.
+        if !unsafe { ring.enter(&self.closed) } {
             unsafe { ring.leave() };
-            self.wake_writer();
+            return;
         }
+        let mut r = unsafe { ring.reserve(matched) };
+        if !r.is_empty() {
+            let now = ts();
+            for (i, &k) in keep.iter().enumerate() {
+                if k != 0 {
+                    let snap = k.min(self.snaplen) as usize;
+                    if !unsafe { ring.fill(&mut r, now, self.port, dir as u8, frame(i), snap) } {
+                        break;
+                    }
+                }
+            }
+        }
+        let refused = matched - r.filled();
+        unsafe { ring.commit(r, refused) };
+        unsafe { ring.leave() };
+        self.wake_writer();
     }
 }
 

@@ -7,7 +7,9 @@
 //! Checked over every interleaving loom explores:
 //! * the consumer sees packets in push order, each one complete (never a half-written
 //!   slot), and a full ring refuses a push instead of overwriting an unread slot;
-//! * pushed + dropped = offered, popped = pushed;
+//! * pushed + dropped = offered, popped = pushed, also for batches published at once
+//!   (`reserve`/`fill`/`commit`) with each side working from its cached copy of the
+//!   other's index;
 //! * once the closer has set `closed` and seen `busy` clear, no packet arrives afterwards,
 //!   so its final drain is complete.
 //! * (a replica of the tap-list cache, `tap_list_generation_cache`) a worker that sees a new
@@ -20,13 +22,35 @@ use freeway_capture::ring::Ring;
 use freeway_sync::atomic::AtomicBool;
 use loom::thread;
 
+/// Runs `f` under `loom::model` and fails unless loom explored at least `min` executions.
+///
+/// A guard against vacuous models: loom 0.7 may stop after a single execution when the
+/// main thread runs to its `join` without a scheduling point another thread could take
+/// over at (cf. tokio-rs/loom#392). Until this guard, the two SPSC models below explored one
+/// interleaving each and passed with a `Relaxed` publish; the consumer now yields before
+/// each pop, and the models catch that mutation (and an unsynchronised read of `tail`).
+fn model(min: usize, f: impl Fn() + Sync + Send + 'static) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    loom::model(move || {
+        r.fetch_add(1, Ordering::Relaxed);
+        f();
+    });
+    let n = runs.load(Ordering::Relaxed);
+    assert!(
+        n >= min,
+        "loom explored {n} executions, expected at least {min}: the model is vacuous"
+    );
+}
+
 fn frame(i: u8) -> [u8; 4] {
     [i, i.wrapping_mul(3), i ^ 0x5a, 0xff - i]
 }
 
 #[test]
 fn spsc_order_and_integrity() {
-    loom::model(|| {
+    model(20, || {
         let ring = Arc::new(Ring::new(2, 4));
         let r = ring.clone();
         let producer = thread::spawn(move || {
@@ -41,6 +65,7 @@ fn spsc_order_and_integrity() {
         });
         let mut seen = Vec::new();
         for _ in 0..3 {
+            thread::yield_now();
             // SAFETY: the only consumer.
             if let Some((ts, data)) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
                 seen.push((ts, data));
@@ -63,9 +88,61 @@ fn spsc_order_and_integrity() {
     });
 }
 
+/// Batches through `reserve`/`fill`/`commit`, with both sides working from their cached
+/// copies of the other's index: two batches of two into a ring of two while the consumer
+/// pops. Checked: every popped slot is complete and in order (a producer trusting a stale
+/// `tail_seen` too far, or a consumer a stale `head_seen`, would hand out a slot still
+/// being written: loom reports the race on the slot's cell), and filled + refused =
+/// offered.
+#[test]
+fn spsc_batches_with_cached_indices() {
+    model(4, || {
+        let ring = Arc::new(Ring::new(2, 4));
+        let r = ring.clone();
+        let producer = thread::spawn(move || {
+            let mut ok = 0;
+            for b in 0..2u8 {
+                // SAFETY (all three): the only producer; `res` is the latest reservation.
+                let mut res = unsafe { r.reserve(2) };
+                for i in 0..2u8 {
+                    let n = 2 * b + i;
+                    if unsafe { r.fill(&mut res, n as u64, 0, 1, &frame(n), 4) } {
+                        ok += 1;
+                    }
+                }
+                let refused = 2 - res.filled();
+                unsafe { r.commit(res, refused) };
+            }
+            ok
+        });
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            thread::yield_now();
+            // SAFETY: the only consumer.
+            if let Some(x) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
+                seen.push(x);
+            }
+        }
+        let pushed = producer.join().unwrap();
+        // SAFETY: the only consumer (the producer has finished).
+        while let Some(x) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
+            seen.push(x);
+        }
+        assert_eq!(seen.len(), pushed);
+        assert_eq!(ring.pushed() as usize, pushed);
+        assert_eq!(ring.pushed() + ring.dropped(), 4);
+        let mut last = None;
+        for (ts, data) in seen {
+            assert_eq!(data, frame(ts as u8).to_vec(), "torn slot");
+            assert!(last.is_none_or(|l| l < ts), "out of order");
+            last = Some(ts);
+        }
+    });
+}
+
 #[test]
 fn close_protocol_final_drain_is_complete() {
-    loom::model(|| {
+    model(50, || {
         let ring = Arc::new(Ring::new(4, 4));
         let closed = Arc::new(AtomicBool::new(false));
         let (r, c) = (ring.clone(), closed.clone());
@@ -125,7 +202,7 @@ fn tap_list_generation_cache() {
     // only after it was seen published, which is what the model checks.
     unsafe impl Sync for Shared {}
 
-    loom::model(|| {
+    model(30, || {
         let s = Arc::new(Shared {
             lists: [UnsafeCell::new(0), UnsafeCell::new(0), UnsafeCell::new(0)],
             published: AtomicUsize::new(0),
