@@ -1,7 +1,8 @@
 //! The tap writer: drains a tap's per-worker rings into a pcap or pcapng stream.
 //!
-//! Runs on its own thread ([`TapWriter::run`], which polls every `idle_sleep` while packets
-//! flow and parks when they stop, see [`WriterOptions::park_after`]) or is polled
+//! Runs on its own thread ([`TapWriter::run`], which keeps polling while packets flow,
+//! yielding for a moment when the rings run dry ([`WriterOptions::spin`]), then polls every
+//! `idle_sleep`, and parks when they stop, see [`WriterOptions::park_after`]) or is polled
 //! ([`TapWriter::poll`]). Packets
 //! from different workers are merged by timestamp (oldest first among the rings' heads).
 //! It stops when the tap is detached, after `count` packets, or on a write error (the tap is
@@ -27,8 +28,14 @@ pub struct WriterOptions {
     pub count: Option<u64>,
     /// Interface name for pcapng.
     pub if_name: String,
-    /// Sleep when all rings are empty.
+    /// Sleep when all rings are empty (after `spin`).
     pub idle_sleep: Duration,
+    /// For this long after the last poll that found packets, an empty poll yields the
+    /// thread and polls again instead of sleeping `idle_sleep`: at tens of Mpps a ring of a
+    /// few thousand slots fills in far less than a millisecond, so a writer that slept
+    /// whenever it caught up left the rings full, and the workers dropping, for most of each
+    /// sleep.
+    pub spin: Duration,
     /// After this many polls in a row found nothing, [`TapWriter::run`] flushes and parks
     /// its thread until a worker pushes a packet (or the tap closes) instead of polling:
     /// an idle capture costs no wake-ups, and no worker is preempted by its polling.
@@ -47,6 +54,7 @@ impl Default for WriterOptions {
             count: None,
             if_name: "freeway".into(),
             idle_sleep: Duration::from_millis(1),
+            spin: Duration::from_micros(200),
             park_after: 16,
             park_timeout: Duration::from_millis(100),
             flush_every: Duration::from_millis(100),
@@ -171,15 +179,21 @@ impl<W: Write> TapWriter<W> {
     /// Runs until the tap is detached or `count` packets are written; then finishes (see
     /// the module documentation). Returns the counters, or the write error.
     ///
-    /// While packets flow it drains, then sleeps `idle_sleep`; after `park_after` empty
-    /// polls in a row it parks (see [`WriterOptions::park_after`]).
+    /// While packets flow it drains; when the rings run dry it yields and polls again for
+    /// up to `spin` after the last packet, then sleeps `idle_sleep` between polls; after
+    /// `park_after` empty polls in a row it parks (see [`WriterOptions::park_after`]).
     pub fn run(mut self) -> Result<TapStats, TapError> {
         self.reader.tap().register_writer();
         let mut empty = 0u32;
+        let mut last_packet: Option<Instant> = None;
         let r = loop {
             match self.poll() {
                 Ok((_, true)) => break Ok(()),
                 Ok((0, false)) => {
+                    if last_packet.is_some_and(|t| t.elapsed() < self.opts.spin) {
+                        std::thread::yield_now();
+                        continue;
+                    }
                     empty = empty.saturating_add(1);
                     if empty < self.opts.park_after {
                         std::thread::sleep(self.opts.idle_sleep);
@@ -187,7 +201,10 @@ impl<W: Write> TapWriter<W> {
                         break Err(e);
                     }
                 }
-                Ok(_) => empty = 0,
+                Ok(_) => {
+                    empty = 0;
+                    last_packet = Some(Instant::now());
+                }
                 Err(e) => break Err(e),
             }
         };
