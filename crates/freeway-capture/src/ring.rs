@@ -25,8 +25,14 @@
 //!   are written only by the producer (plain load + store, no read-modify-write).
 //! * Room is looked up once per [`Ring::reserve`]: the packets of a batch that do not fit
 //!   are dropped and counted at once, even if the consumer frees slots meanwhile.
-//! * Slots are 64-byte aligned, so the producer filling one slot does not write the line
-//!   the consumer is reading the previous one from.
+//! * Memory: one allocation of `cap` records, each a small header (timestamp, lengths,
+//!   port, direction) followed by the bytes, 64-byte aligned. The producer only *writes*
+//!   a record (no load from a line the consumer has just read, which would stall the worker
+//!   on a cache miss; stores to such lines wait in the store buffer instead), and the
+//!   records of a batch are consecutive lines. Written by hand rather than with a crate
+//!   (`rtrb`, `crossbeam::ArrayQueue`) because those queue values: here a slot is a
+//!   variable-length byte record copied in place, published a batch at a time, with the
+//!   close protocol below.
 //! * The close protocol (`busy` + the tap's `closed` flag, both `SeqCst`) lets the writer
 //!   know that no push is in flight before its final drain (see [`Ring::enter`]).
 //!
@@ -57,11 +63,10 @@ impl<T> UnsafeCell<T> {
     }
 }
 
-/// One captured packet in a ring slot (one cache line of its own; the bytes are in a
-/// buffer of the slot's).
+/// One captured packet, as the consumer sees it in its slot (valid while the slot is
+/// borrowed, see [`Ring::pop`]).
 #[derive(Debug)]
-#[repr(align(64))]
-pub struct Slot {
+pub struct Slot<'a> {
     /// Timestamp (ns since the Unix epoch, or whatever clock the caller uses).
     pub ts_ns: u64,
     /// Length of the packet on the wire.
@@ -72,15 +77,33 @@ pub struct Slot {
     pub dir: u8,
     /// Port index.
     pub port: u16,
-    data: Box<[u8]>,
+    data: &'a [u8],
 }
 
-impl Slot {
+impl Slot<'_> {
     /// The captured bytes.
     pub fn data(&self) -> &[u8] {
-        &self.data[..self.cap_len as usize]
+        self.data
     }
 }
+
+/// The header at the start of each record.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Header {
+    ts_ns: u64,
+    orig_len: u32,
+    cap_len: u32,
+    port: u16,
+    dir: u8,
+}
+
+/// Bytes of a record before the packet's bytes.
+const HEADER: usize = std::mem::size_of::<Header>().next_multiple_of(8);
+
+/// The unit of the records' allocation: 64 bytes, 64-byte aligned, interior mutability.
+#[repr(C, align(64))]
+struct Line(std::cell::UnsafeCell<[u8; 64]>);
 
 #[derive(Debug)]
 struct Prod {
@@ -135,11 +158,25 @@ impl Reserved {
 pub struct Ring {
     prod: CachePadded<Prod>,
     cons: CachePadded<Cons>,
-    slots: Box<[UnsafeCell<Slot>]>,
+    /// `cap` records of `stride` bytes (a multiple of 64): header, then up to `slot_size`
+    /// bytes of the packet.
+    mem: Box<[Line]>,
+    stride: usize,
+    cap: usize,
+    /// Loom's view of the records (one cell per slot, written by `fill`, read by `pop` and
+    /// `peek_ts`), so the models check the publication of the bytes kept in `mem`; a
+    /// zero-sized no-op outside loom.
+    cells: Box<[UnsafeCell<()>]>,
     slot_size: usize,
 }
 
-// SAFETY: slots are only accessed under the SPSC protocol above: a slot is written only by
+impl std::fmt::Debug for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Line")
+    }
+}
+
+// SAFETY: records are only accessed under the SPSC protocol above: a record is written only by
 // the single producer while it is free (head - tail < cap, checked with Acquire on tail) and
 // read only by the single consumer after publication (Acquire on head). Everything else is
 // atomics.
@@ -151,18 +188,8 @@ impl Ring {
     /// A ring of `capacity` slots (at least 1) of `slot_size` bytes each.
     pub fn new(capacity: usize, slot_size: usize) -> Ring {
         let cap = capacity.max(1);
-        let slots = (0..cap)
-            .map(|_| {
-                UnsafeCell::new(Slot {
-                    ts_ns: 0,
-                    orig_len: 0,
-                    cap_len: 0,
-                    dir: 0,
-                    port: 0,
-                    data: vec![0u8; slot_size].into_boxed_slice(),
-                })
-            })
-            .collect();
+        let stride = (HEADER + slot_size).next_multiple_of(64);
+        let lines = cap.checked_mul(stride / 64).expect("ring size overflows");
         Ring {
             prod: CachePadded::new(Prod {
                 head: AtomicUsize::new(0),
@@ -175,14 +202,49 @@ impl Ring {
                 tail: AtomicUsize::new(0),
                 head_seen: AtomicUsize::new(0),
             }),
-            slots,
+            mem: (0..lines).map(|_| Line(std::cell::UnsafeCell::new([0; 64]))).collect(),
+            stride,
+            cap,
+            cells: (0..cap).map(|_| UnsafeCell::new(())).collect(),
             slot_size,
+        }
+    }
+
+    /// The record of slot `idx` (< `cap`).
+    fn record(&self, idx: usize) -> *mut u8 {
+        debug_assert!(idx < self.cap);
+        // `raw_get` keeps the provenance of the whole allocation; `idx * stride` stays inside
+        // it (`idx < cap`, `cap * stride` bytes).
+        std::cell::UnsafeCell::raw_get(self.mem.as_ptr().cast::<std::cell::UnsafeCell<[u8; 64]>>())
+            .cast::<u8>()
+            .wrapping_add(idx * self.stride)
+    }
+
+    /// Consumer: slot `idx`'s packet, borrowed.
+    ///
+    /// # Safety
+    /// The slot is filled and published, and not freed while the result lives.
+    unsafe fn slot<'a>(&'a self, idx: usize) -> Slot<'a> {
+        let rec = self.record(idx);
+        // SAFETY: the record is 64-byte aligned (Header needs 8), was written whole by
+        // `fill` before its publication, and nobody writes it until the consumer frees it.
+        let h = unsafe { rec.cast::<Header>().read() };
+        // SAFETY: `fill` wrote `cap_len <= slot_size` bytes after the header, inside the
+        // record (HEADER + slot_size <= stride).
+        let data = unsafe { std::slice::from_raw_parts(rec.add(HEADER), h.cap_len as usize) };
+        Slot {
+            ts_ns: h.ts_ns,
+            orig_len: h.orig_len,
+            cap_len: h.cap_len,
+            dir: h.dir,
+            port: h.port,
+            data,
         }
     }
 
     /// Number of slots.
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.cap
     }
 
     /// Bytes per slot (longer packets are cut).
@@ -270,7 +332,7 @@ impl Ring {
     /// # Safety
     /// Only one thread at a time may act as the producer of this ring.
     pub unsafe fn reserve(&self, want: usize) -> Reserved {
-        let cap = self.slots.len();
+        let cap = self.cap;
         let head = self.prod.head.load(Ordering::Relaxed);
         // Invariant: tail_seen <= tail <= head <= tail_seen + cap (the producer only ever
         // filled slots its copy of tail showed free).
@@ -298,20 +360,24 @@ impl Ring {
             return false;
         }
         let n = frame.len().min(snap).min(self.slot_size);
-        self.slots[r.idx].with_mut(|p| {
-            // SAFETY: the slot is free (`reserve` counted it against an Acquire-read tail)
-            // and only this producer writes free slots; the consumer reads it only after
-            // `commit` publishes it.
-            let s = unsafe { &mut *p };
-            s.ts_ns = ts_ns;
-            s.orig_len = frame.len() as u32;
-            s.cap_len = n as u32;
-            s.dir = dir;
-            s.port = port;
-            s.data[..n].copy_from_slice(&frame[..n]);
-        });
+        self.cells[r.idx].with_mut(|_| ());
+        let rec = self.record(r.idx);
+        let h = Header {
+            ts_ns,
+            orig_len: frame.len() as u32,
+            cap_len: n as u32,
+            port,
+            dir,
+        };
+        // SAFETY: the slot is free (`reserve` counted it against an Acquire-read tail) and
+        // only this producer writes free slots; the consumer reads it only after `commit`
+        // publishes it. The record is 64-byte aligned and `HEADER + n <= stride` bytes long.
+        unsafe {
+            rec.cast::<Header>().write(h);
+            std::ptr::copy_nonoverlapping(frame.as_ptr(), rec.add(HEADER), n);
+        }
         r.idx += 1;
-        if r.idx == self.slots.len() {
+        if r.idx == self.cap {
             r.idx = 0;
         }
         r.filled += 1;
@@ -355,23 +421,27 @@ impl Ring {
         if !self.filled_at(tail) {
             return None;
         }
+        let idx = tail % self.cap;
+        self.cells[idx].with(|_| ());
         // SAFETY: the slot at `tail` was published by the producer (`filled_at` saw it below
         // a head read with Acquire by this consumer, now or when it took `head_seen`) and is
-        // not reused until this consumer advances tail.
-        Some(self.slots[tail % self.slots.len()].with(|p| unsafe { (*p).ts_ns }))
+        // not reused until this consumer advances tail; the record is 64-byte aligned.
+        Some(unsafe { self.record(idx).cast::<Header>().read().ts_ns })
     }
 
     /// Hands the oldest filled slot to `f`, then frees it. Returns `None` if empty.
     ///
     /// # Safety
     /// Only one thread at a time may act as the consumer of this ring.
-    pub unsafe fn pop<R>(&self, f: impl FnOnce(&Slot) -> R) -> Option<R> {
+    pub unsafe fn pop<R>(&self, f: impl FnOnce(&Slot<'_>) -> R) -> Option<R> {
         let tail = self.cons.tail.load(Ordering::Relaxed);
         if !self.filled_at(tail) {
             return None;
         }
-        // SAFETY: as in `peek_ts`.
-        let r = self.slots[tail % self.slots.len()].with(|p| f(unsafe { &*p }));
+        let idx = tail % self.cap;
+        self.cells[idx].with(|_| ());
+        // SAFETY: as in `peek_ts`; the slot is freed only after `f` returns.
+        let r = f(&unsafe { self.slot(idx) });
         self.cons.tail.store(tail.wrapping_add(1), Ordering::Release);
         Some(r)
     }
@@ -413,7 +483,7 @@ impl Producer {
 
 impl Consumer {
     /// Pops the oldest packet into `f` (see [`Ring::pop`]).
-    pub fn pop<R>(&mut self, f: impl FnOnce(&Slot) -> R) -> Option<R> {
+    pub fn pop<R>(&mut self, f: impl FnOnce(&Slot<'_>) -> R) -> Option<R> {
         // SAFETY: `Consumer` is not `Clone` and `pop` takes `&mut self`: one consumer.
         unsafe { self.0.pop(f) }
     }
