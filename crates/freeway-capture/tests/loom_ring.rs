@@ -22,27 +22,10 @@ use freeway_capture::ring::Ring;
 use freeway_sync::atomic::AtomicBool;
 use loom::thread;
 
-/// Runs `f` under `loom::model` and fails unless loom explored at least `min` executions.
-///
-/// A guard against vacuous models: loom 0.7 may stop after a single execution when the
-/// main thread runs to its `join` without a scheduling point another thread could take
-/// over at (cf. tokio-rs/loom#392). Until this guard, the two SPSC models below explored one
-/// interleaving each and passed with a `Relaxed` publish; the consumer now yields before
-/// each pop, and the models catch that mutation (and an unsynchronised read of `tail`).
-fn model(min: usize, f: impl Fn() + Sync + Send + 'static) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    loom::model(move || {
-        r.fetch_add(1, Ordering::Relaxed);
-        f();
-    });
-    let n = runs.load(Ordering::Relaxed);
-    assert!(
-        n >= min,
-        "loom explored {n} executions, expected at least {min}: the model is vacuous"
-    );
-}
+// The consumer yields before each pop: without a scheduling point there, loom explored a
+// single execution of each SPSC model (see `freeway_sync::loom_model`); every model runs
+// under `model`, which fails it if loom explores fewer executions than expected.
+use freeway_sync::loom_model::model;
 
 fn frame(i: u8) -> [u8; 4] {
     [i, i.wrapping_mul(3), i ^ 0x5a, 0xff - i]

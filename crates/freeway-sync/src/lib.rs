@@ -10,11 +10,15 @@
 //!   and saturation zones, for objects kept beyond an epoch read-side section.
 //! * [`atomic`]: a shim that re-exports `std` atomics normally and `loom` atomics under
 //!   `--cfg loom`, so the hand-written lock-free structures in other crates can be model-checked.
+//! * `loom_model` (under `--cfg loom` only): runs a loom model and fails it if loom explored
+//!   too few executions to mean anything.
 #![warn(missing_docs)]
 
 pub mod atomic;
 pub mod clock;
 pub mod counter;
+#[cfg(loom)]
+pub mod loom_model;
 pub mod refcount;
 
 pub use clock::{Clock, Tick};
