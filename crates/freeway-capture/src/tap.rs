@@ -14,8 +14,9 @@
 //!   nothing more). When the generation moved, the worker pins an epoch once to take the
 //!   new list. For each tap on the batch's port and direction it runs the tap's filter;
 //!   matches are copied (up to the snap length) into that tap's ring for this
-//!   worker ([`crate::ring::Ring`], single producer, single consumer). A full ring drops the
-//!   copy and counts it. Workers never wait.
+//!   worker ([`crate::ring::Ring`], single producer, single consumer), a batch's matches
+//!   reserved and published at once. A full ring drops the copies that do not fit and counts
+//!   them. Workers never wait.
 //! * **Writer** (one thread per tap, [`crate::writer::TapWriter`]): drains the tap's rings.
 //!   When it has found nothing for a while it parks; a worker that pushes into a ring then
 //!   wakes it (one load of the tap's `parked` flag per batch that matched), and so does
