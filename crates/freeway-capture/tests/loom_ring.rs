@@ -31,6 +31,35 @@ fn frame(i: u8) -> [u8; 4] {
     [i, i.wrapping_mul(3), i ^ 0x5a, 0xff - i]
 }
 
+/// The consumer side of the SPSC models: `pops` pops while the producer runs (yielding
+/// before each: without a scheduling point there loom explored a single execution), then
+/// the rest after it ends; checks every packet complete and in order, popped = pushed and
+/// pushed + dropped = `offered`.
+fn consume_and_check(ring: &Ring, producer: thread::JoinHandle<usize>, pops: usize, offered: u64) {
+    let mut seen = Vec::new();
+    for _ in 0..pops {
+        thread::yield_now();
+        // SAFETY: the only consumer.
+        if let Some(x) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
+            seen.push(x);
+        }
+    }
+    let pushed = producer.join().unwrap();
+    // SAFETY: the only consumer (the producer has finished).
+    while let Some(x) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
+        seen.push(x);
+    }
+    assert_eq!(seen.len(), pushed);
+    assert_eq!(ring.pushed() as usize, pushed);
+    assert_eq!(ring.pushed() + ring.dropped(), offered);
+    let mut last = None;
+    for (ts, data) in seen {
+        assert_eq!(data, frame(ts as u8).to_vec(), "torn slot");
+        assert!(last.is_none_or(|l| l < ts), "out of order");
+        last = Some(ts);
+    }
+}
+
 #[test]
 fn spsc_order_and_integrity() {
     model(20, || {
@@ -46,28 +75,7 @@ fn spsc_order_and_integrity() {
             }
             ok
         });
-        let mut seen = Vec::new();
-        for _ in 0..3 {
-            thread::yield_now();
-            // SAFETY: the only consumer.
-            if let Some((ts, data)) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
-                seen.push((ts, data));
-            }
-        }
-        let pushed = producer.join().unwrap();
-        // SAFETY: the only consumer (the producer has finished).
-        while let Some(x) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
-            seen.push(x);
-        }
-        assert_eq!(seen.len(), pushed);
-        assert_eq!(ring.pushed() as usize, pushed);
-        assert_eq!(ring.pushed() + ring.dropped(), 3);
-        let mut last = None;
-        for (ts, data) in seen {
-            assert_eq!(data, frame(ts as u8).to_vec(), "torn slot");
-            assert!(last.is_none_or(|l| l < ts), "out of order");
-            last = Some(ts);
-        }
+        consume_and_check(&ring, producer, 3, 3);
     });
 }
 
@@ -98,28 +106,7 @@ fn spsc_batches_with_cached_indices() {
             }
             ok
         });
-        let mut seen = Vec::new();
-        for _ in 0..2 {
-            thread::yield_now();
-            // SAFETY: the only consumer.
-            if let Some(x) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
-                seen.push(x);
-            }
-        }
-        let pushed = producer.join().unwrap();
-        // SAFETY: the only consumer (the producer has finished).
-        while let Some(x) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
-            seen.push(x);
-        }
-        assert_eq!(seen.len(), pushed);
-        assert_eq!(ring.pushed() as usize, pushed);
-        assert_eq!(ring.pushed() + ring.dropped(), 4);
-        let mut last = None;
-        for (ts, data) in seen {
-            assert_eq!(data, frame(ts as u8).to_vec(), "torn slot");
-            assert!(last.is_none_or(|l| l < ts), "out of order");
-            last = Some(ts);
-        }
+        consume_and_check(&ring, producer, 2, 4);
     });
 }
 
