@@ -1,4 +1,4 @@
-//! Fuzzes the config loader (`freeway::config::parse`: TOML, then every check: ports, VLAN
+//! Fuzzes the config loader (`freeway_datapath::config::parse`: TOML, then every check: ports, VLAN
 //! modes, the bridge, router interfaces, routes, neighbours, conntrack, firewall, taps) on
 //! arbitrary text.
 //!
@@ -9,7 +9,7 @@
 
 #![no_main]
 
-use freeway::config;
+use freeway_datapath::config;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

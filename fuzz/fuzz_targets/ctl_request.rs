@@ -1,4 +1,4 @@
-//! Fuzzes the control socket's request decoder (`freeway::runtime::decode_request`) on
+//! Fuzzes the control socket's request decoder (`freeway_datapath::runtime::decode_request`) on
 //! arbitrary bytes.
 //!
 //! Invariants checked (beyond "no panic"): an accepted request is a list of at most 64
@@ -7,7 +7,7 @@
 
 #![no_main]
 
-use freeway::runtime::{decode_request, MAX_REQUEST};
+use freeway_datapath::runtime::{decode_request, MAX_REQUEST};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

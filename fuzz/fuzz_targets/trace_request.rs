@@ -1,4 +1,4 @@
-//! Fuzzes the field parser of `freeway ctl trace` (`freeway::runtime::trace_request_frame`):
+//! Fuzzes the field parser of `freeway ctl trace` (`freeway_datapath::runtime::trace_request_frame`):
 //! arbitrary UTF-8 split into words, against a datapath with three ports.
 //!
 //! Invariants checked (beyond "no panic"): an accepted request names one of the ports and
@@ -8,7 +8,7 @@
 
 #![no_main]
 
-use freeway::runtime::trace_request_frame;
+use freeway_datapath::runtime::trace_request_frame;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -7,11 +7,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use freeway::config::{self, Checked};
-use freeway::report;
-use freeway::runtime::{self, RunOptions};
-use freeway::{out, outln};
 use freeway_bridge::Padded;
+use freeway_datapath::config::{self, Checked};
+use freeway_datapath::report;
+use freeway_datapath::runtime::{self, RunOptions};
+use freeway_datapath::{out, outln};
 
 #[derive(Parser)]
 #[command(
@@ -80,10 +80,10 @@ enum Cmd {
     },
     /// Benchmarks that reproduce the seeds' experiments.
     #[command(subcommand)]
-    Bench(freeway::bench::BenchCmd),
+    Bench(freeway_bench::BenchCmd),
     /// Long-running reliability checks (the churn oracle).
     #[command(subcommand)]
-    Stress(freeway::churn::StressCmd),
+    Stress(freeway_bench::churn::StressCmd),
 }
 
 #[derive(Args)]
@@ -337,7 +337,7 @@ fn capture_live(a: &CaptureArgs, sock: &std::path::Path, filter: String) -> Resu
         filter,
     ];
     let mut out: Box<dyn std::io::Write> = if a.write.is_none() {
-        Box::new(freeway::decode::PcapText::new(std::io::stdout().lock()))
+        Box::new(freeway_datapath::decode::PcapText::new(std::io::stdout().lock()))
     } else if w == "-" {
         Box::new(std::io::stdout().lock())
     } else {
@@ -503,8 +503,8 @@ fn main() -> ExitCode {
             );
             Ok(())
         }
-        Cmd::Bench(b) => freeway::bench::main(b),
-        Cmd::Stress(s) => freeway::churn::main(s),
+        Cmd::Bench(b) => freeway_bench::main(b),
+        Cmd::Stress(s) => freeway_bench::churn::main(s),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

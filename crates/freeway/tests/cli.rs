@@ -84,7 +84,7 @@ fn stop_cleanly(mut child: std::process::Child, dir: PathBuf) {
 /// Sends one control request (words) and returns the reply.
 fn ctl_words(sock: &std::path::Path, w: &[&str]) -> serde_json::Value {
     let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
-    freeway::runtime::ctl_request(sock, &words).unwrap()
+    freeway_datapath::runtime::ctl_request(sock, &words).unwrap()
 }
 
 fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
@@ -413,7 +413,7 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
     let r = raw_request(&sock, b"{\"not\": \"an array\"}\n");
     assert_eq!(r["ok"], false);
     assert!(r["error"].as_str().unwrap().contains("malformed request"), "{r}");
-    let mut big = vec![b'['; freeway::runtime::MAX_REQUEST + 10];
+    let mut big = vec![b'['; freeway_datapath::runtime::MAX_REQUEST + 10];
     big.push(b'\n');
     let r = raw_request(&sock, &big);
     assert!(r["error"].as_str().unwrap().contains("longer than"), "{r}");
@@ -573,7 +573,7 @@ fn many_control_clients_at_once_are_all_answered() {
                     } else {
                         vec!["route".into(), "show".into()]
                     };
-                    let r = freeway::runtime::ctl_request(&sock, &words).unwrap();
+                    let r = freeway_datapath::runtime::ctl_request(&sock, &words).unwrap();
                     assert_eq!(r["ok"], true, "{r}");
                 }
             })
@@ -582,7 +582,7 @@ fn many_control_clients_at_once_are_all_answered() {
     for h in handles {
         h.join().unwrap();
     }
-    let r = freeway::runtime::ctl_request(&sock, &["route".to_string(), "show".to_string()]).unwrap();
+    let r = freeway_datapath::runtime::ctl_request(&sock, &["route".to_string(), "show".to_string()]).unwrap();
     let text = r["text"].as_str().unwrap();
     assert_eq!(
         text.lines()
@@ -600,7 +600,7 @@ fn trace_shows_each_stage_and_changes_nothing() {
     let trace = |w: &[&str]| -> serde_json::Value {
         let mut words = vec!["trace".to_string()];
         words.extend(w.iter().map(|s| s.to_string()));
-        let r = freeway::runtime::ctl_request(&sock, &words).unwrap();
+        let r = freeway_datapath::runtime::ctl_request(&sock, &words).unwrap();
         assert_eq!(r["ok"], true, "{r}");
         r
     };
@@ -684,9 +684,9 @@ fn trace_shows_each_stage_and_changes_nothing() {
         "lan is VLAN 10's only port: {r}"
     );
     assert_eq!(r["data"]["dropped"], "no output");
-    let fdb = freeway::runtime::ctl_request(&sock, &["fdb".into(), "show".into()]).unwrap();
+    let fdb = freeway_datapath::runtime::ctl_request(&sock, &["fdb".into(), "show".into()]).unwrap();
     assert!(!fdb["text"].as_str().unwrap().contains("02:00:00:00:10:77"), "{fdb}");
-    let ct = freeway::runtime::ctl_request(&sock, &["conntrack".into(), "list".into()]).unwrap();
+    let ct = freeway_datapath::runtime::ctl_request(&sock, &["conntrack".into(), "list".into()]).unwrap();
     let ct = ct["text"].as_str().unwrap();
     assert!(!ct.contains("dport=4000") && !ct.contains("dport=22 "), "{ct}");
 
@@ -699,7 +699,7 @@ fn trace_shows_each_stage_and_changes_nothing() {
         (vec!["trace", "in_port=lan", "hex=0102"], "14-byte"),
     ] {
         let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
-        let r = freeway::runtime::ctl_request(&sock, &words).unwrap();
+        let r = freeway_datapath::runtime::ctl_request(&sock, &words).unwrap();
         assert_eq!(r["ok"], false, "{w:?}");
         assert!(r["error"].as_str().unwrap().contains(e), "{w:?}: {r}");
     }

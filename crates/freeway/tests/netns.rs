@@ -123,7 +123,7 @@ impl Bed {
     /// Sends a control request; panics unless it succeeds.
     fn ctl(&self, words: &[&str]) -> serde_json::Value {
         let w: Vec<String> = words.iter().map(|x| x.to_string()).collect();
-        let r = freeway::runtime::ctl_request(&self.sock(), &w).expect("the control socket answers");
+        let r = freeway_datapath::runtime::ctl_request(&self.sock(), &w).expect("the control socket answers");
         assert_eq!(r["ok"], true, "freeway ctl {words:?}: {r}");
         r
     }

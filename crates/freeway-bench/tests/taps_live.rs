@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use freeway::bench::bridge_config;
-use freeway::config;
-use freeway::runtime::{self, RunOptions};
+use freeway_bench::bridge_config;
 use freeway_bridge::Padded;
 use freeway_capture::{Direction, Filter, TapRegistry, TapSpec, TapWriter, Taps, WriterOptions};
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, RunOptions};
 
 #[test]
 fn taps_churn_while_workers_forward_and_nothing_is_lost() {

@@ -1,6 +1,6 @@
 //! Bad configurations get a clear error naming the key and the line, and nothing starts.
 
-use freeway::config;
+use freeway_datapath::config;
 
 fn err(text: &str) -> (Option<usize>, String) {
     let e = config::parse(text, "t.toml", None).expect_err("config should be refused");

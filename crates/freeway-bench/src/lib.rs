@@ -1,4 +1,8 @@
-//! `freeway bench`: the seeds' experiments as commands.
+//! Freeway's benchmarks and stress harness (`publish = false`): `freeway bench …` and
+//! `freeway stress churn` are thin CLI wrappers over this crate. Each benchmark runs its
+//! "before" variant in the same binary (the naive FDB layout, the `RwLock` tap registry, the
+//! global-lock connection table), so a result is a ratio from one run; the product crates carry
+//! those variants only as the generics the benchmarks instantiate.
 //!
 //! `bench bridge` reproduces the Linux bridge FDB experiment: a few hosts (3 by default), each
 //! behind its own generator port, each sending to the next; every worker receives from every
@@ -11,6 +15,7 @@
 use std::time::Duration;
 
 pub mod capture;
+pub mod churn;
 pub mod conntrack;
 pub mod route;
 
@@ -18,8 +23,8 @@ use clap::{Args, Subcommand};
 use freeway_bridge::{Layout, Naive, Padded};
 use serde::Serialize;
 
-use crate::config;
-use crate::runtime::{self, RunOptions, Snapshot};
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, RunOptions, Snapshot};
 
 /// Benchmarks.
 #[derive(Subcommand)]

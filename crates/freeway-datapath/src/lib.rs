@@ -1,9 +1,10 @@
-//! The Freeway datapath as a library: configuration, runtime, reports and benchmarks.
-//! The `freeway` binary is a thin CLI over these modules; integration tests use them directly.
+//! The Freeway datapath: configuration, the runtime (workers, their pipeline, the background
+//! services, the control socket), reports and packet decoding for capture output.
+//!
+//! The `freeway` binary is a thin CLI over this crate; the benchmarks and the churn oracle
+//! (`freeway-bench`) drive it through the same entry points.
 #![warn(missing_docs)]
 
-pub mod bench;
-pub mod churn;
 pub mod config;
 pub mod decode;
 pub mod report;

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use freeway::config;
-use freeway::runtime::{self, RunOptions};
 use freeway_bridge::Padded;
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, RunOptions};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 
 fn mac(last: u8) -> [u8; 6] {

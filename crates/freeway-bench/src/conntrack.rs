@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use freeway_conntrack::bench::{churn, large_table, ovs_workload, Teardown, Variant};
 use serde::Serialize;
 
-use super::{median, write_json};
+use crate::{median, write_json};
 
 /// Which table runs the OVS workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

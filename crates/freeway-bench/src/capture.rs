@@ -34,9 +34,9 @@ use freeway_bridge::Padded;
 use freeway_capture::{Direction, Filter, LockedTaps, TapRegistry, TapSpec, TapStats, TapWriter, Taps, WriterOptions};
 use serde::Serialize;
 
-use super::{bridge_config, check_runs, machine, median, window, WARMUP};
-use crate::config;
-use crate::runtime::{self, RunOptions, Snapshot};
+use crate::{bridge_config, check_runs, machine, median, window, WARMUP};
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, RunOptions, Snapshot};
 
 /// The scenarios, in the order they run.
 pub const SCENARIOS: &[&str] = &["none", "idle", "nomatch", "matchall", "taps8", "swap"];

@@ -4,7 +4,7 @@
 //!
 //! # What runs
 //!
-//! [`run`] starts the datapath ([`crate::runtime`], the same code as `freeway run`) on five
+//! [`run`] starts the datapath ([`freeway_datapath::runtime`], the same code as `freeway run`) on five
 //! ports of this module's own kind ([`ChurnPort`]): `lan0..lan2` (access VLAN 10) and
 //! `wan0`, `wan1` (access VLAN 20), a router with one interface on each VLAN, connection
 //! tracking and a firewall that lets new connections start only from the LAN ports. Each
@@ -68,7 +68,7 @@ use freeway_packet::{Batch, PacketPool};
 use freeway_sync::Tick;
 use serde::Serialize;
 
-use crate::runtime::{self, RunError, RunOptions};
+use freeway_datapath::runtime::{self, RunError, RunOptions};
 
 /// LAN ports (access VLAN 10), by index.
 const LAN: [u16; 3] = [0, 1, 2];
@@ -1332,7 +1332,8 @@ fn socket_path() -> PathBuf {
 /// docs). `Err` only when the run could not be made; what it found is in the report.
 pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
     let workers = opts.workers.max(1);
-    let cfg = crate::config::parse(&config_text(workers), "<churn>", None).map_err(|e| RunError(e.to_string()))?;
+    let cfg =
+        freeway_datapath::config::parse(&config_text(workers), "<churn>", None).map_err(|e| RunError(e.to_string()))?;
     let mut init = vec![NONE; NKEYS];
     for a in 0..NG {
         init[key_g(a)] = WAN[a % 2] as u8;

@@ -6,9 +6,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
-use freeway::config;
-use freeway::runtime::{self, RunOptions, RunResult};
 use freeway_bridge::Padded;
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, RunOptions, RunResult};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use pcap_file::pcapng::{Block, PcapNgReader};
 

@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use freeway::config;
-use freeway::runtime::{self, RunOptions};
 use freeway_bridge::Padded;
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, RunOptions};
 use pcap_file::pcap::{PcapPacket, PcapWriter};
 
 const ROUTER: &str = r#"

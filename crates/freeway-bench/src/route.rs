@@ -8,7 +8,7 @@ use freeway_route::bench::{build, run_lookups, Family, LookupConfig, LookupResul
 use freeway_route::bgp::BgpConfig;
 use freeway_route::FibConfig;
 
-use super::{median, write_json};
+use crate::{median, write_json};
 
 /// `bench route`.
 #[derive(Args, Clone)]

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use freeway::config;
-use freeway::runtime::{self, RunOptions};
 use freeway_bridge::Padded;
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, RunOptions};
 
 #[test]
 fn default_config_bridges_generator_traffic() {

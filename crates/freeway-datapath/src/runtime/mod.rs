@@ -540,8 +540,8 @@ pub fn run_with<L: Layout, R: TapRegistry>(
 
 /// Like [`run_with`], with the first `given.len()` ports supplied by the caller instead of
 /// opened from the config (whose entries still give their names and VLANs): the churn
-/// harness (`crate::churn`) drives the runtime through ports of its own.
-pub(crate) fn run_on_ports<L: Layout, R: TapRegistry>(
+/// harness (`freeway-bench`'s churn oracle) drives the runtime through ports of its own.
+pub fn run_on_ports<L: Layout, R: TapRegistry>(
     cfg: &Checked,
     mut opts: RunOptions<'_>,
     taps: Option<R>,

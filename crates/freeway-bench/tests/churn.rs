@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use freeway::churn::{self, ChurnOptions};
+use freeway_bench::churn::{self, ChurnOptions};
 
 #[test]
 fn every_frame_is_right_while_every_table_churns() {
