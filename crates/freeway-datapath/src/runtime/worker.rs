@@ -1,0 +1,218 @@
+//! A worker: its context, its poll loop, and the pipeline it runs on each received batch.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::router::{Bridging, RouterWorker};
+use super::stateful::CtStage;
+use super::stats::WorkerStats;
+use super::tx::{wall_ns, Tx};
+use freeway_bridge::{Bridge, BridgeWorker, FdbWriter, Layout, Learning};
+use freeway_capture::{Direction, TapPoint};
+use freeway_io::RxQueue;
+use freeway_l3::neigh::NeighWriter;
+use freeway_packet::{parse, Batch, Packet, PacketPool};
+use freeway_sync::{CachePadded, Clock, Tick};
+
+/// A worker's context, passed explicitly down the pipeline (DESIGN law 7).
+pub(crate) struct Worker<L: Layout, T: TapPoint> {
+    pub(crate) id: usize,
+    pub(crate) core: Option<core_affinity::CoreId>,
+    pub(crate) rx: Vec<(u16, Box<dyn RxQueue>)>,
+    pub(crate) tx: Tx<T>,
+    pub(crate) bridge: Arc<Bridge<L>>,
+    pub(crate) bw: BridgeWorker,
+    pub(crate) router: Option<RouterWorker>,
+    pub(crate) ct: Option<CtStage>,
+    pub(crate) stats: Arc<CachePadded<WorkerStats>>,
+}
+
+/// The bridge as the router sees it from inside a worker: bridging the router's output.
+pub(crate) struct BridgeCtx<'a, 'w, L: Layout, T: TapPoint> {
+    pub(crate) tx: &'a mut Tx<T>,
+    pub(crate) bridge: &'a Bridge<L>,
+    pub(crate) bw: &'a mut BridgeWorker,
+    pub(crate) learning: &'a mut Learning<'w, L>,
+}
+
+impl<L: Layout, T: TapPoint> Bridging for BridgeCtx<'_, '_, L, T> {
+    #[inline]
+    fn pool(&mut self) -> &mut PacketPool {
+        &mut self.tx.pool
+    }
+
+    #[inline]
+    fn take_router_inbox(&mut self, into: &mut Vec<Packet>) {
+        let r = self.tx.router_port;
+        self.tx.flush(r);
+        into.append(&mut self.tx.router_inbox);
+    }
+
+    #[inline]
+    fn bridge(&mut self, batch: &mut Batch, now: Tick) {
+        self.bridge.process(self.bw, batch, now, self.tx, self.learning);
+    }
+}
+
+/// The writers a worker owns in offline runs (deterministic output).
+pub(crate) struct Inline<L: Layout> {
+    pub(crate) fdb: Option<FdbWriter<L>>,
+    pub(crate) neigh: Option<NeighWriter>,
+}
+
+pub(crate) fn worker_main<L: Layout, T: TapPoint>(
+    mut w: Worker<L, T>,
+    clock: Clock,
+    stop: Arc<AtomicBool>,
+    mut inline: Option<Inline<L>>,
+) -> Option<Inline<L>> {
+    if let Some(c) = w.core {
+        core_affinity::set_for_current(c);
+    }
+    // Allocate the worker's own buffers here, on its thread: the allocator then serves them
+    // from this thread's arena, so no line of them neighbours another worker's hot data.
+    w.tx.pending = (0..w.tx.pending.len()).map(|_| Batch::new()).collect();
+    w.tx.pool = PacketPool::default();
+    w.tx.router_inbox = Vec::with_capacity(2 * freeway_packet::MAX_BATCH);
+    if let Some(r) = w.router.as_mut() {
+        r.on_thread();
+    }
+    let mut scratch: Vec<Packet> = Vec::with_capacity(2 * freeway_packet::MAX_BATCH);
+    let mut batch = Batch::new();
+    let mut rx = std::mem::take(&mut w.rx);
+    let mut idle = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock.now();
+        let mut got = 0;
+        let mut live = false;
+        for (port, q) in rx.iter_mut() {
+            let n = q.rx_burst(&mut batch, &mut w.tx.pool, now);
+            live |= !q.is_done();
+            if n == 0 {
+                continue;
+            }
+            got += n;
+            if w.tx.taps.any() {
+                w.tx.taps.tap_lazy(*port, Direction::Rx, batch.as_slice(), &mut wall_ns);
+            }
+            process_batch(&mut w, *port, &mut batch, now, inline.as_mut(), &mut scratch);
+        }
+        if got == 0 {
+            if !live {
+                break;
+            }
+            w.stats.idle_polls.inc();
+            idle += 1;
+            if idle % 64 == 0 {
+                // Packets waiting for a neighbour go out (or time out) while no traffic comes;
+                // the tap handle drops a tap list the control plane has replaced.
+                poll_router(&mut w, now, inline.as_mut());
+                w.tx.taps.idle();
+            }
+            if idle < 64 {
+                std::hint::spin_loop();
+            } else if idle < 1024 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        } else {
+            idle = 0;
+        }
+    }
+    poll_router(&mut w, clock.now(), inline.as_mut());
+    w.tx.flush_all();
+    inline
+}
+
+pub(crate) fn poll_router<L: Layout, T: TapPoint>(w: &mut Worker<L, T>, now: Tick, inline: Option<&mut Inline<L>>) {
+    let Worker {
+        tx, bridge, bw, router, ..
+    } = w;
+    let Some(r) = router.as_mut() else { return };
+    let mut learning = match inline.and_then(|i| i.fdb.as_mut()) {
+        Some(f) => Learning::Inline(f),
+        None => Learning::Queue,
+    };
+    r.poll(
+        now,
+        &mut BridgeCtx {
+            tx,
+            bridge,
+            bw,
+            learning: &mut learning,
+        },
+    );
+    tx.flush_all();
+}
+
+/// The pipeline for one received batch: count, parse, track, bridge, route, transmit.
+#[inline]
+pub(crate) fn process_batch<L: Layout, T: TapPoint>(
+    w: &mut Worker<L, T>,
+    port: u16,
+    batch: &mut Batch,
+    now: u64,
+    inline: Option<&mut Inline<L>>,
+    scratch: &mut Vec<Packet>,
+) {
+    let Worker {
+        tx,
+        bridge,
+        bw,
+        router,
+        ct,
+        stats,
+        ..
+    } = w;
+    let n = batch.len() as u64;
+    let mut bytes = 0;
+    batch.retain_or_recycle(&mut tx.pool, |p| {
+        bytes += p.len();
+        match parse(p) {
+            Ok(()) => {
+                p.meta.in_port = port;
+                true
+            }
+            Err(e) => {
+                stats.parse_drops[e as usize].inc();
+                false
+            }
+        }
+    });
+    let pc = &stats.ports[usize::from(port)];
+    pc.rx_packets.add(n);
+    pc.rx_bytes.add(bytes as u64);
+    stats.packets.add(n);
+    stats.batches.inc();
+    if let Some(ct) = ct.as_mut() {
+        ct.process(batch, &mut tx.pool);
+    }
+    let (fdb_w, neigh_w) = match inline {
+        Some(i) => (i.fdb.as_mut(), i.neigh.as_mut()),
+        None => (None, None),
+    };
+    let mut learning = match fdb_w {
+        Some(f) => Learning::Inline(f),
+        None => Learning::Queue,
+    };
+    bridge.process(bw, batch, now, tx, &mut learning);
+    if let Some(r) = router.as_mut() {
+        r.run(
+            now,
+            &mut BridgeCtx {
+                tx,
+                bridge,
+                bw,
+                learning: &mut learning,
+            },
+            scratch,
+        );
+        if let Some(nw) = neigh_w {
+            // Offline: neighbour updates apply at once, so the output is deterministic.
+            nw.service(now);
+        }
+    }
+    tx.flush_all();
+}
