@@ -93,23 +93,18 @@ impl LivePrinter {
 }
 
 /// Prints the end-of-run summary.
-pub fn print_summary(s: &Snapshot) {
+pub fn write_summary(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
     let t = s.elapsed_s.max(1e-9);
-    outln!();
-    outln!("summary after {:.2} s", s.elapsed_s);
-    outln!(
+    writeln!(out)?;
+    writeln!(out, "summary after {:.2} s", s.elapsed_s)?;
+    writeln!(
+        out,
         "  {:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
-        "port",
-        "rx packets",
-        "rx bytes",
-        "tx packets",
-        "tx bytes",
-        "tx drop",
-        "rx pps",
-        "tx pps"
-    );
+        "port", "rx packets", "rx bytes", "tx packets", "tx bytes", "tx drop", "rx pps", "tx pps"
+    )?;
     for p in &s.ports {
-        outln!(
+        writeln!(
+            out,
             "  {:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
             p.name,
             p.rx_packets,
@@ -119,28 +114,27 @@ pub fn print_summary(s: &Snapshot) {
             p.tx_dropped,
             si(p.rx_packets as f64 / t),
             si(p.tx_packets as f64 / t)
-        );
+        )?;
     }
-    outln!(
+    writeln!(
+        out,
         "  {:<12} {:>12} {:>12} {:>10} {:>6}",
-        "worker",
-        "packets",
-        "batches",
-        "avg pps",
-        "core"
-    );
+        "worker", "packets", "batches", "avg pps", "core"
+    )?;
     for w in &s.workers {
-        outln!(
+        writeln!(
+            out,
             "  {:<12} {:>12} {:>12} {:>10} {:>6}",
             w.id,
             w.packets,
             w.batches,
             si(w.packets as f64 / t),
             w.core.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
-        );
+        )?;
     }
     let b = |k: &str| s.bridge.get(k).copied().unwrap_or(0);
-    outln!(
+    writeln!(
+        out,
         "  bridge: {} in, {} forwarded, {} flooded ({} unknown unicast, {} copies), {} MAC moves",
         b("rx"),
         b("forwarded"),
@@ -148,18 +142,20 @@ pub fn print_summary(s: &Snapshot) {
         b("unknown_unicast"),
         b("flood_copies"),
         b("moves")
-    );
-    outln!(
+    )?;
+    writeln!(
+        out,
         "  fdb: {} entries; learned {}, aged {}, refused at the learning limit {}, learn queue full {}",
         s.fdb_entries,
         s.fdb.get("learned").copied().unwrap_or(0),
         s.fdb.get("aged").copied().unwrap_or(0),
         s.fdb.get("limit_reached").copied().unwrap_or(0),
         b("learn_queue_full")
-    );
+    )?;
     if let Some(r) = &s.router {
         let l = &r.l3;
-        outln!(
+        writeln!(
+            out,
             "  router: {} in, {} forwarded (v4 {}, v6 {}); route cache {} hits, {} misses, {} refills, {} uncached; {} neighbours",
             l.rx,
             l.forwarded_v4 + l.forwarded_v6,
@@ -170,16 +166,18 @@ pub fn print_summary(s: &Snapshot) {
             r.route_cache_refills,
             r.route_uncached,
             r.neigh_entries
-        );
+        )?;
     }
     if let Some(c) = &s.conntrack {
-        outln!(
+        writeln!(
+            out,
             "  conntrack: {} connections (max {}); packets: {} new, {} established, {} related, {} untracked, {} invalid; {} created, {} expired",
             c.connections, c.max, c.new, c.established, c.related, c.untracked, c.invalid, c.created, c.expired
-        );
+        )?;
     }
     if let Some(f) = &s.firewall {
-        outln!(
+        writeln!(
+            out,
             "  firewall: accepted {} new, {} established, {} related, {} untracked; dropped {} invalid, {} over a limit, {} new not allowed",
             f.accept_new,
             f.accept_established,
@@ -188,15 +186,21 @@ pub fn print_summary(s: &Snapshot) {
             f.drop_invalid,
             f.drop_limit,
             f.drop_new_not_allowed
-        );
+        )?;
     }
     let drops = s.drops();
     if drops.is_empty() {
-        outln!("  drops: none");
+        writeln!(out, "  drops: none")?;
     } else {
         let d: Vec<String> = drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        outln!("  drops: {}", d.join(", "));
+        writeln!(out, "  drops: {}", d.join(", "))?;
     }
+    Ok(())
+}
+
+/// Prints [`write_summary`] to standard output (a closed output ends it quietly).
+pub fn print_summary(s: &Snapshot) {
+    let _ = write_summary(&mut std::io::stdout().lock(), s);
 }
 
 /// An FDB entry for JSON output, with the port's name.

@@ -597,6 +597,10 @@ impl Port for GenPort {
             ("sink_bytes", tx.bytes),
         ]
     }
+
+    fn rx_drops(&self) -> Vec<(&'static str, u64)> {
+        vec![("too_big", self.rx_totals().dropped)]
+    }
 }
 
 /// One prebuilt frame of a queue's ring.

@@ -155,4 +155,12 @@ pub trait Port: Send {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// Frames this port lost on receive before any worker saw them, by reason (`too_big`: a
+    /// frame larger than its buffer; `kernel`: dropped by the kernel's ring), summed over
+    /// queues. Each is also among [`counters`](Port::counters); the datapath adds these to its
+    /// drop counters, so that every frame it loses is counted somewhere. Empty by default.
+    fn rx_drops(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }

@@ -547,4 +547,11 @@ impl Port for PcapPort {
         }
         v
     }
+
+    fn rx_drops(&self) -> Vec<(&'static str, u64)> {
+        match &self.reader_stats {
+            Some(s) => vec![("too_big", s.too_big.get())],
+            None => Vec::new(),
+        }
+    }
 }

@@ -58,6 +58,11 @@ pub fn trace_request_frame(words: &[&str], port_names: &[String]) -> Result<(u16
 }
 use crate::config::Checked;
 pub use start::run_on_ports;
+
+/// A snapshot in the Prometheus text format, as `GET /metrics` serves it.
+pub fn metrics_text(s: &Snapshot) -> String {
+    metrics::render(s)
+}
 pub(crate) use stats::Snapper;
 pub use stats::{PortCounters, PortSnap, RouterSnap, Snapshot, WorkerSnap, WorkerStats};
 

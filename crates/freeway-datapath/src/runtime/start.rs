@@ -1,21 +1,31 @@
-//! Starting a datapath: tables, ports, workers and services, then waiting and stopping.
+//! Starting and stopping a datapath, in named steps: [`build_tables`] (router, FDB, bridge,
+//! conntrack), [`open_ports`] (queues dealt out to workers), [`build_workers`], then the
+//! threads ([`spawn_workers`], [`spawn_writers`], [`spawn_metrics`], [`spawn_control`]),
+//! [`wait`] for the end of the run, and [`stop_and_collect`].
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::router::RouterWorker;
+use super::capture::RunningTap;
+use super::control::{Control, FdbOp, NeighOp, Op};
+use super::router::{RouterShared, RouterWorker};
 use super::stateful::Stateful;
 use super::stats::{PortCounters, Snapper, WorkerStats};
 use super::tx::{Tx, NO_ROUTER};
 use super::worker::{worker_main, Inline, Worker};
 use super::{capture, control, metrics, router, worker_count, RunError, RunOptions, RunResult};
 use crate::config::{Checked, PortKind};
+use crossbeam_channel::{Receiver, Sender};
 use freeway_bridge::vlan::VlanSet;
-use freeway_bridge::{fdb, Bridge, BridgeWorker, Layout, PortVlan};
+use freeway_bridge::{fdb, Bridge, BridgeWorker, Fdb, FdbWriter, Layout, PortVlan};
 use freeway_capture::TapRegistry;
 use freeway_io::{Port, PortQueues, RxQueue, TxQueue};
+use freeway_l3::neigh::NeighWriter;
 use freeway_packet::{Batch, PacketPool};
+use freeway_route::Rib;
 use freeway_sync::{CachePadded, Clock, Counter, Tick};
 
 pub(crate) fn open_port(spec: &crate::config::PortSpec) -> Result<Box<dyn Port>, RunError> {
@@ -62,39 +72,301 @@ pub(crate) fn spawn_service<S: Send + 'static>(
         .map_err(|e| RunError(format!("cannot start the {name} thread: {e}")))
 }
 
-/// Like [`run_with`], with the first `given.len()` ports supplied by the caller instead of
-/// opened from the config (whose entries still give their names and VLANs): the churn
-/// harness (`freeway-bench`'s churn oracle) drives the runtime through ports of its own.
+/// Like [`run_with`](super::run_with), with the first `given.len()` ports supplied by the
+/// caller instead of opened from the config (whose entries still give their names and
+/// VLANs): the churn harness (`freeway-bench`'s churn oracle) drives the runtime through ports
+/// of its own.
 pub fn run_on_ports<L: Layout, R: TapRegistry>(
     cfg: &Checked,
     mut opts: RunOptions<'_>,
     taps: Option<R>,
     given: Vec<Box<dyn Port>>,
 ) -> Result<RunResult, RunError> {
-    let mut given = given.into_iter();
     let nworkers = worker_count(cfg, &opts);
-    let nports = cfg.ports.len();
     let (clock, _ticker) = Clock::start();
     let taps = taps.unwrap_or_else(|| R::with_workers(nworkers));
+    let tables = build_tables::<L>(cfg, &clock)?;
+    let OpenPorts { ports, rx_of, tx_of } = open_ports(cfg, given, nworkers)?;
+    let ports = Arc::new(Mutex::new(ports));
+    let offline = nworkers == 1
+        && cfg
+            .ports
+            .iter()
+            .any(|p| p.pcap.as_ref().is_some_and(|c| c.read.is_some()));
+    let mut port_names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+    if tables.router.is_some() {
+        // The router's internal bridge port, as FDB dumps name it.
+        port_names.push("(router)".into());
+    }
+    let control_listener = opts.control.as_deref().map(control::bind).transpose()?;
+    let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
+    if let Some(l) = &metrics_listener {
+        if let Ok(a) = l.local_addr() {
+            eprintln!("freeway: metrics on http://{a}/metrics");
+        }
+    }
+    let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers)?;
+    tracing::info!(
+        workers = nworkers,
+        ports = ?port_names,
+        router = tables.router.is_some(),
+        conntrack = cfg.conntrack.is_some() || cfg.firewall.is_some(),
+        taps = running_taps.len(),
+        control = ?opts.control,
+        metrics = ?opts.metrics,
+        "datapath starting"
+    );
+    let (workers, all_stats) = build_workers(cfg, &tables, rx_of, tx_of, &taps)?;
+    let cores_used: Vec<Option<usize>> = workers.iter().map(|w| w.core.map(|c| c.id)).collect();
+    let Tables {
+        router,
+        fdb_r,
+        fdb_w,
+        stateful,
+        ..
+    } = tables;
+    let (router_shared, rib, neigh_w) = match router {
+        Some((s, r, n)) => (Some(s), Some(r), Some(n)),
+        None => (None, None, None),
+    };
+    let snapper = Snapper {
+        names: cfg.ports.iter().map(|p| (p.name.clone(), p.kind.name())).collect(),
+        stats: all_stats.into(),
+        cores: cores_used.into(),
+        fdb: fdb_r.clone(),
+        neigh: router_shared.as_ref().map(|r| r.neigh.clone()),
+        ct: stateful.as_ref().map(|s| s.ct.clone()),
+        fw: stateful.as_ref().and_then(|s| s.fw.clone()),
+        ports: ports.clone(),
+    };
 
-    // The router, as one more (internal) port of the bridge.
+    // In offline runs the one worker owns the tables' writers (deterministic output);
+    // otherwise they run on their own threads, which also take the control socket's changes.
+    let (inline, writers) = if offline {
+        let inline = Inline {
+            fdb: Some(fdb_w),
+            neigh: neigh_w,
+        };
+        (Some(inline), None)
+    } else {
+        (None, Some((fdb_w, neigh_w)))
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer_stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let worker_handles = spawn_workers(workers, &clock, &stop, inline)?;
+    let writers = match writers {
+        Some((f, n)) => spawn_writers(f, n, &clock, &writer_stop)?,
+        None => Writers::none(),
+    };
+    let metrics_handle = metrics_listener
+        .map(|l| spawn_metrics(l, snapper.clone(), start, &writer_stop))
+        .transpose()?;
+    let mut rib = rib;
+    let ctl_handle = match (&opts.control, control_listener) {
+        (Some(path), Some(l)) => {
+            let c = control_state(ShareCtl {
+                cfg,
+                snapper: &snapper,
+                start,
+                clock: &clock,
+                fdb: &fdb_r,
+                port_names: &port_names,
+                rib: rib.take(),
+                router: router_shared.as_ref(),
+                stateful: stateful.as_ref(),
+                writers: &writers,
+                taps: &taps,
+                nworkers,
+                running_taps: &running_taps,
+            });
+            Some(spawn_control(path.clone(), l, c, &writer_stop)?)
+        }
+        _ => None,
+    };
+
+    wait(cfg, &mut opts, start, &snapper, &running_taps, &worker_handles);
+    let threads = Threads {
+        stop,
+        writer_stop,
+        workers: worker_handles,
+        writers,
+        metrics: metrics_handle,
+        control: ctl_handle,
+    };
+    let (elapsed, inline_back, neigh_w, ctl_rib) = stop_and_collect(threads, start)?;
+    if ctl_rib.is_some() {
+        rib = ctl_rib;
+    }
+    let tap_results = capture::finish(&taps, running_taps);
+    tracing::info!(elapsed_s = elapsed.as_secs_f64(), "datapath stopped");
+    let close_errors = close_ports(&ports, cfg, &tap_results);
+    let now = clock.now();
+    let neigh_w = neigh_w.or(inline_back.and_then(|i| i.neigh));
+    let (routes, routes_text, neighbours) = router_tables(router_shared.as_ref(), rib.as_ref(), neigh_w, now);
+    let last = snapper.snap(elapsed);
+    let connections = stateful.as_ref().map(|s| s.ct.dump()).unwrap_or_default();
+    Ok(RunResult {
+        last,
+        fdb: fdb_r.entries(now),
+        port_names,
+        close_errors,
+        routes,
+        routes_text,
+        neighbours,
+        connections,
+        taps: tap_results,
+    })
+}
+
+/// Closes every port (flushing outputs) and lists what went wrong, with the taps' errors.
+fn close_ports(ports: &Mutex<Vec<Box<dyn Port>>>, cfg: &Checked, taps: &[super::TapResult]) -> Vec<String> {
+    let mut errors = Vec::new();
+    let mut ports = ports.lock().unwrap_or_else(|e| e.into_inner());
+    for (p, spec) in ports.iter_mut().zip(&cfg.ports) {
+        if let Err(e) = p.close() {
+            errors.push(format!("port {:?}: {e}", spec.name));
+        }
+    }
+    for t in taps {
+        if let Some(e) = &t.error {
+            errors.push(format!("tap on {:?} writing {}: {e}", t.tap.port, t.tap.write));
+        }
+    }
+    errors
+}
+
+/// The routing table (as `ip -j route` records and as `ip route` text) and the neighbour
+/// table at the end of a run, after the neighbour writer's last round.
+fn router_tables(
+    router: Option<&RouterShared>,
+    rib: Option<&Rib>,
+    neigh_w: Option<NeighWriter>,
+    now: Tick,
+) -> (Vec<freeway_route::RouteRecord>, String, Vec<freeway_l3::NeighEntry>) {
+    let (Some(r), Some(rib)) = (router, rib) else {
+        return (Vec::new(), String::new(), Vec::new());
+    };
+    if let Some(mut w) = neigh_w {
+        w.service(now);
+    }
+    let name = |i: u16| r.ifaces.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
+    (
+        rib.records(name),
+        rib.show(name).to_string(),
+        r.neigh.entries(now, &r.ifaces),
+    )
+}
+
+/// What the control thread is built from.
+pub(crate) struct ShareCtl<'a, L: Layout, R: TapRegistry> {
+    cfg: &'a Checked,
+    snapper: &'a Snapper<L>,
+    start: Instant,
+    clock: &'a Clock,
+    fdb: &'a Fdb<L>,
+    port_names: &'a [String],
+    rib: Option<Rib>,
+    router: Option<&'a RouterShared>,
+    stateful: Option<&'a Stateful>,
+    writers: &'a Writers<L>,
+    taps: &'a R,
+    nworkers: usize,
+    running_taps: &'a [RunningTap],
+}
+
+/// The control thread's state: read sides of every table, the RIB it owns from now on, the
+/// writers' change queues, and the tap registry's attach/detach.
+pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>) -> Control<L> {
+    Control {
+        snap: x.snapper.clone(),
+        start: x.start,
+        clock: x.clock.clone(),
+        fdb: x.fdb.clone(),
+        port_names: x.port_names.to_vec(),
+        rib: match (x.rib.take(), x.router) {
+            (Some(r), Some(sh)) => Some((r, sh.ifaces.clone(), sh.neigh.clone())),
+            _ => None,
+        },
+        ct: x.stateful.map(|s| s.ct.clone()),
+        port_vlans: x
+            .cfg
+            .ports
+            .iter()
+            .map(|p| p.vlan.clone())
+            .chain(router_vlans(x.cfg))
+            .collect(),
+        nports: x.cfg.ports.len(),
+        fdb_ops: x.writers.fdb_ops.clone(),
+        neigh_ops: x.writers.neigh_ops.clone(),
+        attach: {
+            let n = x.nworkers;
+            let (reg, names) = (x.taps.clone(), x.port_names.to_vec());
+            Box::new(move |spec, out| capture::attach_to(&reg, "fw-ctl-tap", spec, &names, n, out))
+        },
+        detach: {
+            let reg = x.taps.clone();
+            Box::new(move |id| {
+                reg.detach(id);
+            })
+        },
+        captures: Vec::new(),
+        config_taps: x
+            .running_taps
+            .iter()
+            .map(|t| (t.id(), t.desc().clone(), false))
+            .collect(),
+        ended: Vec::new(),
+        fw: x.stateful.and_then(|s| s.fw.clone()),
+        zones: x
+            .stateful
+            .as_ref()
+            .map_or_else(|| Arc::from(Vec::new()), |s| s.zones.clone()),
+        l3: x.router.map(|r| r.l3.clone()),
+    }
+}
+
+/// The shared tables of a run, built before any thread starts.
+pub(crate) struct Tables<L: Layout> {
+    /// The router's shared state, its RIB and its neighbour writer (with a router).
+    pub(crate) router: Option<(RouterShared, Rib, NeighWriter)>,
+    /// The FDB's read side.
+    pub(crate) fdb_r: Fdb<L>,
+    /// The FDB's writer, with the static entries already in.
+    pub(crate) fdb_w: FdbWriter<L>,
+    /// The bridge (every port's VLAN membership, the FDB).
+    pub(crate) bridge: Arc<Bridge<L>>,
+    /// Conntrack and the firewall (when configured).
+    pub(crate) stateful: Option<Stateful>,
+}
+
+/// The VLANs of the router's internal bridge port: a trunk of its interfaces' VLANs.
+fn router_vlans(cfg: &Checked) -> Option<PortVlan> {
+    let spec = cfg.router.as_ref()?;
+    let mut allowed = VlanSet::default();
+    for i in &spec.interfaces {
+        allowed.insert(i.vlan);
+    }
+    Some(PortVlan::Trunk {
+        allowed: Box::new(allowed),
+        native: None,
+    })
+}
+
+/// Builds the router (one more, internal, port of the bridge), the FDB with its static
+/// entries, the bridge and the connection table.
+pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock) -> Result<Tables<L>, RunError> {
+    let nports = cfg.ports.len();
     let router = match &cfg.router {
         Some(spec) => Some(router::build(spec, nports as u16, clock.now())?),
         None => None,
     };
-    let mut port_vlans: Vec<PortVlan> = cfg.ports.iter().map(|p| p.vlan.clone()).collect();
-    if let Some(spec) = &cfg.router {
-        let mut allowed = VlanSet::default();
-        for i in &spec.interfaces {
-            allowed.insert(i.vlan);
-        }
-        port_vlans.push(PortVlan::Trunk {
-            allowed: Box::new(allowed),
-            native: None,
-        });
-    }
-
-    // The FDB and its static entries.
+    let port_vlans: Vec<PortVlan> = cfg
+        .ports
+        .iter()
+        .map(|p| p.vlan.clone())
+        .chain(router_vlans(cfg))
+        .collect();
     let (fdb_r, mut fdb_w) = fdb::new::<L>(cfg.fdb.clone());
     for (mac, vlan, port) in &cfg.statics {
         fdb_w
@@ -115,11 +387,34 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         cfg.ports.iter().map(|p| p.zone).collect(),
         clock.clone(),
     )?;
+    Ok(Tables {
+        router,
+        fdb_r,
+        fdb_w,
+        bridge,
+        stateful,
+    })
+}
 
-    // Open ports and deal their queues out to workers.
-    let mut ports: Vec<Box<dyn Port>> = Vec::with_capacity(nports);
-    let mut rx_of: Vec<Vec<(u16, Box<dyn RxQueue>)>> = (0..nworkers).map(|_| Vec::new()).collect();
-    let mut tx_of: Vec<Vec<Box<dyn TxQueue>>> = (0..nworkers).map(|_| Vec::new()).collect();
+/// The ports of a run, open, with their queues dealt out to workers.
+pub(crate) struct OpenPorts {
+    /// Every port, in config order.
+    pub(crate) ports: Vec<Box<dyn Port>>,
+    /// Each worker's receive queues, with their port index.
+    pub(crate) rx_of: Vec<Vec<(u16, Box<dyn RxQueue>)>>,
+    /// Each worker's transmit queues, one per port.
+    pub(crate) tx_of: Vec<Vec<Box<dyn TxQueue>>>,
+}
+
+/// Opens every port (the `given` ones first, in order) and deals its queues out: receive
+/// queue `q` to worker `q % workers`, transmit queue `w` to worker `w`.
+pub(crate) fn open_ports(cfg: &Checked, given: Vec<Box<dyn Port>>, nworkers: usize) -> Result<OpenPorts, RunError> {
+    let mut given = given.into_iter();
+    let mut out = OpenPorts {
+        ports: Vec::with_capacity(cfg.ports.len()),
+        rx_of: (0..nworkers).map(|_| Vec::new()).collect(),
+        tx_of: (0..nworkers).map(|_| Vec::new()).collect(),
+    };
     for (i, spec) in cfg.ports.iter().enumerate() {
         let mut port = match given.next() {
             Some(p) => p,
@@ -136,51 +431,40 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
             )));
         }
         for (q, r) in rx.into_iter().enumerate() {
-            rx_of[q % nworkers].push((i as u16, r));
+            out.rx_of[q % nworkers].push((i as u16, r));
         }
         for (w, t) in tx.into_iter().enumerate() {
-            tx_of[w].push(t);
+            out.tx_of[w].push(t);
         }
-        ports.push(port);
+        out.ports.push(port);
     }
-    let offline = nworkers == 1
-        && cfg
-            .ports
-            .iter()
-            .any(|p| p.pcap.as_ref().is_some_and(|c| c.read.is_some()));
+    Ok(out)
+}
 
-    let mut port_names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
-    if router.is_some() {
-        // The router's internal bridge port, as FDB dumps name it.
-        port_names.push("(router)".into());
-    }
-    let control_listener = opts.control.as_deref().map(control::bind).transpose()?;
-    let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
-    if let Some(l) = &metrics_listener {
-        if let Ok(a) = l.local_addr() {
-            eprintln!("freeway: metrics on http://{a}/metrics");
-        }
-    }
-    let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers)?;
-    tracing::info!(
-        workers = nworkers,
-        ports = ?port_names,
-        router = router.is_some(),
-        conntrack = cfg.conntrack.is_some() || cfg.firewall.is_some(),
-        taps = running_taps.len(),
-        control = ?opts.control,
-        metrics = ?opts.metrics,
-        "datapath starting"
-    );
+/// A worker ready to start, and its counters.
+type Built<L, R> = (
+    Vec<Worker<L, <R as TapRegistry>::Worker>>,
+    Vec<Arc<CachePadded<WorkerStats>>>,
+);
 
+/// Builds each worker's context: its queues, transmit batches, bridge and router stages,
+/// conntrack stage, tap handle and counters (allocated again on its own thread).
+pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
+    cfg: &Checked,
+    tables: &Tables<L>,
+    rx_of: Vec<Vec<(u16, Box<dyn RxQueue>)>>,
+    tx_of: Vec<Vec<Box<dyn TxQueue>>>,
+    taps: &R,
+) -> Result<Built<L, R>, RunError> {
+    let nports = cfg.ports.len();
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let pin = cfg.pin_workers && !cores.is_empty();
-    let npending = nports + usize::from(router.is_some());
+    let npending = nports + usize::from(tables.router.is_some());
     let mut workers = Vec::new();
     let mut all_stats = Vec::new();
     for (id, (rx, txq)) in rx_of.into_iter().zip(tx_of).enumerate() {
         let bw = BridgeWorker::default();
-        let rw = router.as_ref().map(|(shared, _, _)| RouterWorker::new(shared));
+        let rw = tables.router.as_ref().map(|(shared, _, _)| RouterWorker::new(shared));
         let stats = Arc::new(CachePadded::new(WorkerStats {
             packets: Counter::new(),
             batches: Counter::new(),
@@ -206,42 +490,29 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 pool: PacketPool::new(freeway_packet::DEFAULT_BUF_SIZE, 0, 0),
                 stats: stats.clone(),
                 taps: tap_worker,
-                router_port: if router.is_some() { nports } else { NO_ROUTER },
+                router_port: if tables.router.is_some() { nports } else { NO_ROUTER },
                 router_inbox: Vec::new(),
             },
-            bridge: bridge.clone(),
+            bridge: tables.bridge.clone(),
             bw,
             router: rw,
-            ct: stateful.as_ref().map(Stateful::worker),
+            ct: tables.stateful.as_ref().map(Stateful::worker),
             stats,
         });
     }
-    let cores_used: Vec<Option<usize>> = workers.iter().map(|w| w.core.map(|c| c.id)).collect();
+    Ok((workers, all_stats))
+}
 
-    let (router_shared, mut rib, neigh_w) = match router {
-        Some((s, r, n)) => (Some(s), Some(r), Some(n)),
-        None => (None, None, None),
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer_stop = Arc::new(AtomicBool::new(false));
-    let (mut inline, fdb_live, neigh_live) = if offline {
-        (
-            Some(Inline {
-                fdb: Some(fdb_w),
-                neigh: neigh_w,
-            }),
-            None,
-            None,
-        )
-    } else {
-        (None, Some(fdb_w), neigh_w)
-    };
-    let start = Instant::now();
+/// Starts one thread per worker (`fw-worker-N`); the first takes the inline writers.
+pub(crate) fn spawn_workers<L: Layout, T: freeway_capture::TapPoint + 'static>(
+    workers: Vec<Worker<L, T>>,
+    clock: &Clock,
+    stop: &Arc<AtomicBool>,
+    mut inline: Option<Inline<L>>,
+) -> Result<Vec<JoinHandle<Option<Inline<L>>>>, RunError> {
     let mut handles = Vec::new();
     for w in workers {
-        let clock = clock.clone();
-        let stop = stop.clone();
-        let inline = inline.take();
+        let (clock, stop, inline) = (clock.clone(), stop.clone(), inline.take());
         handles.push(
             std::thread::Builder::new()
                 .name(format!("fw-worker-{}", w.id))
@@ -249,34 +520,108 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 .map_err(|e| RunError(format!("cannot start a worker thread: {e}")))?,
         );
     }
-    // The tables' writer threads also take the control socket's changes.
-    let (fdb_ops, fdb_ops_rx) = crossbeam_channel::bounded::<control::Op<control::FdbOp>>(64);
-    let (neigh_ops, neigh_ops_rx) = crossbeam_channel::bounded::<control::Op<control::NeighOp>>(64);
-    let fdb_ops = fdb_live.is_some().then_some(fdb_ops);
-    let neigh_ops = neigh_live.is_some().then_some(neigh_ops);
-    let fdb_handle = fdb_live
-        .map(|w| {
-            spawn_service(
-                "fw-fdb",
-                clock.clone(),
-                writer_stop.clone(),
-                (w, fdb_ops_rx),
-                |(w, rx), now| w.service(now) + control::apply_fdb(w, rx, now),
-            )
-        })
-        .transpose()?;
-    let neigh_handle = neigh_live
-        .map(|w| {
-            spawn_service(
-                "fw-neigh",
-                clock.clone(),
-                writer_stop.clone(),
-                (w, neigh_ops_rx),
-                |(w, rx), now| w.service(now) + control::apply_neigh(w, rx, now),
-            )
-        })
-        .transpose()?;
+    Ok(handles)
+}
 
+/// A table's writer thread: it hands back the writer and its change queue.
+type WriterThread<W, T> = JoinHandle<(W, Receiver<Op<T>>)>;
+
+/// The tables' writer threads and the channels that bring them the control socket's changes.
+pub(crate) struct Writers<L: Layout> {
+    /// Changes for the FDB writer (none in offline runs).
+    pub(crate) fdb_ops: Option<Sender<Op<FdbOp>>>,
+    /// Changes for the neighbour writer (none in offline runs or without a router).
+    pub(crate) neigh_ops: Option<Sender<Op<NeighOp>>>,
+    fdb: Option<WriterThread<FdbWriter<L>, FdbOp>>,
+    neigh: Option<WriterThread<NeighWriter, NeighOp>>,
+}
+
+impl<L: Layout> Writers<L> {
+    /// No writer threads (offline runs: the worker owns the writers).
+    fn none() -> Self {
+        Writers {
+            fdb_ops: None,
+            neigh_ops: None,
+            fdb: None,
+            neigh: None,
+        }
+    }
+}
+
+/// Starts the FDB writer (`fw-fdb`) and, with a router, the neighbour writer (`fw-neigh`):
+/// each ages its table and applies learn requests and control changes.
+pub(crate) fn spawn_writers<L: Layout>(
+    fdb_w: FdbWriter<L>,
+    neigh_w: Option<NeighWriter>,
+    clock: &Clock,
+    stop: &Arc<AtomicBool>,
+) -> Result<Writers<L>, RunError> {
+    let (fdb_ops, fdb_rx) = crossbeam_channel::bounded::<Op<FdbOp>>(64);
+    let fdb = spawn_service(
+        "fw-fdb",
+        clock.clone(),
+        stop.clone(),
+        (fdb_w, fdb_rx),
+        |(w, rx), now| w.service(now) + control::apply_fdb(w, rx, now),
+    )?;
+    let (neigh_ops, neigh) = match neigh_w {
+        Some(w) => {
+            let (tx, rx) = crossbeam_channel::bounded::<Op<NeighOp>>(64);
+            let h = spawn_service("fw-neigh", clock.clone(), stop.clone(), (w, rx), |(w, rx), now| {
+                w.service(now) + control::apply_neigh(w, rx, now)
+            })?;
+            (Some(tx), Some(h))
+        }
+        None => (None, None),
+    };
+    Ok(Writers {
+        fdb_ops: Some(fdb_ops),
+        neigh_ops,
+        fdb: Some(fdb),
+        neigh,
+    })
+}
+
+/// Starts the Prometheus endpoint's thread (`fw-metrics`).
+pub(crate) fn spawn_metrics<L: Layout>(
+    l: std::net::TcpListener,
+    snap: Snapper<L>,
+    start: Instant,
+    stop: &Arc<AtomicBool>,
+) -> Result<JoinHandle<()>, RunError> {
+    let stop = stop.clone();
+    std::thread::Builder::new()
+        .name("fw-metrics".into())
+        .spawn(move || metrics::serve(l, snap, start, stop))
+        .map_err(|e| RunError(format!("cannot start the metrics thread: {e}")))
+}
+
+/// Starts the control socket's thread (`fw-ctl`), which owns the RIB while the run lasts.
+pub(crate) fn spawn_control<L: Layout>(
+    path: PathBuf,
+    l: std::os::unix::net::UnixListener,
+    c: Control<L>,
+    stop: &Arc<AtomicBool>,
+) -> Result<(PathBuf, JoinHandle<Control<L>>), RunError> {
+    let stop = stop.clone();
+    let h = std::thread::Builder::new()
+        .name("fw-ctl".into())
+        .spawn(move || control::serve(l, c, stop))
+        .map_err(|e| RunError(format!("cannot start the control thread: {e}")))?;
+    Ok((path, h))
+}
+
+/// Waits, on the caller's thread, until the run should end: its duration (5 s for an
+/// endless generator without one), an external stop, every tap done (`tcpdump -c`), or every
+/// worker finished (inputs exhausted). Calls `on_snapshot` every interval meanwhile.
+pub(crate) fn wait<L: Layout, T>(
+    cfg: &Checked,
+    opts: &mut RunOptions<'_>,
+    start: Instant,
+    snapper: &Snapper<L>,
+    running_taps: &[RunningTap],
+    workers: &[JoinHandle<T>],
+) {
     let endless = cfg
         .ports
         .iter()
@@ -285,159 +630,71 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         .duration
         .or(cfg.duration_secs.map(Duration::from_secs_f64))
         .or(if endless { Some(Duration::from_secs(5)) } else { None });
-    let snapper = Snapper {
-        names: cfg.ports.iter().map(|p| (p.name.clone(), p.kind.name())).collect(),
-        stats: all_stats.into(),
-        cores: cores_used.into(),
-        fdb: fdb_r.clone(),
-        neigh: router_shared.as_ref().map(|r| r.neigh.clone()),
-        ct: stateful.as_ref().map(|s| s.ct.clone()),
-        fw: stateful.as_ref().and_then(|s| s.fw.clone()),
-    };
-    let snap = |elapsed: Duration| snapper.snap(elapsed);
-    let metrics_handle = match metrics_listener {
-        Some(l) => {
-            let (snap, stop) = (snapper.clone(), writer_stop.clone());
-            Some(
-                std::thread::Builder::new()
-                    .name("fw-metrics".into())
-                    .spawn(move || metrics::serve(l, snap, start, stop))
-                    .map_err(|e| RunError(format!("cannot start the metrics thread: {e}")))?,
-            )
-        }
-        None => None,
-    };
-    // The control socket, with the RIB, on its own thread.
-    let ctl_handle = match (&opts.control, control_listener) {
-        (Some(path), Some(l)) => {
-            let c = control::Control {
-                snap: snapper.clone(),
-                start,
-                clock: clock.clone(),
-                fdb: fdb_r.clone(),
-                port_names: port_names.clone(),
-                rib: match (rib.take(), &router_shared) {
-                    (Some(r), Some(sh)) => Some((r, sh.ifaces.clone(), sh.neigh.clone())),
-                    _ => None,
-                },
-                ct: stateful.as_ref().map(|s| s.ct.clone()),
-                port_vlans: bridge.ports().to_vec(),
-                nports,
-                fdb_ops: fdb_ops.clone(),
-                neigh_ops: neigh_ops.clone(),
-                attach: {
-                    let (reg, names) = (taps.clone(), port_names.clone());
-                    Box::new(move |spec, out| capture::attach_to(&reg, "fw-ctl-tap", spec, &names, nworkers, out))
-                },
-                detach: {
-                    let reg = taps.clone();
-                    Box::new(move |id| {
-                        reg.detach(id);
-                    })
-                },
-                captures: Vec::new(),
-                config_taps: running_taps.iter().map(|t| (t.id(), t.desc().clone(), false)).collect(),
-                ended: Vec::new(),
-                fw: stateful.as_ref().and_then(|s| s.fw.clone()),
-                zones: stateful
-                    .as_ref()
-                    .map_or_else(|| Arc::from(Vec::new()), |s| s.zones.clone()),
-                l3: router_shared.as_ref().map(|r| r.l3.clone()),
-            };
-            let stop = writer_stop.clone();
-            let h = std::thread::Builder::new()
-                .name("fw-ctl".into())
-                .spawn(move || control::serve(l, c, stop))
-                .map_err(|e| RunError(format!("cannot start the control thread: {e}")))?;
-            Some((path.clone(), h))
-        }
-        _ => None,
-    };
     let mut next_report = opts.interval;
     loop {
         std::thread::sleep(Duration::from_millis(20).min(opts.interval));
         let el = start.elapsed();
         if el >= next_report {
             if let Some(cb) = opts.on_snapshot.as_mut() {
-                cb(&snap(el));
+                cb(&snapper.snap(el));
             }
             next_report += opts.interval;
         }
         let external = opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
         let taps_done =
             opts.stop_when_taps_done && !running_taps.is_empty() && running_taps.iter().all(|t| t.is_finished());
-        if external || taps_done || deadline.is_some_and(|d| el >= d) || handles.iter().all(|h| h.is_finished()) {
+        if external || taps_done || deadline.is_some_and(|d| el >= d) || workers.iter().all(|h| h.is_finished()) {
             break;
         }
     }
-    stop.store(true, Ordering::Relaxed);
+}
+
+/// Every thread of a running datapath.
+pub(crate) struct Threads<L: Layout> {
+    stop: Arc<AtomicBool>,
+    writer_stop: Arc<AtomicBool>,
+    workers: Vec<JoinHandle<Option<Inline<L>>>>,
+    writers: Writers<L>,
+    metrics: Option<JoinHandle<()>>,
+    control: Option<(PathBuf, JoinHandle<Control<L>>)>,
+}
+
+/// What the stopped threads hand back: the run's length, the worker's inline writers
+/// (offline runs), the neighbour writer and the RIB (from the control thread).
+type Collected<L> = (Duration, Option<Inline<L>>, Option<NeighWriter>, Option<Rib>);
+
+/// Stops the workers first (they drain what they hold), then the services, and collects what
+/// they owned. The control socket's file is removed.
+pub(crate) fn stop_and_collect<L: Layout>(t: Threads<L>, start: Instant) -> Result<Collected<L>, RunError> {
+    t.stop.store(true, Ordering::Relaxed);
     let mut inline_back = None;
-    for h in handles {
+    for h in t.workers {
         match h.join() {
             Ok(i) => inline_back = inline_back.or(i),
             Err(_) => return Err(RunError("a worker thread panicked".into())),
         }
     }
     let elapsed = start.elapsed();
-    writer_stop.store(true, Ordering::Relaxed);
-    if let Some(h) = fdb_handle {
+    t.writer_stop.store(true, Ordering::Relaxed);
+    if let Some(h) = t.writers.fdb {
         h.join().map_err(|_| RunError("the FDB thread panicked".into()))?;
     }
-    let mut neigh_w = match neigh_handle {
+    let neigh_w = match t.writers.neigh {
         Some(h) => Some(
             h.join()
                 .map_err(|_| RunError("the neighbour thread panicked".into()))?
                 .0,
         ),
-        None => inline_back.and_then(|i| i.neigh),
+        None => None,
     };
-    if let Some(h) = metrics_handle {
+    if let Some(h) = t.metrics {
         h.join().map_err(|_| RunError("the metrics thread panicked".into()))?;
     }
-    if let Some((path, h)) = ctl_handle {
+    let mut rib = None;
+    if let Some((path, h)) = t.control {
         let c = h.join().map_err(|_| RunError("the control thread panicked".into()))?;
         rib = c.rib.map(|(r, _, _)| r);
         let _ = std::fs::remove_file(path);
     }
-    let tap_results = capture::finish(&taps, running_taps);
-    tracing::info!(elapsed_s = elapsed.as_secs_f64(), "datapath stopped");
-    let mut close_errors = Vec::new();
-    for (p, spec) in ports.iter_mut().zip(&cfg.ports) {
-        if let Err(e) = p.close() {
-            close_errors.push(format!("port {:?}: {e}", spec.name));
-        }
-    }
-    for t in &tap_results {
-        if let Some(e) = &t.error {
-            close_errors.push(format!("tap on {:?} writing {}: {e}", t.tap.port, t.tap.write));
-        }
-    }
-    let now = clock.now();
-    let (routes, routes_text, neighbours) = match (&router_shared, &rib) {
-        (Some(r), Some(rib)) => {
-            if let Some(w) = neigh_w.as_mut() {
-                w.service(now);
-            }
-            let name = |i: u16| r.ifaces.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
-            (
-                rib.records(name),
-                rib.show(name).to_string(),
-                r.neigh.entries(now, &r.ifaces),
-            )
-        }
-        _ => (Vec::new(), String::new(), Vec::new()),
-    };
-    let last = snap(elapsed);
-    let connections = stateful.as_ref().map(|s| s.ct.dump()).unwrap_or_default();
-    Ok(RunResult {
-        last,
-        fdb: fdb_r.entries(now),
-        port_names,
-        close_errors,
-        routes,
-        routes_text,
-        neighbours,
-        connections,
-        taps: tap_results,
-    })
+    Ok((elapsed, inline_back, neigh_w, rib))
 }

@@ -1,11 +1,12 @@
 //! Counters: each worker's single-writer blocks, and the snapshots that sum them.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use freeway_bridge::{BridgeCounters, Layout};
 use freeway_conntrack::{CtStats, FwStats};
+use freeway_io::Port;
 use freeway_l3::{L3Counters, L3Stats};
 use freeway_packet::ParseError;
 use freeway_route::cache::CacheCounters;
@@ -65,6 +66,12 @@ pub struct PortSnap {
     pub tx_bytes: u64,
     /// Frames refused by the transmit queue.
     pub tx_dropped: u64,
+    /// Frames the port lost on receive before any worker saw them (sum of `rx_drops`).
+    pub rx_dropped: u64,
+    /// Those losses by reason (`too_big`, `kernel`), only non-zero ones.
+    pub rx_drops: BTreeMap<&'static str, u64>,
+    /// The port's own counters (AF_PACKET ring and kernel statistics, pcap records, ...).
+    pub counters: BTreeMap<&'static str, u64>,
 }
 
 /// One worker's totals.
@@ -108,6 +115,8 @@ pub struct Snapshot {
     /// Firewall verdicts (when configured).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub firewall: Option<FwStats>,
+    /// Every drop, by stage and reason ([`Snapshot::drops`], filled in by the snapshot).
+    pub drops: BTreeMap<String, u64>,
 }
 
 /// The router's counters.
@@ -163,6 +172,11 @@ impl Snapshot {
                 }
             }
         }
+        for p in &self.ports {
+            for (k, v) in &p.rx_drops {
+                m.insert(format!("port:{}:{k}", p.name), *v);
+            }
+        }
         let tx: u64 = self.ports.iter().map(|p| p.tx_dropped).sum();
         if tx > 0 {
             m.insert("tx:queue_full".into(), tx);
@@ -180,6 +194,8 @@ pub(crate) struct Snapper<L: Layout> {
     pub(crate) neigh: Option<freeway_l3::Neigh>,
     pub(crate) ct: Option<freeway_conntrack::Conntrack>,
     pub(crate) fw: Option<freeway_conntrack::Firewall>,
+    /// The ports themselves, for their own counters (never locked by a worker).
+    pub(crate) ports: Arc<Mutex<Vec<Box<dyn Port>>>>,
 }
 
 impl<L: Layout> Clone for Snapper<L> {
@@ -192,6 +208,7 @@ impl<L: Layout> Clone for Snapper<L> {
             neigh: self.neigh.clone(),
             ct: self.ct.clone(),
             fw: self.fw.clone(),
+            ports: self.ports.clone(),
         }
     }
 }
@@ -207,6 +224,17 @@ impl<L: Layout> Snapper<L> {
             s.conntrack = Some(ct.stats());
             s.firewall = self.fw.as_ref().map(|f| f.stats());
         }
+        let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        for (snap, port) in s.ports.iter_mut().zip(ports.iter()) {
+            snap.counters = port.counters().into_iter().collect();
+            for (k, v) in port.rx_drops() {
+                if v > 0 {
+                    snap.rx_drops.insert(k, v);
+                    snap.rx_dropped += v;
+                }
+            }
+        }
+        s.drops = s.drops();
         s
     }
 }

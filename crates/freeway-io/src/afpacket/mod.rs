@@ -555,6 +555,11 @@ impl Port for AfPacketPort {
             ("afpacket_queues", self.rx_stats.len() as u64),
         ]
     }
+
+    fn rx_drops(&self) -> Vec<(&'static str, u64)> {
+        let s = self.stats();
+        vec![("too_big", s.rx_too_big), ("kernel", s.kernel_drops)]
+    }
 }
 
 #[cfg(test)]
