@@ -42,6 +42,9 @@ pub enum Learning<'a, L: Layout = Padded> {
     Queue,
     /// Learn immediately with a writer this worker owns (offline runs, tests).
     Inline(&'a mut FdbWriter<L>),
+    /// Change nothing in the FDB: no learning, no station moves, no timestamps
+    /// (`freeway ctl trace` runs the real stage on the live table this way).
+    ReadOnly,
 }
 
 macro_rules! counters {
@@ -180,6 +183,7 @@ impl<L: Layout> Bridge<L> {
         let mut fate = [DROP; MAX_BATCH];
         let mut flood_vid = [(0u16, None::<u16>); MAX_BATCH];
         let mut uniform = true;
+        let read_only = matches!(learning, Learning::ReadOnly);
         for (i, p) in batch.as_mut_slice().iter_mut().enumerate() {
             // One bounds check for both addresses.
             let Some(&[d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5]) = p.data().first_chunk::<12>() else {
@@ -210,6 +214,7 @@ impl<L: Layout> Bridge<L> {
             // Learn the source.
             let sk = key(src, vid);
             match table.lookup(sk, &guard) {
+                _ if read_only => {}
                 Some(n) => {
                     if n.port() != in_port {
                         if n.move_to(in_port) {
@@ -221,6 +226,7 @@ impl<L: Layout> Bridge<L> {
                     n.touch_updated(now);
                 }
                 None => match learning {
+                    Learning::ReadOnly => {}
                     Learning::Inline(wr) => {
                         wr.learn(sk, in_port, now);
                     }
@@ -241,7 +247,9 @@ impl<L: Layout> Bridge<L> {
             // Decide.
             if dst[0] & 1 == 0 {
                 if let Some(n) = table.lookup(key(dst, vid), &guard) {
-                    n.touch_used(now);
+                    if !read_only {
+                        n.touch_used(now);
+                    }
                     let o = n.port();
                     if o == in_port {
                         c.drop_same_port.inc();

@@ -134,6 +134,8 @@ pub(crate) struct Control<L: Layout> {
     pub start: Instant,
     pub clock: Clock,
     pub fdb: Fdb<L>,
+    /// The bridge (for traces, which run its real stage read-only).
+    pub bridge: Arc<freeway_bridge::Bridge<L>>,
     pub port_names: Vec<String>,
     /// The RIB and the interfaces (with a router).
     pub rib: Option<(Rib, Arc<Interfaces>, Neigh)>,
@@ -635,6 +637,7 @@ impl<L: Layout> Control<L> {
             ["trace", rest @ ..] => {
                 let (port, frame) = super::trace::frame_from_words(rest, &self.port_names, self.nports)?;
                 let tables = super::trace::Tables {
+                    bridge: &self.bridge,
                     fdb: &self.fdb,
                     port_names: &self.port_names,
                     port_vlans: &self.port_vlans,

@@ -57,7 +57,7 @@ pub fn trace_request_frame(words: &[&str], port_names: &[String]) -> Result<(u16
     trace::frame_from_words(words, port_names, port_names.len())
 }
 use crate::config::Checked;
-pub use start::run_on_ports;
+pub use start::{run_on_ports, trace_config};
 
 /// A snapshot in the Prometheus text format, as `GET /metrics` serves it.
 pub fn metrics_text(s: &Snapshot) -> String {

@@ -123,7 +123,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         fdb_r,
         fdb_w,
         stateful,
-        ..
+        bridge,
     } = tables;
     let (router_shared, rib, neigh_w) = match router {
         Some((s, r, n)) => (Some(s), Some(r), Some(n)),
@@ -171,6 +171,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 start,
                 clock: &clock,
                 fdb: &fdb_r,
+                bridge: &bridge,
                 port_names: &port_names,
                 rib: rib.take(),
                 router: router_shared.as_ref(),
@@ -265,6 +266,7 @@ pub(crate) struct ShareCtl<'a, L: Layout, R: TapRegistry> {
     start: Instant,
     clock: &'a Clock,
     fdb: &'a Fdb<L>,
+    bridge: &'a Arc<Bridge<L>>,
     port_names: &'a [String],
     rib: Option<Rib>,
     router: Option<&'a RouterShared>,
@@ -283,6 +285,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
         start: x.start,
         clock: x.clock.clone(),
         fdb: x.fdb.clone(),
+        bridge: x.bridge.clone(),
         port_names: x.port_names.to_vec(),
         rib: match (x.rib.take(), x.router) {
             (Some(r), Some(sh)) => Some((r, sh.ifaces.clone(), sh.neigh.clone())),
@@ -324,6 +327,48 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
             .map_or_else(|| Arc::from(Vec::new()), |s| s.zones.clone()),
         l3: x.router.map(|r| r.l3.clone()),
     }
+}
+
+/// Traces `frame` arriving on port `in_port` through the tables `cfg` describes, before any
+/// traffic (static FDB entries, routes and neighbours only), without starting a datapath:
+/// what `freeway ctl trace` answers on a run of `cfg` that has seen nothing yet.
+pub fn trace_config<L: Layout>(cfg: &Checked, in_port: u16, frame: Vec<u8>) -> Result<super::Trace, RunError> {
+    let (clock, _ticker) = Clock::start();
+    let mut tables = build_tables::<L>(cfg, &clock)?;
+    if let Some((_, _, nw)) = tables.router.as_mut() {
+        nw.service(clock.now());
+    }
+    let port_names: Vec<String> = cfg
+        .ports
+        .iter()
+        .map(|p| p.name.clone())
+        .chain(tables.router.as_ref().map(|_| "(router)".to_string()))
+        .collect();
+    let port_vlans: Vec<PortVlan> = cfg
+        .ports
+        .iter()
+        .map(|p| p.vlan.clone())
+        .chain(router_vlans(cfg))
+        .collect();
+    let no_zones: Arc<[u16]> = Arc::from(Vec::new());
+    let t = super::trace::Tables {
+        bridge: &tables.bridge,
+        fdb: &tables.fdb_r,
+        port_names: &port_names,
+        port_vlans: &port_vlans,
+        nports: cfg.ports.len(),
+        now: clock.now(),
+        ct: tables.stateful.as_ref().map(|s| &s.ct),
+        fw: tables.stateful.as_ref().and_then(|s| s.fw.as_ref()),
+        zones: tables.stateful.as_ref().map_or(&no_zones, |s| &s.zones),
+        router: tables.router.as_ref().map(|(sh, rib, _)| super::trace::RouterView {
+            rib,
+            ifaces: &sh.ifaces,
+            neigh: &sh.neigh,
+            l3: &sh.l3,
+        }),
+    };
+    Ok(t.trace(in_port, frame))
 }
 
 /// The shared tables of a run, built before any thread starts.

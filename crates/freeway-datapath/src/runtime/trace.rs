@@ -25,13 +25,13 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use freeway_bridge::{Fdb, Layout, Mac, PortVlan};
+use freeway_bridge::{Bridge, BridgeWorker, Emit, Fdb, Layout, Learning, Mac, PortVlan};
 use freeway_conntrack::extract::{classify, Class, L4Info};
 use freeway_conntrack::{Conntrack, CtConfig, Firewall};
 use freeway_l3::neigh::NeighConfig;
 use freeway_l3::{Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, RouteLookup, Wants};
 use freeway_packet::build::{build_arp_request, build_frame, tcp_flags, FrameSpec, L4};
-use freeway_packet::{parse, Packet, PacketPool};
+use freeway_packet::{parse, Batch, Packet, PacketPool, NO_VLAN};
 use freeway_route::{Fib, Rib};
 use freeway_sync::Tick;
 use serde::Serialize;
@@ -64,6 +64,7 @@ pub struct Trace {
 
 /// Read-only views of the run's tables, as the control thread holds them.
 pub(crate) struct Tables<'a, L: Layout> {
+    pub bridge: &'a Bridge<L>,
     pub fdb: &'a Fdb<L>,
     pub port_names: &'a [String],
     pub port_vlans: &'a [PortVlan],
@@ -249,7 +250,7 @@ impl<L: Layout> Tables<'_, L> {
         if !self.conntrack(&pkt, &at, &mut t) {
             return t;
         }
-        self.bridge(pkt, tag_of(&frame), 0, &mut t);
+        self.bridge(pkt, 0, &mut t);
         if t.outputs.is_empty() && t.dropped.is_none() {
             t.dropped = Some("no output".into());
         }
@@ -331,10 +332,13 @@ impl<L: Layout> Tables<'_, L> {
         pass
     }
 
-    /// The bridge's decisions for `pkt` (parsed, `meta.in_port` set; `tag`: its outer tag).
-    fn bridge(&self, pkt: Packet, tag: Option<u16>, depth: usize, t: &mut Trace) {
+    /// The bridge stage: the real [`Bridge::process`] on this one frame, over the live FDB,
+    /// with a private [`BridgeWorker`] (its own counters) and [`Learning::ReadOnly`] (nothing
+    /// learned, moved or touched). The verdict is what the stage reported: the counter it
+    /// moved and the frames it emitted; the FDB lookups below only put it in words.
+    fn bridge(&self, pkt: Packet, depth: usize, t: &mut Trace) {
         let in_port = pkt.meta.in_port;
-        let f = pkt.data();
+        let tag = (pkt.meta.vlan_depth > 0 && pkt.meta.vlan != NO_VLAN).then_some(pkt.meta.vlan);
         let at = format!(
             "{} {}{}",
             if usize::from(in_port) == self.nports {
@@ -345,36 +349,92 @@ impl<L: Layout> Tables<'_, L> {
             self.name(in_port),
             tag.map_or(String::new(), |v| format!(" tagged {v}"))
         );
-        let step = |result: String, t: &mut Trace| {
-            t.steps.push(Step {
-                stage: "bridge",
-                at: at.clone(),
-                result,
-            })
+        let words = self.bridge_words(&pkt, tag);
+        let mut w = BridgeWorker::default();
+        let mut batch = Batch::new();
+        let _ = batch.push(pkt);
+        let mut out = Emitted {
+            pool: PacketPool::new(freeway_packet::MAX_FRAME, 0, 8),
+            frames: Vec::new(),
         };
-        let dst = Mac(f[0..6].try_into().expect("parsed frame has 14 bytes"));
-        let src = Mac(f[6..12].try_into().expect("parsed frame has 14 bytes"));
-        if src.0[0] & 1 != 0 {
-            step("drop: multicast source address (bridge:src_multicast)".into(), t);
-            t.dropped.get_or_insert("bridge:src_multicast".into());
-            return;
+        self.bridge
+            .process(&mut w, &mut batch, self.now, &mut out, &mut Learning::ReadOnly);
+        let seen: Vec<(&'static str, u64)> = w.counters.snapshot().into_iter().filter(|(_, v)| *v > 0).collect();
+        let drop = seen.iter().find_map(|(k, _)| k.strip_prefix("drop_"));
+        let flooded = seen.iter().any(|(k, _)| *k == "flooded");
+        let result = match (drop, &words) {
+            (Some("src_multicast"), _) => "drop: multicast source address (bridge:src_multicast)".to_string(),
+            (Some("bad_port"), _) => "drop: no such bridge port (bridge:bad_port)".to_string(),
+            (Some("vlan_filtered"), _) => format!(
+                "drop: {} not admitted on this port (bridge:vlan_filtered)",
+                tag.map_or("untagged frame".into(), |v| format!("vlan {v}"))
+            ),
+            (Some("same_port"), Some(w)) => format!("{w}, on the input port: drop (bridge:same_port)"),
+            (Some("flood_empty"), Some(w)) => {
+                format!("{w}: flood; no other member of the vlan: drop (bridge:flood_empty)")
+            }
+            (Some(d), Some(w)) => format!("{w}: drop (bridge:{d})"),
+            (Some(d), None) => format!("drop (bridge:{d})"),
+            (None, Some(w)) if flooded => format!("{w}: flood"),
+            (None, Some(w)) => w.clone(),
+            (None, None) => "no decision".to_string(),
+        };
+        t.steps.push(Step {
+            stage: "bridge",
+            at,
+            result,
+        });
+        if let Some(d) = drop {
+            t.dropped.get_or_insert(format!("bridge:{d}"));
         }
-        let Some(pv) = self.port_vlans.get(usize::from(in_port)) else {
-            step("drop: no such bridge port (bridge:bad_port)".into(), t);
-            t.dropped.get_or_insert("bridge:bad_port".into());
-            return;
-        };
-        let Some(vid) = pv.classify(tag) else {
-            step(
-                format!(
-                    "drop: {} not admitted on this port (bridge:vlan_filtered)",
-                    tag.map_or("untagged frame".into(), |v| format!("vlan {v}"))
-                ),
-                t,
-            );
-            t.dropped.get_or_insert("bridge:vlan_filtered".into());
-            return;
-        };
+        for (port, mut p) in out.frames {
+            if parse(&mut p).is_err() {
+                continue;
+            }
+            let vid = p.meta.vlan;
+            let tagged = p.meta.vlan_depth > 0 && vid != NO_VLAN;
+            if usize::from(port) < self.nports {
+                t.outputs.push(format!(
+                    "{}{}",
+                    self.name(port),
+                    if tagged {
+                        format!(" (tagged {vid})")
+                    } else {
+                        String::new()
+                    }
+                ));
+                continue;
+            }
+            // The router port: a tagged member of every interface VLAN.
+            let Some(r) = &self.router else { continue };
+            if depth > 0 {
+                continue;
+            }
+            p.meta.in_port = port;
+            let at = format!("{} vlan {vid}", self.name(port));
+            match r.ifaces.wants(&p) {
+                Wants::NotOurs => {
+                    if p.data()[0] & 1 == 0 {
+                        t.steps.push(Step {
+                            stage: "router",
+                            at,
+                            result: "not for the router: ignored".into(),
+                        });
+                    }
+                }
+                w => self.route(r, p, w, at, t),
+            }
+        }
+    }
+
+    /// The bridge's decision in words (`vlan 10; source … known on h1; destination … → h2
+    /// (learned)`), from read-only FDB lookups; `None` when the frame has no VLAN here.
+    fn bridge_words(&self, pkt: &Packet, tag: Option<u16>) -> Option<String> {
+        let in_port = pkt.meta.in_port;
+        let f = pkt.data();
+        let dst = Mac(f.get(0..6)?.try_into().ok()?);
+        let src = Mac(f.get(6..12)?.try_into().ok()?);
+        let vid = self.port_vlans.get(usize::from(in_port))?.classify(tag)?;
         let g = self.fdb.pin();
         let learn = match self.fdb.lookup(src, vid, &g) {
             Some(n) if n.port() == in_port => format!("source {src} known on {}", self.name(in_port)),
@@ -389,94 +449,19 @@ impl<L: Layout> Tables<'_, L> {
             ),
             None => format!("source {src} would be learned on {}", self.name(in_port)),
         };
-        if dst.0[0] & 1 == 0 {
-            if let Some(n) = self.fdb.lookup(dst, vid, &g) {
-                let o = n.port();
-                let kind = if n.is_static() { "static" } else { "learned" };
-                if o == in_port {
-                    step(
-                        format!("vlan {vid}; {learn}; destination {dst} is on the input port ({kind}): drop (bridge:same_port)"),
-                        t,
-                    );
-                    t.dropped.get_or_insert("bridge:same_port".into());
-                    return;
-                }
-                step(
-                    format!("vlan {vid}; {learn}; destination {dst} → {} ({kind})", self.name(o)),
-                    t,
-                );
-                self.deliver(pkt, o, vid, depth, t);
-                return;
-            }
-            step(format!("vlan {vid}; {learn}; destination {dst} unknown: flood"), t);
+        let to = if dst.0[0] & 1 != 0 {
+            format!("destination {dst} is a group address")
         } else {
-            step(
-                format!("vlan {vid}; {learn}; destination {dst} is a group address: flood"),
-                t,
-            );
-        }
-        let members: Vec<u16> = (0..self.port_vlans.len() as u16)
-            .filter(|&p| p != in_port && self.port_vlans[usize::from(p)].is_member(vid))
-            .collect();
-        if members.is_empty() {
-            t.steps.push(Step {
-                stage: "bridge",
-                at,
-                result: format!("no other member of vlan {vid}: drop (bridge:flood_empty)"),
-            });
-            t.dropped.get_or_insert("bridge:flood_empty".into());
-            return;
-        }
-        for m in members {
-            let mut copy = Packet::from_frame(pkt.data()).expect("same size as the original");
-            copy.meta = pkt.meta;
-            self.deliver(copy, m, vid, depth, t);
-        }
-    }
-
-    /// The frame leaves the bridge on `port` in `vid`: to the wire, or to the router.
-    fn deliver(&self, pkt: Packet, port: u16, vid: u16, depth: usize, t: &mut Trace) {
-        let tagged = self.port_vlans[usize::from(port)].egress_tagged(vid);
-        if usize::from(port) < self.nports {
-            t.outputs.push(format!(
-                "{}{}",
-                self.name(port),
-                if tagged {
-                    format!(" (tagged {vid})")
-                } else {
-                    String::new()
-                }
-            ));
-            return;
-        }
-        // The router port is a tagged member of every interface VLAN.
-        let Some(r) = &self.router else {
-            return;
-        };
-        if depth > 0 {
-            return;
-        }
-        let Some(frame) = retag(pkt.data(), Some(vid)) else {
-            return;
-        };
-        let mut p = Packet::from_frame(&frame).expect("one tag more than a frame that fitted");
-        if parse(&mut p).is_err() {
-            return;
-        }
-        p.meta.in_port = port;
-        let at = format!("{} vlan {vid}", self.name(port));
-        match r.ifaces.wants(&p) {
-            Wants::NotOurs => {
-                if pkt.data()[0] & 1 == 0 {
-                    t.steps.push(Step {
-                        stage: "router",
-                        at,
-                        result: "not for the router: ignored".into(),
-                    });
-                }
+            match self.fdb.lookup(dst, vid, &g) {
+                Some(n) => format!(
+                    "destination {dst} → {} ({})",
+                    self.name(n.port()),
+                    if n.is_static() { "static" } else { "learned" }
+                ),
+                None => format!("destination {dst} unknown"),
             }
-            w => self.route(r, p, w, at, t),
-        }
+        };
+        Some(format!("vlan {vid}; {learn}; {to}"))
     }
 
     /// Runs the L3 stage on `p` (received on the router port) and bridges what it emits.
@@ -569,14 +554,28 @@ impl<L: Layout> Tables<'_, L> {
                 result: format!("sends {}", describe(&q)),
             });
             q.meta.in_port = self.nports as u16;
-            let tag = tag_of(q.data());
-            self.bridge(q, tag, 1, t);
+            self.bridge(q, 1, t);
         }
     }
 }
 
 fn if_name(ifs: &Interfaces, i: u16) -> String {
     ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone())
+}
+
+/// The bridge stage's output, kept with the port each frame goes to.
+struct Emitted {
+    pool: PacketPool,
+    frames: Vec<(u16, Packet)>,
+}
+
+impl Emit for Emitted {
+    fn pool(&mut self) -> &mut PacketPool {
+        &mut self.pool
+    }
+    fn emit(&mut self, port: u16, pkt: Packet) {
+        self.frames.push((port, pkt));
+    }
 }
 
 /// The L3 stage's output, kept.
@@ -620,27 +619,6 @@ impl RouteLookup for FibLookup<'_> {
                 gateway: h.gateway,
             })
     }
-}
-
-/// The outer 802.1Q tag of a frame.
-fn tag_of(f: &[u8]) -> Option<u16> {
-    (f.len() >= 18 && f[12..14] == [0x81, 0x00]).then(|| u16::from_be_bytes([f[14], f[15]]) & 0x0fff)
-}
-
-/// `f` with its outer tag replaced by `tag` (or removed).
-fn retag(f: &[u8], tag: Option<u16>) -> Option<Vec<u8>> {
-    let body = if tag_of(f).is_some() {
-        f.get(16..)?
-    } else {
-        f.get(12..)?
-    };
-    let mut v = f[..12].to_vec();
-    if let Some(t) = tag {
-        v.extend_from_slice(&[0x81, 0x00]);
-        v.extend_from_slice(&(t & 0x0fff).to_be_bytes());
-    }
-    v.extend_from_slice(body);
-    Some(v)
 }
 
 /// The IP destination of a parsed frame.
@@ -711,9 +689,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p, 1);
-        assert_eq!(tag_of(&f), Some(20));
         let mut pkt = Packet::from_frame(&f).unwrap();
         parse(&mut pkt).unwrap();
+        assert_eq!((pkt.meta.vlan_depth, pkt.meta.vlan), (1, 20));
         assert_eq!(dest(&pkt), Some(IpAddr::V4(Ipv4Addr::new(10, 2, 0, 9))));
         let d = describe(&pkt);
         assert!(

@@ -1,0 +1,274 @@
+//! `freeway ctl trace` runs the datapath's real stages and only renders what they did: for
+//! each frame below, the trace's verdict (the ports it leaves by, tagged or not, or the drop
+//! counter that moves) equals what the datapath itself does with the same frame on the same
+//! tables: 802.1ad and QinQ tags, VLAN-filtered, flooded, bridged, routed, TTL-expired and
+//! firewall-dropped frames.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::Path;
+
+use freeway_bridge::Padded;
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, RunOptions};
+use freeway_packet::build::{build_frame, tcp_flags, FrameSpec, L4};
+use freeway_packet::{parse, Packet, NO_VLAN};
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+
+const PORTS: [&str; 4] = ["h1", "h2", "trunk", "intruder"];
+const ROUTER: [u8; 6] = [0x02, 0xfe, 0, 0, 0, 1];
+const H1: [u8; 6] = [0x02, 0, 0, 0, 0x10, 0x05];
+const H2: [u8; 6] = [0x02, 0, 0, 0, 0x20, 0x07];
+const T1: [u8; 6] = [0x02, 0, 0, 0, 0x10, 0x33];
+
+/// The ports (by name) a frame leaves by, each with the VLAN tag it leaves with, and the
+/// drop counter that moved (if the original frame went nowhere).
+#[derive(Debug, PartialEq, Eq)]
+struct Verdict {
+    outputs: BTreeSet<String>,
+    dropped: Option<String>,
+}
+
+fn config_text(dir: &Path, input: Option<(&str, &Path)>) -> String {
+    let mut t = String::from("workers = 1\n");
+    for (name, vlan) in [
+        ("h1", r#"{ mode = "access", vlan = 10 }"#),
+        ("h2", r#"{ mode = "access", vlan = 20 }"#),
+        ("trunk", r#"{ mode = "trunk", vlans = ["10", "30"] }"#),
+        ("intruder", r#"{ mode = "access", vlan = 20 }"#),
+    ] {
+        let read = match input {
+            Some((p, f)) if p == name => format!("read = \"{}\", ", f.display()),
+            _ => String::new(),
+        };
+        t.push_str(&format!(
+            "[[port]]\nname = \"{name}\"\nkind = \"pcap\"\npcap = {{ {read}write = \"{}\" }}\nvlan = {vlan}\n",
+            dir.join(format!("{name}.pcap")).display()
+        ));
+    }
+    t.push_str(
+        r#"
+[bridge]
+static = [
+  { mac = "02:00:00:00:10:05", vlan = 10, port = "h1" },
+  { mac = "02:00:00:00:20:07", vlan = 20, port = "h2" },
+  { mac = "02:00:00:00:10:33", vlan = 10, port = "trunk" },
+]
+[router]
+mac = "02:fe:00:00:00:01"
+[[interface]]
+name = "lan"
+vlan = 10
+addr = ["10.0.10.1/24"]
+[[interface]]
+name = "wan"
+vlan = 20
+addr = ["10.0.20.1/24"]
+[[neigh]]
+ip = "10.0.10.5"
+mac = "02:00:00:00:10:05"
+dev = "lan"
+[[neigh]]
+ip = "10.0.20.7"
+mac = "02:00:00:00:20:07"
+dev = "wan"
+[conntrack]
+max = 1000
+[firewall]
+allow_new_from = ["h1", "trunk"]
+"#,
+    );
+    t
+}
+
+/// `name` or `name (tagged V)`: a frame leaving a port, as trace names outputs.
+fn output(port: &str, frame: &[u8]) -> String {
+    let mut p = Packet::from_frame(frame).unwrap();
+    parse(&mut p).unwrap();
+    if p.meta.vlan_depth > 0 && p.meta.vlan != NO_VLAN {
+        format!("{port} (tagged {})", p.meta.vlan)
+    } else {
+        port.to_string()
+    }
+}
+
+/// What the datapath does with `frame` on `in_port`: an offline run over pcap files.
+fn datapath(dir: &Path, in_port: &str, frame: &[u8]) -> Verdict {
+    let input = dir.join("input.pcap");
+    let mut w = PcapWriter::new(std::fs::File::create(&input).unwrap()).unwrap();
+    w.write_packet(&PcapPacket::new(std::time::Duration::ZERO, frame.len() as u32, frame))
+        .unwrap();
+    drop(w);
+    let cfg = config::parse(&config_text(dir, Some((in_port, &input))), "test", None).unwrap();
+    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
+    assert!(res.close_errors.is_empty(), "{:?}", res.close_errors);
+    let mut outputs = BTreeSet::new();
+    for port in PORTS {
+        let mut r = PcapReader::new(std::fs::File::open(dir.join(format!("{port}.pcap"))).unwrap()).unwrap();
+        while let Some(p) = r.next_packet() {
+            outputs.insert(output(port, &p.unwrap().data));
+        }
+    }
+    let drops = res.last.drops();
+    assert!(drops.len() <= 1, "one frame, one drop at most: {drops:?}");
+    Verdict {
+        outputs,
+        dropped: drops.into_keys().next(),
+    }
+}
+
+/// What `freeway ctl trace` answers for `frame` on `in_port`, on the same tables.
+fn trace(dir: &Path, in_port: &str, frame: &[u8]) -> Verdict {
+    let cfg = config::parse(&config_text(dir, None), "test", None).unwrap();
+    let port = PORTS.iter().position(|p| *p == in_port).unwrap() as u16;
+    let t = runtime::trace_config::<Padded>(&cfg, port, frame.to_vec()).unwrap();
+    Verdict {
+        outputs: t.outputs.iter().cloned().collect(),
+        dropped: t.dropped,
+    }
+}
+
+fn udp(src: [u8; 6], dst: [u8; 6], vlan: Option<u16>, sip: &str, dip: &str, ttl: u8) -> Vec<u8> {
+    build_frame(&FrameSpec {
+        src_mac: src,
+        dst_mac: dst,
+        vlan,
+        src_ip: sip.parse::<IpAddr>().unwrap(),
+        dst_ip: dip.parse::<IpAddr>().unwrap(),
+        proto: L4::Udp,
+        src_port: 1024,
+        dst_port: 53,
+        ttl,
+        ..FrameSpec::default()
+    })
+}
+
+/// `f` with its 802.1Q tag's type changed to 802.1ad (0x88a8).
+fn s_tagged(mut f: Vec<u8>) -> Vec<u8> {
+    assert_eq!(f[12..14], [0x81, 0x00]);
+    f[12..14].copy_from_slice(&[0x88, 0xa8]);
+    f
+}
+
+/// `f` (tagged) with a second, inner 802.1Q tag `inner` under its outer tag.
+fn qinq(f: Vec<u8>, inner: u16) -> Vec<u8> {
+    let mut v = s_tagged(f);
+    let mut tag = vec![0x81, 0x00];
+    tag.extend_from_slice(&inner.to_be_bytes());
+    v.splice(16..16, tag);
+    v
+}
+
+#[test]
+fn trace_verdicts_equal_the_datapaths() {
+    let dir = std::env::temp_dir().join(format!("freeway-trace-matches-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bcast = [0xff; 6];
+    let unknown = [0x02, 0, 0, 0, 0x99, 0x99];
+    let syn = |src, dst, sip: &str, dip: &str| {
+        build_frame(&FrameSpec {
+            src_mac: src,
+            dst_mac: dst,
+            src_ip: sip.parse::<IpAddr>().unwrap(),
+            dst_ip: dip.parse::<IpAddr>().unwrap(),
+            proto: L4::Tcp { flags: tcp_flags::SYN },
+            src_port: 40000,
+            dst_port: 22,
+            ttl: 64,
+            ..FrameSpec::default()
+        })
+    };
+    let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        (
+            "bridged to a known host",
+            "h1",
+            udp(H1, T1, None, "10.0.10.5", "10.0.10.33", 64),
+        ),
+        (
+            "flooded (unknown destination)",
+            "h1",
+            udp(H1, unknown, None, "10.0.10.5", "10.0.10.9", 64),
+        ),
+        (
+            "flooded (broadcast)",
+            "trunk",
+            udp(T1, bcast, Some(10), "10.0.10.33", "10.0.10.255", 64),
+        ),
+        (
+            "802.1ad tag on the trunk",
+            "trunk",
+            s_tagged(udp(T1, H1, Some(10), "10.0.10.33", "10.0.10.5", 64)),
+        ),
+        (
+            "QinQ on the trunk",
+            "trunk",
+            qinq(udp(T1, H1, Some(10), "10.0.10.33", "10.0.10.5", 64), 77),
+        ),
+        (
+            "VLAN-filtered (20 not on the trunk)",
+            "trunk",
+            udp(T1, H1, Some(20), "10.0.10.33", "10.0.10.5", 64),
+        ),
+        (
+            "VLAN-filtered 802.1ad",
+            "trunk",
+            s_tagged(udp(T1, H1, Some(20), "10.0.10.33", "10.0.10.5", 64)),
+        ),
+        (
+            "tagged on an access port",
+            "h1",
+            udp(H1, T1, Some(10), "10.0.10.5", "10.0.10.33", 64),
+        ),
+        (
+            "same-port",
+            "h1",
+            udp([0x02, 0, 0, 0, 0x10, 0x44], H1, None, "10.0.10.44", "10.0.10.5", 64),
+        ),
+        (
+            "multicast source",
+            "h1",
+            udp([0x01, 0, 0x5e, 0, 0, 1], T1, None, "10.0.10.5", "10.0.10.33", 64),
+        ),
+        (
+            "routed LAN to WAN",
+            "h1",
+            udp(H1, ROUTER, None, "10.0.10.5", "10.0.20.7", 64),
+        ),
+        (
+            "routed from the trunk",
+            "trunk",
+            udp(T1, ROUTER, Some(10), "10.0.10.33", "10.0.20.7", 64),
+        ),
+        (
+            "routed 802.1ad from the trunk",
+            "trunk",
+            s_tagged(udp(T1, ROUTER, Some(10), "10.0.10.33", "10.0.20.7", 64)),
+        ),
+        ("TTL expired", "h1", udp(H1, ROUTER, None, "10.0.10.5", "10.0.20.7", 1)),
+        ("no route", "h1", udp(H1, ROUTER, None, "10.0.10.5", "192.0.2.1", 64)),
+        (
+            "firewall: new from the WAN",
+            "intruder",
+            syn([0x02, 0, 0, 0, 0x20, 0x66], ROUTER, "10.0.20.66", "10.0.10.5"),
+        ),
+        (
+            "firewall: new from the LAN",
+            "h1",
+            syn(H1, ROUTER, "10.0.10.5", "10.0.20.7"),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, port, frame) in &cases {
+        let d = datapath(&dir, port, frame);
+        let t = trace(&dir, port, frame);
+        if d != t {
+            failures.push(format!("{what}: datapath {d:?}, trace {t:?}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "trace differs from the datapath:\n{}",
+        failures.join("\n")
+    );
+}
