@@ -230,6 +230,11 @@ fn trace_verdicts_equal_the_datapaths() {
             udp([0x01, 0, 0x5e, 0, 0, 1], T1, None, "10.0.10.5", "10.0.10.33", 64),
         ),
         (
+            "bridged inside VLAN 20",
+            "intruder",
+            udp([0x02, 0, 0, 0, 0x20, 0x66], H2, None, "10.0.20.66", "10.0.20.7", 64),
+        ),
+        (
             "routed LAN to WAN",
             "h1",
             udp(H1, ROUTER, None, "10.0.10.5", "10.0.20.7", 64),
