@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_queue::ArrayQueue;
-use freeway_packet::{Meta, Packet};
+use freeway_packet::{meta_flags, Meta, Packet};
 use freeway_sync::{CachePadded, Clock, Counter, Tick};
 use serde::Serialize;
 
@@ -691,7 +691,9 @@ impl CtWorker {
         Conntrack { s: self.s.clone() }
     }
 
-    /// Tracks a parsed packet in `zone` (verifying its IPv4 header checksum).
+    /// Tracks a parsed packet in `zone`, verifying its IPv4 header checksum unless its
+    /// metadata says that was done ([`meta_flags::IPV4_CSUM_OK`]). After it, the checksum is
+    /// known good whenever [`CtResult::ipv4_csum_checked`] says so.
     #[inline]
     pub fn track_packet(&mut self, g: &Guard, pkt: &Packet, zone: u16, commit: bool) -> CtResult {
         self.track(
@@ -701,7 +703,7 @@ impl CtWorker {
             zone,
             TrackFlags {
                 commit,
-                l3_csum_verified: false,
+                l3_csum_verified: pkt.meta.flags & meta_flags::IPV4_CSUM_OK != 0,
             },
         )
     }

@@ -181,6 +181,17 @@ impl CtResult {
         CtResult { state, reply: false }
     }
 
+    /// Whether tracking an IPv4 packet got past its header checksum (verified then, or
+    /// already known good): every result but a malformed header or a bad checksum. For IPv6
+    /// and non-IP frames it says nothing.
+    #[inline]
+    pub fn ipv4_csum_checked(&self) -> bool {
+        !matches!(
+            self.state,
+            CtState::Invalid(InvalidReason::Malformed | InvalidReason::IpChecksum)
+        )
+    }
+
     /// Whether the packet is invalid.
     #[inline]
     pub fn is_invalid(&self) -> bool {

@@ -81,6 +81,8 @@ fn write_body(body: &mut [u8], op: u16, sha: [u8; 6], spa: Ipv4Addr, tha: [u8; 6
 /// "`req.tpa` is at `our_mac`", addressed to the requester, in place. The frame keeps its
 /// tagging (it leaves by the interface it came in on) and its padding.
 pub fn reply_in_place(pkt: &mut Packet, l3: usize, our_mac: [u8; 6], req: &ArpMsg) -> bool {
+    // A new frame in the old buffer: whoever handles it next parses it.
+    pkt.meta.flags = 0;
     let f = pkt.data_mut();
     if f.len() < l3 + ARP_LEN {
         return false;

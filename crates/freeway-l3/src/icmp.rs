@@ -346,6 +346,8 @@ pub fn icmpv6_checksum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
 /// place: MACs, addresses swapped, TTL 64, checksums updated. `false` (nothing sent) if it is
 /// not a well-formed echo request with a valid ICMP checksum.
 pub fn echo_reply_v4(pkt: &mut Packet, l3: usize, our_mac: [u8; 6]) -> bool {
+    // A new frame in the old buffer: whoever handles it next parses it.
+    pkt.meta.flags = 0;
     let f = pkt.data_mut();
     let Some(&vihl) = f.get(l3) else { return false };
     let hl = usize::from(vihl & 0x0f) * 4;
@@ -389,6 +391,9 @@ pub fn echo_reply_v4(pkt: &mut Packet, l3: usize, our_mac: [u8; 6]) -> bool {
 /// headers are dropped, hop limit 64, checksum recomputed. `false` if the request's checksum
 /// is wrong or it is not an echo request.
 pub fn echo_reply_v6(pkt: &mut Packet, l3: usize, up: usize, our_mac: [u8; 6], src: Ipv6Addr) -> bool {
+    // A new frame in the old buffer (extension headers dropped): whoever handles it next
+    // parses it.
+    pkt.meta.flags = 0;
     let f = pkt.data_mut();
     let Some(h) = f.get(l3..l3 + 40) else { return false };
     let end = l3 + 40 + usize::from(u16::from_be_bytes([h[4], h[5]]));

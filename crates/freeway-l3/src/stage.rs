@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use freeway_packet::checksum::{update16, verify};
 use freeway_packet::wire::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6};
-use freeway_packet::{Batch, Packet, PacketPool, NO_OFFSET};
+use freeway_packet::{meta_flags, Batch, Packet, PacketPool, NO_OFFSET};
 use freeway_sync::{CachePadded, Counter, Tick};
 use serde::{Deserialize, Serialize};
 
@@ -533,9 +533,14 @@ impl State {
         if vihl >> 4 != 4 || hl < 20 || tot < hl || l3 + tot > f.len() {
             return self.drop(out, pkt, L3Drop::Malformed);
         }
-        if !verify(&f[l3..l3 + hl]) {
-            return self.drop(out, pkt, L3Drop::BadChecksum);
+        // Verified once per buffer: conntrack may have done it already.
+        if pkt.meta.flags & meta_flags::IPV4_CSUM_OK == 0 {
+            if !verify(&f[l3..l3 + hl]) {
+                return self.drop(out, pkt, L3Drop::BadChecksum);
+            }
+            pkt.meta.flags |= meta_flags::IPV4_CSUM_OK;
         }
+        let f = pkt.data();
         let src = Ipv4Addr::new(f[l3 + 12], f[l3 + 13], f[l3 + 14], f[l3 + 15]);
         let dst = Ipv4Addr::new(f[l3 + 16], f[l3 + 17], f[l3 + 18], f[l3 + 19]);
         if !v4_unicast_source(src) {

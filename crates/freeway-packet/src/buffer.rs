@@ -48,6 +48,21 @@ pub struct Meta {
     pub vlan_depth: u8,
     /// Symmetric flow hash (same for both directions of a flow).
     pub flow_hash: u32,
+    /// What is known about the frame beyond its bytes ([`meta_flags`]): set by the stage that
+    /// established it, trusted by the stages after it, so no stage repeats another's work.
+    pub flags: u8,
+}
+
+/// Bits of [`Meta::flags`].
+pub mod meta_flags {
+    /// The metadata describes the frame as it is now: set by the parser; a stage that changes
+    /// the frame's layout keeps the metadata consistent (as `vlan_push`/`vlan_pop` do) or
+    /// builds a new packet (whose metadata is reset). A stage that finds it set need not parse
+    /// again.
+    pub const PARSED: u8 = 1;
+    /// The IPv4 header checksum was verified on this buffer, and every change since kept it
+    /// valid (the TTL decrement's incremental update does).
+    pub const IPV4_CSUM_OK: u8 = 2;
 }
 
 impl Default for Meta {
@@ -61,6 +76,7 @@ impl Default for Meta {
             ip_proto: 0,
             vlan_depth: 0,
             flow_hash: 0,
+            flags: 0,
         }
     }
 }

@@ -184,6 +184,7 @@ impl Parsed {
         meta.ip_proto = self.ip_proto;
         meta.vlan_depth = self.vlan_depth;
         meta.flow_hash = self.flow_hash;
+        meta.flags = crate::meta_flags::PARSED;
     }
 }
 

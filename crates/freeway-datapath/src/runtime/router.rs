@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use freeway_l3::neigh::{NeighConfig, NeighWriter};
 use freeway_l3::{Interface, Interfaces, L3Config, L3Out, L3Worker, Neigh, RouteLookup, Wants};
-use freeway_packet::{parse, Batch, Packet, PacketPool, MAX_BATCH};
+use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, MAX_BATCH};
 use freeway_route::{Fib, FibConfig, Guard, Prefix, Rib, Route, RouteCache};
 use freeway_sync::Tick;
 
@@ -185,6 +185,8 @@ pub(crate) trait Bridging {
     fn take_router_inbox(&mut self, into: &mut Vec<Packet>);
     /// Bridges `batch` (parsed, received on the router port).
     fn bridge(&mut self, batch: &mut Batch, now: Tick);
+    /// Counts one more parse of a frame (the stage's own frames).
+    fn parsed(&mut self);
 }
 
 impl RouterWorker {
@@ -276,11 +278,16 @@ impl RouterWorker {
         while !self.outbox.is_empty() {
             let take = self.outbox.len().min(MAX_BATCH);
             for mut p in self.outbox.drain(..take) {
-                // The stage rewrote addresses and tags: parse again so the bridge sees the
-                // frame as it now is.
-                if parse(&mut p).is_err() {
-                    br.pool().put(p);
-                    continue;
+                // A forwarded frame's metadata was kept consistent through the stage's
+                // rewrite (addresses, tags, TTL), and frames the stage built (ARP/ND, ICMP)
+                // were parsed when built: the bridge trusts both. Only a frame changed in
+                // place without its metadata (an echo or ARP reply) is parsed here.
+                if p.meta.flags & meta_flags::PARSED == 0 {
+                    br.parsed();
+                    if parse(&mut p).is_err() {
+                        br.pool().put(p);
+                        continue;
+                    }
                 }
                 p.meta.in_port = self.port;
                 let _ = self.batch.push(p);

@@ -513,6 +513,7 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
         let stats = Arc::new(CachePadded::new(WorkerStats {
             packets: Counter::new(),
             batches: Counter::new(),
+            parses: Counter::new(),
             idle_polls: Counter::new(),
             parse_drops: std::array::from_fn(|_| Counter::new()),
             ports: (0..nports).map(|_| CachePadded::new(PortCounters::default())).collect(),

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use freeway_conntrack::{
     Conntrack, CtConfig, CtWorker, ExpiryThread, Firewall, FirewallPolicy, FwWorker, Timeouts, Verdict,
 };
-use freeway_packet::{Batch, PacketPool};
+use freeway_packet::wire::ETHERTYPE_IPV4;
+use freeway_packet::{meta_flags, Batch, PacketPool};
 use freeway_sync::Clock;
 
 use super::RunError;
@@ -118,12 +119,14 @@ impl CtStage {
         batch.retain_or_recycle(pool, |p| {
             let port = p.meta.in_port;
             let zone = zones.get(usize::from(port)).copied().unwrap_or(0);
+            let r = ct.track_packet(&g, p, zone, fw.as_ref().is_none_or(|f| f.allows_new(port, zone)));
+            if p.meta.ethertype == ETHERTYPE_IPV4 && r.ipv4_csum_checked() {
+                // The router trusts this and does not verify the header again.
+                p.meta.flags |= meta_flags::IPV4_CSUM_OK;
+            }
             match fw {
-                Some(f) => {
-                    let r = ct.track_packet(&g, p, zone, f.allows_new(port, zone));
-                    f.verdict(port, zone, &r) == Verdict::Accept
-                }
-                None => !ct.track_packet(&g, p, zone, true).over_limit(),
+                Some(f) => f.verdict(port, zone, &r) == Verdict::Accept,
+                None => !r.over_limit(),
             }
         });
     }

@@ -35,6 +35,10 @@ pub struct WorkerStats {
     pub packets: Counter,
     /// Non-empty batches processed.
     pub batches: Counter,
+    /// Frames the pipeline parsed: one per frame received, plus any frame a stage handed on
+    /// without consistent metadata; a forwarded frame is never parsed twice (frames the
+    /// router builds are parsed once, when built).
+    pub parses: Counter,
     /// Polls of all queues that found nothing.
     pub idle_polls: Counter,
     /// Parser drops, indexed by `ParseError as usize` (inline, on this worker's lines).
@@ -85,6 +89,8 @@ pub struct WorkerSnap {
     pub packets: u64,
     /// Batches processed.
     pub batches: u64,
+    /// Frames the pipeline parsed (see [`WorkerStats::parses`]).
+    pub parses: u64,
     /// Empty polls.
     pub idle_polls: u64,
 }
@@ -277,6 +283,7 @@ pub(crate) fn snapshot<L: Layout>(
             core: cores[id],
             packets: w.packets.get(),
             batches: w.batches.get(),
+            parses: w.parses.get(),
             idle_polls: w.idle_polls.get(),
         });
         for (k, v) in w.bridge.snapshot() {

@@ -50,6 +50,11 @@ impl<L: Layout, T: TapPoint> Bridging for BridgeCtx<'_, '_, L, T> {
     }
 
     #[inline]
+    fn parsed(&mut self) {
+        self.tx.stats.parses.inc();
+    }
+
+    #[inline]
     fn bridge(&mut self, batch: &mut Batch, now: Tick) {
         self.bridge.process(self.bw, batch, now, self.tx, self.learning);
     }
@@ -185,6 +190,7 @@ pub(crate) fn process_batch<L: Layout, T: TapPoint>(
     pc.rx_packets.add(n);
     pc.rx_bytes.add(bytes as u64);
     stats.packets.add(n);
+    stats.parses.add(n);
     stats.batches.inc();
     if let Some(ct) = ct.as_mut() {
         ct.process(batch, &mut tx.pool);
