@@ -70,7 +70,7 @@ pub struct CaptureArgs {
     #[arg(long, default_value_t = 1000)]
     pub swap_rate: u32,
     /// Measured seconds per run (after a 0.5 s warm-up).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = freeway_datapath::config::parse_seconds)]
     pub seconds: f64,
     /// Runs per configuration; the table shows the median.
     #[arg(long, default_value_t = 3)]

@@ -1250,28 +1250,6 @@ pub fn rss_kib() -> u64 {
         .map_or(0, |pages| pages * 4)
 }
 
-/// Parses `300s`, `5m`, `1.5` (seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, mul) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: a duration like 300s, 5m or 1.5"))?;
-    if !(v.is_finite() && v > 0.0) {
-        return Err(format!("{s:?}: must be positive"));
-    }
-    Duration::try_from_secs_f64(v * mul).map_err(|e| format!("{s:?}: {e}"))
-}
-
 /// The datapath's configuration for a churn run.
 fn config_text(workers: usize) -> String {
     let mut t = format!("workers = {workers}\npin_workers = false\n");
@@ -1606,7 +1584,7 @@ pub enum StressCmd {
 #[derive(clap::Args, Debug)]
 pub struct ChurnArgs {
     /// How long (e.g. 300s, 5m).
-    #[arg(short, long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(short, long, default_value = "60s", value_parser = freeway_datapath::config::parse_duration)]
     pub duration: Duration,
     /// Worker threads.
     #[arg(short, long, default_value_t = 2)]
@@ -1615,7 +1593,7 @@ pub struct ChurnArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Resident set baseline taken after this long.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = freeway_datapath::config::parse_duration)]
     pub warmup: Duration,
     /// Fail if the resident set grows by more than this many MiB after the warm-up (0: no
     /// limit, e.g. under valgrind).
@@ -1776,14 +1754,5 @@ mod tests {
             1,
         );
         assert_eq!(s.c.violations.load(SeqCst), 3);
-    }
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("300s"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("soon").is_err());
     }
 }

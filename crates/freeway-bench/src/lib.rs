@@ -52,7 +52,7 @@ pub struct RefcountArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub threads: Vec<usize>,
     /// Measured seconds per run.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = freeway_datapath::config::parse_seconds)]
     pub seconds: f64,
     /// Runs per configuration; the table shows the median.
     #[arg(long, default_value_t = 5)]
@@ -191,7 +191,7 @@ pub struct BridgeArgs {
     #[arg(long, value_delimiter = ',', default_value = "padded,naive")]
     pub layout: Vec<String>,
     /// Measured seconds per run (after a warm-up).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = freeway_datapath::config::parse_seconds)]
     pub seconds: f64,
     /// Runs per configuration; the table shows the median.
     #[arg(long, default_value_t = 3)]

@@ -19,7 +19,9 @@
 //! `net A.B.C.D mask M`, `net 10`, `net 10.1` (partial prefixes), `net V6/len`;
 //! `[tcp|udp|sctp] [dir] port N|NAME`, `portrange A-B` (over IPv4 and IPv6; IPv4 ports only
 //! in first fragments, like libpcap); `ether [dir] host MAC`, `ether src|dst MAC`,
-//! `ether broadcast|multicast`, `broadcast`, `multicast`, `ip multicast`, `ip6 multicast`;
+//! `ether broadcast|multicast`, `broadcast`, `multicast`, `ip multicast`, `ip6 multicast`,
+//! `ip broadcast` (destination 255.255.255.255 or 0.0.0.0: libpcap's code for a netmask of 0,
+//! as tcpdump compiles it for a file or an interface without a known netmask);
 //! `ether proto N|\ip|\ip6|\arp|\rarp`, `ip proto N|\tcp..`, `ip6 proto N`, `proto N`;
 //! `len`, `less N`, `greater N`; relations `arith (=|==|!=|<|<=|>|>=) arith` over numbers
 //! (decimal, `0x` hex, leading-0 octal), `len`, `proto[expr]`, `proto[expr:1|2|4]` for
@@ -31,7 +33,7 @@
 //!
 //! Not supported: host and network **names** (no DNS or `/etc/networks`; addresses only);
 //! port names beyond a built-in table of common services (`/etc/services` is not read);
-//! `gateway`, `ip broadcast` (needs the netmask), `ether proto` values <= 1500 (802.3/LLC),
+//! `gateway`, `ether proto` values <= 1500 (802.3/LLC),
 //! `protochain`, IPv6 extension-header walking (`ip6 proto`/`tcp`/`udp` see the first next
 //! header and, like libpcap, one fragment header; ports and `tcp[..]` over IPv6 assume no
 //! extension headers; `tcp[..]`, `udp[..]` index IPv4 only, like libpcap), `mpls`, `pppoes`,

@@ -347,6 +347,31 @@ fn errors_point_at_the_token() {
 }
 
 #[test]
+fn ip_broadcast_is_what_libpcap_compiles_with_netmask_0() {
+    let bcast = udp([10, 0, 0, 1], [255, 255, 255, 255], 68, 67);
+    let zero = udp([10, 0, 0, 1], [0, 0, 0, 0], 68, 67);
+    let unicast = udp([10, 0, 0, 1], [10, 0, 0, 255], 68, 67);
+    let from_bcast = udp([255, 255, 255, 255], [10, 0, 0, 2], 68, 67);
+    check(
+        "ip broadcast",
+        &[&bcast, &zero],
+        &[&unicast, &from_bcast, &tcp6("::1", "::2", 1, 2)],
+    );
+    check("not ip broadcast", &[&unicast], &[&bcast]);
+    // `tcpdump -d 'ip broadcast' -r file` (libpcap 1.10), instruction for instruction.
+    assert_eq!(
+        dump(&compile("ip broadcast", 65535).unwrap()),
+        "(000) ldh      [12]\n(001) jeq      #0x800           jt 2\tjf 6\n(002) ld       [30]\n\
+         (003) jeq      #0x0             jt 5\tjf 4\n(004) jeq      #0xffffffff      jt 5\tjf 6\n\
+         (005) ret      #65535\n(006) ret      #0\n"
+    );
+    for e in ["ip6 broadcast", "arp broadcast", "tcp broadcast"] {
+        let err = compile(e, 65535).unwrap_err().to_string();
+        assert!(err.contains("'ip broadcast'"), "{e}: {err}");
+    }
+}
+
+#[test]
 fn dump_looks_like_tcpdump_d() {
     let p = compile("ip", 65535).unwrap();
     assert_eq!(

@@ -151,8 +151,33 @@ fn libpcap_rejects_what_we_reject() {
         "net 10.0.0.0/33",
         "ip6 net ::/129",
         "tcp and 80",
+        "ip6 broadcast",
+        "arp broadcast",
     ] {
         assert!(cap.compile(e, true).is_err(), "libpcap accepted {e}");
         assert!(compile(e, 65535).is_err(), "we accepted {e}");
+    }
+}
+
+#[test]
+fn ip_broadcast_is_libpcap_s_with_netmask_0() {
+    // `pcap_compile` here gets netmask 0, as tcpdump passes for a file or an interface whose
+    // netmask it does not know: `ip broadcast` is then IPv4 destination 0.0.0.0 or
+    // 255.255.255.255. Checked on its own so that a libpcap refusing it cannot make the
+    // corpus comparison skip it silently.
+    let cap = Capture::dead(Linktype::ETHERNET).expect("pcap_open_dead");
+    let pkts = frames(7, 2000);
+    for e in ["ip broadcast", "vlan and ip broadcast", "not ip broadcast or udp"] {
+        let lib = cap
+            .compile(e, true)
+            .unwrap_or_else(|err| panic!("libpcap refuses {e}: {err}"));
+        let mine = compile(e, 65535).unwrap_or_else(|err| panic!("{e}: {err}"));
+        if e == "ip broadcast" {
+            assert_eq!(mine, insns(&lib), "{e}: not libpcap's program");
+        }
+        let mine = Program::new(&mine).unwrap();
+        for p in &pkts {
+            assert_eq!(mine.matches(p), lib.filter(p), "{e} on {}", hex(p));
+        }
     }
 }

@@ -85,3 +85,35 @@ fn port_tables_must_match_the_kind() {
     let (_, msg) = err("workers = 1\n");
     assert!(msg.contains("no ports"), "{msg}");
 }
+
+#[test]
+fn durations_take_the_command_line_syntax_and_out_of_range_ones_are_refused_clearly() {
+    let secs = |v: &str| {
+        config::parse(&format!("duration_secs = {v}\n{PORT}"), "t.toml", None)
+            .unwrap_or_else(|e| panic!("duration_secs = {v}: {e}"))
+            .duration_secs
+    };
+    assert_eq!(secs("5"), Some(5.0));
+    assert_eq!(secs("0.25"), Some(0.25));
+    assert_eq!(secs("\"5m\""), Some(300.0));
+    assert_eq!(secs("\"250ms\""), Some(0.25));
+    assert_eq!(secs("31536000"), Some(31_536_000.0));
+    for (v, want) in [
+        ("1e9", "too long (max 1 year"),
+        ("1.85e19", "too long"),
+        ("\"9000h\"", "too long"),
+        ("inf", "not a finite duration"),
+        ("nan", "not a finite duration"),
+        ("0", "must be positive"),
+        ("-2", "must be positive"),
+        ("\"soon\"", "not a duration"),
+        ("\"5 parsecs\"", "not a duration"),
+    ] {
+        let (line, msg) = err(&format!("workers = 1\nduration_secs = {v}\n{PORT}"));
+        assert_eq!(line, Some(2), "{v}: {msg}");
+        assert!(msg.contains("duration_secs") && msg.contains(want), "{v}: {msg}");
+    }
+    let (line, msg) = err(&format!("workers = 1\nduration_secs = true\n{PORT}"));
+    assert_eq!(line, Some(2), "{msg}");
+    assert!(msg.contains("duration"), "{msg}");
+}

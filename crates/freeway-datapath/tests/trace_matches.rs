@@ -230,6 +230,11 @@ fn trace_verdicts_equal_the_datapaths() {
             udp([0x01, 0, 0x5e, 0, 0, 1], T1, None, "10.0.10.5", "10.0.10.33", 64),
         ),
         (
+            "multicast source on a port the firewall refuses new connections from",
+            "intruder",
+            syn([0x01, 0, 0x5e, 0, 0, 1], ROUTER, "10.0.20.66", "10.0.10.5"),
+        ),
+        (
             "bridged inside VLAN 20",
             "intruder",
             udp([0x02, 0, 0, 0, 0x20, 0x66], H2, None, "10.0.20.66", "10.0.20.7", 64),

@@ -308,7 +308,7 @@ fn read_and_write_on_one_port_and_sink_tx_without_write() {
 #[test]
 fn write_errors_are_reported_by_close_without_deadlock() {
     if !Path::new("/dev/full").exists() {
-        eprintln!("\n*** SKIPPED: no /dev/full ***\n");
+        freeway_testkit::skip("no /dev/full");
         return;
     }
     let mut w = PcapWriter::create(Path::new("/dev/full"), 1, 1).unwrap();
@@ -353,6 +353,8 @@ fn tcpdump_reads(path: &Path, frames: usize) {
             assert_eq!(text.lines().count(), frames, "tcpdump output:\n{text}");
             assert!(text.contains("vlan 7"), "tcpdump output:\n{text}");
         }
-        Err(_) => eprintln!("\n*** SKIPPED: tcpdump is not installed; pcap output not checked with tcpdump ***\n"),
+        Err(e) => freeway_testkit::skip(format!(
+            "tcpdump cannot run ({e}); pcap output not checked with tcpdump"
+        )),
     }
 }

@@ -91,9 +91,10 @@ struct RunArgs {
     /// TOML configuration file (default: the embedded demo, see `freeway default-config`).
     #[arg(short, long)]
     config: Option<PathBuf>,
-    /// Stop after this many seconds (overrides the config).
-    #[arg(short, long)]
-    duration: Option<f64>,
+    /// Stop after this long: seconds (1.5) or with a unit (300ms, 5s, 2m, 1h); overrides the
+    /// config.
+    #[arg(short, long, value_name = "DURATION", value_parser = config::parse_duration)]
+    duration: Option<Duration>,
     /// Number of workers (overrides the config).
     #[arg(short, long)]
     workers: Option<usize>,
@@ -145,9 +146,10 @@ struct CaptureArgs {
     /// TOML configuration file (default: the embedded demo).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Stop after this many seconds (overrides the config).
-    #[arg(long)]
-    duration: Option<f64>,
+    /// Stop after this long: seconds (1.5) or with a unit (300ms, 5s, 2m, 1h); overrides the
+    /// config.
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_duration)]
+    duration: Option<Duration>,
     /// Number of workers (overrides the config).
     #[arg(long)]
     workers: Option<usize>,
@@ -223,11 +225,6 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
         }
     }
     let dump_only = show != Show::Summary;
-    if let Some(d) = args.duration {
-        if d.is_nan() || d <= 0.0 {
-            return Err(format!("--duration must be positive (got {d})"));
-        }
-    }
     if let Some(w) = args.workers {
         if w == 0 || w > config::MAX_WORKERS {
             return Err(format!(
@@ -240,7 +237,7 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
     let mut printer = report::LivePrinter::default();
     let mut cb = |s: &runtime::Snapshot| printer.print(s);
     let opts = RunOptions {
-        duration: args.duration.map(Duration::from_secs_f64),
+        duration: args.duration,
         workers: args.workers,
         interval: Duration::from_secs(1),
         on_snapshot: if tables { Some(&mut cb) } else { None },

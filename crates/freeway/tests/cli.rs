@@ -867,3 +867,49 @@ fn capture_without_w_prints_one_tcpdump_style_line_per_packet() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn every_duration_flag_takes_one_syntax_and_refuses_unrepresentable_durations_clearly() {
+    let flags: [&[&str]; 7] = [
+        &["run", "-q", "-d"],
+        &["run", "-q", "--duration"],
+        &["fdb", "-d"],
+        &["neigh", "-d"],
+        &["conntrack", "-d"],
+        &["capture", "-i", "host-a", "-w", "/dev/null", "--duration"],
+        &["stress", "churn", "-d"],
+    ];
+    for flag in flags {
+        for (v, want) in [
+            ("inf", "not a finite duration"),
+            ("1e300", "too long (max 1 year"),
+            ("1.85e19", "too long"),
+            ("9000h", "too long"),
+            ("0", "must be positive"),
+            ("NaN", "not a finite duration"),
+            ("soon", "not a duration"),
+        ] {
+            let args: Vec<&str> = flag.iter().copied().chain([v]).collect();
+            let o = freeway(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "freeway {args:?}: {err}");
+            assert!(err.contains(want) && err.contains(v), "freeway {args:?}: {err}");
+        }
+    }
+    for flag in [
+        &["bench", "refcount", "--seconds"][..],
+        &["bench", "bridge", "--seconds"],
+    ] {
+        let args: Vec<&str> = flag.iter().copied().chain(["inf"]).collect();
+        let o = freeway(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "freeway {args:?}: {err}");
+        assert!(err.contains("not a finite duration"), "freeway {args:?}: {err}");
+    }
+    // Units and plain seconds both run.
+    let (dir, cfg) = router_config("durations");
+    for d in ["300ms", "0.3", "0.005m"] {
+        ok(&["run", "-q", "--config", cfg.to_str().unwrap(), "-d", d]);
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

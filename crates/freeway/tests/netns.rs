@@ -7,8 +7,8 @@
 //! and FDB changes through the control socket (`freeway ctl`) while a ping stream flows.
 //!
 //! Needs root (namespaces, veths, AF_PACKET): CI runs as root. Elsewhere every test prints a
-//! loud SKIPPED line and passes. Each test builds its own bed (a unique suffix) and tears it
-//! down, also on failure.
+//! loud SKIPPED line (shown by plain `cargo test`) and passes; with `CI` set it fails
+//! instead. Each test builds its own bed (a unique suffix) and tears it down, also on failure.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -41,13 +41,14 @@ extern "C" {
     fn libc_geteuid() -> u32;
 }
 
+/// Returns from the test, after a skip (see `freeway_testkit::skip`: loud, a failure under
+/// CI), when this machine cannot run namespace tests.
 macro_rules! need_root {
-    ($name:expr) => {
+    () => {
         if let Err(why) = can_run() {
-            eprintln!(
-                "\n*** SKIPPED {}: {why}: network namespace tests need root, ip, ping and python3 ***\n",
-                $name
-            );
+            freeway_testkit::skip(format!(
+                "{why}: network namespace tests need root, ip, ping and python3"
+            ));
             return;
         }
     };
@@ -244,7 +245,7 @@ fn ports(workers: usize, vlans: &[(&str, u16)]) -> String {
 
 #[test]
 fn bridge_carries_ping_and_tcp_between_namespaces() {
-    need_root!("bridge_carries_ping_and_tcp_between_namespaces");
+    need_root!();
     let mut bed = Bed::up("br");
     bed.start(&ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]));
     assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
@@ -262,7 +263,7 @@ fn bridge_carries_ping_and_tcp_between_namespaces() {
 
 #[test]
 fn router_firewall_and_capture_between_two_subnets() {
-    need_root!("router_firewall_and_capture_between_two_subnets");
+    need_root!();
     let mut bed = Bed::up("rt");
     // h1 in 10.1.0.0/24 (VLAN 10), h2 in 10.2.0.0/24 (VLAN 20), the router between them.
     for (h, net) in [("h1", 1), ("h2", 2)] {
@@ -346,7 +347,7 @@ write = "{}"
 
 #[test]
 fn route_and_fdb_changes_through_ctl_while_traffic_flows() {
-    need_root!("route_and_fdb_changes_through_ctl_while_traffic_flows");
+    need_root!();
     let mut bed = Bed::up("ctl");
     // h1 in 10.1.0.0/24 (VLAN 10); h2 and h3 in 10.2.0.0/24 (VLAN 20). Both h2 and h3 own the
     // service address 10.9.0.1; the route to 10.9.0.0/24 decides which one answers.

@@ -167,6 +167,10 @@ pub enum Prim {
     EtherMulticast,
     /// `ip multicast`.
     IpMulticast,
+    /// `ip broadcast`: IPv4 destination 255.255.255.255 or 0.0.0.0, which is what libpcap
+    /// compiles with a netmask of 0, as tcpdump passes when it reads a file or knows no
+    /// netmask for the interface (a capture on a Freeway port has no netmask).
+    IpBroadcast,
     /// `ip6 multicast`.
     Ip6Multicast,
     /// `arith relop arith` (`less`/`greater` become relations on `len`).

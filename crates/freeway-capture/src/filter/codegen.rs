@@ -318,6 +318,12 @@ impl Lower<'_> {
                     neg: false,
                 },
             ]),
+            // libpcap with netmask 0: the destination's host part (all of it) is all zeros
+            // or all ones.
+            Prim::IpBroadcast => P::And(vec![
+                self.linktype(ETHERTYPE_IP),
+                P::Or(vec![cmp(W, pl + 16, 0), cmp(W, pl + 16, u32::MAX)]),
+            ]),
             Prim::Ip6Multicast => P::And(vec![self.linktype(ETHERTYPE_IPV6), cmp(B, pl + 24, 255)]),
             Prim::Rel { op, lhs, rhs } => {
                 let l = self.value(lhs, span)?;

@@ -611,9 +611,14 @@ impl<'a> Parser<'a> {
                         self.last_q = None;
                         return Ok(Prim::Ip6Multicast);
                     }
-                    (Some(_), "broadcast") => {
-                        return Err(self.err_here("only 'ether broadcast' is supported (IP broadcast needs a netmask)"))
+                    (Some(Proto::Ip), "broadcast") => {
+                        self.pos += 1;
+                        self.last_q = None;
+                        return Ok(Prim::IpBroadcast);
                     }
+                    (Some(_), "broadcast") => return Err(self.err_here(
+                        "only link-layer and IP broadcast filters are supported ('ether broadcast', 'ip broadcast')",
+                    )),
                     _ => {}
                 }
             }

@@ -131,6 +131,7 @@ pub const ATOMS: &[&str] = &[
     "1 = 1",
     "0 = 1",
     "ip multicast",
+    "ip broadcast",
     "ip6 multicast",
     "ether[12:2] = 0x86dd && ip6[6] = 58",
     "sctp[0:2] = 80",

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod capture;
+pub mod duration;
 pub mod l3;
 pub mod stateful;
 
@@ -33,6 +34,8 @@ use freeway_io::gen::GenConfig;
 use freeway_io::pcap::PcapConfig;
 use serde::Deserialize;
 use toml::Spanned;
+
+pub use duration::{parse_duration, parse_seconds, DurationValue, MAX_DURATION};
 
 /// The embedded default: a bridge between two generator ports and a sink, for
 /// `freeway run` with no arguments.
@@ -48,10 +51,11 @@ pub struct Config {
     /// Worker threads (default: one per core, at most 2 ports' worth).
     #[serde(default)]
     pub workers: Option<Spanned<usize>>,
-    /// Stop after this many seconds (default: when every input is exhausted, or 5 s if some
-    /// input never ends).
+    /// Stop after this long: a number of seconds or a string with a unit such as `"5m"` (see
+    /// [`parse_duration`]; default: when every input is exhausted, or 5 s if some input never
+    /// ends).
     #[serde(default)]
-    pub duration_secs: Option<Spanned<f64>>,
+    pub duration_secs: Option<Spanned<DurationValue>>,
     /// Pin workers to cores (default true when there are enough cores).
     #[serde(default)]
     pub pin_workers: Option<bool>,
@@ -283,16 +287,12 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
         None => cores.min(2),
     };
     let duration_secs = match &cfg.duration_secs {
-        Some(d) => {
-            let v = *d.get_ref();
-            if !(v > 0.0 && v <= 86_400.0 * 365.0) {
-                return Err(err(
-                    Some(d.span()),
-                    format!("duration_secs: must be positive (got {v})"),
-                ));
-            }
-            Some(v)
-        }
+        Some(d) => Some(
+            d.get_ref()
+                .check()
+                .map_err(|e| err(Some(d.span()), format!("duration_secs = {e}")))?
+                .as_secs_f64(),
+        ),
         None => None,
     };
     if cfg.ports.is_empty() {

@@ -247,7 +247,10 @@ impl<L: Layout> Tables<'_, L> {
             at: at.clone(),
             result: describe(&pkt),
         });
-        if !self.conntrack(&pkt, &at, &mut t) {
+        // As in the datapath, a frame from a group source goes straight to the bridge, which
+        // drops it: conntrack never sees it.
+        let group_src = pkt.data().get(6).is_some_and(|b| b & 1 != 0);
+        if !group_src && !self.conntrack(&pkt, &at, &mut t) {
             return t;
         }
         self.bridge(pkt, 0, &mut t);

@@ -173,9 +173,18 @@ pub(crate) fn process_batch<L: Layout, T: TapPoint>(
     } = w;
     let n = batch.len() as u64;
     let mut bytes = 0;
+    let bc = &bw.counters;
     batch.retain_or_recycle(&mut tx.pool, |p| {
         bytes += p.len();
         match parse(p) {
+            // A group (multicast or broadcast) source address: the bridge drops such a frame
+            // (`drop_src_multicast`). Dropped here, counted as the bridge counts it, so that
+            // no stage before the bridge (conntrack) acts on a frame that goes nowhere.
+            Ok(()) if p.data().get(6).is_some_and(|b| b & 1 != 0) => {
+                bc.rx.inc();
+                bc.drop_src_multicast.inc();
+                false
+            }
             Ok(()) => {
                 p.meta.in_port = port;
                 true

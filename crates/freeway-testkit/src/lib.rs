@@ -1,0 +1,47 @@
+//! Test support shared by Freeway's test suites.
+//!
+//! # Skipping
+//!
+//! Some tests need what a machine may lack: root for network namespaces, `tcpdump` to read a
+//! capture back. Such a test calls [`skip`] with the reason and returns. A skip must not pass
+//! unseen:
+//!
+//! * The line goes straight to the process's standard error through [`std::io::stderr`],
+//!   not through `eprintln!`: libtest captures what the `print!` family writes for a test
+//!   that passes and shows it only with `--nocapture`, but it does not capture writes to the
+//!   stream itself, so the line shows in plain `cargo test` output, between the `test ...
+//!   ok` lines. It names the test (libtest runs each test on a thread named after it).
+//! * When the environment variable `CI` is set (to anything but `0` or `false`), a skip
+//!   panics instead: CI provides what the tests need, and a test that cannot run there
+//!   fails.
+#![warn(missing_docs)]
+
+use std::fmt::Display;
+use std::io::Write;
+
+/// Whether the environment variable `CI` asks skips to fail: set, and not empty, `0` or
+/// `false`.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+}
+
+/// The line [`skip`] writes for the current test.
+pub fn skip_line(why: &dyn Display) -> String {
+    let t = std::thread::current();
+    let test = t.name().filter(|n| *n != "main").unwrap_or("a test");
+    format!("*** SKIPPED {test}: {why} ***")
+}
+
+/// Reports that the calling test cannot do (all or part of) its work on this machine, for
+/// `why`; the caller then returns (or leaves out the part). Under CI ([`in_ci`]) it panics
+/// with the same line instead. See the crate documentation.
+#[track_caller]
+pub fn skip(why: impl Display) {
+    let line = skip_line(&why);
+    if in_ci() {
+        panic!("{line}: CI is set, so a test that cannot run fails");
+    }
+    // Written to the stream, past libtest's capture of `eprintln!`, in one write so that
+    // parallel tests do not interleave within it.
+    let _ = std::io::stderr().write_all(format!("\n{line}\n\n").as_bytes());
+}
