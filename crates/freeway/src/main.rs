@@ -66,6 +66,7 @@ enum Cmd {
     /// Capture packets of a port while the datapath runs, like tcpdump (pcap to a file or `-w -`).
     Capture(CaptureArgs),
     /// Talk to a running datapath (`freeway run --ctl PATH`): stats, fdb, routes, neighbours, connections.
+    #[command(disable_help_subcommand = true)]
     Ctl(CtlArgs),
     /// Check a configuration file and print what it describes, without running it.
     Check {
@@ -134,11 +135,11 @@ struct CtlArgs {
     #[arg(short, long, default_value = "/run/freeway.sock")]
     socket: PathBuf,
     /// Print JSON.
-    #[arg(short = 'j', long)]
+    #[arg(short = 'j', long, global = true)]
     json: bool,
     /// The request, e.g. `route add 10.9.0.0/24 via 10.0.20.7` (`help` lists them).
-    #[arg(required = true, allow_hyphen_values = true)]
-    words: Vec<String>,
+    #[command(subcommand)]
+    cmd: runtime::control::cli::CtlCmd,
 }
 
 #[derive(Args)]
@@ -160,24 +161,13 @@ struct CaptureArgs {
     /// instead of running one.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["config", "duration", "workers"])]
     ctl: Option<PathBuf>,
-    /// The port to capture on (its name in the config).
-    #[arg(short = 'i', long = "interface", required_unless_present = "dump")]
-    interface: Option<String>,
-    /// Direction: in, out or inout (as tcpdump -Q).
-    #[arg(short = 'Q', long = "direction", default_value = "inout")]
-    direction: String,
-    /// Bytes kept of each packet (tcpdump -s; 0 means 262144).
-    #[arg(short = 's', long = "snapshot-length", default_value_t = 262_144)]
-    snaplen: u32,
-    /// Stop after this many packets.
-    #[arg(short = 'c')]
-    count: Option<u64>,
+    /// What to capture: -i PORT, -Q, -s, -c, --format, the filter.
+    #[command(flatten)]
+    tap: runtime::control::cli::TapArgs,
     /// Write packets to this file (`-` = standard output; `.pcapng` writes pcapng). Without
     /// -w, one decoded line per packet is printed, as tcpdump does.
     #[arg(short = 'w')]
     write: Option<String>,
-    /// Filter expression, tcpdump syntax (e.g. `tcp port 80 and host 10.0.0.1`).
-    expression: Vec<String>,
 }
 
 /// What a run prints at the end.
@@ -305,34 +295,26 @@ fn route_cmd(a: RouteArgs) -> Result<(), String> {
 }
 
 fn ctl_cmd(a: CtlArgs) -> Result<(), String> {
-    let r = runtime::ctl_request(&a.socket, &a.words)?;
-    if r["ok"] != true {
-        return Err(r["error"].as_str().unwrap_or("request failed").to_string());
-    }
+    let req = a.cmd.request().map_err(|e| e.to_string())?;
+    let r = runtime::ctl_send(&a.socket, &req).map_err(|e| e.to_string())?;
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&r["data"]).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&r.data).expect("json"));
     } else {
-        out!("{}", r["text"].as_str().unwrap_or_default());
+        out!("{}", r.text);
     }
     Ok(())
 }
 
+/// The usage of `freeway capture`.
+const CAPTURE_USAGE: &str = "freeway capture -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] [-w FILE] [FILTER...]";
+
 /// `freeway capture --ctl PATH`: a tap on a running datapath, streamed back.
-fn capture_live(a: &CaptureArgs, sock: &std::path::Path, filter: String) -> Result<(), String> {
+fn capture_live(a: &CaptureArgs, sock: &std::path::Path) -> Result<(), String> {
     let w = a.write.as_deref().unwrap_or("-");
-    let pcapng = w != "-"
-        && std::path::Path::new(w)
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("pcapng"));
-    let words: Vec<String> = vec![
-        "capture".into(),
-        a.interface.clone().unwrap_or_default(),
-        a.direction.clone(),
-        (if a.snaplen == 0 { 262_144 } else { a.snaplen }).to_string(),
-        a.count.unwrap_or(0).to_string(),
-        if pcapng { "pcapng" } else { "pcap" }.into(),
-        filter,
-    ];
+    let mut tap = a.tap.options(CAPTURE_USAGE).map_err(|e| e.to_string())?;
+    if tap.format.is_none() && w != "-" {
+        tap.format = Some(config::capture::FileFormat::of_path(std::path::Path::new(w)));
+    }
     let mut out: Box<dyn std::io::Write> = if a.write.is_none() {
         Box::new(freeway_datapath::decode::PcapText::new(std::io::stdout().lock()))
     } else if w == "-" {
@@ -342,7 +324,7 @@ fn capture_live(a: &CaptureArgs, sock: &std::path::Path, filter: String) -> Resu
             std::fs::File::create(w).map_err(|e| format!("-w {w}: {e}"))?,
         ))
     };
-    runtime::ctl_capture(sock, &words, &mut out)
+    runtime::ctl_capture(sock, &tap, &mut out).map_err(|e| e.to_string())
 }
 
 fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
@@ -357,54 +339,34 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         ctl: None,
         metrics: None,
     };
-    let filter = a.expression.join(" ");
     if a.dump {
-        let prog = freeway_capture::compile(&filter, a.snaplen.max(1)).map_err(|e| format!("filter: {e}"))?;
+        let filter = a.tap.expression.join(" ");
+        let prog = freeway_capture::compile(&filter, a.tap.snaplen.max(1)).map_err(|e| format!("filter: {e}"))?;
         out!("{}", freeway_capture::bpf::dump(&prog));
         return Ok(());
     }
     if let Some(sock) = &a.ctl {
-        return capture_live(&a, sock, filter);
+        return capture_live(&a, sock);
     }
+    let tap = a.tap.options(CAPTURE_USAGE).map_err(|e| e.to_string())?;
     let mut cfg = load(&run)?;
-    let iface = a.interface.as_deref().unwrap_or_default();
-    let Some(port) = cfg.ports.iter().position(|p| p.name == iface) else {
-        let names: Vec<&str> = cfg.ports.iter().map(|p| p.name.as_str()).collect();
-        return Err(format!("-i {iface}: no such port (ports: {})", names.join(", ")));
-    };
-    let direction = match a.direction.as_str() {
-        "in" => config::capture::Direction::In,
-        "out" => config::capture::Direction::Out,
-        "inout" => config::capture::Direction::Inout,
-        d => return Err(format!("-Q {d}: must be in, out or inout")),
-    };
-    let snaplen = if a.snaplen == 0 { 262_144 } else { a.snaplen };
-    if snaplen > 262_144 {
-        return Err(format!("-s {snaplen}: at most 262144"));
-    }
-    if a.count == Some(0) {
-        return Err("-c 0: count must be at least 1".into());
-    }
-    freeway_capture::compile(&filter, snaplen).map_err(|e| format!("filter: {e}"))?;
     let text = a.write.is_none();
     let w = a.write.as_deref().unwrap_or("-");
     let write = (w != "-").then(|| PathBuf::from(w));
-    let pcapng = write
-        .as_ref()
-        .is_some_and(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("pcapng")));
-    if write.is_none() && cfg.taps.iter().any(|t| t.write.is_none()) {
+    let names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+    let compile = |f: &str, snaplen: u32| {
+        freeway_capture::compile(f, snaplen)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let mut spec = tap
+        .check(&names, compile, write)
+        .map_err(|e| runtime::control::cli::flag_error(&e))?;
+    spec.text = text;
+    if spec.write.is_none() && cfg.taps.iter().any(|t| t.write.is_none()) {
         return Err("a tap of the config already writes to standard output: use -w FILE".into());
     }
-    cfg.taps.push(config::capture::TapSpec {
-        port: port as u16,
-        direction,
-        filter,
-        snaplen,
-        write,
-        pcapng,
-        count: a.count,
-        text,
-    });
+    cfg.taps.push(spec);
     run_loaded(run, cfg, Show::Capture)
 }
 

@@ -410,13 +410,17 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    let r = raw_request(&sock, b"{\"not\": \"an array\"}\n");
-    assert_eq!(r["ok"], false);
-    assert!(r["error"].as_str().unwrap().contains("malformed request"), "{r}");
+    let r = raw_request(&sock, b"{\"not\": \"a request\"}\n");
+    assert_eq!(r["error"]["kind"], "malformed", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("malformed request"),
+        "{r}"
+    );
     let mut big = vec![b'['; freeway_datapath::runtime::MAX_REQUEST + 10];
     big.push(b'\n');
     let r = raw_request(&sock, &big);
-    assert!(r["error"].as_str().unwrap().contains("longer than"), "{r}");
+    assert_eq!(r["error"]["kind"], "too_long", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("longer than"), "{r}");
     let text = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
     assert_eq!(text.lines().count(), 8, "5 routes + the ECMP route's 3 lines: {text}");
 

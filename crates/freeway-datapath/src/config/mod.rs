@@ -467,11 +467,12 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
         &freeway_conntrack::Timeouts::names(),
     )
     .map_err(lift)?;
+    let port_names: Vec<String> = cfg.ports.iter().map(|p| p.name.get_ref().clone()).collect();
     let taps = capture::check(
         &cfg.taps,
-        port_index,
-        |f| {
-            freeway_capture::compile(f, freeway_capture::filter::DEFAULT_SNAPLEN)
+        &port_names,
+        |f, snaplen| {
+            freeway_capture::compile(f, snaplen)
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         },

@@ -3,36 +3,47 @@
 //!
 //! # Protocol
 //!
-//! One request per connection: a JSON array of words (the `freeway ctl` arguments, e.g.
-//! `["route","add","10.9.0.0/24","via","10.0.20.7"]`) on one line of at most
-//! [`MAX_REQUEST`] bytes; one reply: a JSON object on one line, `{"ok":true,"text":...,
-//! "data":...}` (`text` as the command prints it, `data` for `-j`) or `{"ok":false,
-//! "error":...}`. A malformed, oversized or unknown request gets an error and changes nothing.
-//!
-//! Commands: `stats`; `fdb show|add|del|flush`; `route show|add|replace|del`;
-//! `neigh show|add|del|flush`; `conntrack list|flush [zone N]`; `trace FIELDS` (see
-//! [`super::trace`]); `help` (see [`HELP`]); and
-//! `capture PORT DIR SNAPLEN COUNT FORMAT FILTER` (what `freeway capture --ctl` sends): the
-//! reply line is followed, on the same connection, by the capture itself (pcap or pcapng)
-//! until COUNT packets (0: no limit) or until the client goes away, which detaches the tap.
+//! One request per connection, one reply: typed JSON lines, see [`protocol`]. `freeway ctl`
+//! builds its requests from its command line ([`cli`]); the commands are listed in [`HELP`].
+//! A `capture` request's reply is followed, on the same connection, by the capture itself
+//! (pcap or pcapng) until its count is reached or the client goes away (which detaches the
+//! tap).
 //!
 //! # Threads
 //!
-//! One thread (`fw-ctl`) accepts and serves connections one at a time (a second client waits
-//! in the listen backlog; a client that sends nothing is dropped after [`CLIENT_TIMEOUT`]).
-//! It owns the RIB while the datapath runs: route changes publish a new FIB version that
-//! workers pick up at their next lookup (their caches refill by generation); it never takes
-//! a lock a worker could wait on. FDB and neighbour changes go to the tables' own writer
-//! threads (`fw-fdb`, `fw-neigh`: each table has one writer) through a channel, with the
-//! answer coming back on another; in offline runs the worker owns those writers and the
-//! socket refuses such changes.
+//! * **The control thread** (`fw-ctl`) owns the RIB while the datapath runs and answers the
+//!   requests one at a time, from a queue: route changes publish a new FIB version that
+//!   workers pick up at their next lookup (their caches refill by generation); it never takes
+//!   a lock a worker could wait on. FDB and neighbour changes go to the tables' own writer
+//!   threads (`fw-fdb`, `fw-neigh`: each table has one writer) through a channel, with the
+//!   answer coming back on another; in offline runs the worker owns those writers and the
+//!   socket refuses such changes. It never reads from or waits on a client: a reply is handed
+//!   back as a string.
+//! * **The acceptor** (`fw-ctl-accept`) accepts connections. At most [`MAX_CLIENTS`] are
+//!   served at once; one more gets a `busy` error at once (counted) and is closed.
+//! * **One client thread per connection** (`fw-ctl-client`) reads the request line, which
+//!   must arrive whole within [`REQUEST_DEADLINE`] of the connection (a client that trickles
+//!   or sends nothing gets a `timeout` error and is closed, counted), decodes it, queues it
+//!   for the control thread, and writes the reply, which must be taken within
+//!   [`REPLY_DEADLINE`] (a client that does not read is dropped, counted and logged).
+//!
+//! So a slow, idle or non-reading client holds only its own thread: the control thread and
+//! the other clients go on. The socket's counters are `freeway ctl clients`.
+//!
+//! The socket file is created by [`bind`] only where nothing is (or a stale socket whose
+//! server is gone: connecting is refused); anything else there (a file, a directory, a live
+//! socket) is left alone and the run refused. At exit the file is removed only if it is
+//! still the socket this run created (same device and inode).
 
-use std::io::{BufRead, BufReader, Read, Write};
+pub mod cli;
+pub mod protocol;
+
+use std::io::{Read, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,10 +52,13 @@ use freeway_bridge::{Fdb, FdbWriter, Layout, Mac, PortVlan};
 use freeway_conntrack::Conntrack;
 use freeway_l3::neigh::NeighWriter;
 use freeway_l3::{Interfaces, Neigh};
-use freeway_route::{NextHop, Prefix, Rib, Route};
+use freeway_route::{NextHop, Prefix, Rib, Route, RouteError};
 use freeway_sync::Clock;
 use freeway_sync::Tick;
 use serde_json::{json, Value};
+
+pub use protocol::{CtlError, Reply, Request, MAX_REQUEST};
+use protocol::{Hops, Response, TapOptions};
 
 use super::{RunError, Snapper};
 
@@ -72,7 +86,7 @@ pub(crate) enum NeighOp {
 /// [`TAKEN`], [`CANCELLED`]): the writer applies a request only if it moves the word from
 /// pending to taken, and the asker gives up only if it moves it from pending to cancelled, so
 /// a request the asker reported as not done is never applied later.
-pub(crate) type Op<T> = (T, Sender<Result<String, String>>, Arc<AtomicU8>);
+pub(crate) type Op<T> = (T, Sender<Result<String, CtlError>>, Arc<AtomicU8>);
 
 /// Waiting in the queue.
 const PENDING: u8 = 0;
@@ -83,7 +97,7 @@ const CANCELLED: u8 = 2;
 
 /// Answers every request waiting in `rx` with `apply` (a table's writer thread, between its
 /// rounds), skipping those their asker gave up on. Returns how many were applied.
-fn drain<T>(rx: &Receiver<Op<T>>, mut apply: impl FnMut(T) -> Result<String, String>) -> usize {
+fn drain<T>(rx: &Receiver<Op<T>>, mut apply: impl FnMut(T) -> Result<String, CtlError>) -> usize {
     let mut n = 0;
     while let Ok((op, reply, claim)) = rx.try_recv() {
         if claim
@@ -100,12 +114,15 @@ fn drain<T>(rx: &Receiver<Op<T>>, mut apply: impl FnMut(T) -> Result<String, Str
 /// Applies the FDB changes waiting in `rx` (the FDB writer thread).
 pub(crate) fn apply_fdb<L: Layout>(w: &mut FdbWriter<L>, rx: &Receiver<Op<FdbOp>>, now: Tick) -> usize {
     drain(rx, |op| match op {
-        FdbOp::Add(mac, vlan, port) => w
-            .add_static(mac, vlan, port, now)
-            .map(|_| String::new())
-            .map_err(|e| e.to_string()),
+        FdbOp::Add(mac, vlan, port) => w.add_static(mac, vlan, port, now).map(|_| String::new()).map_err(|e| {
+            use freeway_bridge::FdbError as E;
+            match e {
+                E::StaticLimit | E::LearnLimit => CtlError::Conflict(e.to_string()),
+                E::MulticastAddress(_) | E::BadVlan(_) => CtlError::Invalid(e.to_string()),
+            }
+        }),
         FdbOp::Del(mac, vlan) if w.delete(mac, vlan) => Ok(String::new()),
-        FdbOp::Del(mac, vlan) => Err(format!("no entry for {mac} vlan {vlan}")),
+        FdbOp::Del(mac, vlan) => Err(CtlError::NotFound(format!("no entry for {mac} vlan {vlan}"))),
         FdbOp::Flush => Ok(format!("{} entries flushed\n", w.flush(false))),
     })
 }
@@ -113,20 +130,61 @@ pub(crate) fn apply_fdb<L: Layout>(w: &mut FdbWriter<L>, rx: &Receiver<Op<FdbOp>
 /// Applies the neighbour changes waiting in `rx` (the neighbour writer thread).
 pub(crate) fn apply_neigh(w: &mut NeighWriter, rx: &Receiver<Op<NeighOp>>, now: Tick) -> usize {
     drain(rx, |op| match op {
-        NeighOp::Add(ip, iface, mac) => w
-            .add_static(ip, iface, mac, now)
-            .map(|_| String::new())
-            .map_err(|e| e.to_string()),
+        NeighOp::Add(ip, iface, mac) => w.add_static(ip, iface, mac, now).map(|_| String::new()).map_err(|e| {
+            use freeway_l3::neigh::NeighError as E;
+            match e {
+                E::StaticLimit => CtlError::Conflict(e.to_string()),
+                E::BadMac(_) | E::BadAddress(_) => CtlError::Invalid(e.to_string()),
+            }
+        }),
         NeighOp::Del(ip, iface) if w.delete(ip, iface) => Ok(String::new()),
-        NeighOp::Del(ip, _) => Err(format!("no neighbour {ip} on that interface")),
+        NeighOp::Del(ip, _) => Err(CtlError::NotFound(format!("no neighbour {ip} on that interface"))),
         NeighOp::Flush(iface) => Ok(format!("{} entries flushed\n", w.flush(iface, false))),
     })
 }
 
-/// Longest request line.
-pub const MAX_REQUEST: usize = 64 * 1024;
-/// How long a connected client may take to send its request.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long after connecting a client may take to send its whole request line.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// How long a client may take to read its whole reply.
+pub const REPLY_DEADLINE: Duration = Duration::from_secs(5);
+/// Most clients served at once (those beyond get a `busy` error at once).
+pub const MAX_CLIENTS: usize = 16;
+
+/// The control socket's own counters (`freeway ctl clients`).
+#[derive(Debug, Default)]
+pub(crate) struct ClientStats {
+    /// Clients being served now.
+    active: AtomicU64,
+    /// Requests answered (whatever the answer).
+    answered: AtomicU64,
+    /// Clients refused because [`MAX_CLIENTS`] were being served.
+    busy: AtomicU64,
+    /// Clients whose request did not arrive whole within [`REQUEST_DEADLINE`].
+    timed_out: AtomicU64,
+    /// Clients dropped because they did not read their reply within [`REPLY_DEADLINE`].
+    dropped: AtomicU64,
+}
+
+impl ClientStats {
+    fn reply(&self) -> Reply {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (active, answered, busy, timed_out, dropped) = (
+            g(&self.active),
+            g(&self.answered),
+            g(&self.busy),
+            g(&self.timed_out),
+            g(&self.dropped),
+        );
+        Reply::new(
+            format!(
+                "clients: {active} active (at most {MAX_CLIENTS}), {answered} answered, {busy} refused busy, \
+                 {timed_out} timed out sending, {dropped} dropped not reading\n"
+            ),
+            json!({"active": active, "max": MAX_CLIENTS, "answered": answered, "busy": busy,
+                   "timed_out": timed_out, "dropped": dropped}),
+        )
+    }
+}
 
 /// What the control thread works on.
 pub(crate) struct Control<L: Layout> {
@@ -178,18 +236,20 @@ const WRITER_WAIT: Duration = Duration::from_secs(2);
 
 /// Sends `op` to a writer thread and waits (bounded) for its answer. A request that is not
 /// taken in time is withdrawn, so "did not answer" always means "not done".
-fn ask<T>(q: &Option<Sender<Op<T>>>, op: T) -> Result<(String, Value), String> {
-    let q = q
-        .as_ref()
-        .ok_or("this run's tables are written by its worker (offline pcap run): no live changes")?;
+fn ask<T>(q: &Option<Sender<Op<T>>>, op: T) -> Result<Reply, CtlError> {
+    let q = q.as_ref().ok_or_else(|| {
+        CtlError::Unavailable("this run's tables are written by its worker (offline pcap run): no live changes".into())
+    })?;
     let (tx, rx) = bounded(1);
     let claim = Arc::new(AtomicU8::new(PENDING));
     q.send_timeout((op, tx, claim.clone()), WRITER_WAIT)
         .map_err(|e| match e {
             crossbeam_channel::SendTimeoutError::Timeout(_) => {
-                "the table's writer is busy: nothing done, try again".to_string()
+                CtlError::Busy("the table's writer is busy: nothing done, try again".into())
             }
-            crossbeam_channel::SendTimeoutError::Disconnected(_) => "the table's writer has stopped".to_string(),
+            crossbeam_channel::SendTimeoutError::Disconnected(_) => {
+                CtlError::Unavailable("the table's writer has stopped".into())
+            }
         })?;
     let text = match rx.recv_timeout(WRITER_WAIT) {
         Ok(r) => r?,
@@ -198,49 +258,122 @@ fn ask<T>(q: &Option<Sender<Op<T>>>, op: T) -> Result<(String, Value), String> {
                 .compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                return Err("the table's writer did not take the request in time: nothing done, try again".into());
+                return Err(CtlError::Busy(
+                    "the table's writer did not take the request in time: nothing done, try again".into(),
+                ));
             }
             // The writer took it: the answer is on its way.
             rx.recv()
-                .map_err(|_| "the table's writer stopped while applying the request".to_string())??
+                .map_err(|_| CtlError::Failed("the table's writer stopped while applying the request".into()))??
         }
     };
-    Ok((text, Value::Null))
+    Ok(Reply::new(text, Value::Null))
 }
 
-/// Binds `path` (replacing a stale socket file, refusing a live one) with mode 0600.
-pub(crate) fn bind(path: &Path) -> Result<UnixListener, RunError> {
-    let e = |m: String| RunError(format!("control socket {}: {m}", path.display()));
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(e("another freeway is listening there".into()));
+/// The control socket's listener: removes its socket file when dropped, if the file is still
+/// the socket it created.
+pub(crate) struct Listener {
+    listener: UnixListener,
+    path: PathBuf,
+    /// Device and inode of the socket file this listener created.
+    id: (u64, u64),
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if m.file_type().is_socket() && (m.dev(), m.ino()) == self.id => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    tracing::warn!(path = %self.path.display(), error = %e, "cannot remove the control socket");
+                }
+            }
+            Ok(_) => tracing::warn!(
+                path = %self.path.display(),
+                "the control socket file was replaced while running: left alone"
+            ),
+            Err(_) => {}
         }
-        std::fs::remove_file(path).map_err(|x| e(format!("cannot remove the stale socket: {x}")))?;
+    }
+}
+
+/// Binds `path` with mode 0600. Only a stale socket (one nobody listens on: connecting is
+/// refused) is replaced; a live socket, a file, a directory or anything else there is left
+/// alone and refused.
+pub(crate) fn bind(path: &Path) -> Result<Listener, RunError> {
+    let e = |m: String| RunError(format!("control socket {}: {m}", path.display()));
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
+            Ok(_) => return Err(e("another freeway (or another program) is listening there".into())),
+            Err(x) if x.kind() == std::io::ErrorKind::ConnectionRefused => {
+                tracing::info!(path = %path.display(), "removing a stale control socket");
+                std::fs::remove_file(path).map_err(|x| e(format!("cannot remove the stale socket: {x}")))?;
+            }
+            Err(x) => return Err(e(format!("a socket is there and cannot be checked ({x}): left alone"))),
+        },
+        Ok(m) => {
+            let what = if m.is_dir() {
+                "a directory"
+            } else if m.file_type().is_symlink() {
+                "a symbolic link"
+            } else if m.is_file() {
+                "a regular file"
+            } else {
+                "not a socket"
+            };
+            return Err(e(format!(
+                "{what} is there, not a socket: left alone (remove it or choose another path)"
+            )));
+        }
+        Err(x) if x.kind() == std::io::ErrorKind::NotFound => {}
+        Err(x) => return Err(e(x.to_string())),
     }
     let l = UnixListener::bind(path).map_err(|x| e(x.to_string()))?;
+    let m = std::fs::symlink_metadata(path).map_err(|x| e(x.to_string()))?;
+    let listener = Listener {
+        listener: l,
+        path: path.to_path_buf(),
+        id: (m.dev(), m.ino()),
+    };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|x| e(x.to_string()))?;
-    l.set_nonblocking(true).map_err(|x| e(x.to_string()))?;
-    Ok(l)
+    listener.listener.set_nonblocking(true).map_err(|x| e(x.to_string()))?;
+    Ok(listener)
 }
 
-/// How often an idle control thread looks for a client.
+/// How often an idle acceptor looks for a client.
 const IDLE_POLL: Duration = Duration::from_millis(10);
 
+/// A request handed to the control thread, with where its answer goes. A `capture` request
+/// carries its connection (the capture is streamed on it); its answer is `None` when the
+/// control thread has answered on the connection itself.
+struct Job {
+    request: Request,
+    stream: Option<UnixStream>,
+    answer: Sender<Option<Result<Reply, CtlError>>>,
+}
+
 /// Serves requests until `stop` is set; returns the state (with the RIB) for the final dumps.
-pub(crate) fn serve<L: Layout>(l: UnixListener, mut c: Control<L>, stop: Arc<AtomicBool>) -> Control<L> {
-    // Right after a request the next one is likely (a script, `freeway stress churn`): poll
-    // again soon, backing off to 10 ms while nobody calls.
-    let mut nap = IDLE_POLL;
+/// The socket file is removed (if still ours) when this returns.
+pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicBool>) -> Control<L> {
+    let stats = Arc::new(ClientStats::default());
+    let (jobs_tx, jobs) = bounded::<Job>(MAX_CLIENTS);
+    let acceptor = {
+        let (stats, stop) = (stats.clone(), stop.clone());
+        std::thread::Builder::new().name("fw-ctl-accept".into()).spawn(move || {
+            accept_loop(&l, &jobs_tx, &stats, &stop);
+            l
+        })
+    };
+    let acceptor = match acceptor {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the control socket's acceptor: no control socket");
+            None
+        }
+    };
     while !stop.load(Ordering::Relaxed) {
-        match l.accept() {
-            Ok((s, _)) => {
-                c.client(s);
-                nap = Duration::from_micros(50);
-            }
-            Err(_) => {
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(IDLE_POLL);
-            }
+        if let Ok(job) = jobs.recv_timeout(IDLE_POLL) {
+            let answer = c.job(job.request, job.stream, &stats);
+            let _ = job.answer.send(answer);
         }
         // Reap the captures that ended (count reached, client gone).
         let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut c.captures)
@@ -251,72 +384,314 @@ pub(crate) fn serve<L: Layout>(l: UnixListener, mut c: Control<L>, stop: Arc<Ato
             c.reap(t);
         }
     }
+    // Requests still queued are answered: the datapath is stopping.
+    drop(jobs);
     // The datapath stops: end the captures, so their clients see the end of the stream.
     for t in std::mem::take(&mut c.captures) {
         (c.detach)(t.id());
         let _ = t.join();
     }
+    if let Some(h) = acceptor {
+        // Dropping the listener removes the socket file.
+        drop(h.join());
+    }
     c
+}
+
+/// The acceptor: hands each connection to a client thread, at most [`MAX_CLIENTS`] at once.
+fn accept_loop(l: &Listener, jobs: &Sender<Job>, stats: &Arc<ClientStats>, stop: &AtomicBool) {
+    // Right after a connection the next one is likely (a script, `freeway stress churn`):
+    // poll again soon, backing off to 10 ms while nobody calls.
+    let mut nap = IDLE_POLL;
+    while !stop.load(Ordering::Relaxed) {
+        let s = match l.listener.accept() {
+            Ok((s, _)) => s,
+            Err(_) => {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(IDLE_POLL);
+                continue;
+            }
+        };
+        nap = Duration::from_micros(50);
+        let connected = Instant::now();
+        if stats.active.load(Ordering::Relaxed) >= MAX_CLIENTS as u64 {
+            refuse_busy(s, stats);
+            continue;
+        }
+        stats.active.fetch_add(1, Ordering::Relaxed);
+        let (jobs, st) = (jobs.clone(), stats.clone());
+        let spawned = std::thread::Builder::new().name("fw-ctl-client".into()).spawn(move || {
+            client(s, connected, &jobs, &st);
+            st.active.fetch_sub(1, Ordering::Relaxed);
+        });
+        if let Err(e) = spawned {
+            stats.active.fetch_sub(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, "cannot start a control client thread");
+        }
+    }
+}
+
+/// Tells a client over the limit that the socket is busy (a short line into an empty socket
+/// buffer: never waits) and closes it.
+fn refuse_busy(s: UnixStream, stats: &ClientStats) {
+    let n = stats.busy.fetch_add(1, Ordering::Relaxed) + 1;
+    tracing::warn!(
+        refused = n,
+        max = MAX_CLIENTS,
+        "control client refused: too many clients"
+    );
+    let _ = s.set_nonblocking(true);
+    let line = Response::line(Err(CtlError::Busy(format!(
+        "the control socket is busy ({MAX_CLIENTS} clients being served): nothing done, try again"
+    ))));
+    let _ = (&s).write_all(line.as_bytes());
+}
+
+/// Reads the request line: whole within `deadline`, at most [`MAX_REQUEST`] + 1 bytes (a longer
+/// line is refused when that much has come).
+fn read_request(s: &UnixStream, deadline: Instant) -> Result<Vec<u8>, CtlError> {
+    let mut line = Vec::with_capacity(256);
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(CtlError::Timeout(format!(
+                "the request did not arrive whole within {} s of connecting",
+                REQUEST_DEADLINE.as_secs()
+            )));
+        }
+        s.set_read_timeout(Some(left))
+            .map_err(|e| CtlError::Failed(format!("reading the request: {e}")))?;
+        match (&*s).read(&mut buf) {
+            Ok(0) => return Ok(line),
+            Ok(n) => {
+                let chunk = &buf[..n];
+                if let Some(i) = chunk.iter().position(|&b| b == b'\n') {
+                    line.extend_from_slice(&chunk[..=i]);
+                    return Ok(line);
+                }
+                line.extend_from_slice(chunk);
+                if line.len() > MAX_REQUEST {
+                    return Ok(line);
+                }
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(CtlError::Failed(format!("reading the request: {e}"))),
+        }
+    }
+}
+
+/// Writes `bytes` whole within `deadline`; false if the client did not take them in time (or
+/// went away).
+fn write_within(s: &UnixStream, bytes: &[u8], deadline: Instant) -> bool {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_write_timeout(Some(left)).is_err() {
+            return false;
+        }
+        match (&*s).write(rest) {
+            Ok(0) => return false,
+            Ok(n) => rest = &rest[n..],
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// Serves one connection (a client thread): request in, reply out, each with its deadline.
+fn client(s: UnixStream, connected: Instant, jobs: &Sender<Job>, stats: &ClientStats) {
+    let _ = s.set_nonblocking(false);
+    let answer = match read_request(&s, connected + REQUEST_DEADLINE) {
+        Err(e) => {
+            if let CtlError::Timeout(_) = e {
+                let n = stats.timed_out.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::warn!(timed_out = n, error = %e, "control client timed out sending its request");
+            } else {
+                tracing::warn!(error = %e, "control request refused");
+            }
+            Some(Err(e))
+        }
+        Ok(line) => match protocol::decode_request(&line) {
+            Err(e) => {
+                tracing::warn!(error = %e, kind = e.kind(), "control request refused");
+                Some(Err(e))
+            }
+            Ok(request) => {
+                let stream = match &request {
+                    Request::Capture(_) => s.try_clone().ok(),
+                    _ => None,
+                };
+                let (tx, rx) = bounded(1);
+                let gone = || CtlError::Unavailable("the datapath is stopping".into());
+                match jobs.send(Job {
+                    request,
+                    stream,
+                    answer: tx,
+                }) {
+                    Ok(()) => rx.recv().unwrap_or_else(|_| Some(Err(gone()))),
+                    Err(_) => Some(Err(gone())),
+                }
+            }
+        },
+    };
+    let Some(answer) = answer else {
+        // Answered on the connection (a capture stream): nothing more to write here.
+        stats.answered.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let line = Response::line(answer);
+    if write_within(&s, line.as_bytes(), Instant::now() + REPLY_DEADLINE) {
+        stats.answered.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let n = stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::warn!(
+            dropped = n,
+            reply_bytes = line.len(),
+            "control client dropped: it did not take its reply within {} s",
+            REPLY_DEADLINE.as_secs()
+        );
+    }
+    let _ = s.shutdown(std::net::Shutdown::Both);
+}
+
+/// `freeway ctl`'s side: connects to the datapath's socket.
+fn connect(path: &Path) -> Result<UnixStream, CtlError> {
+    UnixStream::connect(path).map_err(|e| {
+        CtlError::Unreachable(format!(
+            "cannot reach freeway at {}: {e} (is `freeway run --ctl {}` running?)",
+            path.display(),
+            path.display()
+        ))
+    })
+}
+
+/// How long `freeway ctl` waits for its reply.
+const CLIENT_WAIT: Duration = Duration::from_secs(30);
+
+/// Reads one reply line from `r`.
+fn read_reply(r: &mut impl std::io::BufRead) -> Result<Reply, CtlError> {
+    let mut line = String::new();
+    r.read_line(&mut line)
+        .map_err(|e| CtlError::Unreachable(format!("no reply from the datapath: {e}")))?;
+    if line.is_empty() {
+        return Err(CtlError::Unreachable(
+            "no reply from the datapath: it closed the connection".into(),
+        ));
+    }
+    Response::decode(&line)
+}
+
+/// Sends `req` to the socket at `path` and returns its reply.
+pub fn send(path: &Path, req: &Request) -> Result<Reply, CtlError> {
+    let mut s = connect(path)?;
+    s.set_read_timeout(Some(CLIENT_WAIT))
+        .map_err(|e| CtlError::Unreachable(e.to_string()))?;
+    s.write_all(protocol::encode_request(req).as_bytes())
+        .map_err(|e| CtlError::Unreachable(format!("sending the request: {e}")))?;
+    read_reply(&mut std::io::BufReader::new(s))
 }
 
 /// `freeway capture --ctl`: asks for a capture and copies the stream that follows the reply
 /// into `out` until the datapath ends it (count reached, datapath stopped).
-pub fn capture_request(path: &Path, words: &[String], out: &mut dyn Write) -> Result<(), String> {
-    let mut s = UnixStream::connect(path).map_err(|e| {
-        format!(
-            "cannot reach freeway at {}: {e} (is `freeway run --ctl {}` running?)",
-            path.display(),
-            path.display()
-        )
-    })?;
-    let mut line = serde_json::to_string(words).map_err(|e| e.to_string())?;
-    line.push('\n');
-    s.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
-    let mut r = BufReader::new(s);
-    let mut reply = String::new();
-    r.read_line(&mut reply).map_err(|e| format!("no reply: {e}"))?;
-    let v: Value = serde_json::from_str(&reply).map_err(|e| format!("bad reply: {e}"))?;
-    if v["ok"] != true {
-        return Err(v["error"].as_str().unwrap_or("capture refused").to_string());
-    }
-    std::io::copy(&mut r, out).map_err(|e| format!("capture stream: {e}"))?;
-    out.flush().map_err(|e| e.to_string())
+pub fn capture_request(path: &Path, tap: &TapOptions, out: &mut dyn Write) -> Result<(), CtlError> {
+    let mut s = connect(path)?;
+    s.write_all(protocol::encode_request(&Request::Capture(tap.clone())).as_bytes())
+        .map_err(|e| CtlError::Unreachable(format!("sending the request: {e}")))?;
+    let mut r = std::io::BufReader::new(s);
+    read_reply(&mut r)?;
+    std::io::copy(&mut r, out).map_err(|e| CtlError::Failed(format!("capture stream: {e}")))?;
+    out.flush().map_err(|e| CtlError::Failed(e.to_string()))
 }
 
-/// Sends one request to the socket at `path` and returns the reply object.
+/// Sends a request given as `freeway ctl` words (`["route", "add", "10.9.0.0/24", "via",
+/// "10.0.20.7"]`) and returns the reply as one JSON object: `{"ok":true,"text":...,"data":...}`
+/// or `{"ok":false,"kind":...,"error":...}` (words `freeway ctl` would refuse are refused the
+/// same way, kind `usage`). Fails only when the datapath cannot be reached. For scripts and
+/// tests; programs should build a [`Request`] and use [`send`].
 pub fn request(path: &Path, words: &[String]) -> Result<Value, String> {
-    let mut s = UnixStream::connect(path).map_err(|e| {
-        format!(
-            "cannot reach freeway at {}: {e} (is `freeway run --ctl {}` running?)",
-            path.display(),
-            path.display()
-        )
-    })?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let mut line = serde_json::to_string(words).map_err(|e| e.to_string())?;
-    line.push('\n');
-    s.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
-    let mut reply = String::new();
-    BufReader::new(s)
-        .read_line(&mut reply)
-        .map_err(|e| format!("no reply: {e}"))?;
-    serde_json::from_str(&reply).map_err(|e| format!("bad reply: {e}"))
+    let r = cli::parse_words(words).and_then(|req| send(path, &req));
+    Ok(match r {
+        Ok(x) => json!({"ok": true, "text": x.text, "data": x.data}),
+        Err(e @ CtlError::Unreachable(_)) => return Err(e.to_string()),
+        Err(e) => json!({"ok": false, "kind": e.kind(), "error": e.to_string()}),
+    })
+}
+
+/// The data of a reply, serialized.
+fn to_data<T: serde::Serialize>(x: &T) -> Result<Value, CtlError> {
+    serde_json::to_value(x).map_err(|e| CtlError::Failed(format!("cannot encode the reply: {e}")))
 }
 
 impl<L: Layout> Control<L> {
-    /// The index of the configured port named `port`.
-    fn port_index(&self, port: &str) -> Result<usize, String> {
-        self.port_names
-            .iter()
-            .position(|n| n == port)
-            .filter(|&i| i < self.nports)
-            .ok_or_else(|| {
-                format!(
-                    "no port named {port:?} (ports: {})",
-                    self.port_names[..self.nports].join(", ")
-                )
-            })
+    /// Answers one request (logged); `None` when it was answered on `stream` (a capture).
+    fn job(
+        &mut self,
+        req: Request,
+        stream: Option<UnixStream>,
+        stats: &ClientStats,
+    ) -> Option<Result<Reply, CtlError>> {
+        let r = match (&req, stream) {
+            (Request::Capture(tap), Some(s)) => match self.capture(tap, s) {
+                Ok(()) => {
+                    tracing::debug!(request = %req, "control request answered");
+                    return None;
+                }
+                Err(e) => Err(e),
+            },
+            (Request::Capture(_), None) => Err(CtlError::Failed("the capture's connection is gone".into())),
+            (Request::Clients, _) => Ok(stats.reply()),
+            _ => self.handle(&req),
+        };
+        match &r {
+            Err(e) => tracing::warn!(request = %req, error = %e, kind = e.kind(), "control request refused"),
+            Ok(_) if req.is_change() => tracing::info!(request = %req, "control request applied"),
+            Ok(_) => tracing::debug!(request = %req, "control request answered"),
+        }
+        Some(r)
+    }
+
+    /// Checks a capture's options against this datapath.
+    fn tap_spec(&self, tap: &TapOptions, write: Option<PathBuf>) -> Result<crate::config::capture::TapSpec, CtlError> {
+        use crate::config::capture::TapOptionsError as E;
+        tap.check(
+            &self.port_names[..self.nports],
+            |f, snaplen| {
+                freeway_capture::compile(f, snaplen)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            },
+            write,
+        )
+        .map_err(|e| match e {
+            E::NoSuchPort { .. } => CtlError::NotFound(e.to_string()),
+            _ => CtlError::Invalid(e.to_string()),
+        })
+    }
+
+    /// The router's own MAC addresses (its interfaces').
+    fn router_macs(&self) -> Vec<Mac> {
+        self.rib
+            .as_ref()
+            .map(|(_, ifs, _)| ifs.iter().map(|i| Mac(i.mac)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The router's interface holding `ip`, if it is one of the router's own addresses.
+    fn own_address(ifs: &Interfaces, ip: IpAddr) -> Option<String> {
+        let i = match ip {
+            IpAddr::V4(a) => ifs.local_v4(a),
+            IpAddr::V6(a) => ifs
+                .local_v6(a)
+                .or_else(|| (0..ifs.len() as u16).find(|&i| ifs.get(i).is_some_and(|x| x.link_local() == a))),
+        }?;
+        Some(ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone()))
     }
 
     /// Joins an ended capture and remembers how it ended.
@@ -332,9 +707,8 @@ impl<L: Layout> Control<L> {
             self.ended.drain(..n - 64);
         }
     }
-
     /// `capture list`: the config's taps, the running captures and the last ended ones.
-    fn capture_list(&self) -> (String, Value) {
+    fn capture_list(&self) -> Reply {
         let mut rows = Vec::new();
         for (id, d, stopped) in &self.config_taps {
             rows.push((
@@ -375,15 +749,12 @@ impl<L: Layout> Control<L> {
             .iter()
             .map(|(id, d, origin, state)| json!({"id": id, "origin": origin, "port": d.port, "direction": d.direction, "filter": d.filter, "output": d.write, "state": state}))
             .collect();
-        (text, json!(data))
+        Reply::new(text, json!(data))
     }
 
     /// `capture stop ID`: detaches a tap; a capture started here is joined and its counts
     /// returned.
-    fn capture_stop(&mut self, id: &str) -> Result<(String, Value), String> {
-        let id: freeway_capture::TapId = id
-            .parse()
-            .map_err(|_| format!("capture stop {id:?}: not a tap id (see `capture list`)"))?;
+    fn capture_stop(&mut self, id: freeway_capture::TapId) -> Result<Reply, CtlError> {
         if let Some(i) = self.captures.iter().position(|t| t.id() == id) {
             let t = self.captures.swap_remove(i);
             (self.detach)(id);
@@ -395,103 +766,51 @@ impl<L: Layout> Control<L> {
                         desc,
                         format!("stopped: {} packets written, {} dropped", s.written, s.dropped),
                     ));
-                    Ok((
+                    Ok(Reply::new(
                         format!(
                             "tap {id} stopped: {} packets written, {} dropped by full rings\n",
                             s.written, s.dropped
                         ),
-                        serde_json::to_value(s).map_err(|e| e.to_string())?,
+                        to_data(&s)?,
                     ))
                 }
                 Err(e) => {
                     self.ended.push((id, desc, format!("failed: {e}")));
-                    Err(format!("tap {id} stopped; its writer had failed: {e}"))
+                    Err(CtlError::Failed(format!(
+                        "tap {id} stopped; its writer had failed: {e}"
+                    )))
                 }
             };
         }
         if let Some(t) = self.config_taps.iter_mut().find(|t| t.0 == id) {
             if t.2 {
-                return Err(format!("tap {id} is already stopped"));
+                return Err(CtlError::Conflict(format!("tap {id} is already stopped")));
             }
             (self.detach)(id);
             t.2 = true;
-            return Ok((
+            return Ok(Reply::new(
                 format!("tap {id} (from the config) stopped; its counts are in the run's final report\n"),
                 json!({"id": id}),
             ));
         }
-        Err(format!("no running tap {id} (see `capture list`)"))
+        Err(CtlError::NotFound(format!("no running tap {id} (see `capture list`)")))
     }
 
-    /// `capture start -i PORT [-Q DIR] [-s SNAPLEN] [-c COUNT] -w /ABS/FILE [FILTER...]`: a
-    /// tap writing a file on the datapath's side; replies with its id.
-    fn capture_start(&mut self, w: &[&str]) -> Result<(String, Value), String> {
-        let usage = "capture start -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] -w /ABSOLUTE/FILE [FILTER...]";
-        let (mut port, mut dir, mut snap, mut count, mut file) = (None, "inout", 262_144u32, None, None);
-        let mut i = 0;
-        while i < w.len() {
-            let arg = |i: usize| {
-                w.get(i + 1)
-                    .copied()
-                    .ok_or_else(|| format!("{} needs a value; {usage}", w[i]))
-            };
-            match w[i] {
-                "-i" => port = Some(arg(i)?),
-                "-Q" => dir = arg(i)?,
-                "-s" => {
-                    let v = arg(i)?;
-                    snap = v.parse().map_err(|_| format!("-s {v:?}: not a number"))?;
-                    if snap == 0 {
-                        snap = 262_144;
-                    }
-                }
-                "-c" => {
-                    let v = arg(i)?;
-                    count = Some(
-                        v.parse::<u64>()
-                            .ok()
-                            .filter(|c| *c > 0)
-                            .ok_or_else(|| format!("-c {v:?}: a positive number"))?,
-                    );
-                }
-                "-w" => file = Some(arg(i)?),
-                _ => break,
-            }
-            i += 2;
-        }
-        let filter = w[i..].join(" ");
-        let port = port.ok_or_else(|| format!("-i PORT is required; {usage}"))?;
-        let file = file.ok_or_else(|| {
-            format!("-w FILE is required (to stream a capture back, use `freeway capture --ctl`); {usage}")
-        })?;
-        let path = std::path::PathBuf::from(file);
+    /// `capture start`: a tap writing a file on the datapath's side; replies with its id.
+    fn capture_start(&mut self, tap: &TapOptions, path: &Path) -> Result<Reply, CtlError> {
         if !path.is_absolute() {
-            return Err(format!(
-                "-w {file}: an absolute path, please (the datapath writes it, from its own directory)"
-            ));
+            return Err(CtlError::Invalid(format!(
+                "-w {}: an absolute path, please (the datapath writes it, from its own directory)",
+                path.display()
+            )));
         }
-        let p = self.port_index(port)?;
-        let direction = direction(dir).map_err(|e| format!("-Q {e}"))?;
-        if !(1..=262_144).contains(&snap) {
-            return Err(format!("-s {snap}: 1..=262144"));
-        }
-        freeway_capture::compile(&filter, snap).map_err(|e| format!("filter: {e}"))?;
-        let pcapng = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("pcapng"));
-        let spec = crate::config::capture::TapSpec {
-            port: p as u16,
-            direction,
-            filter,
-            snaplen: snap,
-            write: Some(path.clone()),
-            pcapng,
-            count,
-            text: false,
-        };
-        let f = std::fs::File::create(&path).map_err(|e| format!("-w {}: {e}", path.display()))?;
-        let t = (self.attach)(&spec, Box::new(std::io::BufWriter::new(f))).map_err(|e| e.to_string())?;
+        let spec = self.tap_spec(tap, Some(path.to_path_buf()))?;
+        let f = std::fs::File::create(path).map_err(|e| CtlError::Failed(format!("-w {}: {e}", path.display())))?;
+        let t =
+            (self.attach)(&spec, Box::new(std::io::BufWriter::new(f))).map_err(|e| CtlError::Failed(e.to_string()))?;
         let id = t.id();
         self.captures.push(t);
-        Ok((
+        Ok(Reply::new(
             format!(
                 "tap {id} writing {} (stop it with `freeway ctl capture stop {id}`)\n",
                 path.display()
@@ -500,40 +819,38 @@ impl<L: Layout> Control<L> {
         ))
     }
 
-    fn client(&mut self, s: UnixStream) {
-        let _ = s.set_nonblocking(false);
-        let _ = s.set_read_timeout(Some(CLIENT_TIMEOUT));
-        let req = read_request(&s);
-        if let Ok(w) = &req {
-            if w.first().map(String::as_str) == Some("capture")
-                && !matches!(w.get(1).map(String::as_str), Some("start" | "list" | "stop") | None)
-            {
-                return self.capture(&w[1..], s);
+    /// Starts a capture streaming to `s` (see the module docs): the reply line first, then
+    /// the capture.
+    fn capture(&mut self, tap: &TapOptions, mut s: UnixStream) -> Result<(), CtlError> {
+        let spec = self.tap_spec(tap, None)?;
+        // Everything is checked: the reply line goes first (a short line into the empty
+        // socket buffer), then the writer (on a second handle of the stream) writes the
+        // capture's header and packets, each write bounded so a client that stops reading
+        // ends its capture.
+        let out = s.try_clone().map_err(|e| CtlError::Failed(e.to_string()))?;
+        let _ = out.set_write_timeout(Some(REPLY_DEADLINE));
+        let _ = s.set_write_timeout(Some(REPLY_DEADLINE));
+        s.write_all(Response::line(Ok(Reply::default())).as_bytes())
+            .map_err(|e| CtlError::Failed(e.to_string()))?;
+        match (self.attach)(&spec, Box::new(std::io::BufWriter::new(out))) {
+            Ok(t) => {
+                tracing::info!(tap = t.id(), port = %t.desc().port, filter = %t.desc().filter, "capture streamed to a control client");
+                self.captures.push(t);
+            }
+            // After the "ok" line this reads as the end of the stream.
+            Err(e) => {
+                tracing::warn!(error = %e, "capture for a control client failed to start");
+                let _ = s.write_all(Response::line(Err(CtlError::Failed(e.to_string()))).as_bytes());
             }
         }
-        let reply = match req {
-            Ok(words) => {
-                let r = self.handle(&words);
-                log_request(&words, r.as_ref().err());
-                match r {
-                    Ok((text, data)) => json!({"ok": true, "text": text, "data": data}),
-                    Err(e) => json!({"ok": false, "error": e}),
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "control request refused");
-                json!({"ok": false, "error": e})
-            }
-        };
-        let mut w = s;
-        let _ = w.write_all(format!("{reply}\n").as_bytes());
+        Ok(())
     }
 
-    fn handle(&mut self, words: &[String]) -> Result<(String, Value), String> {
-        let w: Vec<&str> = words.iter().map(String::as_str).collect();
-        match w.as_slice() {
-            ["help"] | [] => Ok((HELP.to_string(), json!(HELP))),
-            ["stats"] => {
+    /// Answers a request that is not a streamed capture.
+    fn handle(&mut self, req: &Request) -> Result<Reply, CtlError> {
+        match req {
+            Request::Help => Ok(Reply::new(HELP, json!(HELP))),
+            Request::Stats => {
                 let s = self.snap.snap(self.start.elapsed());
                 let mut text = String::new();
                 for p in &s.ports {
@@ -553,67 +870,84 @@ impl<L: Layout> Control<L> {
                     "drops: {}\n",
                     if d.is_empty() { "none".into() } else { d.join(", ") }
                 ));
-                Ok((text, serde_json::to_value(&s).map_err(|e| e.to_string())?))
+                Ok(Reply::new(text, to_data(&s)?))
             }
-            ["fdb", "add", mac, "dev", port, rest @ ..] => {
-                let mac: Mac = mac.parse().map_err(|e| format!("{mac:?}: {e}"))?;
+            // Answered in `job`, which holds the socket's counters.
+            Request::Clients => Err(CtlError::Failed("no client counters here".into())),
+            Request::FdbAdd { mac, port, vlan } => {
+                if mac.is_zero() || mac.is_multicast() {
+                    return Err(CtlError::Invalid(format!(
+                        "{mac}: not a unicast address (a static entry needs one; zero, multicast and \
+                         broadcast addresses cannot be learned or forwarded to)"
+                    )));
+                }
+                if self.router_macs().contains(mac) {
+                    return Err(CtlError::Refused(format!(
+                        "{mac} is the router's own MAC address: its entries belong to the router"
+                    )));
+                }
                 let p = self
                     .port_names
                     .iter()
                     .position(|n| n == port)
                     .filter(|&i| i < self.nports)
-                    .ok_or_else(|| format!("dev {port:?}: no such port"))?;
-                let vlan = match rest {
-                    [] => match &self.port_vlans[p] {
+                    .ok_or_else(|| CtlError::NotFound(format!("dev {port:?}: no such port")))?;
+                let vlan = match vlan {
+                    None => match &self.port_vlans[p] {
                         PortVlan::Access(v) => *v,
                         PortVlan::Trunk { native: Some(v), .. } => *v,
-                        PortVlan::Trunk { .. } => return Err(format!("dev {port}: a trunk port: say which vlan")),
+                        PortVlan::Trunk { .. } => {
+                            return Err(CtlError::Usage(format!("dev {port}: a trunk port: say which vlan")))
+                        }
                     },
-                    ["vlan", v] => v.parse().map_err(|_| format!("vlan {v:?}: not a number"))?,
-                    _ => return Err("fdb add MAC dev PORT [vlan N]".into()),
+                    Some(v) => *v,
                 };
                 if !self.port_vlans[p].is_member(vlan) {
-                    return Err(format!("dev {port} is not a member of vlan {vlan}"));
+                    return Err(CtlError::Invalid(format!("dev {port} is not a member of vlan {vlan}")));
                 }
-                ask(&self.fdb_ops, FdbOp::Add(mac, vlan, p as u16))
+                ask(&self.fdb_ops, FdbOp::Add(*mac, vlan, p as u16))
             }
-            ["fdb", "del", mac, rest @ ..] => {
-                let mac: Mac = mac.parse().map_err(|e| format!("{mac:?}: {e}"))?;
-                let vlan = match rest {
-                    [] => 1,
-                    ["vlan", v] => v.parse().map_err(|_| format!("vlan {v:?}: not a number"))?,
-                    _ => return Err("fdb del MAC [vlan N]".into()),
-                };
-                ask(&self.fdb_ops, FdbOp::Del(mac, vlan))
+            Request::FdbDel { mac, vlan } => {
+                if self.router_macs().contains(mac) {
+                    return Err(CtlError::Refused(format!(
+                        "{mac} is the router's own MAC address: without its entry routed traffic would \
+                         be flooded"
+                    )));
+                }
+                ask(&self.fdb_ops, FdbOp::Del(*mac, vlan.unwrap_or(1)))
             }
-            ["fdb", "flush"] => ask(&self.fdb_ops, FdbOp::Flush),
-            ["neigh", "add", ip, "lladdr", mac, "dev", dev] => {
-                let (_, ifs, _) = self.rib.as_ref().ok_or(NO_ROUTER)?;
-                let ip: IpAddr = ip.parse().map_err(|_| format!("{ip:?}: not an address"))?;
-                let mac: Mac = mac.parse().map_err(|e| format!("{mac:?}: {e}"))?;
+            Request::FdbFlush => ask(&self.fdb_ops, FdbOp::Flush),
+            Request::NeighAdd { ip, mac, dev } => {
+                let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
                 let i = ifs
                     .by_name(dev)
-                    .ok_or_else(|| format!("dev {dev:?}: no such interface"))?;
-                ask(&self.neigh_ops, NeighOp::Add(ip, i, mac.0))
+                    .ok_or_else(|| CtlError::NotFound(format!("dev {dev:?}: no such interface")))?;
+                if let Some(on) = Self::own_address(ifs, *ip) {
+                    return Err(CtlError::Refused(format!(
+                        "{ip} is the router's own address (interface {on}): it cannot be a neighbour"
+                    )));
+                }
+                ask(&self.neigh_ops, NeighOp::Add(*ip, i, mac.0))
             }
-            ["neigh", "del", ip, "dev", dev] => {
-                let (_, ifs, _) = self.rib.as_ref().ok_or(NO_ROUTER)?;
-                let ip: IpAddr = ip.parse().map_err(|_| format!("{ip:?}: not an address"))?;
+            Request::NeighDel { ip, dev } => {
+                let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
                 let i = ifs
                     .by_name(dev)
-                    .ok_or_else(|| format!("dev {dev:?}: no such interface"))?;
-                ask(&self.neigh_ops, NeighOp::Del(ip, i))
+                    .ok_or_else(|| CtlError::NotFound(format!("dev {dev:?}: no such interface")))?;
+                ask(&self.neigh_ops, NeighOp::Del(*ip, i))
             }
-            ["neigh", "flush", rest @ ..] => {
-                let (_, ifs, _) = self.rib.as_ref().ok_or(NO_ROUTER)?;
-                let i = match rest {
-                    [] => None,
-                    ["dev", d] => Some(ifs.by_name(d).ok_or_else(|| format!("dev {d:?}: no such interface"))?),
-                    _ => return Err("neigh flush [dev IFACE]".into()),
+            Request::NeighFlush { dev } => {
+                let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
+                let i = match dev {
+                    None => None,
+                    Some(d) => Some(
+                        ifs.by_name(d)
+                            .ok_or_else(|| CtlError::NotFound(format!("dev {d:?}: no such interface")))?,
+                    ),
                 };
                 ask(&self.neigh_ops, NeighOp::Flush(i))
             }
-            ["fdb", "show"] | ["fdb"] => {
+            Request::FdbShow => {
                 let e = self.fdb.entries(self.clock.now());
                 let rows = crate::report::fdb_json(&e, &self.port_names);
                 let text: String = rows
@@ -628,14 +962,29 @@ impl<L: Layout> Control<L> {
                         )
                     })
                     .collect();
-                Ok((text, serde_json::to_value(&rows).map_err(|e| e.to_string())?))
+                Ok(Reply::new(text, to_data(&rows)?))
             }
-            ["route", rest @ ..] => self.route(rest),
-            ["capture", "list"] | ["capture"] => Ok(self.capture_list()),
-            ["capture", "stop", id] => self.capture_stop(id),
-            ["capture", "start", rest @ ..] => self.capture_start(rest),
-            ["trace", rest @ ..] => {
-                let (port, frame) = super::trace::frame_from_words(rest, &self.port_names, self.nports)?;
+            Request::RouteShow => {
+                let (rib, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
+                let name = |i: u16| ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
+                Ok(Reply::new(rib.show(name).to_string(), to_data(&rib.records(name))?))
+            }
+            Request::RouteAdd { prefix, hops } => self.route_add(prefix, hops, false),
+            Request::RouteReplace { prefix, hops } => self.route_add(prefix, hops, true),
+            Request::RouteDel { prefix } => {
+                let (rib, _, _) = self.rib.as_mut().ok_or_else(no_router)?;
+                let p = parse_prefix(prefix)?;
+                rib.delete(p).map_err(route_error)?;
+                Ok(Reply::new("", json!({"generation": rib.generation()})))
+            }
+            Request::CaptureList => Ok(self.capture_list()),
+            Request::CaptureStop { id } => self.capture_stop(*id),
+            Request::CaptureStart { tap, write } => self.capture_start(tap, write),
+            Request::Capture(_) => Err(CtlError::Failed("a capture needs its connection".into())),
+            Request::Trace { fields } => {
+                let words: Vec<&str> = fields.iter().map(String::as_str).collect();
+                let (port, frame) =
+                    super::trace::frame_from_words(&words, &self.port_names, self.nports).map_err(CtlError::Invalid)?;
                 let tables = super::trace::Tables {
                     bridge: &self.bridge,
                     fdb: &self.fdb,
@@ -653,155 +1002,110 @@ impl<L: Layout> Control<L> {
                         _ => None,
                     },
                 };
-                Ok(super::trace::render(&tables.trace(port, frame)))
+                let (text, data) = super::trace::render(&tables.trace(port, frame));
+                Ok(Reply::new(text, data))
             }
-            ["neigh", "show"] | ["neigh"] => {
-                let (_, ifs, n) = self.rib.as_ref().ok_or(NO_ROUTER)?;
+            Request::NeighShow => {
+                let (_, ifs, n) = self.rib.as_ref().ok_or_else(no_router)?;
                 let e = n.entries(self.clock.now(), ifs);
                 let text: String = e.iter().map(|x| format!("{x}\n")).collect();
-                Ok((text, serde_json::to_value(&e).map_err(|e| e.to_string())?))
+                Ok(Reply::new(text, to_data(&e)?))
             }
-            ["conntrack", "list"] | ["conntrack", "-L"] | ["conntrack"] => {
-                let ct = self.ct.as_ref().ok_or(NO_CT)?;
+            Request::ConntrackList => {
+                let ct = self.ct.as_ref().ok_or_else(no_ct)?;
                 let d = ct.dump();
                 let mut text: String = d.iter().map(|x| format!("{x}\n")).collect();
                 text.push_str(&format!("{} flow entries have been shown.\n", d.len()));
-                Ok((text, serde_json::to_value(&d).map_err(|e| e.to_string())?))
+                Ok(Reply::new(text, to_data(&d)?))
             }
-            ["conntrack", "flush"] | ["conntrack", "-F"] => {
-                let n = self.ct.as_ref().ok_or(NO_CT)?.flush();
-                Ok((format!("{n} flow entries have been deleted.\n"), json!({"deleted": n})))
-            }
-            ["conntrack", "flush", "zone", z] => {
-                let z: u16 = z.parse().map_err(|_| format!("zone {z:?}: not a number 0..=65535"))?;
-                let n = self.ct.as_ref().ok_or(NO_CT)?.flush_zone(z);
-                Ok((format!("{n} flow entries have been deleted.\n"), json!({"deleted": n})))
-            }
-            _ => Err(format!("unknown command {:?}; try `freeway ctl help`", words.join(" "))),
-        }
-    }
-
-    /// Starts a capture streaming to `s` (see the module docs).
-    fn capture(&mut self, w: &[String], mut s: UnixStream) {
-        let r = (|| -> Result<super::capture::RunningTap, String> {
-            let [port, dir, snap, count, format, filter] = w else {
-                return Err("capture PORT in|out|inout SNAPLEN COUNT pcap|pcapng FILTER".into());
-            };
-            let p = self.port_index(port)?;
-            let direction = direction(dir).map_err(|e| format!("direction {e}"))?;
-            let snaplen: u32 = snap
-                .parse()
-                .ok()
-                .filter(|v| (1..=262_144).contains(v))
-                .ok_or_else(|| format!("snaplen {snap:?}: 1..=262144"))?;
-            let count: u64 = count.parse().map_err(|_| format!("count {count:?}: not a number"))?;
-            let pcapng = match format.as_str() {
-                "pcap" => false,
-                "pcapng" => true,
-                f => return Err(format!("format {f:?}: pcap or pcapng")),
-            };
-            let spec = crate::config::capture::TapSpec {
-                port: p as u16,
-                direction,
-                filter: filter.clone(),
-                snaplen,
-                write: None,
-                pcapng,
-                count: (count > 0).then_some(count),
-                text: false,
-            };
-            freeway_capture::compile(filter, snaplen).map_err(|e| format!("filter: {e}"))?;
-            // Everything is checked: the reply line goes first, then the writer (on a second
-            // handle of the stream) writes the capture's header and packets.
-            let out = s.try_clone().map_err(|e| e.to_string())?;
-            let _ = out.set_write_timeout(Some(Duration::from_secs(5)));
-            s.write_all(format!("{}\n", json!({"ok": true})).as_bytes())
-                .map_err(|e| e.to_string())?;
-            (self.attach)(&spec, Box::new(std::io::BufWriter::new(out))).map_err(|e| e.to_string())
-        })();
-        match r {
-            Ok(t) => {
-                tracing::info!(tap = t.id(), port = %t.desc().port, filter = %t.desc().filter, "capture streamed to a control client");
-                self.captures.push(t)
-            }
-            // After an "ok" line (attach failed late) this reads as the end of the stream.
-            Err(e) => {
-                let _ = s.write_all(format!("{}\n", json!({"ok": false, "error": e})).as_bytes());
-            }
-        }
-    }
-
-    fn route(&mut self, w: &[&str]) -> Result<(String, Value), String> {
-        let (rib, ifs, _) = self.rib.as_mut().ok_or(NO_ROUTER)?;
-        let name = |i: u16| ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
-        match w {
-            ["show"] | [] => Ok((
-                rib.show(name).to_string(),
-                serde_json::to_value(rib.records(name)).map_err(|e| e.to_string())?,
-            )),
-            ["add", dst, how @ ..] | ["replace", dst, how @ ..] => {
-                let p = prefix(dst)?;
-                let hops = match how {
-                    ["via", gws] => gws
-                        .split(',')
-                        .map(|g| {
-                            let ip: IpAddr = g.parse().map_err(|_| format!("via {g:?}: not an address"))?;
-                            if ip.is_ipv4() != p.addr().is_ipv4() {
-                                return Err(format!("via {ip}: not of the route's address family"));
-                            }
-                            let i = (0..ifs.len() as u16)
-                                .find(|&i| {
-                                    ifs.get(i).is_some_and(|x| match ip {
-                                        IpAddr::V4(a) => x.v4_on_link(a),
-                                        IpAddr::V6(a) => x.v6_on_link(a),
-                                    })
-                                })
-                                .ok_or_else(|| format!("via {ip}: on no interface's subnet"))?;
-                            Ok(NextHop::via(ip, i))
-                        })
-                        .collect::<Result<Vec<_>, String>>()?,
-                    ["dev", d] => vec![NextHop::connected(
-                        ifs.by_name(d).ok_or_else(|| format!("dev {d:?}: no such interface"))?,
-                    )],
-                    _ => return Err("route add PREFIX via GW[,GW...] | route add PREFIX dev IFACE".into()),
+            Request::ConntrackFlush { zone } => {
+                let ct = self.ct.as_ref().ok_or_else(no_ct)?;
+                let n = match zone {
+                    None => ct.flush(),
+                    Some(z) => ct.flush_zone(*z),
                 };
-                let r = Route::new(p, hops);
-                let res = if w[0] == "add" { rib.add(r) } else { rib.replace(r) };
-                res.map_err(|e| e.to_string())?;
-                Ok((String::new(), json!({"generation": rib.generation()})))
+                Ok(Reply::new(
+                    format!("{n} flow entries have been deleted.\n"),
+                    json!({"deleted": n}),
+                ))
             }
-            ["del", dst] | ["delete", dst] => {
-                let p = prefix(dst)?;
-                rib.delete(p).map_err(|e| e.to_string())?;
-                Ok((String::new(), json!({"generation": rib.generation()})))
-            }
-            _ => Err("route show | route add PREFIX (via GW[,GW...] | dev IFACE) | route del PREFIX".into()),
         }
     }
-}
 
-/// Logs a control request: changes at `info`, reads at `debug`, refusals at `warn`.
-fn log_request(words: &[String], err: Option<&String>) {
-    let request = words.join(" ");
-    let change = words.iter().skip(1).take(1).any(|w| {
-        matches!(
-            w.as_str(),
-            "add" | "del" | "delete" | "replace" | "flush" | "-F" | "start" | "stop"
-        )
-    });
-    match err {
-        Some(e) => tracing::warn!(%request, error = %e, "control request refused"),
-        None if change => tracing::info!(%request, "control request applied"),
-        None => tracing::debug!(%request, "control request answered"),
+    /// `route add|replace PREFIX (via GW[,GW...] | dev IFACE)`.
+    fn route_add(&mut self, prefix: &str, hops: &Hops, replace: bool) -> Result<Reply, CtlError> {
+        let (rib, ifs, _) = self.rib.as_mut().ok_or_else(no_router)?;
+        let p = parse_prefix(prefix)?;
+        let hops = match hops {
+            Hops::Via(gws) => {
+                if gws.is_empty() {
+                    return Err(CtlError::Usage("route add PREFIX via GW[,GW...]: no gateway".into()));
+                }
+                gws.iter()
+                    .map(|&ip| {
+                        if ip.is_ipv4() != p.addr().is_ipv4() {
+                            return Err(CtlError::Invalid(format!(
+                                "via {ip}: not of the route's address family"
+                            )));
+                        }
+                        if let Some(on) = Self::own_address(ifs, ip) {
+                            return Err(CtlError::Refused(format!(
+                                "via {ip}: that is the router's own address (interface {on}), not a gateway"
+                            )));
+                        }
+                        let i = (0..ifs.len() as u16)
+                            .find(|&i| {
+                                ifs.get(i).is_some_and(|x| match ip {
+                                    IpAddr::V4(a) => x.v4_on_link(a),
+                                    IpAddr::V6(a) => x.v6_on_link(a),
+                                })
+                            })
+                            .ok_or_else(|| CtlError::Invalid(format!("via {ip}: on no interface's subnet")))?;
+                        Ok(NextHop::via(ip, i))
+                    })
+                    .collect::<Result<Vec<_>, CtlError>>()?
+            }
+            Hops::Dev(d) => {
+                vec![NextHop::connected(ifs.by_name(d).ok_or_else(|| {
+                    CtlError::NotFound(format!("dev {d:?}: no such interface"))
+                })?)]
+            }
+        };
+        let r = Route::new(p, hops);
+        let res = if replace { rib.replace(r) } else { rib.add(r) };
+        res.map_err(route_error)?;
+        Ok(Reply::new("", json!({"generation": rib.generation()})))
     }
 }
 
-const NO_ROUTER: &str = "this datapath has no router (no [[interface]] in its config)";
-const NO_CT: &str = "this datapath does not track connections (no [conntrack] or [firewall])";
+/// A RIB refusal, typed.
+fn route_error(e: RouteError) -> CtlError {
+    match e {
+        RouteError::Exists(_) => CtlError::Conflict(e.to_string()),
+        RouteError::NotFound(_) => CtlError::NotFound(e.to_string()),
+        RouteError::BadNextHops(_) | RouteError::GatewayFamily { .. } => CtlError::Invalid(e.to_string()),
+        _ => CtlError::Failed(e.to_string()),
+    }
+}
+
+fn no_router() -> CtlError {
+    CtlError::Unavailable("this datapath has no router (no [[interface]] in its config)".into())
+}
+
+fn no_ct() -> CtlError {
+    CtlError::Unavailable("this datapath does not track connections (no [conntrack] or [firewall])".into())
+}
+
+fn parse_prefix(s: &str) -> Result<Prefix, CtlError> {
+    let (a, l) = crate::config::l3::parse_prefix(if s == "default" { "0.0.0.0/0" } else { s }, false)
+        .map_err(CtlError::Invalid)?;
+    Prefix::new(a, l).map_err(|e| CtlError::Invalid(e.to_string()))
+}
 
 /// What `freeway ctl help` prints.
 pub const HELP: &str = "\
 stats                                   counters of ports, workers and drops
+clients                                 the control socket's clients: served, refused busy, timed out, dropped
 fdb show                                the forwarding database
 fdb add MAC dev PORT [vlan N]           a static entry (default: the port's access/native VLAN)
 fdb del MAC [vlan N]                    delete an entry (default vlan 1)
@@ -828,44 +1132,6 @@ trace in_port=PORT FIELD...             what the datapath does with one packet, 
                                         nw_ttl= len= arp_spa= arp_tpa=, or hex=FRAME
 ";
 
-/// A capture direction as tcpdump's `-Q` names it.
-fn direction(d: &str) -> Result<crate::config::capture::Direction, String> {
-    use crate::config::capture::Direction;
-    match d {
-        "in" => Ok(Direction::In),
-        "out" => Ok(Direction::Out),
-        "inout" => Ok(Direction::Inout),
-        d => Err(format!("{d:?}: in, out or inout")),
-    }
-}
-
-fn prefix(s: &str) -> Result<Prefix, String> {
-    let (a, l) = crate::config::l3::parse_prefix(if s == "default" { "0.0.0.0/0" } else { s }, false)?;
-    Prefix::new(a, l).map_err(|e| e.to_string())
-}
-
-fn read_request(s: &UnixStream) -> Result<Vec<String>, String> {
-    let mut line = Vec::new();
-    BufReader::new(s.take(MAX_REQUEST as u64 + 1))
-        .read_until(b'\n', &mut line)
-        .map_err(|e| format!("reading the request: {e}"))?;
-    decode_request(&line)
-}
-
-/// Decodes one request line (the bytes up to and including the first newline, at most
-/// [`MAX_REQUEST`] + 1 of them): a JSON array of words. Never panics on any input.
-pub fn decode_request(line: &[u8]) -> Result<Vec<String>, String> {
-    if line.len() > MAX_REQUEST {
-        return Err(format!("request longer than {MAX_REQUEST} bytes"));
-    }
-    let words = serde_json::from_slice::<Vec<String>>(line)
-        .map_err(|e| format!("malformed request (a JSON array of words expected): {e}"))?;
-    if words.len() > 64 || words.iter().any(|w| w.len() > 4096) {
-        return Err("request with too many or too long words".into());
-    }
-    Ok(words)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -876,7 +1142,8 @@ mod tests {
         let q = Some(q);
         // No writer drains in time: the asker gives up and says nothing was done ...
         let e = ask(&q, 7).unwrap_err();
-        assert!(e.contains("nothing done"), "{e}");
+        assert!(e.to_string().contains("nothing done"), "{e}");
+        assert_eq!(e.kind(), "busy");
         // ... and the writer, coming late, skips it.
         let mut applied = Vec::new();
         assert_eq!(
@@ -895,7 +1162,7 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(5));
         });
-        assert_eq!(ask(&q, 9).unwrap().0, "applied 9\n");
+        assert_eq!(ask(&q, 9).unwrap().text, "applied 9\n");
         w.join().unwrap();
     }
 }

@@ -26,7 +26,7 @@
 //! Statistics are per worker, each block on its own cache lines, summed only in snapshots.
 
 mod capture;
-mod control;
+pub mod control;
 mod metrics;
 mod router;
 mod start;
@@ -47,7 +47,8 @@ use freeway_l3::NeighEntry;
 use freeway_route::RouteRecord;
 
 pub use capture::{TapDesc, TapResult};
-pub use control::{capture_request as ctl_capture, decode_request, request as ctl_request, MAX_REQUEST};
+pub use control::protocol::decode_request;
+pub use control::{capture_request as ctl_capture, request as ctl_request, send as ctl_send, MAX_REQUEST};
 pub use trace::{Step as TraceStep, Trace};
 
 /// The frame and input port a `freeway ctl trace` request describes (the control socket's

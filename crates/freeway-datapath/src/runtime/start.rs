@@ -3,7 +3,6 @@
 //! threads ([`spawn_workers`], [`spawn_writers`], [`spawn_metrics`], [`spawn_control`]),
 //! [`wait`] for the end of the run, and [`stop_and_collect`].
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -163,8 +162,8 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         .map(|l| spawn_metrics(l, snapper.clone(), start, &writer_stop))
         .transpose()?;
     let mut rib = rib;
-    let ctl_handle = match (&opts.control, control_listener) {
-        (Some(path), Some(l)) => {
+    let ctl_handle = match control_listener {
+        Some(l) => {
             let c = control_state(ShareCtl {
                 cfg,
                 snapper: &snapper,
@@ -181,9 +180,9 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 nworkers,
                 running_taps: &running_taps,
             });
-            Some(spawn_control(path.clone(), l, c, &writer_stop)?)
+            Some(spawn_control(l, c, &writer_stop)?)
         }
-        _ => None,
+        None => None,
     };
 
     wait(cfg, &mut opts, start, &snapper, &running_taps, &worker_handles);
@@ -642,19 +641,18 @@ pub(crate) fn spawn_metrics<L: Layout>(
         .map_err(|e| RunError(format!("cannot start the metrics thread: {e}")))
 }
 
-/// Starts the control socket's thread (`fw-ctl`), which owns the RIB while the run lasts.
+/// Starts the control socket's thread (`fw-ctl`), which owns the RIB while the run lasts
+/// (and its acceptor and client threads, see `control.rs`).
 pub(crate) fn spawn_control<L: Layout>(
-    path: PathBuf,
-    l: std::os::unix::net::UnixListener,
+    l: control::Listener,
     c: Control<L>,
     stop: &Arc<AtomicBool>,
-) -> Result<(PathBuf, JoinHandle<Control<L>>), RunError> {
+) -> Result<JoinHandle<Control<L>>, RunError> {
     let stop = stop.clone();
-    let h = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("fw-ctl".into())
         .spawn(move || control::serve(l, c, stop))
-        .map_err(|e| RunError(format!("cannot start the control thread: {e}")))?;
-    Ok((path, h))
+        .map_err(|e| RunError(format!("cannot start the control thread: {e}")))
 }
 
 /// Waits, on the caller's thread, until the run should end: its duration (5 s for an
@@ -702,7 +700,7 @@ pub(crate) struct Threads<L: Layout> {
     workers: Vec<JoinHandle<Option<Inline<L>>>>,
     writers: Writers<L>,
     metrics: Option<JoinHandle<()>>,
-    control: Option<(PathBuf, JoinHandle<Control<L>>)>,
+    control: Option<JoinHandle<Control<L>>>,
 }
 
 /// What the stopped threads hand back: the run's length, the worker's inline writers
@@ -710,7 +708,7 @@ pub(crate) struct Threads<L: Layout> {
 type Collected<L> = (Duration, Option<Inline<L>>, Option<NeighWriter>, Option<Rib>);
 
 /// Stops the workers first (they drain what they hold), then the services, and collects what
-/// they owned. The control socket's file is removed.
+/// they owned. The control thread removes its socket file (if still its own) as it ends.
 pub(crate) fn stop_and_collect<L: Layout>(t: Threads<L>, start: Instant) -> Result<Collected<L>, RunError> {
     t.stop.store(true, Ordering::Relaxed);
     let mut inline_back = None;
@@ -737,10 +735,9 @@ pub(crate) fn stop_and_collect<L: Layout>(t: Threads<L>, start: Instant) -> Resu
         h.join().map_err(|_| RunError("the metrics thread panicked".into()))?;
     }
     let mut rib = None;
-    if let Some((path, h)) = t.control {
+    if let Some(h) = t.control {
         let c = h.join().map_err(|_| RunError("the control thread panicked".into()))?;
         rib = c.rib.map(|(r, _, _)| r);
-        let _ = std::fs::remove_file(path);
     }
     Ok((elapsed, inline_back, neigh_w, rib))
 }

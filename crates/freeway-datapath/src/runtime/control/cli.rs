@@ -1,0 +1,487 @@
+//! `freeway ctl`'s command line: clap subcommands in the words of `ip`, `bridge` and
+//! `conntrack` (`fdb add MAC dev PORT [vlan N]`, `route add PREFIX via GW`, `conntrack -L`),
+//! each turned into a typed [`Request`]; and [`TapArgs`], the tcpdump-shaped capture flags
+//! that `freeway capture` and `freeway ctl capture start` share, turned into a
+//! [`TapOptions`].
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use freeway_bridge::Mac;
+
+use super::protocol::{CtlError, Direction, FileFormat, Hops, Request, TapOptions};
+use crate::config::capture::{TapOptionsError, MAX_SNAPLEN};
+
+/// The capture flags of `freeway capture` and `freeway ctl capture start` (tcpdump's).
+#[derive(Args, Clone, Debug)]
+pub struct TapArgs {
+    /// The port to capture on (its name in the config).
+    #[arg(short = 'i', long = "interface", value_name = "PORT")]
+    pub interface: Option<String>,
+    /// Direction: in, out or inout (as tcpdump -Q).
+    #[arg(short = 'Q', long = "direction", default_value = "inout", value_parser = parse_direction)]
+    pub direction: Direction,
+    /// Bytes kept of each packet (tcpdump -s; 0 means 262144).
+    #[arg(short = 's', long = "snapshot-length", default_value_t = MAX_SNAPLEN)]
+    pub snaplen: u32,
+    /// Stop after this many packets.
+    #[arg(short = 'c')]
+    pub count: Option<u64>,
+    /// File format: pcap or pcapng (default: pcapng for a `.pcapng` file, pcap otherwise).
+    #[arg(long, value_parser = parse_format)]
+    pub format: Option<FileFormat>,
+    /// Filter expression, tcpdump syntax (e.g. `tcp port 80 and host 10.0.0.1`).
+    pub expression: Vec<String>,
+}
+
+fn parse_direction(s: &str) -> Result<Direction, String> {
+    s.parse()
+}
+
+fn parse_format(s: &str) -> Result<FileFormat, String> {
+    s.parse()
+}
+
+/// The usage of `capture start`.
+const CAPTURE_START: &str =
+    "capture start -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] -w /ABSOLUTE/FILE [FILTER...]";
+
+impl TapArgs {
+    /// The options these flags ask for (`usage`: the command's usage, for a missing `-i`).
+    /// Their values are checked where the capture is attached ([`TapOptions::check`]).
+    pub fn options(&self, usage: &str) -> Result<TapOptions, CtlError> {
+        let port = self
+            .interface
+            .clone()
+            .ok_or_else(|| CtlError::Usage(format!("-i PORT is required; {usage}")))?;
+        Ok(TapOptions {
+            port,
+            direction: self.direction,
+            snaplen: if self.snaplen == 0 { MAX_SNAPLEN } else { self.snaplen },
+            count: self.count,
+            format: self.format,
+            filter: self.expression.join(" "),
+        })
+    }
+}
+
+/// A [`TapOptionsError`] in the words of the flags (`-i nope: no such port (ports: ...)`).
+pub fn flag_error(e: &TapOptionsError) -> String {
+    match e {
+        TapOptionsError::NoSuchPort { name, ports } => {
+            format!("-i {name}: no such port (ports: {})", ports.join(", "))
+        }
+        TapOptionsError::Snaplen(s) => format!("-s {s}: at most {MAX_SNAPLEN}"),
+        TapOptionsError::ZeroCount => "-c 0: count must be at least 1".into(),
+        TapOptionsError::Filter(_) => e.to_string(),
+    }
+}
+
+/// A keyword argument (`dev`, `vlan`, `via`...): a positional that must be that word.
+macro_rules! keyword {
+    ($($w:literal),+) => { clap::builder::PossibleValuesParser::new([$($w),+]) };
+}
+
+/// `freeway ctl` commands.
+#[derive(Subcommand, Clone, Debug)]
+pub enum CtlCmd {
+    /// The list of commands (as the datapath knows them).
+    Help,
+    /// Counters of ports, workers and drops.
+    Stats,
+    /// The control socket's clients: answered, refused busy, timed out, dropped.
+    Clients,
+    /// The forwarding database: show | add | del | flush.
+    Fdb {
+        /// The subcommand (default: show or list).
+        #[command(subcommand)]
+        cmd: Option<FdbCmd>,
+    },
+    /// The routing table: show | add | replace | del.
+    Route {
+        /// The subcommand (default: show or list).
+        #[command(subcommand)]
+        cmd: Option<RouteCmd>,
+    },
+    /// The neighbour table: show | add | del | flush.
+    Neigh {
+        /// The subcommand (default: show or list).
+        #[command(subcommand)]
+        cmd: Option<NeighCmd>,
+    },
+    /// The connection table: list (-L) | flush (-F) [zone N].
+    Conntrack {
+        /// The subcommand (default: show or list).
+        #[command(subcommand)]
+        cmd: Option<ConntrackCmd>,
+    },
+    /// Capture taps: list | start | stop.
+    Capture {
+        /// The subcommand (default: show or list).
+        #[command(subcommand)]
+        cmd: Option<CaptureCmd>,
+    },
+    /// What the datapath does with one packet, stage by stage (nothing is sent or changed).
+    Trace {
+        /// Fields, OVS style: in_port=PORT dl_src= dl_dst= dl_vlan= ip|ipv6|arp nw_src= nw_dst=
+        /// tcp|udp|icmp tp_src= tp_dst= tcp_flags= nw_ttl= len= arp_spa= arp_tpa=, or hex=FRAME.
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true, value_name = "FIELD")]
+        fields: Vec<String>,
+    },
+    /// Any other word: refused with a clear error.
+    #[command(external_subcommand)]
+    Unknown(Vec<String>),
+}
+
+/// `fdb` commands.
+#[derive(Subcommand, Clone, Debug)]
+pub enum FdbCmd {
+    /// The forwarding database.
+    Show,
+    /// A static entry: `fdb add MAC dev PORT [vlan N]` (default: the port's access or native VLAN).
+    Add {
+        /// The (unicast) MAC address.
+        mac: Mac,
+        /// The word `dev`.
+        #[arg(value_name = "dev", value_parser = keyword!("dev"), hide_possible_values = true)]
+        dev_kw: String,
+        /// The port.
+        port: String,
+        /// The word `vlan`.
+        #[arg(value_name = "vlan", value_parser = keyword!("vlan"), hide_possible_values = true, requires = "vlan")]
+        vlan_kw: Option<String>,
+        /// The VLAN.
+        #[arg(value_name = "N")]
+        vlan: Option<u16>,
+    },
+    /// Deletes an entry: `fdb del MAC [vlan N]` (default vlan 1).
+    Del {
+        /// The MAC address.
+        mac: Mac,
+        /// The word `vlan`.
+        #[arg(value_name = "vlan", value_parser = keyword!("vlan"), hide_possible_values = true, requires = "vlan")]
+        vlan_kw: Option<String>,
+        /// The VLAN.
+        #[arg(value_name = "N")]
+        vlan: Option<u16>,
+    },
+    /// Deletes the learned entries.
+    Flush,
+}
+
+/// `route add|replace` arguments: `PREFIX via GW[,GW...]` or `PREFIX dev IFACE`.
+#[derive(Args, Clone, Debug)]
+pub struct RouteAddArgs {
+    /// The destination (`10.9.0.0/24`, `2001:db8::/32`, `default`).
+    prefix: String,
+    /// `via` (gateways) or `dev` (directly connected).
+    #[arg(value_name = "via|dev", value_parser = keyword!("via", "dev"))]
+    how: String,
+    /// GW[,GW...] (several: ECMP) or IFACE.
+    #[arg(value_name = "GW|IFACE")]
+    target: String,
+}
+
+impl RouteAddArgs {
+    fn hops(&self) -> Result<Hops, CtlError> {
+        if self.how == "dev" {
+            return Ok(Hops::Dev(self.target.clone()));
+        }
+        self.target
+            .split(',')
+            .map(|g| {
+                g.parse::<IpAddr>()
+                    .map_err(|_| CtlError::Usage(format!("via {g:?}: not an address")))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Hops::Via)
+    }
+}
+
+/// `route` commands.
+#[derive(Subcommand, Clone, Debug)]
+pub enum RouteCmd {
+    /// The routing table.
+    Show,
+    /// Adds a route: `route add PREFIX via GW[,GW...]` or `route add PREFIX dev IFACE`.
+    Add(RouteAddArgs),
+    /// Adds or replaces a route.
+    Replace(RouteAddArgs),
+    /// Deletes a route.
+    #[command(alias = "delete")]
+    Del {
+        /// The destination.
+        prefix: String,
+    },
+}
+
+/// `neigh` commands.
+#[derive(Subcommand, Clone, Debug)]
+pub enum NeighCmd {
+    /// The neighbour table.
+    Show,
+    /// A permanent neighbour: `neigh add IP lladdr MAC dev IFACE`.
+    Add {
+        /// Its address.
+        ip: IpAddr,
+        /// The word `lladdr`.
+        #[arg(value_name = "lladdr", value_parser = keyword!("lladdr"), hide_possible_values = true)]
+        lladdr_kw: String,
+        /// Its MAC address.
+        mac: Mac,
+        /// The word `dev`.
+        #[arg(value_name = "dev", value_parser = keyword!("dev"), hide_possible_values = true)]
+        dev_kw: String,
+        /// The interface.
+        dev: String,
+    },
+    /// Deletes a neighbour: `neigh del IP dev IFACE`.
+    Del {
+        /// Its address.
+        ip: IpAddr,
+        /// The word `dev`.
+        #[arg(value_name = "dev", value_parser = keyword!("dev"), hide_possible_values = true)]
+        dev_kw: String,
+        /// The interface.
+        dev: String,
+    },
+    /// Deletes the dynamic neighbours: `neigh flush [dev IFACE]`.
+    Flush {
+        /// The word `dev`.
+        #[arg(value_name = "dev", value_parser = keyword!("dev"), hide_possible_values = true, requires = "dev")]
+        dev_kw: Option<String>,
+        /// The interface.
+        #[arg(value_name = "IFACE")]
+        dev: Option<String>,
+    },
+}
+
+/// `conntrack` commands.
+#[derive(Subcommand, Clone, Debug)]
+pub enum ConntrackCmd {
+    /// The connection table.
+    #[command(short_flag = 'L')]
+    List,
+    /// Deletes connections: `conntrack flush [zone N]`.
+    #[command(short_flag = 'F')]
+    Flush {
+        /// The word `zone`.
+        #[arg(value_name = "zone", value_parser = keyword!("zone"), hide_possible_values = true, requires = "zone")]
+        zone_kw: Option<String>,
+        /// The zone.
+        #[arg(value_name = "N")]
+        zone: Option<u16>,
+    },
+}
+
+/// `capture` commands.
+#[derive(Subcommand, Clone, Debug)]
+pub enum CaptureCmd {
+    /// The capture taps (config and started here).
+    List,
+    /// A tap writing a pcap (.pcapng: pcapng) file on the datapath's side.
+    Start {
+        /// What to capture.
+        #[command(flatten)]
+        tap: TapArgs,
+        /// The file (an absolute path: the datapath writes it).
+        #[arg(short = 'w', value_name = "/ABS/FILE")]
+        write: Option<PathBuf>,
+    },
+    /// Detaches a tap (its file is completed).
+    Stop {
+        /// The tap's id (see `capture list`).
+        id: u64,
+    },
+}
+
+impl CtlCmd {
+    /// The request these words make.
+    pub fn request(&self) -> Result<Request, CtlError> {
+        Ok(match self {
+            CtlCmd::Help => Request::Help,
+            CtlCmd::Stats => Request::Stats,
+            CtlCmd::Clients => Request::Clients,
+            CtlCmd::Fdb { cmd } => match cmd {
+                None | Some(FdbCmd::Show) => Request::FdbShow,
+                Some(FdbCmd::Add { mac, port, vlan, .. }) => Request::FdbAdd {
+                    mac: *mac,
+                    port: port.clone(),
+                    vlan: *vlan,
+                },
+                Some(FdbCmd::Del { mac, vlan, .. }) => Request::FdbDel { mac: *mac, vlan: *vlan },
+                Some(FdbCmd::Flush) => Request::FdbFlush,
+            },
+            CtlCmd::Route { cmd } => match cmd {
+                None | Some(RouteCmd::Show) => Request::RouteShow,
+                Some(RouteCmd::Add(a)) => Request::RouteAdd {
+                    prefix: a.prefix.clone(),
+                    hops: a.hops()?,
+                },
+                Some(RouteCmd::Replace(a)) => Request::RouteReplace {
+                    prefix: a.prefix.clone(),
+                    hops: a.hops()?,
+                },
+                Some(RouteCmd::Del { prefix }) => Request::RouteDel { prefix: prefix.clone() },
+            },
+            CtlCmd::Neigh { cmd } => match cmd {
+                None | Some(NeighCmd::Show) => Request::NeighShow,
+                Some(NeighCmd::Add { ip, mac, dev, .. }) => Request::NeighAdd {
+                    ip: *ip,
+                    mac: *mac,
+                    dev: dev.clone(),
+                },
+                Some(NeighCmd::Del { ip, dev, .. }) => Request::NeighDel {
+                    ip: *ip,
+                    dev: dev.clone(),
+                },
+                Some(NeighCmd::Flush { dev, .. }) => Request::NeighFlush { dev: dev.clone() },
+            },
+            CtlCmd::Conntrack { cmd } => match cmd {
+                None | Some(ConntrackCmd::List) => Request::ConntrackList,
+                Some(ConntrackCmd::Flush { zone, .. }) => Request::ConntrackFlush { zone: *zone },
+            },
+            CtlCmd::Capture { cmd } => match cmd {
+                None | Some(CaptureCmd::List) => Request::CaptureList,
+                Some(CaptureCmd::Start { tap, write }) => {
+                    let tap = tap.options(CAPTURE_START)?;
+                    let write = write.clone().ok_or_else(|| {
+                        CtlError::Usage(format!(
+                            "-w FILE is required (to stream a capture back, use `freeway capture --ctl`); {CAPTURE_START}"
+                        ))
+                    })?;
+                    Request::CaptureStart { tap, write }
+                }
+                Some(CaptureCmd::Stop { id }) => Request::CaptureStop { id: *id },
+            },
+            CtlCmd::Trace { fields } => Request::Trace { fields: fields.clone() },
+            CtlCmd::Unknown(words) => {
+                return Err(CtlError::UnknownCommand(format!(
+                    "unknown command {:?}; try `freeway ctl help`",
+                    words.join(" ")
+                )))
+            }
+        })
+    }
+}
+
+/// `freeway ctl`'s words alone (for [`parse_words`]).
+#[derive(Parser, Debug)]
+#[command(name = "freeway ctl", disable_help_subcommand = true, disable_version_flag = true)]
+struct Words {
+    /// The subcommand (default: show or list).
+    #[command(subcommand)]
+    cmd: CtlCmd,
+}
+
+/// The request that `freeway ctl WORDS...` sends (`["route", "show"]`); words it would refuse
+/// get a [`CtlError::Usage`] (or [`CtlError::UnknownCommand`]) saying why.
+pub fn parse_words(words: &[String]) -> Result<Request, CtlError> {
+    let w = Words::try_parse_from(std::iter::once("freeway ctl").chain(words.iter().map(String::as_str)))
+        .map_err(|e| CtlError::Usage(e.render().to_string().trim_end().to_string()))?;
+    w.cmd.request()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn req(w: &str) -> Result<Request, CtlError> {
+        let words: Vec<String> = w.split_whitespace().map(String::from).collect();
+        parse_words(&words)
+    }
+
+    #[test]
+    fn the_words_are_well_formed() {
+        Words::command().debug_assert();
+    }
+
+    #[test]
+    fn ctl_words_become_typed_requests_and_back() {
+        for w in [
+            "stats",
+            "clients",
+            "help",
+            "fdb show",
+            "fdb add 02:00:00:00:00:99 dev lan",
+            "fdb add 02:00:00:00:00:99 dev lan vlan 10",
+            "fdb del 02:00:00:00:00:99 vlan 10",
+            "fdb flush",
+            "route show",
+            "route add 10.8.0.0/16 via 10.0.20.7,10.0.20.8",
+            "route add 10.0.20.0/24 dev wan",
+            "route replace default via 10.0.20.7",
+            "route del 10.6.0.0/16",
+            "neigh show",
+            "neigh add 10.0.20.9 lladdr 02:00:00:00:20:09 dev wan",
+            "neigh del 10.0.20.9 dev wan",
+            "neigh flush",
+            "neigh flush dev wan",
+            "conntrack list",
+            "conntrack flush",
+            "conntrack flush zone 3",
+            "capture list",
+            "capture stop 4",
+            "trace in_port=lan udp tp_dst=53",
+        ] {
+            let r = req(w).unwrap_or_else(|e| panic!("{w}: {e}"));
+            // Logs show a request as the words that made it.
+            assert_eq!(r.to_string(), w, "{r:?}");
+        }
+        // Short forms.
+        assert_eq!(req("fdb").unwrap(), Request::FdbShow);
+        assert_eq!(req("route").unwrap(), Request::RouteShow);
+        assert_eq!(req("neigh").unwrap(), Request::NeighShow);
+        assert_eq!(req("conntrack").unwrap(), Request::ConntrackList);
+        assert_eq!(req("conntrack -L").unwrap(), Request::ConntrackList);
+        assert_eq!(req("conntrack -F").unwrap(), Request::ConntrackFlush { zone: None });
+        assert_eq!(req("capture").unwrap(), Request::CaptureList);
+        assert_eq!(
+            req("route delete 10.6.0.0/16").unwrap(),
+            Request::RouteDel {
+                prefix: "10.6.0.0/16".into()
+            }
+        );
+        let r = req("capture start -i wan -Q out -c 5 -w /tmp/w.pcap udp and dst port 5001").unwrap();
+        let Request::CaptureStart { tap, write } = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(write, PathBuf::from("/tmp/w.pcap"));
+        assert_eq!(tap.port, "wan");
+        assert_eq!(tap.direction, Direction::Out);
+        assert_eq!(tap.count, Some(5));
+        assert_eq!(tap.snaplen, MAX_SNAPLEN);
+        assert_eq!(tap.filter, "udp and dst port 5001");
+    }
+
+    #[test]
+    fn bad_words_are_refused_before_sending() {
+        for (w, kind, msg) in [
+            ("bogus", "unknown_command", "unknown command \"bogus\""),
+            ("fdb add zz dev lan", "usage", "zz"),
+            ("fdb add 02:00:00:00:00:99 on lan", "usage", "on"),
+            ("fdb add 02:00:00:00:00:99 dev lan vlan", "usage", "vlan"),
+            (
+                "route add 10.0.0.0/8 via nowhere",
+                "usage",
+                "via \"nowhere\": not an address",
+            ),
+            ("route add 10.0.0.0/8 through 10.0.20.7", "usage", "through"),
+            ("neigh add 10.0.20.9 02:00:00:00:20:09 dev wan", "usage", "lladdr"),
+            ("capture start -w /tmp/x.pcap", "usage", "-i PORT"),
+            ("capture start -i wan", "usage", "-w FILE"),
+            (
+                "capture start -i wan -Q sideways -w /tmp/x",
+                "usage",
+                "in, out or inout",
+            ),
+            ("capture stop x", "usage", "x"),
+        ] {
+            let e = req(w).unwrap_err();
+            assert_eq!(e.kind(), kind, "{w}: {e}");
+            assert!(e.to_string().contains(msg), "{w}: {e}");
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! The control socket against a running datapath, through real Unix sockets: the typed
+//! protocol's refusals, clients that trickle, idle or do not read (others are still served),
+//! the router's own entries protected, and `--ctl PATH` never deleting what is not a stale
+//! socket of its own.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use freeway_datapath::runtime::control::protocol::{encode_request, Request};
+use serde_json::Value;
+
+fn freeway(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args(args)
+        .output()
+        .expect("the freeway binary runs")
+}
+
+/// A fresh directory for one test.
+fn test_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("freeway-ctlsock-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The router demo, running for up to a minute (plus `extra` appended to its config), with
+/// a control socket; returns its directory, the socket and the process.
+fn running(tag: &str, extra: &str) -> (PathBuf, PathBuf, Child) {
+    let dir = test_dir(tag);
+    let o = freeway(&["default-config", "--router"]);
+    let text = String::from_utf8(o.stdout)
+        .unwrap()
+        .replace("duration_secs = 5", "duration_secs = 60");
+    let cfg = dir.join("router.toml");
+    std::fs::write(&cfg, format!("{text}\n{extra}")).unwrap();
+    let sock = dir.join("ctl.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args([
+            "run",
+            "-q",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--ctl",
+            sock.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Ready when it answers.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while freeway_datapath::runtime::ctl_request(&sock, &["stats".to_string()]).is_err() {
+        assert!(Instant::now() < deadline, "the datapath did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (dir, sock, child)
+}
+
+/// Stops the datapath with SIGINT, checks it exits cleanly, removes its directory.
+fn stop(mut child: Child, dir: PathBuf) {
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// One request as `freeway ctl` words; the reply object (`ok`, `text`, `data` / `kind`, `error`).
+fn ctl(sock: &Path, w: &[&str]) -> Value {
+    let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
+    freeway_datapath::runtime::ctl_request(sock, &words).expect("the datapath answers")
+}
+
+/// Sends raw bytes and returns the reply line as JSON.
+fn raw(sock: &Path, bytes: &[u8]) -> Value {
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// Reads one reply line from a connection (waiting up to 30 s).
+fn reply_line(s: &UnixStream) -> Value {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// Polls `ctl clients` until `f` holds of its data (up to a minute).
+fn wait_clients(sock: &Path, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = ctl(sock, &["clients"]);
+        if r["ok"] == true && f(&r["data"]) {
+            return r["data"].clone();
+        }
+        assert!(Instant::now() < deadline, "{what}: {r}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn requests_of_another_version_or_an_unknown_command_get_typed_errors_and_change_nothing() {
+    let (dir, sock, child) = running("proto", "");
+    let before = ctl(&sock, &["route", "show"])["text"].clone();
+    // A well-formed request of this version is served.
+    let r = raw(&sock, encode_request(&Request::Stats).as_bytes());
+    assert!(r["ok"]["data"]["ports"].is_array(), "{r}");
+    assert_eq!(r["version"], 1);
+    // Another version, even of a known command: refused, typed.
+    let r = raw(
+        &sock,
+        b"{\"version\":2,\"request\":{\"cmd\":\"route_add\",\"prefix\":\"10.9.0.0/24\",\"hops\":{\"dev\":\"wan\"}}}\n",
+    );
+    assert_eq!(r["error"]["kind"], "unsupported_version", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("version 2"), "{r}");
+    // An unknown command.
+    let r = raw(&sock, b"{\"version\":1,\"request\":{\"cmd\":\"reboot\"}}\n");
+    assert_eq!(r["error"]["kind"], "unknown_command", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("reboot"), "{r}");
+    // The old protocol's word array: malformed.
+    let r = raw(&sock, b"[\"route\",\"del\",\"10.0.20.0/24\"]\n");
+    assert_eq!(r["error"]["kind"], "malformed", "{r}");
+    // A known command with a field too many.
+    let r = raw(
+        &sock,
+        b"{\"version\":1,\"request\":{\"cmd\":\"route_del\",\"prefix\":\"10.0.20.0/24\",\"force\":true}}\n",
+    );
+    assert_eq!(r["error"]["kind"], "malformed", "{r}");
+    // Server-side refusals are typed too.
+    let r = ctl(&sock, &["route", "del", "10.6.0.0/16"]);
+    assert_eq!(
+        (r["ok"].clone(), r["kind"].clone()),
+        (false.into(), "not_found".into()),
+        "{r}"
+    );
+    assert_eq!(ctl(&sock, &["route", "show"])["text"], before, "nothing changed");
+    stop(child, dir);
+}
+
+#[test]
+fn a_client_trickling_its_request_delays_no_one_and_is_timed_out() {
+    let (dir, sock, child) = running("trickle", "");
+    // One byte every half second, never a whole line: each read is quick, the request never
+    // completes.
+    let s = UnixStream::connect(&sock).unwrap();
+    let w = s.try_clone().unwrap();
+    let trickler = std::thread::spawn(move || {
+        let mut w = w;
+        for _ in 0..120 {
+            if w.write_all(b" ").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // Others are served meanwhile.
+    for _ in 0..3 {
+        assert_eq!(ctl(&sock, &["stats"])["ok"], true);
+    }
+    // The trickler gets a timeout error (its request did not arrive whole in time).
+    let r = reply_line(&s);
+    assert_eq!(r["error"]["kind"], "timeout", "{r}");
+    drop(s);
+    trickler.join().unwrap();
+    wait_clients(&sock, "the timeout is counted", |d| d["timed_out"].as_u64() >= Some(1));
+    stop(child, dir);
+}
+
+#[test]
+fn idle_clients_delay_no_one_and_those_beyond_the_limit_are_told_busy_at_once() {
+    let (dir, sock, child) = running("idle", "");
+    // Eight idle clients (one at a time, each would hold the socket for its whole timeout).
+    let idle: Vec<UnixStream> = (0..8).map(|_| UnixStream::connect(&sock).unwrap()).collect();
+    let r = ctl(&sock, &["stats"]);
+    assert_eq!(r["ok"], true, "{r}");
+    // Each idle client is timed out in the end.
+    for s in &idle {
+        assert_eq!(reply_line(s)["error"]["kind"], "timeout");
+    }
+    drop(idle);
+    // Many more than the limit at once: those beyond it are refused as busy, at once, with a
+    // clear error; the others are timed out as before.
+    let max = freeway_datapath::runtime::control::MAX_CLIENTS;
+    let flood: Vec<UnixStream> = (0..max + 8).map(|_| UnixStream::connect(&sock).unwrap()).collect();
+    let kinds: Vec<String> = flood
+        .iter()
+        .map(|s| reply_line(s)["error"]["kind"].as_str().unwrap().to_string())
+        .collect();
+    let busy = kinds.iter().filter(|k| *k == "busy").count();
+    assert!(busy >= 8, "{kinds:?}");
+    assert!(kinds.iter().all(|k| k == "busy" || k == "timeout"), "{kinds:?}");
+    let d = wait_clients(&sock, "busy refusals counted", |d| d["busy"].as_u64() >= Some(8));
+    assert!(d["timed_out"].as_u64().unwrap() >= 8, "{d}");
+    // Once they are answered, the socket serves again.
+    let r = raw(&sock, encode_request(&Request::Stats).as_bytes());
+    assert!(r["ok"].is_object(), "{r}");
+    drop(flood);
+    stop(child, dir);
+}
+
+#[test]
+fn a_client_that_does_not_read_its_big_reply_is_dropped_while_others_are_served() {
+    // 20,000 routes: `route show` is megabytes, far more than a socket buffer holds.
+    let mut extra = String::new();
+    for i in 0..20_000u32 {
+        extra.push_str(&format!(
+            "[[route]]\ndst = \"172.{}.{}.0/24\"\nvia = \"10.0.20.7\"\n",
+            16 + i / 256,
+            i % 256
+        ));
+    }
+    let (dir, sock, child) = running("noread", &extra);
+    let big = ctl(&sock, &["route", "show"]);
+    assert!(big["text"].as_str().unwrap().len() > 1_000_000, "a big reply");
+    // Asks for it and never reads.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.write_all(encode_request(&Request::RouteShow).as_bytes()).unwrap();
+    // Others are served meanwhile, changes included.
+    for _ in 0..3 {
+        assert_eq!(ctl(&sock, &["stats"])["ok"], true);
+    }
+    assert_eq!(
+        ctl(&sock, &["route", "add", "10.9.0.0/24", "via", "10.0.20.7"])["ok"],
+        true
+    );
+    // The reader is dropped in the end, and counted.
+    wait_clients(&sock, "the non-reading client is dropped", |d| {
+        d["dropped"].as_u64() >= Some(1)
+    });
+    // What it gets when it finally reads: less than the reply, then the end.
+    let mut got = Vec::new();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let _ = s.read_to_end(&mut got);
+    assert!(got.len() < big["text"].as_str().unwrap().len(), "{} bytes", got.len());
+    assert_eq!(ctl(&sock, &["stats"])["ok"], true);
+    stop(child, dir);
+}
+
+#[test]
+fn the_router_s_own_mac_and_addresses_cannot_be_taken_by_static_entries() {
+    let (dir, sock, child) = running("own", "");
+    let router_entry = |sock: &Path| {
+        ctl(sock, &["fdb", "show"])["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["mac"] == "02:fe:00:00:00:01" && e["vlan"] == 10 && e["port"] == "(router)")
+    };
+    assert!(router_entry(&sock));
+    for (w, kind, msg) in [
+        (
+            vec!["fdb", "del", "02:fe:00:00:00:01", "vlan", "10"],
+            "refused",
+            "router's own MAC",
+        ),
+        (
+            vec!["fdb", "add", "02:fe:00:00:00:01", "dev", "lan"],
+            "refused",
+            "router's own MAC",
+        ),
+        (
+            vec!["fdb", "add", "00:00:00:00:00:00", "dev", "lan"],
+            "invalid",
+            "not a unicast",
+        ),
+        (
+            vec!["fdb", "add", "ff:ff:ff:ff:ff:ff", "dev", "lan"],
+            "invalid",
+            "not a unicast",
+        ),
+        (
+            vec!["fdb", "add", "01:00:5e:00:00:01", "dev", "lan"],
+            "invalid",
+            "not a unicast",
+        ),
+        (
+            vec!["route", "add", "10.9.0.0/24", "via", "10.0.20.1"],
+            "refused",
+            "router's own address",
+        ),
+        (
+            vec!["route", "replace", "10.9.0.0/24", "via", "10.0.20.7,10.0.20.1"],
+            "refused",
+            "router's own address",
+        ),
+        (
+            vec!["route", "add", "2001:db8:9::/48", "via", "2001:db8:20::1"],
+            "refused",
+            "router's own address",
+        ),
+        (
+            vec!["neigh", "add", "10.0.20.1", "lladdr", "02:00:00:00:20:01", "dev", "wan"],
+            "refused",
+            "router's own address",
+        ),
+        (
+            vec!["neigh", "add", "10.0.10.1", "lladdr", "02:00:00:00:20:01", "dev", "wan"],
+            "refused",
+            "router's own address",
+        ),
+    ] {
+        let r = ctl(&sock, &w);
+        assert_eq!(r["ok"], false, "{w:?}: {r}");
+        assert_eq!(r["kind"], kind, "{w:?}: {r}");
+        assert!(r["error"].as_str().unwrap().contains(msg), "{w:?}: {r}");
+    }
+    // Nothing changed.
+    assert!(router_entry(&sock));
+    let fdb = ctl(&sock, &["fdb", "show"])["text"].as_str().unwrap().to_string();
+    assert!(
+        !fdb.contains("00:00:00:00:00:00") && !fdb.contains("ff:ff:ff:ff:ff:ff"),
+        "{fdb}"
+    );
+    assert!(!ctl(&sock, &["route", "show"])["text"]
+        .as_str()
+        .unwrap()
+        .contains("10.9.0.0"));
+    let neigh = ctl(&sock, &["neigh", "show"])["text"].as_str().unwrap().to_string();
+    assert!(
+        !neigh.contains("10.0.20.1 ") && !neigh.contains("10.0.10.1 "),
+        "{neigh}"
+    );
+    // The same words for other addresses are fine.
+    assert_eq!(
+        ctl(&sock, &["route", "add", "10.9.0.0/24", "via", "10.0.20.7"])["ok"],
+        true
+    );
+    assert_eq!(
+        ctl(&sock, &["fdb", "add", "02:00:00:00:00:99", "dev", "lan"])["ok"],
+        true
+    );
+    stop(child, dir);
+}
+
+/// `freeway run` of the bridge demo for a short while with `--ctl path`.
+fn run_with_ctl(path: &Path) -> Output {
+    freeway(&["run", "-q", "--duration", "1", "--ctl", path.to_str().unwrap()])
+}
+
+#[test]
+fn run_refuses_a_ctl_path_that_is_not_a_stale_socket_and_leaves_it_alone() {
+    let dir = test_dir("path");
+    // A regular file: refused, named, untouched.
+    let file = dir.join("precious.txt");
+    std::fs::write(&file, "keep me").unwrap();
+    let o = run_with_ctl(&file);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains(file.to_str().unwrap()) && err.contains("regular file"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+    // A directory.
+    let sub = dir.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let o = run_with_ctl(&sub);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("directory"));
+    assert!(sub.is_dir());
+    // A live socket (someone listens): refused, left in place.
+    let live = dir.join("live.sock");
+    let l = UnixListener::bind(&live).unwrap();
+    let o = run_with_ctl(&live);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("listening there"), "{err}");
+    assert!(live.exists());
+    drop(l);
+    // Now stale (nobody listens): replaced, and removed at exit.
+    let o = run_with_ctl(&live);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!live.exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn at_exit_only_the_socket_this_run_created_is_removed() {
+    let (dir, sock, child) = running("exit", "");
+    // Someone replaces the socket file while the datapath runs.
+    std::fs::remove_file(&sock).unwrap();
+    std::fs::write(&sock, "not yours").unwrap();
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let mut child = child;
+    assert!(child.wait().unwrap().success());
+    assert_eq!(std::fs::read_to_string(&sock).unwrap(), "not yours");
+    std::fs::remove_dir_all(dir).unwrap();
+}
