@@ -327,14 +327,23 @@ pub(crate) fn bind(path: &Path) -> Result<Listener, RunError> {
         Err(x) if x.kind() == std::io::ErrorKind::NotFound => {}
         Err(x) => return Err(e(x.to_string())),
     }
-    let l = UnixListener::bind(path).map_err(|x| e(x.to_string()))?;
+    // Bound under a private name, made 0600, then renamed into place: the socket never
+    // appears at `path` with looser permissions, and a client that finds it can connect.
+    let tmp = path.with_file_name(format!(".fw-ctl-{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let l = UnixListener::bind(&tmp).map_err(|x| e(x.to_string()))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(x) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e(x.to_string()));
+    }
     let m = std::fs::symlink_metadata(path).map_err(|x| e(x.to_string()))?;
     let listener = Listener {
         listener: l,
         path: path.to_path_buf(),
         id: (m.dev(), m.ino()),
     };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|x| e(x.to_string()))?;
     listener.listener.set_nonblocking(true).map_err(|x| e(x.to_string()))?;
     Ok(listener)
 }
