@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end benchmark through Linux network namespaces (issue 6): the same test bed
+# End-to-end benchmark through Linux network namespaces: the same test bed
 # (scripts/netns-testbed.sh: hosts h1, h2 joined to a switch namespace by veth pairs, offloads
 # off) carries, in one go, four datapaths in turn:
 #

@@ -1,8 +1,9 @@
-//! `freeway bench capture`: what live capture costs forwarding (seed 002).
+//! `freeway bench capture`: what live capture costs forwarding (FreeBSD's lock-free BPF taps:
+//! taps read under an epoch instead of behind a reader-writer lock).
 //!
 //! The bridge benchmark's topology (three generator hosts, 64-byte frames, every worker
 //! receiving from every port), or with `--topology router` two hosts in two VLANs routed to
-//! each other (the seed's case: tcpdump on a router), runs through the real pipeline while
+//! each other (tcpdump on a busy router), runs through the real pipeline while
 //! taps are attached to port `h0`, both directions, in five scenarios:
 //!
 //! * `none`: no tap;
@@ -16,7 +17,7 @@
 //!
 //! Each scenario runs with Freeway's epoch-published tap list ([`Taps`]) and with the
 //! baseline, the same taps behind an `RwLock` ([`LockedTaps`]: the FreeBSD BPF path before
-//! the seed's change), interleaved run by run in one process.
+//! the lock-free change), interleaved run by run in one process.
 //!
 //! The table gives each cell's median Mpps per worker, its share of the no-tap median
 //! (`vs none`) and the median of its per-round shares (`paired`: each run divided by the
@@ -57,7 +58,7 @@ pub struct CaptureArgs {
     #[arg(long, value_delimiter = ',', default_value = "epoch,rwlock")]
     pub registry: Vec<String>,
     /// What forwards: `bridge` (the bridge benchmark's three hosts) or `router` (two hosts
-    /// in two VLANs routed to each other through the L3 stage, as in the seed's router).
+    /// in two VLANs routed to each other through the L3 stage, as on a router running tcpdump).
     #[arg(long, value_delimiter = ',', default_value = "bridge")]
     pub topology: Vec<String>,
     /// Router topology: full FIB lookup for every packet (the route cache's baseline).

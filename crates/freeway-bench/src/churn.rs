@@ -1,4 +1,4 @@
-//! The churn oracle (issue 7): the real multi-worker runtime forwards generated traffic while
+//! The churn oracle: the real multi-worker runtime forwards generated traffic while
 //! a control thread changes its tables as fast as it can, and an oracle checks every frame
 //! that comes out.
 //!

@@ -2,7 +2,7 @@
 //! them; `examples/ct_bench.rs` too). They return numbers; nothing here asserts timings.
 //!
 //! * [`ovs_workload`]: the Open vSwitch `test-conntrack benchmark N 3000000 32` workload of
-//!   `DESIGN.md`, with a [`Variant::GlobalLock`] baseline (lookup, update and insert behind one
+//!   Open vSwitch's `test-conntrack benchmark` (see `ovs_workload`), with a [`Variant::GlobalLock`] baseline (lookup, update and insert behind one
 //!   global mutex: the shape of OVS conntrack before its scalability series).
 //! * [`churn`]: new TCP connections per second per worker, each with a full handshake and a
 //!   teardown (FIN both ways, or RST), while the expiry thread removes closed connections.
@@ -61,7 +61,7 @@ pub fn ovs_frame(id: usize) -> Packet {
     p
 }
 
-/// The DESIGN.md conntrack workload: `threads` workers each track `packets` packets (their
+/// The conntrack workload of Open vSwitch's `test-conntrack benchmark N 3000000 32`: `threads` workers each track `packets` packets (their
 /// `batch` frames, `packets / batch` times) of one UDP flow in zone 0 with commit; an expiry
 /// thread runs but has nothing to do. Returns the wall time from the barrier to the last
 /// worker's end.

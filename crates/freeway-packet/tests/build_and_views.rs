@@ -164,7 +164,7 @@ fn every_protocol_family_and_tagging() {
 
 #[test]
 fn conntrack_benchmark_frame() {
-    // DESIGN.md: 42-byte Ethernet/IPv4/UDP, no payload, UDP checksum 0, TTL 0.
+    // The conntrack benchmark's frame: 42-byte Ethernet/IPv4/UDP, no payload, UDP checksum 0, TTL 0.
     let s = FrameSpec {
         src_ip: Ipv4Addr::new(10, 1, 1, 1).into(),
         dst_ip: Ipv4Addr::new(10, 1, 1, 2).into(),

@@ -1,4 +1,5 @@
-//! The per-worker route cache (law 4 of `DESIGN.md`; OpenBSD's per-softnet route cache).
+//! The per-worker route cache (validated by a generation number, never invalidated by
+//! another thread; OpenBSD's per-softnet route cache).
 //!
 //! A direct-mapped table per family, destination address -> counted reference ([`NhRef`]) to
 //! the next-hop group, tagged with the FIB generation loaded *before* the FIB lookup that
@@ -12,9 +13,9 @@
 //! for each group its entries point to (`held`, indexed by group index), and entries keep a
 //! plain pointer. A miss therefore costs the FIB lookup and a few local stores; the shared
 //! counter of a group is touched once when a worker first uses the group and once when it lets
-//! go, never per packet or per refill (law 2; a per-entry get/put made two threads' caches
-//! bounce the counters of the few popular groups, the `dst_entry` contention of the Linux
-//! rcuref series, and ran slower on 2 threads than on 1).
+//! go, never per packet or per refill (no shared write on the fast path; a per-entry get/put
+//! made two threads' caches bounce the counters of the few popular groups, the `dst_entry`
+//! contention of the Linux rcuref series, and ran slower on 2 threads than on 1).
 //!
 //! Invariant: an entry tagged with the generation the cache last saw, and pointing to a group,
 //! has that group's reference in `held`. When a lookup first sees a newer generation, every

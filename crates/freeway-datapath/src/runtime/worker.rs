@@ -15,7 +15,8 @@ use freeway_l3::neigh::NeighWriter;
 use freeway_packet::{parse, Batch, Packet, PacketPool};
 use freeway_sync::{CachePadded, Clock, Tick};
 
-/// A worker's context, passed explicitly down the pipeline (DESIGN law 7).
+/// A worker's context, passed explicitly down the pipeline (never hidden in
+/// packet metadata).
 pub(crate) struct Worker<L: Layout, T: TapPoint> {
     pub(crate) id: usize,
     pub(crate) core: Option<core_affinity::CoreId>,
