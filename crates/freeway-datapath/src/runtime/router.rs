@@ -181,8 +181,8 @@ pub(crate) struct RouterWorker {
 pub(crate) trait Bridging {
     /// The worker's pool.
     fn pool(&mut self) -> &mut PacketPool;
-    /// Takes the frames the bridge queued for the router port (appends them to `into`).
-    fn take_router_inbox(&mut self, into: &mut Vec<Packet>);
+    /// Takes the frames on the edge to the router stage (appends them to `into`).
+    fn take_for_router(&mut self, into: &mut Vec<Packet>);
     /// Bridges `batch` (parsed, received on the router port).
     fn bridge(&mut self, batch: &mut Batch, now: Tick);
     /// Counts one more parse of a frame (the stage's own frames).
@@ -212,7 +212,7 @@ impl RouterWorker {
     /// emits. `inbox` is scratch space owned by the caller.
     pub fn run(&mut self, now: Tick, br: &mut impl Bridging, inbox: &mut Vec<Packet>) {
         for _ in 0..MAX_ROUNDS {
-            br.take_router_inbox(inbox);
+            br.take_for_router(inbox);
             if inbox.is_empty() && self.outbox.is_empty() {
                 return;
             }

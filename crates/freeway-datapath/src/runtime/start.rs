@@ -13,7 +13,7 @@ use super::control::{Control, FdbOp, NeighOp, Op};
 use super::router::{RouterShared, RouterWorker};
 use super::stateful::Stateful;
 use super::stats::{PortCounters, Snapper, WorkerStats};
-use super::tx::{Tx, NO_ROUTER};
+use super::tx::{Next, Tx};
 use super::worker::{worker_main, Inline, Worker};
 use super::{capture, control, metrics, router, worker_count, RunError, RunOptions, RunResult};
 use crate::config::{Checked, PortKind};
@@ -503,7 +503,10 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
     let nports = cfg.ports.len();
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let pin = cfg.pin_workers && !cores.is_empty();
-    let npending = nports + usize::from(tables.router.is_some());
+    let next: Box<[Next]> = (0..nports)
+        .map(|_| Next::Tx)
+        .chain(tables.router.as_ref().map(|_| Next::Router))
+        .collect();
     let mut workers = Vec::new();
     let mut all_stats = Vec::new();
     for (id, (rx, txq)) in rx_of.into_iter().zip(tx_of).enumerate() {
@@ -531,12 +534,12 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
             tx: Tx {
                 queues: txq,
                 // Replaced on the worker's own thread (see `worker_main`).
-                pending: (0..npending).map(|_| Batch::default()).collect(),
+                pending: (0..nports).map(|_| Batch::default()).collect(),
                 pool: PacketPool::new(freeway_packet::DEFAULT_BUF_SIZE, 0, 0),
                 stats: stats.clone(),
                 taps: tap_worker,
-                router_port: if tables.router.is_some() { nports } else { NO_ROUTER },
-                router_inbox: Vec::new(),
+                next: next.clone(),
+                to_router: Vec::new(),
             },
             bridge: tables.bridge.clone(),
             bw,

@@ -1,5 +1,9 @@
-//! The transmit side of a worker: per-port transmit batches, egress taps, and the frames the
-//! bridge hands to the router.
+//! The transmit side of a worker, and the pipeline's next-stage edges.
+//!
+//! What a stage emits for a bridge port follows that port's edge ([`Next`], in the manner of
+//! VPP's next nodes): a real port's frames gather in its transmit batch, go through the egress
+//! taps and out by its queue; the router port's frames gather on the edge to the router stage,
+//! which runs after the bridge pass (`RouterWorker::run`) and feeds the bridge again.
 
 use std::sync::Arc;
 
@@ -10,8 +14,14 @@ use freeway_io::TxQueue;
 use freeway_packet::{Batch, Packet, PacketPool};
 use freeway_sync::CachePadded;
 
-/// No router port.
-pub(crate) const NO_ROUTER: usize = usize::MAX;
+/// Where the frames emitted for one bridge port go next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// The port's transmit batch, then its queue.
+    Tx,
+    /// The router stage (the bridge's router port).
+    Router,
+}
 
 /// Wall-clock time in nanoseconds (capture timestamps: read only when a tap matches).
 pub(crate) fn wall_ns() -> u64 {
@@ -20,19 +30,20 @@ pub(crate) fn wall_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// The emit side of the pipeline: per-port transmit batches and queues, egress taps, the
-/// frames bridged to the router port, and the pool.
+/// The emit side of the pipeline: the next-stage edge of every bridge port, per-port transmit
+/// batches and queues, egress taps, the frames on the edge to the router, and the pool.
 pub(crate) struct Tx<T: TapPoint> {
+    /// One per port.
     pub(crate) queues: Vec<Box<dyn TxQueue>>,
-    /// One per port, plus one for the router port when there is a router.
+    /// One per port.
     pub(crate) pending: Vec<Batch>,
     pub(crate) pool: PacketPool,
     pub(crate) stats: Arc<CachePadded<WorkerStats>>,
     pub(crate) taps: T,
-    /// Index of the router port (`NO_ROUTER` without a router).
-    pub(crate) router_port: usize,
-    /// Frames the bridge delivered to the router port, waiting for the L3 stage.
-    pub(crate) router_inbox: Vec<Packet>,
+    /// The edge of each bridge port: the ports', then the router port's (with a router).
+    pub(crate) next: Box<[Next]>,
+    /// Frames on the edge to the router stage, waiting for it.
+    pub(crate) to_router: Vec<Packet>,
 }
 
 impl<T: TapPoint> Tx<T> {
@@ -40,10 +51,6 @@ impl<T: TapPoint> Tx<T> {
     pub(crate) fn flush(&mut self, port: usize) {
         let b = &mut self.pending[port];
         if b.is_empty() {
-            return;
-        }
-        if port == self.router_port {
-            self.router_inbox.extend(b.drain());
             return;
         }
         if self.taps.any() {
@@ -81,6 +88,10 @@ impl<T: TapPoint> Emit for Tx<T> {
     #[inline(always)]
     fn emit(&mut self, port: u16, pkt: Packet) {
         let port = usize::from(port);
+        if self.next[port] == Next::Router {
+            self.to_router.push(pkt);
+            return;
+        }
         if self.pending[port].is_full() {
             self.flush(port);
         }
@@ -91,6 +102,10 @@ impl<T: TapPoint> Emit for Tx<T> {
     #[inline]
     fn emit_batch(&mut self, port: u16, batch: &mut Batch) {
         let port = usize::from(port);
+        if self.next[port] == Next::Router {
+            self.to_router.extend(batch.drain());
+            return;
+        }
         if !self.pending[port].is_empty() {
             self.flush(port);
         }

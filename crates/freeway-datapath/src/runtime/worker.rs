@@ -44,10 +44,8 @@ impl<L: Layout, T: TapPoint> Bridging for BridgeCtx<'_, '_, L, T> {
     }
 
     #[inline]
-    fn take_router_inbox(&mut self, into: &mut Vec<Packet>) {
-        let r = self.tx.router_port;
-        self.tx.flush(r);
-        into.append(&mut self.tx.router_inbox);
+    fn take_for_router(&mut self, into: &mut Vec<Packet>) {
+        into.append(&mut self.tx.to_router);
     }
 
     #[inline]
@@ -80,7 +78,7 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     // from this thread's arena, so no line of them neighbours another worker's hot data.
     w.tx.pending = (0..w.tx.pending.len()).map(|_| Batch::new()).collect();
     w.tx.pool = PacketPool::default();
-    w.tx.router_inbox = Vec::with_capacity(2 * freeway_packet::MAX_BATCH);
+    w.tx.to_router = Vec::with_capacity(2 * freeway_packet::MAX_BATCH);
     if let Some(r) = w.router.as_mut() {
         r.on_thread();
     }
