@@ -59,10 +59,17 @@ struct Bed {
     suffix: String,
     freeway: Option<Child>,
     dir: PathBuf,
+    /// The veths' MTU.
+    mtu: u32,
 }
 
 impl Bed {
     fn up(tag: &str) -> Bed {
+        Bed::up_mtu(tag, 1500)
+    }
+
+    /// A bed whose veths have this MTU.
+    fn up_mtu(tag: &str, mtu: u32) -> Bed {
         let suffix = format!("-{tag}{}", std::process::id());
         let dir = std::env::temp_dir().join(format!("freeway-netns{suffix}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -70,6 +77,7 @@ impl Bed {
             suffix,
             freeway: None,
             dir,
+            mtu,
         };
         let o = bed.script(&["up"]);
         assert!(
@@ -86,6 +94,7 @@ impl Bed {
             .args(args)
             .env("FW_SUFFIX", &self.suffix)
             .env("FW_QUEUES", "2")
+            .env("FW_MTU", self.mtu.to_string())
             .output()
             .expect("bash runs")
     }
@@ -241,6 +250,37 @@ fn ports(workers: usize, vlans: &[(&str, u16)]) -> String {
         ));
     }
     s
+}
+
+#[test]
+fn an_afpacket_frame_too_big_for_its_buffer_is_a_visible_drop() {
+    need_root!();
+    let mut bed = Bed::up_mtu("big", 9000);
+    bed.start_ctl(&ports(1, &[("h1", 1), ("h2", 1)]));
+    assert!(bed.ping("h1", "10.0.0.2"), "small frames pass");
+    // 8,000-byte pings fit the veths' MTU but not the datapath's 2 KiB buffers.
+    let big = bed.exec("h1", &["ping", "-c", "3", "-W", "1", "-s", "8000", "10.0.0.2"]);
+    assert!(!big.status.success(), "no jumbo ping passes");
+    let live = bed.ctl(&["stats"]);
+    let seen = live["data"]["drops"]["port:h1:too_big"].as_u64().unwrap_or(0);
+    assert!(seen >= 3, "ctl stats shows the drops: {live}");
+    let j = bed.stop();
+    let h1 = j["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "h1")
+        .unwrap();
+    assert!(h1["rx_drops"]["too_big"].as_u64().unwrap() >= 3, "{j}");
+    assert_eq!(
+        h1["rx_dropped"],
+        h1["rx_drops"]["too_big"].as_u64().unwrap() + h1["rx_drops"]["kernel"].as_u64().unwrap_or(0),
+        "{j}"
+    );
+    assert!(
+        j["drops"]["port:h1:too_big"].as_u64().unwrap() >= 3,
+        "-j shows the drops: {j}"
+    );
 }
 
 #[test]
