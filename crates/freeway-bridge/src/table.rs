@@ -37,34 +37,11 @@ use freeway_sync::Tick;
 
 use crate::layout::{Layout, Times};
 
-/// Epoch reclamation, or a stand-in that defers frees to drop under loom.
-mod reclaim {
-    #[cfg(not(loom))]
-    pub use crossbeam_epoch::Guard;
-
-    /// A read-side critical section. Hold it while using references from the table.
-    #[cfg(loom)]
-    #[derive(Debug)]
-    pub struct Guard(());
-
-    #[cfg(not(loom))]
-    pub fn pin() -> Guard {
-        crossbeam_epoch::pin()
-    }
-
-    #[cfg(loom)]
-    pub fn pin() -> Guard {
-        Guard(())
-    }
-}
-
-pub use reclaim::Guard;
+pub use freeway_sync::reclaim::Guard;
+use freeway_sync::reclaim::Retired;
 
 /// Enters a read-side critical section. Workers pin once per batch.
-#[inline]
-pub fn pin() -> Guard {
-    reclaim::pin()
-}
+pub use freeway_sync::reclaim::pin;
 
 /// Packs a MAC address and VLAN into the table key.
 #[inline(always)]
@@ -151,8 +128,7 @@ pub struct Table<L: Layout> {
     mask: usize,
     seed: u64,
     len: AtomicUsize,
-    #[cfg(loom)]
-    retired: std::sync::Mutex<Vec<usize>>,
+    retired: Retired<Node<L>>,
     _l: PhantomData<L>,
 }
 
@@ -183,8 +159,7 @@ impl<L: Layout> Table<L> {
             mask: n - 1,
             seed,
             len: AtomicUsize::new(0),
-            #[cfg(loom)]
-            retired: std::sync::Mutex::new(Vec::new()),
+            retired: Retired::new(),
             _l: PhantomData,
         }
     }
@@ -334,27 +309,14 @@ impl<L: Layout> Table<L> {
         removed
     }
 
-    /// Frees `p` once no reader can hold it.
+    /// Frees `p` once no reader can hold it (under loom: when the table drops).
     ///
     /// # Safety
     /// `p` must be unlinked from the table, and must not be retired twice.
-    #[cfg(not(loom))]
     unsafe fn retire(&self, p: *mut Node<L>, guard: &Guard) {
-        let p = p as usize;
-        // SAFETY: per the contract, `p` is unreachable for new readers and the epoch defers
-        // the free past every current reader.
-        unsafe {
-            guard.defer_unchecked(move || drop(Box::from_raw(p as *mut Node<L>)));
-        }
-    }
-
-    /// Keeps `p` until the table drops (loom models are short).
-    ///
-    /// # Safety
-    /// `p` must be unlinked from the table, and must not be retired twice.
-    #[cfg(loom)]
-    unsafe fn retire(&self, p: *mut Node<L>, _guard: &Guard) {
-        self.retired.lock().unwrap().push(p as usize);
+        // SAFETY: nodes are boxed; per the contract `p` is unlinked and retired once; node
+        // contents are plain data and atomics, dropped on any thread.
+        unsafe { self.retired.retire(p, guard) }
     }
 }
 
@@ -368,11 +330,6 @@ impl<L: Layout> Drop for Table<L> {
                 let n = unsafe { Box::from_raw(p) };
                 p = n.next.load(Ordering::Relaxed);
             }
-        }
-        #[cfg(loom)]
-        for p in self.retired.lock().unwrap().drain(..) {
-            // SAFETY: retired nodes were unlinked and are freed only here, once.
-            drop(unsafe { Box::from_raw(p as *mut Node<L>) });
         }
     }
 }

@@ -793,7 +793,7 @@ impl CtWorker {
             ns |= ASSURED;
         }
         if ns != st {
-            c.hot.status.fetch_or(ns, crate::atomic::Ordering::Relaxed);
+            c.hot.status.fetch_or(ns, freeway_sync::atomic::Ordering::Relaxed);
         }
         let class = match c.kind() {
             Kind::Udp if ns & SEEN_REPLY != 0 => TimeoutClass::UdpMultiple,
@@ -806,7 +806,7 @@ impl CtWorker {
     }
 
     fn update_tcp(&self, c: &Conn, reply: bool, seg: &TcpSeg, to: &Timeouts, commit: bool) -> CtResult {
-        use crate::atomic::Ordering::Relaxed;
+        use freeway_sync::atomic::Ordering::Relaxed;
         let mut lk = c.lock();
         let state = c.state();
         let st = c.status();

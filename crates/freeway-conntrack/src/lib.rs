@@ -58,15 +58,6 @@ pub use key::{Key, Tuple};
 pub use table::{pin, Guard};
 pub use timeout::{TimeoutClass, Timeouts};
 
-/// Atomics that become loom atomics under `--cfg loom` (the table and the connection nodes).
-pub(crate) mod atomic {
-    #[cfg(not(loom))]
-    pub use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
-
-    #[cfg(loom)]
-    pub use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
-}
-
 /// Why a packet is [`CtState::Invalid`]. `r as usize` indexes per-reason counters;
 /// [`InvalidReason::ALL`] lists them in that order.
 #[repr(u8)]

@@ -57,40 +57,17 @@
 
 use std::cell::UnsafeCell;
 
-use crate::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use freeway_sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use freeway_sync::Tick;
 
 use crate::key::Key;
 use crate::tcp::TcpConn;
 
-/// Epoch reclamation, or a stand-in that defers frees to drop under loom.
-mod reclaim {
-    #[cfg(not(loom))]
-    pub use crossbeam_epoch::Guard;
-
-    /// A read-side critical section. Hold it while using references from the table.
-    #[cfg(loom)]
-    #[derive(Debug)]
-    pub struct Guard(());
-
-    #[cfg(not(loom))]
-    pub fn pin() -> Guard {
-        crossbeam_epoch::pin()
-    }
-
-    #[cfg(loom)]
-    pub fn pin() -> Guard {
-        Guard(())
-    }
-}
-
-pub use reclaim::Guard;
+pub use freeway_sync::reclaim::Guard;
+use freeway_sync::reclaim::Retired;
 
 /// Enters a read-side critical section (workers pin once per batch).
-#[inline]
-pub fn pin() -> Guard {
-    reclaim::pin()
-}
+pub use freeway_sync::reclaim::pin;
 
 /// Status flag: a packet was seen in the reply direction.
 pub const SEEN_REPLY: u8 = 0x01;
@@ -306,11 +283,15 @@ struct FreeNodes {
 }
 
 impl FreeNodes {
-    #[cfg(not(loom))]
+    /// Queues a chunk of free nodes. (Under loom nothing is recycled: retired nodes stay in
+    /// the table's `Retired` list until it drops, so this is never called.)
     fn push(&self, v: Vec<usize>) {
+        #[cfg(not(loom))]
         if !v.is_empty() {
             self.q.push(v);
         }
+        #[cfg(loom)]
+        let _ = v;
     }
 }
 
@@ -497,10 +478,8 @@ pub struct Table {
     buckets: Buckets,
     mask: usize,
     seed: u64,
-    #[cfg_attr(loom, allow(dead_code))]
     free: std::sync::Arc<FreeNodes>,
-    #[cfg(loom)]
-    retired: std::sync::Mutex<Vec<usize>>,
+    retired: Retired<Conn>,
 }
 
 // SAFETY: nodes are reached only through atomics; the insert/remove discipline above and
@@ -518,8 +497,7 @@ impl Table {
             mask: n - 1,
             seed,
             free: std::sync::Arc::new(FreeNodes::default()),
-            #[cfg(loom)]
-            retired: std::sync::Mutex::new(Vec::new()),
+            retired: Retired::new(),
         }
     }
 
@@ -666,27 +644,23 @@ impl Table {
         }
     }
 
-    /// Hands unlinked nodes to the free-node queue once no reader can hold them.
-    #[cfg(not(loom))]
-    fn retire(&self, mut nodes: Vec<usize>, g: &Guard) {
+    /// Hands unlinked nodes to the free-node queue once no reader can hold them (under loom:
+    /// keeps them until the table drops; loom models are short).
+    fn retire(&self, nodes: Vec<usize>, g: &Guard) {
         let free = self.free.clone();
-        // The nodes are unreachable for new readers (unlinked); the epoch runs this after
-        // every current reader is gone. The closure only moves pointers, so whichever thread
-        // runs it (often a worker's pin) pays a few pushes, never a free.
-        g.defer(move || {
+        // The epoch runs the closure after every current reader is gone. It only moves
+        // pointers, so whichever thread runs it (often a worker's pin) pays a few pushes,
+        // never a free.
+        let recycle = move |mut nodes: Vec<usize>| {
             while nodes.len() > RECYCLE_CHUNK {
                 let tail = nodes.split_off(nodes.len() - RECYCLE_CHUNK);
                 free.push(tail);
             }
             free.push(nodes);
-        });
-        g.flush();
-    }
-
-    /// Keeps the nodes until the table drops (loom models are short).
-    #[cfg(loom)]
-    fn retire(&self, nodes: Vec<usize>, _g: &Guard) {
-        self.retired.lock().unwrap().extend(nodes);
+        };
+        // SAFETY: only `unlink` adds to a `RetireBatch`: each node is a boxed `Conn` of this
+        // table, unlinked (unreachable for new readers) and retired once.
+        unsafe { self.retired.retire_batch(nodes, g, recycle) }
     }
 }
 
@@ -699,11 +673,6 @@ impl Drop for Table {
                 let n = unsafe { Box::from_raw(p) };
                 p = n.next.load(Ordering::Relaxed);
             }
-        }
-        #[cfg(loom)]
-        for p in self.retired.lock().unwrap().drain(..) {
-            // SAFETY: retired nodes were unlinked and are freed only here, once.
-            drop(unsafe { Box::from_raw(p as *mut Conn) });
         }
     }
 }
@@ -757,12 +726,13 @@ mod tests {
             }
             t.retire_batch(batch, &g);
         }
-        // Advance the epoch until the deferral has run (bounded).
-        for _ in 0..10_000 {
-            if !t.free.q.is_empty() {
-                break;
-            }
+        // Advance the epoch until the deferral has run. Other tests of this binary pin the
+        // same global collector and may be descheduled while pinned (which holds every grace
+        // period up), so the bound is generous and the loop yields to them.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while t.free.q.is_empty() && std::time::Instant::now() < deadline {
             pin().flush();
+            std::thread::yield_now();
         }
         assert!(!t.free.q.is_empty(), "the grace period never ended");
         let g = pin();

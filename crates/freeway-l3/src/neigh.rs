@@ -321,28 +321,8 @@ impl fmt::Display for NeighError {
 
 impl std::error::Error for NeighError {}
 
-/// Epoch reclamation, or a stand-in that defers frees to drop under loom.
-mod reclaim {
-    #[cfg(not(loom))]
-    pub use crossbeam_epoch::Guard;
-
-    /// A read-side critical section. Hold it while using references from the table.
-    #[cfg(loom)]
-    #[derive(Debug)]
-    pub struct Guard(());
-
-    #[cfg(not(loom))]
-    pub fn pin() -> Guard {
-        crossbeam_epoch::pin()
-    }
-
-    #[cfg(loom)]
-    pub fn pin() -> Guard {
-        Guard(())
-    }
-}
-
-pub use reclaim::Guard;
+pub use freeway_sync::reclaim::Guard;
+use freeway_sync::reclaim::Retired;
 
 #[inline(always)]
 fn pack(mac: [u8; 6], state: NeighState) -> u64 {
@@ -405,8 +385,7 @@ struct Table {
     mask: usize,
     seed: u64,
     len: AtomicUsize,
-    #[cfg(loom)]
-    retired: std::sync::Mutex<Vec<usize>>,
+    retired: Retired<Node>,
 }
 
 // SAFETY: nodes are reached only through atomics; one writer (`NeighWriter`, `&mut self`) and
@@ -423,8 +402,7 @@ impl Table {
             mask: n - 1,
             seed,
             len: AtomicUsize::new(0),
-            #[cfg(loom)]
-            retired: std::sync::Mutex::new(Vec::new()),
+            retired: Retired::new(),
         }
     }
 
@@ -508,25 +486,14 @@ impl Table {
         (s, d)
     }
 
-    /// Frees `p` once no reader can hold it.
+    /// Frees `p` once no reader can hold it (under loom: when the table drops).
     ///
     /// # Safety
     /// `p` must be unlinked from the table and not retired before.
-    #[cfg(not(loom))]
     unsafe fn retire(&self, p: *mut Node, guard: &Guard) {
-        let p = p as usize;
-        // SAFETY: per the contract `p` is unreachable for new readers; the epoch defers the
-        // free past every current reader.
-        unsafe { guard.defer_unchecked(move || drop(Box::from_raw(p as *mut Node))) };
-    }
-
-    /// Keeps `p` until the table drops (loom models are short).
-    ///
-    /// # Safety
-    /// `p` must be unlinked from the table and not retired before.
-    #[cfg(loom)]
-    unsafe fn retire(&self, p: *mut Node, _guard: &Guard) {
-        self.retired.lock().unwrap().push(p as usize);
+        // SAFETY: nodes are boxed; per the contract `p` is unlinked and retired once; node
+        // contents are plain data and atomics, dropped on any thread.
+        unsafe { self.retired.retire(p, guard) }
     }
 }
 
@@ -540,11 +507,6 @@ impl Drop for Table {
                 let n = unsafe { Box::from_raw(p) };
                 p = n.next.load(Ordering::Relaxed);
             }
-        }
-        #[cfg(loom)]
-        for p in self.retired.lock().unwrap().drain(..) {
-            // SAFETY: retired nodes were unlinked and are freed only here, once.
-            drop(unsafe { Box::from_raw(p as *mut Node) });
         }
     }
 }
@@ -601,10 +563,7 @@ pub fn new_seeded(cfg: NeighConfig, seed: u64) -> (Neigh, NeighWriter) {
 }
 
 /// Enters a read-side critical section. Workers pin once per batch.
-#[inline]
-pub fn pin() -> Guard {
-    reclaim::pin()
-}
+pub use freeway_sync::reclaim::pin;
 
 impl Neigh {
     /// Enters a read-side critical section; pin once per batch.

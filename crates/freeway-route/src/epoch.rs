@@ -1,45 +1,13 @@
-//! Epoch reclamation (crossbeam-epoch), or a stand-in under `--cfg loom`.
+//! Epoch reclamation for the FIB ([`freeway_sync::reclaim`]: crossbeam-epoch, or a stand-in
+//! under `--cfg loom`), and the writer's bounded wait for grace periods.
 //!
 //! Readers pin a [`Guard`] (workers: once per batch) and may use every reference they found in
 //! the FIB until they drop it. The writer retires what it unlinked with `defer`: the closure
 //! runs once no reader pinned before the unlink remains. Under loom there is no collector: the
 //! model keeps retired objects until their owner drops (loom models are short).
 
-#[cfg(not(loom))]
-pub use crossbeam_epoch::Guard;
-
-/// A read-side critical section (loom stand-in).
-#[cfg(loom)]
-#[derive(Debug)]
-pub struct Guard(());
-
-/// Enters a read-side critical section.
-#[cfg(not(loom))]
-#[inline]
-pub fn pin() -> Guard {
-    crossbeam_epoch::pin()
-}
-
-/// Enters a read-side critical section.
-#[cfg(loom)]
-#[inline]
-pub fn pin() -> Guard {
-    Guard(())
-}
-
-/// Runs `f` once every reader pinned now has unpinned. Returns `false` (and drops `f` unrun)
-/// under loom, where the caller keeps the object until it drops instead.
-#[cfg(not(loom))]
-pub(crate) fn defer<F: FnOnce() + Send + 'static>(guard: &Guard, f: F) -> bool {
-    guard.defer(f);
-    true
-}
-
-/// Loom stand-in: nothing is deferred.
-#[cfg(loom)]
-pub(crate) fn defer<F: FnOnce() + Send + 'static>(_guard: &Guard, _f: F) -> bool {
-    false
-}
+pub(crate) use freeway_sync::reclaim::defer;
+pub use freeway_sync::reclaim::{flush, pin, Guard};
 
 /// How long the writer waits for grace periods before refusing a change.
 pub const RETRY_LIMIT: std::time::Duration = std::time::Duration::from_millis(250);
@@ -66,13 +34,4 @@ pub(crate) fn retry<T, E>(mut f: impl FnMut() -> Result<T, E>) -> Result<T, E> {
         r = f();
     }
     r
-}
-
-/// Pushes deferred work along (tests and benchmarks wait for frees with this).
-pub fn flush() {
-    #[cfg(not(loom))]
-    {
-        let g = crossbeam_epoch::pin();
-        g.flush();
-    }
 }

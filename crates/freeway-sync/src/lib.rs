@@ -10,6 +10,8 @@
 //!   and saturation zones, for objects kept beyond an epoch read-side section.
 //! * [`atomic`]: a shim that re-exports `std` atomics normally and `loom` atomics under
 //!   `--cfg loom`, so the hand-written lock-free structures in other crates can be model-checked.
+//! * [`reclaim`]: epoch reclamation (crossbeam-epoch) for the lock-free tables, or a stand-in
+//!   under `--cfg loom` that keeps retired objects until their owner drops.
 //! * `loom_model` (under `--cfg loom` only): runs a loom model and fails it if loom explored
 //!   too few executions to mean anything.
 #![warn(missing_docs)]
@@ -19,6 +21,7 @@ pub mod clock;
 pub mod counter;
 #[cfg(loom)]
 pub mod loom_model;
+pub mod reclaim;
 pub mod refcount;
 
 pub use clock::{Clock, Tick};
