@@ -12,6 +12,7 @@
 //! multicast and unknown unicast to every other member port of the VLAN; tag or untag each
 //! copy for its egress port.
 
+use freeway_packet::bytes::{rd16, wr16};
 use freeway_packet::{vlan_pop, vlan_push, Batch, Packet, PacketPool, MAX_BATCH, NO_VLAN};
 use freeway_sync::{CachePadded, Counter, Tick};
 
@@ -338,8 +339,8 @@ impl<L: Layout> Bridge<L> {
                 if t != vid {
                     // Priority-tagged frame leaving tagged: write the VID, keep the PCP/DEI bits.
                     let d = p.data_mut();
-                    let tci = (u16::from_be_bytes([d[14], d[15]]) & 0xf000) | vid;
-                    d[14..16].copy_from_slice(&tci.to_be_bytes());
+                    let tci = (rd16(d, 14) & 0xf000) | vid;
+                    wr16(d, 14, tci);
                 }
                 true
             }

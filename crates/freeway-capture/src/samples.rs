@@ -9,6 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use freeway_packet::build::{build_arp_reply, build_arp_request, build_frame, tcp_flags, FrameSpec, L4};
+use freeway_packet::bytes::{rd16, wr16};
 
 /// A small, fast, deterministic PRNG (splitmix64).
 #[derive(Clone, Debug)]
@@ -163,8 +164,8 @@ pub fn random_frame(r: &mut Rng) -> Vec<u8> {
                 let frag = [nh, 0, (off >> 8) as u8, off as u8 | 1, 0, 0, 0, 7];
                 f.splice(l3 + 40..l3 + 40, frag);
                 f[l3 + 6] = 44;
-                let plen = u16::from_be_bytes([f[l3 + 4], f[l3 + 5]]).wrapping_add(8);
-                f[l3 + 4..l3 + 6].copy_from_slice(&plen.to_be_bytes());
+                let plen = rd16(&f, l3 + 4).wrapping_add(8);
+                wr16(&mut f, l3 + 4, plen);
             }
             f
         }

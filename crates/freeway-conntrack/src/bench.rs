@@ -14,6 +14,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use freeway_packet::build::{build_frame, tcp_flags as tf, FrameSpec, L4};
+use freeway_packet::bytes::{wr16, wr32};
 use freeway_packet::{parse, Packet};
 use freeway_sync::Clock;
 use serde::Serialize;
@@ -294,8 +295,8 @@ fn churn_worker(ct: &Conntrack, id: usize, n: usize, teardown: Teardown, barrier
                 let l4 = usize::from(p.meta.l4_off);
                 let (a, b) = if *from_cli { (sport, dport) } else { (dport, sport) };
                 let d = p.data_mut();
-                d[l4..l4 + 2].copy_from_slice(&a.to_be_bytes());
-                d[l4 + 2..l4 + 4].copy_from_slice(&b.to_be_bytes());
+                wr16(d, l4, a);
+                wr16(d, l4 + 2, b);
                 let r = w.track(&g, p.data(), &p.meta, 0, flags);
                 unexpected += u64::from(r.state != *want);
             }
@@ -333,7 +334,7 @@ fn large_frame() -> Packet {
 fn set_client(p: &mut Packet, i: u32, reply: bool) {
     let l3 = usize::from(p.meta.l3_off);
     let at = if reply { l3 + 16 } else { l3 + 12 };
-    p.data_mut()[at..at + 4].copy_from_slice(&(0x0a00_0000 | i).to_be_bytes());
+    wr32(p.data_mut(), at, 0x0a00_0000 | i);
 }
 
 /// Random access over a large table: `conns` UDP connections (client 10.x.y.z:1000 →

@@ -17,6 +17,7 @@
 //!
 //! Threads: pure functions of the frame.
 
+use freeway_packet::bytes::{rd128, rd16, rd32};
 use freeway_packet::checksum;
 use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP};
 use freeway_packet::{Meta, NO_OFFSET};
@@ -195,23 +196,6 @@ impl Addrs for A6 {
     fn track<S: Sink>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> S {
         S::v6(self.0, self.1, sport, dport, proto, l4)
     }
-}
-
-#[inline(always)]
-fn rd16(f: &[u8], i: usize) -> u16 {
-    u16::from_be_bytes([f[i], f[i + 1]])
-}
-
-#[inline(always)]
-fn rd32(f: &[u8], i: usize) -> u32 {
-    u32::from_be_bytes([f[i], f[i + 1], f[i + 2], f[i + 3]])
-}
-
-#[inline(always)]
-fn rd128(f: &[u8], i: usize) -> u128 {
-    let mut b = [0u8; 16];
-    b.copy_from_slice(&f[i..i + 16]);
-    u128::from_be_bytes(b)
 }
 
 /// Classifies a parsed frame. `l3_csum_verified`: the IPv4 header checksum of this buffer was

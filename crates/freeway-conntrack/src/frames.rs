@@ -10,6 +10,7 @@
 use std::net::IpAddr;
 
 use freeway_packet::build::{build_frame, FrameSpec, L4};
+use freeway_packet::bytes::{rd16, wr16, wr32};
 use freeway_packet::checksum::{fold, pseudo_v4, pseudo_v6, sum};
 use freeway_packet::{parse, Packet};
 
@@ -68,19 +69,15 @@ fn parsed(frame: &[u8]) -> Packet {
     p
 }
 
-fn put16(b: &mut [u8], i: usize, v: u16) {
-    b[i..i + 2].copy_from_slice(&v.to_be_bytes());
-}
-
 /// Recomputes the TCP/UDP/ICMPv6 checksum at `csum_at` within the L4 segment of `f`.
 fn l4_checksum(f: &mut [u8], l3: usize, l4: usize, csum_at: usize) {
     let v6 = f[l3] >> 4 == 6;
     let end = if v6 {
-        l3 + 40 + usize::from(u16::from_be_bytes([f[l3 + 4], f[l3 + 5]]))
+        l3 + 40 + usize::from(rd16(f, l3 + 4))
     } else {
-        l3 + usize::from(u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]))
+        l3 + usize::from(rd16(f, l3 + 2))
     };
-    put16(f, l4 + csum_at, 0);
+    wr16(f, l4 + csum_at, 0);
     let pseudo = if v6 {
         let mut s = [0u8; 16];
         let mut d = [0u8; 16];
@@ -95,7 +92,7 @@ fn l4_checksum(f: &mut [u8], l3: usize, l4: usize, csum_at: usize) {
         pseudo_v4(s, d, f[l3 + 9], (end - l4) as u16)
     };
     let c = fold(sum(&f[l4..end], pseudo));
-    put16(f, l4 + csum_at, c);
+    wr16(f, l4 + csum_at, c);
 }
 
 /// A TCP segment `src:sport → dst:dport`.
@@ -106,9 +103,9 @@ pub fn tcp(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, s: Seg) -> Packet {
     let mut f = build_frame(&sp);
     let p = parsed(&f);
     let (l3, l4) = (usize::from(p.meta.l3_off), usize::from(p.meta.l4_off));
-    f[l4 + 4..l4 + 8].copy_from_slice(&s.seq.to_be_bytes());
-    f[l4 + 8..l4 + 12].copy_from_slice(&s.ack.to_be_bytes());
-    put16(&mut f, l4 + 14, s.win);
+    wr32(&mut f, l4 + 4, s.seq);
+    wr32(&mut f, l4 + 8, s.ack);
+    wr16(&mut f, l4 + 14, s.win);
     if let Some(ws) = s.wscale {
         f[l4 + 12] = 6 << 4;
         f[l4 + 20..l4 + 24].copy_from_slice(&[1, 3, 3, ws]);
@@ -141,10 +138,10 @@ fn icmp_checksum(f: &mut [u8], l3: usize, l4: usize, v6: bool) {
     if v6 {
         l4_checksum(f, l3, l4, 2);
     } else {
-        let end = l3 + usize::from(u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]));
-        put16(f, l4 + 2, 0);
+        let end = l3 + usize::from(rd16(f, l3 + 2));
+        wr16(f, l4 + 2, 0);
         let c = fold(sum(&f[l4..end], 0));
-        put16(f, l4 + 2, c);
+        wr16(f, l4 + 2, c);
     }
 }
 

@@ -5,6 +5,7 @@
 //! Only the control thread builds frames (in `GenPort::open`); workers only patch copies.
 
 use freeway_packet::build::{self, FrameSpec, L4};
+use freeway_packet::bytes::{rd16, rd32, wr16, wr32};
 use freeway_packet::checksum::{self, update16};
 use freeway_packet::wire::{ETH_HEADER_LEN, VLAN_TAG_LEN};
 
@@ -50,11 +51,6 @@ fn update32(csum: u16, old: u32, new: u32) -> u16 {
     checksum::fold(acc)
 }
 
-#[inline(always)]
-fn rd16(f: &[u8], o: usize) -> u16 {
-    u16::from_be_bytes([f[o], f[o + 1]])
-}
-
 /// Appends the frame described by `spec` (same address family on both sides) to `out`, with
 /// the payload the byte pattern `i as u8`, and returns its length.
 pub(crate) fn build_into(spec: &FrameSpec, out: &mut Vec<u8>) -> usize {
@@ -90,7 +86,7 @@ pub(crate) fn build_into(spec: &FrameSpec, out: &mut Vec<u8>) -> usize {
     if spec.proto == L4::Udp && c == 0 {
         c = 0xffff;
     }
-    f[co..co + 2].copy_from_slice(&c.to_be_bytes());
+    wr16(f, co, c);
     len
 }
 
@@ -100,14 +96,14 @@ pub(crate) fn build_into(spec: &FrameSpec, out: &mut Vec<u8>) -> usize {
 #[inline(always)]
 pub(crate) fn patch_src(f: &mut [u8], l3: usize, v6: bool, l4: L4, low: u32, port: u16) {
     let (ip_off, l4_off) = src_low_and_l4_off(l3, v6);
-    let old_ip = u32::from_be_bytes([f[ip_off], f[ip_off + 1], f[ip_off + 2], f[ip_off + 3]]);
+    let old_ip = rd32(f, ip_off);
     let po = l4_off + l4_port_off(l4);
     let old_port = rd16(f, po);
-    f[ip_off..ip_off + 4].copy_from_slice(&low.to_be_bytes());
-    f[po..po + 2].copy_from_slice(&port.to_be_bytes());
+    wr32(f, ip_off, low);
+    wr16(f, po, port);
     if !v6 {
         let c = update32(rd16(f, l3 + 10), old_ip, low);
-        f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+        wr16(f, l3 + 10, c);
     }
     let co = l4_off + l4_csum_off(l4);
     let mut c = rd16(f, co);
@@ -119,7 +115,7 @@ pub(crate) fn patch_src(f: &mut [u8], l3: usize, v6: bool, l4: L4, low: u32, por
     if l4 == L4::Udp && c == 0 {
         c = 0xffff;
     }
-    f[co..co + 2].copy_from_slice(&c.to_be_bytes());
+    wr16(f, co, c);
 }
 
 #[cfg(test)]
@@ -212,7 +208,7 @@ mod tests {
                             IpAddr::V4(_) => IpAddr::V4(low.into()),
                             IpAddr::V6(x) => {
                                 let mut o = x.octets();
-                                o[12..16].copy_from_slice(&low.to_be_bytes());
+                                wr32(&mut o, 12, low);
                                 IpAddr::V6(o.into())
                             }
                         };

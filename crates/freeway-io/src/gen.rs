@@ -43,6 +43,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Deserializer};
 
 use freeway_packet::build::{self, tcp_flags, FrameSpec, L4};
+use freeway_packet::bytes::{rd32, wr32};
 use freeway_packet::{Batch, PacketPool};
 use freeway_sync::Tick;
 
@@ -280,7 +281,7 @@ impl Plan {
     #[inline(always)]
     fn flow(&self, f: u64) -> (u16, u32) {
         let span = self.span();
-        let low = u32::from_be_bytes([self.src_ip[12], self.src_ip[13], self.src_ip[14], self.src_ip[15]]);
+        let low = rd32(&self.src_ip, 12);
         ((u64::from(self.src_port) + f % span) as u16, low + (f / span) as u32)
     }
 
@@ -299,7 +300,7 @@ impl Plan {
         let (sport, low) = self.flow(k % self.flows);
         let (src_ip, dst_ip) = if self.v6 {
             let mut s = self.src_ip;
-            s[12..16].copy_from_slice(&low.to_be_bytes());
+            wr32(&mut s, 12, low);
             (IpAddr::V6(s.into()), IpAddr::V6(self.dst_ip.into()))
         } else {
             let d = [self.dst_ip[12], self.dst_ip[13], self.dst_ip[14], self.dst_ip[15]];

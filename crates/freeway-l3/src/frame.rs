@@ -3,6 +3,7 @@
 //!
 //! Threads: pure functions of the buffers they are given.
 
+use freeway_packet::bytes::{rd16, wr16};
 use freeway_packet::wire::{is_vlan_tpid, ETHERTYPE_VLAN, VID_MASK};
 use freeway_packet::{parse, vlan_pop, vlan_push, Packet, NO_VLAN};
 
@@ -20,8 +21,8 @@ pub fn is_group(mac: &[u8]) -> bool {
 /// The outer VLAN tag of a frame (`None` if untagged or too short to tell).
 #[inline(always)]
 pub fn outer_vid(f: &[u8]) -> Option<u16> {
-    if f.len() >= 18 && is_vlan_tpid(u16::from_be_bytes([f[12], f[13]])) {
-        Some(u16::from_be_bytes([f[14], f[15]]) & VID_MASK)
+    if f.len() >= 18 && is_vlan_tpid(rd16(f, 12)) {
+        Some(rd16(f, 14) & VID_MASK)
     } else {
         None
     }
@@ -55,11 +56,11 @@ pub fn start_frame(
     f[6..12].copy_from_slice(&src);
     match vlan {
         Some(v) => {
-            f[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-            f[14..16].copy_from_slice(&(v & VID_MASK).to_be_bytes());
-            f[16..18].copy_from_slice(&ethertype.to_be_bytes());
+            wr16(f, 12, ETHERTYPE_VLAN);
+            wr16(f, 14, v & VID_MASK);
+            wr16(f, 16, ethertype);
         }
-        None => f[12..14].copy_from_slice(&ethertype.to_be_bytes()),
+        None => wr16(f, 12, ethertype),
     }
     Some(l2)
 }
@@ -81,10 +82,10 @@ pub fn set_egress_tag(pkt: &mut Packet, vlan: Option<u16>) -> bool {
         (Some(c), Some(v)) => {
             if c != v & VID_MASK {
                 let f = pkt.data_mut();
-                let tci = (u16::from_be_bytes([f[14], f[15]]) & !VID_MASK) | (v & VID_MASK);
-                f[14..16].copy_from_slice(&tci.to_be_bytes());
+                let tci = (rd16(f, 14) & !VID_MASK) | (v & VID_MASK);
+                wr16(f, 14, tci);
                 // A forwarded frame crossing to another VLAN uses the 802.1Q TPID.
-                f[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+                wr16(f, 12, ETHERTYPE_VLAN);
             }
         }
         (Some(_), None) => {

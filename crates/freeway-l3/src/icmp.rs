@@ -13,6 +13,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use freeway_packet::bytes::{rd16, wr16, wr32};
 use freeway_packet::checksum::{checksum, fold, pseudo_v6, sum, update16, verify};
 use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6};
 use freeway_packet::Packet;
@@ -140,7 +141,7 @@ pub fn v4_error_allowed(ip: &[u8]) -> bool {
     if !v4_unicast_source(src) || dst.is_multicast() || dst.is_broadcast() {
         return false;
     }
-    let frag = u16::from_be_bytes([ip[6], ip[7]]);
+    let frag = rd16(ip, 6);
     if frag & 0x1fff != 0 {
         return false;
     }
@@ -193,7 +194,7 @@ pub fn v6_upper(ip: &[u8]) -> Option<V6Upper> {
                 let h = ip.get(off..off + 8)?;
                 nh = h[0];
                 fragment = true;
-                non_first |= u16::from_be_bytes([h[2], h[3]]) & 0xfff8 != 0;
+                non_first |= rd16(h, 2) & 0xfff8 != 0;
                 off += 8;
             }
             _ => {
@@ -273,20 +274,20 @@ pub fn build_v4_error(
     let h = &mut f[l3..l3 + 20];
     h[0] = 0x45;
     h[1] = 0xc0; // DSCP CS6 (internetwork control), as routers send their ICMP.
-    h[2..4].copy_from_slice(&(tot as u16).to_be_bytes());
+    wr16(h, 2, tot as u16);
     h[8] = 64;
     h[9] = IPPROTO_ICMP;
     h[12..16].copy_from_slice(&src.octets());
     h[16..20].copy_from_slice(&dst.octets());
     let c = checksum(h);
-    h[10..12].copy_from_slice(&c.to_be_bytes());
+    wr16(h, 10, c);
     let m = &mut f[l3 + 20..l3 + tot];
     m[0] = ty;
     m[1] = code;
-    m[4..8].copy_from_slice(&rest.to_be_bytes());
+    wr32(m, 4, rest);
     m[8..].copy_from_slice(&orig[..quote]);
     let c = checksum(m);
-    m[2..4].copy_from_slice(&c.to_be_bytes());
+    wr16(m, 2, c);
     finish_frame(pkt);
     true
 }
@@ -314,10 +315,10 @@ pub fn build_v6_error(
     let m = &mut f[l3 + 40..l3 + 40 + plen];
     m[0] = ty;
     m[1] = code;
-    m[4..8].copy_from_slice(&rest.to_be_bytes());
+    wr32(m, 4, rest);
     m[8..].copy_from_slice(&orig[..quote]);
     let c = icmpv6_checksum(src, dst, m);
-    m[2..4].copy_from_slice(&c.to_be_bytes());
+    wr16(m, 2, c);
     finish_frame(pkt);
     true
 }
@@ -325,7 +326,7 @@ pub fn build_v6_error(
 /// Writes a 40-byte IPv6 header (traffic class and flow label zero).
 pub fn write_v6_header(h: &mut [u8], plen: u16, nh: u8, hop: u8, src: Ipv6Addr, dst: Ipv6Addr) {
     h[0..4].copy_from_slice(&[0x60, 0, 0, 0]);
-    h[4..6].copy_from_slice(&plen.to_be_bytes());
+    wr16(h, 4, plen);
     h[6] = nh;
     h[7] = hop;
     h[8..24].copy_from_slice(&src.octets());
@@ -351,10 +352,7 @@ pub fn echo_reply_v4(pkt: &mut Packet, l3: usize, our_mac: [u8; 6]) -> bool {
     let f = pkt.data_mut();
     let Some(&vihl) = f.get(l3) else { return false };
     let hl = usize::from(vihl & 0x0f) * 4;
-    let Some(tot) = f
-        .get(l3 + 2..l3 + 4)
-        .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
-    else {
+    let Some(tot) = f.get(l3 + 2..l3 + 4).map(|b| usize::from(rd16(b, 0))) else {
         return false;
     };
     if tot < hl + 8 || l3 + tot > f.len() {
@@ -377,12 +375,12 @@ pub fn echo_reply_v4(pkt: &mut Packet, l3: usize, our_mac: [u8; 6]) -> bool {
     h[10] = 0;
     h[11] = 0;
     let c = checksum(h);
-    h[10..12].copy_from_slice(&c.to_be_bytes());
+    wr16(h, 10, c);
     let m = &mut f[l3 + hl..l3 + tot];
-    let old = u16::from_be_bytes([m[2], m[3]]);
+    let old = rd16(m, 2);
     m[0] = v4::ECHO_REPLY;
     let c = update16(old, u16::from(v4::ECHO_REQUEST) << 8, u16::from(v4::ECHO_REPLY) << 8);
-    m[2..4].copy_from_slice(&c.to_be_bytes());
+    wr16(m, 2, c);
     true
 }
 
@@ -396,7 +394,7 @@ pub fn echo_reply_v6(pkt: &mut Packet, l3: usize, up: usize, our_mac: [u8; 6], s
     pkt.meta.flags = 0;
     let f = pkt.data_mut();
     let Some(h) = f.get(l3..l3 + 40) else { return false };
-    let end = l3 + 40 + usize::from(u16::from_be_bytes([h[4], h[5]]));
+    let end = l3 + 40 + usize::from(rd16(h, 4));
     let (osrc, odst) = (addr6(&h[8..24]), addr6(&h[24..40]));
     if end > f.len() || l3 + up + 8 > end {
         return false;
@@ -417,7 +415,7 @@ pub fn echo_reply_v6(pkt: &mut Packet, l3: usize, up: usize, our_mac: [u8; 6], s
     m[2] = 0;
     m[3] = 0;
     let c = icmpv6_checksum(src, osrc, m);
-    m[2..4].copy_from_slice(&c.to_be_bytes());
+    wr16(m, 2, c);
     pkt.truncate(l3 + 40 + len);
     true
 }

@@ -12,6 +12,7 @@
 
 use std::net::Ipv6Addr;
 
+use freeway_packet::bytes::wr16;
 use freeway_packet::wire::{ETHERTYPE_IPV6, IPPROTO_ICMPV6};
 use freeway_packet::Packet;
 
@@ -145,7 +146,7 @@ fn build(
         m[26..32].copy_from_slice(&mac);
     }
     let c = icmpv6_checksum(src, dst, m);
-    m[2..4].copy_from_slice(&c.to_be_bytes());
+    wr16(m, 2, c);
     finish_frame(pkt);
     true
 }
@@ -217,6 +218,7 @@ pub fn build_ns(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use freeway_packet::bytes::rd16;
 
     #[test]
     fn ns_round_trips_and_is_answered() {
@@ -227,7 +229,7 @@ mod tests {
         let mut p = Packet::new();
         assert!(build_ns(&mut p, host, None, theirs, ours, None));
         let f = p.data();
-        let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
+        let plen = usize::from(rd16(f, 18));
         let ns = parse(&f[14..14 + 40 + plen], 40).unwrap();
         assert_eq!(ns.target, ours);
         assert_eq!(ns.dst, solicited_node(ours));

@@ -36,6 +36,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+use freeway_packet::bytes::{mac_at, rd16, rd32, wr16};
 use freeway_packet::checksum::{update16, verify};
 use freeway_packet::wire::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6};
 use freeway_packet::{meta_flags, Batch, Packet, PacketPool, NO_OFFSET};
@@ -419,17 +420,6 @@ impl L3Worker {
     }
 }
 
-#[inline]
-fn rd16(f: &[u8], i: usize) -> u16 {
-    u16::from_be_bytes([f[i], f[i + 1]])
-}
-
-fn mac_at(f: &[u8], i: usize) -> [u8; 6] {
-    let mut m = [0u8; 6];
-    m.copy_from_slice(&f[i..i + 6]);
-    m
-}
-
 impl State {
     #[inline]
     fn drop(&self, out: &mut impl L3Out, pkt: Packet, r: L3Drop) {
@@ -601,7 +591,7 @@ impl State {
         let new_word = u16::from_be_bytes([ttl - 1, proto]);
         f[l3 + 8] = ttl - 1;
         let c = update16(rd16(f, l3 + 10), old_word, new_word);
-        f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+        wr16(f, l3 + 10, c);
         let nh = hop.gateway.unwrap_or(IpAddr::V4(dst));
         self.forward(cx, pkt, iif, hop.iface, nh, out);
     }
@@ -904,7 +894,7 @@ impl State {
             IpAddr::V4(a) => u32::from(a),
             IpAddr::V6(a) => {
                 let o = a.octets();
-                u32::from_be_bytes([o[12], o[13], o[14], o[15]])
+                rd32(&o, 12)
             }
         };
         let slot = (h.wrapping_mul(0x9e37_79b9) >> 26) as usize ^ usize::from(oif);

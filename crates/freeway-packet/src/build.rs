@@ -10,6 +10,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::bytes::{wr16, wr32};
 use crate::checksum::{fold, pseudo_v4, pseudo_v6, sum};
 use crate::parse::MAX_FRAME;
 use crate::wire::{
@@ -154,22 +155,18 @@ pub fn build_frame(spec: &FrameSpec) -> Vec<u8> {
     v
 }
 
-fn put16(b: &mut [u8], i: usize, v: u16) {
-    b[i..i + 2].copy_from_slice(&v.to_be_bytes());
-}
-
 fn write_l2(buf: &mut [u8], dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, ethertype: u16) -> usize {
     buf[0..6].copy_from_slice(&dst);
     buf[6..12].copy_from_slice(&src);
     match vlan {
         Some(vid) => {
-            put16(buf, 12, ETHERTYPE_VLAN);
-            put16(buf, 14, vid & VID_MASK);
-            put16(buf, 16, ethertype);
+            wr16(buf, 12, ETHERTYPE_VLAN);
+            wr16(buf, 14, vid & VID_MASK);
+            wr16(buf, 16, ethertype);
             18
         }
         None => {
-            put16(buf, 12, ethertype);
+            wr16(buf, 12, ethertype);
             14
         }
     }
@@ -196,14 +193,14 @@ pub fn build_frame_into(spec: &FrameSpec, buf: &mut [u8]) -> Option<usize> {
             };
             let h = &mut buf[l3..l3 + 20];
             h[0] = 0x45;
-            put16(h, 2, (total - l3) as u16);
-            put16(h, 6, 0x4000); // DF
+            wr16(h, 2, (total - l3) as u16);
+            wr16(h, 6, 0x4000); // DF
             h[8] = spec.ttl;
             h[9] = proto;
             h[12..16].copy_from_slice(&s.octets());
             h[16..20].copy_from_slice(&d.octets());
             let c = fold(sum(h, 0));
-            put16(h, 10, c);
+            wr16(h, 10, c);
             (l3 + 20, proto)
         }
         Addrs::V6(s, d) => {
@@ -214,7 +211,7 @@ pub fn build_frame_into(spec: &FrameSpec, buf: &mut [u8]) -> Option<usize> {
             };
             let h = &mut buf[l3..l3 + 40];
             h[0] = 0x60;
-            put16(h, 4, (total - l3 - 40) as u16);
+            wr16(h, 4, (total - l3 - 40) as u16);
             h[6] = proto;
             h[7] = spec.ttl;
             h[8..24].copy_from_slice(&s.octets());
@@ -226,26 +223,26 @@ pub fn build_frame_into(spec: &FrameSpec, buf: &mut [u8]) -> Option<usize> {
     let seg = &mut buf[l4..];
     let csum_at = match spec.proto {
         L4::Udp => {
-            put16(seg, 0, spec.src_port);
-            put16(seg, 2, spec.dst_port);
-            put16(seg, 4, seg_len as u16);
+            wr16(seg, 0, spec.src_port);
+            wr16(seg, 2, spec.dst_port);
+            wr16(seg, 4, seg_len as u16);
             6
         }
         L4::Tcp { flags } => {
-            put16(seg, 0, spec.src_port);
-            put16(seg, 2, spec.dst_port);
-            seg[4..8].copy_from_slice(&1u32.to_be_bytes());
+            wr16(seg, 0, spec.src_port);
+            wr16(seg, 2, spec.dst_port);
+            wr32(seg, 4, 1u32);
             let ack = if flags & tcp_flags::ACK != 0 { 1u32 } else { 0 };
-            seg[8..12].copy_from_slice(&ack.to_be_bytes());
+            wr32(seg, 8, ack);
             seg[12] = 5 << 4;
             seg[13] = flags;
-            put16(seg, 14, 0xffff);
+            wr16(seg, 14, 0xffff);
             16
         }
         L4::Icmp => {
             seg[0] = if ip_proto == IPPROTO_ICMP { 8 } else { 128 };
-            put16(seg, 4, spec.src_port);
-            put16(seg, 6, spec.dst_port);
+            wr16(seg, 4, spec.src_port);
+            wr16(seg, 6, spec.dst_port);
             2
         }
     };
@@ -263,7 +260,7 @@ pub fn build_frame_into(spec: &FrameSpec, buf: &mut [u8]) -> Option<usize> {
         None
     };
     if let Some(c) = csum {
-        put16(seg, csum_at, c);
+        wr16(seg, csum_at, c);
     }
     Some(total)
 }
@@ -285,11 +282,11 @@ fn build_arp(
     let mut f = vec![0u8; (l2 + 28).max(ETH_MIN_FRAME)];
     let o = write_l2(&mut f, eth_dst, src_mac, vlan, ETHERTYPE_ARP);
     let a = &mut f[o..o + 28];
-    put16(a, 0, 1); // Ethernet
-    put16(a, 2, ETHERTYPE_IPV4);
+    wr16(a, 0, 1); // Ethernet
+    wr16(a, 2, ETHERTYPE_IPV4);
     a[4] = 6;
     a[5] = 4;
-    put16(a, 6, op);
+    wr16(a, 6, op);
     a[8..14].copy_from_slice(&src_mac);
     a[14..18].copy_from_slice(&sender_ip.octets());
     a[18..24].copy_from_slice(&target_mac);

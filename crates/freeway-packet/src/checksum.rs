@@ -3,6 +3,8 @@
 //! All functions are pure and work on the bytes they are given; no state, no threads.
 //! Sums are carried in a `u32` accumulator and folded to 16 bits at the end.
 
+use crate::bytes::{rd16, rd32};
+
 /// Adds `data` (as big-endian 16-bit words, an odd last byte padded with zero) to `acc`.
 ///
 /// The result is unfolded; pass it to [`fold`] (or feed more data first). Safe for any
@@ -12,12 +14,12 @@ pub fn sum(data: &[u8], acc: u32) -> u32 {
     let mut acc = u64::from(acc);
     let mut chunks = data.chunks_exact(4);
     for c in &mut chunks {
-        acc += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        acc += u64::from(rd32(c, 0));
     }
     let rest = chunks.remainder();
     let mut i = 0;
     while i + 1 < rest.len() {
-        acc += u64::from(u16::from_be_bytes([rest[i], rest[i + 1]]));
+        acc += u64::from(rd16(rest, i));
         i += 2;
     }
     if i < rest.len() {
@@ -95,6 +97,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::bytes::wr16;
 
     #[test]
     fn rfc1071_example() {
@@ -117,7 +120,7 @@ mod tests {
         ];
         let c = checksum(&h);
         assert_eq!(c, 0xb861);
-        h[10..12].copy_from_slice(&c.to_be_bytes());
+        wr16(&mut h, 10, c);
         assert!(verify(&h));
     }
 
@@ -128,14 +131,14 @@ mod tests {
             0x00, 0xc7,
         ];
         let c = checksum(&h);
-        h[10..12].copy_from_slice(&c.to_be_bytes());
+        wr16(&mut h, 10, c);
         for ttl in (0u8..=0x40).rev() {
-            let old = u16::from_be_bytes([h[8], h[9]]);
-            let old_c = u16::from_be_bytes([h[10], h[11]]);
+            let old = rd16(&h, 8);
+            let old_c = rd16(&h, 10);
             h[8] = ttl;
-            let new = u16::from_be_bytes([h[8], h[9]]);
+            let new = rd16(&h, 8);
             let inc = update16(old_c, old, new);
-            h[10..12].copy_from_slice(&inc.to_be_bytes());
+            wr16(&mut h, 10, inc);
             assert!(verify(&h), "ttl {ttl}");
         }
     }

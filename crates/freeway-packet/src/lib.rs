@@ -3,6 +3,8 @@
 //!
 //! - [`buffer`]: [`Packet`] (an owned buffer with headroom plus [`Meta`]), [`Batch`] and the
 //!   per-worker [`PacketPool`].
+//! - [`bytes`]: big-endian field readers and writers ([`bytes::rd16`], [`bytes::wr16`], …)
+//!   shared by the parsers and frame rewriters of every crate.
 //! - [`wire`]: zero-copy header views (smoltcp's `wire` views re-exported, plus an 802.1Q
 //!   [`wire::VlanTag`] view) and the in-place [`vlan_push`]/[`vlan_pop`] helpers.
 //! - [`parse`](mod@parse): the fast-path parser that fills [`Meta`], with [`ParseError`] as the
@@ -19,6 +21,7 @@
 
 pub mod buffer;
 pub mod build;
+pub mod bytes;
 pub mod checksum;
 pub mod flow_hash;
 pub mod parse;

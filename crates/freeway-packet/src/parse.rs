@@ -27,6 +27,7 @@
 //!
 //! Threads: pure function of the frame; no state.
 
+use crate::bytes::{rd128, rd16, rd32};
 use crate::flow_hash::{hash_pair, hash_v4, hash_v6, MAC_DISCRIMINATOR};
 use crate::wire::{
     ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN, IPPROTO_ICMP, IPPROTO_ICMPV6,
@@ -137,24 +138,6 @@ impl std::fmt::Display for ParseError {
 }
 
 impl std::error::Error for ParseError {}
-
-#[inline(always)]
-fn rd16(b: &[u8], i: usize) -> u16 {
-    u16::from_be_bytes([b[i], b[i + 1]])
-}
-
-#[inline(always)]
-fn rd32(b: &[u8], i: usize) -> u32 {
-    u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
-}
-
-#[inline(always)]
-fn rd128(b: &[u8], i: usize) -> u128 {
-    (u128::from(rd32(b, i)) << 96)
-        | (u128::from(rd32(b, i + 4)) << 64)
-        | (u128::from(rd32(b, i + 8)) << 32)
-        | u128::from(rd32(b, i + 12))
-}
 
 #[inline(always)]
 fn mac_key(b: &[u8], i: usize) -> u64 {

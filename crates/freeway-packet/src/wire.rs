@@ -21,6 +21,7 @@
 //!
 //! Threads: none; every function works on the buffer it is given.
 
+use crate::bytes::{rd16, wr16};
 use crate::{Packet, NO_OFFSET};
 
 pub use smoltcp::wire::{
@@ -119,7 +120,7 @@ impl<T: AsRef<[u8]>> VlanTag<T> {
     #[inline]
     pub fn tci(&self) -> u16 {
         let b = self.buffer.as_ref();
-        u16::from_be_bytes([b[0], b[1]])
+        rd16(b, 0)
     }
 
     /// Priority code point (3 bits).
@@ -144,7 +145,7 @@ impl<T: AsRef<[u8]>> VlanTag<T> {
     #[inline]
     pub fn ethertype(&self) -> u16 {
         let b = self.buffer.as_ref();
-        u16::from_be_bytes([b[2], b[3]])
+        rd16(b, 2)
     }
 }
 
@@ -160,7 +161,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VlanTag<T> {
     /// Sets the whole TCI.
     #[inline]
     pub fn set_tci(&mut self, tci: u16) {
-        self.buffer.as_mut()[0..2].copy_from_slice(&tci.to_be_bytes());
+        wr16(self.buffer.as_mut(), 0, tci);
     }
 
     /// Sets the VID, keeping PCP and DEI.
@@ -187,7 +188,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VlanTag<T> {
     /// Sets the encapsulated ethertype.
     #[inline]
     pub fn set_ethertype(&mut self, ethertype: u16) {
-        self.buffer.as_mut()[2..4].copy_from_slice(&ethertype.to_be_bytes());
+        wr16(self.buffer.as_mut(), 2, ethertype);
     }
 
     /// The bytes after the tag, mutable.
@@ -247,8 +248,8 @@ pub fn vlan_push(pkt: &mut Packet, vid: u16) -> bool {
         return false;
     };
     d.copy_within(VLAN_TAG_LEN..VLAN_TAG_LEN + 12, 0);
-    d[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-    d[14..16].copy_from_slice(&(vid & VID_MASK).to_be_bytes());
+    wr16(d, 12, ETHERTYPE_VLAN);
+    wr16(d, 14, vid & VID_MASK);
     let m = &mut pkt.meta;
     if m.l3_off != NO_OFFSET {
         m.l3_off += VLAN_TAG_LEN as u16;
@@ -269,7 +270,7 @@ pub fn vlan_push(pkt: &mut Packet, vid: u16) -> bool {
 #[inline]
 pub fn vlan_pop(pkt: &mut Packet) -> bool {
     let d = pkt.data_mut();
-    if d.len() < ETH_HEADER_LEN + VLAN_TAG_LEN || !is_vlan_tpid(u16::from_be_bytes([d[12], d[13]])) {
+    if d.len() < ETH_HEADER_LEN + VLAN_TAG_LEN || !is_vlan_tpid(rd16(d, 12)) {
         return false;
     }
     d.copy_within(0..12, VLAN_TAG_LEN);
@@ -295,7 +296,7 @@ mod tests {
         let mut f = vec![0u8; 60];
         f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
         f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-        f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        wr16(&mut f, 12, ETHERTYPE_IPV4);
         for (i, b) in f[14..].iter_mut().enumerate() {
             *b = i as u8;
         }
@@ -384,7 +385,7 @@ mod tests {
         assert_eq!(p.len(), 13);
         // A tag TPID but only 17 bytes: no room for the TCI + ethertype.
         let mut short = frame();
-        short[12..14].copy_from_slice(&ETHERTYPE_QINQ.to_be_bytes());
+        wr16(&mut short, 12, ETHERTYPE_QINQ);
         short.truncate(17);
         let mut p = Packet::from_frame(&short).unwrap();
         assert!(!vlan_pop(&mut p));
