@@ -33,15 +33,8 @@ pub use neigh::{
 };
 pub use stage::{L3Config, L3Counters, L3Drop, L3Out, L3Stats, L3Worker};
 
-/// Where a routed packet goes next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct NextHop {
-    /// Index of the outgoing interface in [`Interfaces`].
-    pub iface: u16,
-    /// The gateway to send to; `None` = directly connected (the neighbour is the packet's
-    /// destination).
-    pub gateway: Option<IpAddr>,
-}
+/// Where a routed packet goes next: the router's next hop (`iface` indexes [`Interfaces`]).
+pub use freeway_route::NextHop;
 
 /// Longest-prefix lookup as the L3 stage sees it (a per-worker route cache in production; a
 /// map in tests).
