@@ -16,13 +16,15 @@
 
 pub mod fdb;
 pub mod layout;
-pub mod mac;
 pub mod stage;
 pub mod table;
 pub mod vlan;
 
 pub use fdb::{Fdb, FdbConfig, FdbEntry, FdbError, FdbStats, FdbWriter, LearnRequest, Learned};
+/// MAC addresses ([`Mac`] and its parse error), shared with the other crates through
+/// `freeway-packet`.
+pub use freeway_packet::mac;
+pub use freeway_packet::Mac;
 pub use layout::{Layout, Naive, Padded};
-pub use mac::Mac;
 pub use stage::{Bridge, BridgeCounters, BridgeWorker, Emit, Learning};
 pub use vlan::{PortVlan, PortVlanConfig, VlanSet};

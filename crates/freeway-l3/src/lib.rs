@@ -106,14 +106,6 @@ pub fn prefix_contains(prefix: IpAddr, len: u8, addr: IpAddr) -> bool {
     }
 }
 
-/// Formats a MAC address as `02:00:00:00:00:01`.
-pub fn fmt_mac(mac: [u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +131,5 @@ mod tests {
             "1.2.3.4".parse().unwrap()
         ));
         assert!(!prefix_contains("::".parse().unwrap(), 0, "1.2.3.4".parse().unwrap()));
-        assert_eq!(fmt_mac([2, 0, 0, 0, 0, 0xab]), "02:00:00:00:00:ab");
     }
 }

@@ -54,8 +54,8 @@ use freeway_sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use freeway_sync::{Counter, Tick};
 use serde::{Deserialize, Serialize};
 
-use crate::fmt_mac;
 use crate::iface::Interfaces;
+use freeway_packet::Mac;
 
 /// Ageing never runs more often than this (DESIGN law 3).
 pub const MIN_AGE_INTERVAL_MS: u64 = 10;
@@ -313,7 +313,7 @@ impl fmt::Display for NeighError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NeighError::StaticLimit => write!(f, "static neighbour limit reached"),
-            NeighError::BadMac(m) => write!(f, "{} cannot be a neighbour's address", fmt_mac(*m)),
+            NeighError::BadMac(m) => write!(f, "{} cannot be a neighbour's address", Mac(*m)),
             NeighError::BadAddress(a) => write!(f, "{a} cannot be a neighbour"),
         }
     }
@@ -624,7 +624,7 @@ impl Neigh {
                     .get(n.iface)
                     .map_or_else(|| format!("if{}", n.iface), |i| i.name.clone()),
                 ifindex: n.iface,
-                lladdr: known.then(|| fmt_mac(view.mac)),
+                lladdr: known.then(|| Mac(view.mac).to_string()),
                 state: vec![view.state],
                 updated_ms_ago: now.saturating_sub(view.updated),
             });

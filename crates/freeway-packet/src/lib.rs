@@ -11,6 +11,7 @@
 //!   list of drop reasons.
 //! - [`flow_hash`]: the symmetric flow hash used to spread flows over workers and by conntrack.
 //! - [`checksum`]: the Internet checksum, full and incremental (RFC 1624).
+//! - [`mac`]: [`Mac`], a 48-bit Ethernet address with its colon form (parse, print, serde).
 //! - [`build`]: frame builders for tests and the traffic generator.
 //!
 //! Invariants: nothing in this crate panics on any packet content; every parser and view
@@ -24,10 +25,12 @@ pub mod build;
 pub mod bytes;
 pub mod checksum;
 pub mod flow_hash;
+pub mod mac;
 pub mod parse;
 pub mod wire;
 
 pub use buffer::*;
 pub use flow_hash::{hash_5tuple_v4, hash_5tuple_v6};
+pub use mac::Mac;
 pub use parse::{parse, parse_frame, ParseError, MAX_FRAME};
 pub use wire::{vlan_pop, vlan_push};
