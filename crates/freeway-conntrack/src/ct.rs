@@ -32,24 +32,24 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_queue::ArrayQueue;
 use freeway_packet::{meta_flags, Meta, Packet};
-use freeway_sync::{CachePadded, Clock, Counter, Tick};
+use freeway_sync::{CachePadded, Clock, Tick};
 use serde::Serialize;
 
 use crate::dump::ConnRecord;
-use crate::expiry::{Expirer, Remover};
+use crate::expiry::Expirer;
 use crate::extract::{walk, Flow, L4Info, TcpSeg};
 use crate::key::{Key, Tuple};
+use crate::shared::{Remover, Shared, WorkerStats};
 use crate::table::{pin, Conn, ConnPtr, Guard, Kind, NodeCache, Table, ASSURED, SEEN_REPLY};
 use crate::tcp::{self, state as ts, TcpConn, Update};
 use crate::timeout::{TimeoutClass, Timeouts};
 use crate::{CtResult, CtState, InvalidReason};
 
-/// Number of zones.
-pub const ZONES: usize = 1 << 16;
+pub use crate::shared::ZONES;
 
 /// Conntrack settings.
 #[derive(Clone, Debug)]
@@ -123,123 +123,6 @@ pub struct TrackFlags {
 
 /// Most places a worker reserves ahead from the shared connection count (invariant 1).
 pub const CREDIT_CHUNK: u32 = 64;
-
-/// Per-worker counters (single writer: the worker).
-#[derive(Default)]
-pub(crate) struct WorkerStats {
-    /// The worker's spare credits of the global count (invariant 1).
-    spare: AtomicU32,
-    /// Its spare credits of one zone: `zone << 32 | places`.
-    spare_zone: AtomicU64,
-    // No per-packet total: every packet lands in exactly one state counter, and
-    // `Conntrack::stats` sums them (one counter write per packet instead of two).
-    new: Counter,
-    established: Counter,
-    related: Counter,
-    untracked: Counter,
-    invalid: [Counter; InvalidReason::COUNT],
-    created: Counter,
-    races: Counter,
-    reopened: Counter,
-}
-
-/// State shared by all handles.
-pub(crate) struct Shared {
-    pub(crate) table: Table,
-    pub(crate) clock: Clock,
-    pub(crate) max: usize,
-    /// Places a worker reserves ahead at once: [`CREDIT_CHUNK`], fewer for small limits.
-    credit_chunk: u32,
-    pub(crate) count: CachePadded<AtomicUsize>,
-    pub(crate) zone_count: Box<[AtomicU32]>,
-    zone_limit: Box<[AtomicU32]>,
-    /// Policy 0 is the default; unused entries are copies of it (fixed size: a `u8` index
-    /// needs no bounds check).
-    policies: Box<[Timeouts; 256]>,
-    zone_policy: Box<[u8; ZONES]>,
-    tcp_loose: bool,
-    // What the expiry thread and the control plane write (the remover's list and cursor,
-    // the queue list's lock, the removal counters) sits on cache lines of its own: sharing a
-    // line with the fields above, which workers read on every packet, made each packet miss
-    // while a sweep ran.
-    pub(crate) queues: CachePadded<Mutex<Vec<Arc<ArrayQueue<ConnPtr>>>>>,
-    pub(crate) remover: CachePadded<Mutex<Remover>>,
-    workers: CachePadded<Mutex<Vec<Arc<CachePadded<WorkerStats>>>>>,
-    global: Option<Mutex<()>>,
-    queue_cap: usize,
-    pub(crate) interval_ms: u64,
-    pub(crate) chunk: usize,
-    pub(crate) expired: CachePadded<AtomicU64>,
-    pub(crate) flushed: CachePadded<AtomicU64>,
-}
-
-impl Shared {
-    #[inline(always)]
-    pub(crate) fn timeouts(&self, zone: u16) -> &Timeouts {
-        // Both arrays are indexed by the full range of their index type: no checks.
-        &self.policies[usize::from(self.zone_policy[usize::from(zone)])]
-    }
-
-    /// Reserves up to `want` places of the global count; returns how many it got (0: the
-    /// table is full).
-    #[cold]
-    fn reserve_global(&self, want: u32) -> u32 {
-        let want = want as usize;
-        let prev = self.count.fetch_add(want, Ordering::Relaxed);
-        let got = self.max.saturating_sub(prev).min(want);
-        if got < want {
-            self.count.fetch_sub(want - got, Ordering::Relaxed);
-        }
-        got as u32
-    }
-
-    /// Reserves exactly one place in the limited zone `z` (`false`: the zone is full).
-    #[inline]
-    fn reserve_zone_exact(&self, z: usize, limit: u32) -> bool {
-        if self.zone_count[z].fetch_add(1, Ordering::Relaxed) >= limit {
-            self.zone_count[z].fetch_sub(1, Ordering::Relaxed);
-            return false;
-        }
-        true
-    }
-
-    /// Spare credits over all workers: (global, per zone).
-    fn spare(&self) -> (usize, BTreeMap<u16, u32>) {
-        let mut global = 0usize;
-        let mut zones = BTreeMap::new();
-        for w in self.workers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            global += w.spare.load(Ordering::Relaxed) as usize;
-            let z = w.spare_zone.load(Ordering::Relaxed);
-            if z as u32 != 0 {
-                *zones.entry((z >> 32) as u16).or_insert(0) += z as u32;
-            }
-        }
-        (global, zones)
-    }
-
-    /// Gives back a place (a lost insert race, or a removal).
-    #[inline]
-    pub(crate) fn release(&self, zone: u16) {
-        self.zone_count[usize::from(zone)].fetch_sub(1, Ordering::Relaxed);
-        self.count.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// Gives back `in_zone` places of `zone` and `total` places of the global count (the
-    /// remover's summed releases).
-    #[inline]
-    pub(crate) fn release_many(&self, zone: u16, in_zone: u32, total: usize) {
-        if in_zone != 0 {
-            self.zone_count[usize::from(zone)].fetch_sub(in_zone, Ordering::Relaxed);
-        }
-        if total != 0 {
-            self.count.fetch_sub(total, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn lock_remover(&self) -> MutexGuard<'_, Remover> {
-        self.remover.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// The shared connection tracker handle (cheap to clone).
 #[derive(Clone)]
@@ -330,7 +213,7 @@ impl Conntrack {
             flushed: CachePadded::new(AtomicU64::new(0)),
         });
         let ct = Conntrack { s };
-        let exp = Expirer::new(ct.clone());
+        let exp = Expirer::new(ct.s.clone());
         Ok((ct, exp))
     }
 

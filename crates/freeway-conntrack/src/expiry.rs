@@ -4,7 +4,7 @@
 //!
 //! * Workers push a pointer to each connection they create onto their own bounded lock-free
 //!   queue (never waiting; a full queue refuses the new connection, see `ct`).
-//! * The **remover** state ([`Remover`], behind a mutex that only the expiry thread and the
+//! * The **remover** state (`shared::Remover`, behind a mutex that only the expiry thread and the
 //!   control plane's flushes take — never a worker) holds the list of every live connection.
 //!   Each round it drains the queues into the list, then examines at most `expiry_chunk`
 //!   connections from a rotating cursor and unlinks those whose expiry tick has passed.
@@ -31,16 +31,10 @@ use std::time::Duration;
 
 use freeway_sync::Tick;
 
-use crate::ct::{Conntrack, Shared};
-use crate::table::{pin, ConnPtr, RetireBatch};
+use crate::shared::{Remover, Shared};
+use crate::table::{pin, Guard, RetireBatch};
 
-/// The remover's bookkeeping (see the module docs).
-#[derive(Default)]
-pub(crate) struct Remover {
-    list: Vec<ConnPtr>,
-    cursor: usize,
-}
-
+/// The remover's operations (its state, [`Remover`], is part of [`Shared`]).
 impl Remover {
     /// Moves new connections from the workers' queues to the list.
     pub(crate) fn drain(&mut self, s: &Shared) {
@@ -54,14 +48,7 @@ impl Remover {
 
     /// Unlinks list entry `i` (swap-removing it from the list) into `batch`; its place under
     /// the limits goes to `rel`.
-    fn remove_at(
-        &mut self,
-        s: &Shared,
-        i: usize,
-        g: &crate::table::Guard,
-        batch: &mut RetireBatch,
-        rel: &mut Releases,
-    ) {
+    fn remove_at(&mut self, s: &Shared, i: usize, g: &Guard, batch: &mut RetireBatch, rel: &mut Releases) {
         let p = self.list.swap_remove(i);
         // SAFETY: invariant 1: `p` is linked; we are the only remover (mutex held).
         let zone = unsafe { (*p.0).key().zone() };
@@ -168,9 +155,9 @@ impl Releases {
     }
 }
 
-/// The expiry thread's body. Exactly one per [`Conntrack`]; not `Clone`.
+/// The expiry thread's body. Exactly one per [`Conntrack`](crate::Conntrack); not `Clone`.
 pub struct Expirer {
-    ct: Conntrack,
+    s: Arc<Shared>,
     stop: Arc<AtomicBool>,
 }
 
@@ -181,9 +168,9 @@ impl std::fmt::Debug for Expirer {
 }
 
 impl Expirer {
-    pub(crate) fn new(ct: Conntrack) -> Expirer {
+    pub(crate) fn new(s: Arc<Shared>) -> Expirer {
         Expirer {
-            ct,
+            s,
             stop: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -196,19 +183,19 @@ impl Expirer {
     /// One round: drain the workers' queues, examine one chunk. Returns how many connections
     /// were removed.
     pub fn step(&self) -> usize {
-        let s = &self.ct.s;
+        let s = &self.s;
         let now = s.clock.now();
         s.lock_remover().sweep(s, now, s.chunk)
     }
 
     /// Connections known to the expiry thread (not counting those still in queues).
     pub fn listed(&self) -> usize {
-        self.ct.s.lock_remover().listed()
+        self.s.lock_remover().listed()
     }
 
     /// Runs rounds at least `expiry_interval_ms` apart until the stop flag is set.
     pub fn run(self) {
-        let interval = Duration::from_millis(self.ct.s.interval_ms.max(1));
+        let interval = Duration::from_millis(self.s.interval_ms.max(1));
         while !self.stop.load(Ordering::Relaxed) {
             self.step();
             std::thread::sleep(interval);

@@ -46,6 +46,7 @@ pub mod extract;
 pub mod firewall;
 pub mod frames;
 pub mod key;
+mod shared;
 pub mod table;
 pub mod tcp;
 pub mod timeout;
