@@ -137,15 +137,69 @@ impl std::fmt::Debug for RouteCache {
     }
 }
 
-#[inline(always)]
-fn idx4(key: u32, bits: u32) -> usize {
-    (key.wrapping_mul(0x9e37_79b1) >> (32 - bits)) as usize
+/// What the lookup needs to know of an address family: its key, slot index, slots and FIB.
+trait Family {
+    type Addr: Copy;
+    type Key: Copy + Eq;
+    fn key(a: Self::Addr) -> Self::Key;
+    fn idx(key: Self::Key, bits: u32) -> usize;
+    fn slots(c: &RouteCache) -> &[Slot<Self::Key>];
+    fn slots_mut(c: &mut RouteCache) -> &mut [Slot<Self::Key>];
+    fn fib_lookup<'g>(fib: &'g Fib, a: Self::Addr, guard: &'g Guard) -> Option<&'g NhGroup>;
 }
 
-#[inline(always)]
-fn idx6(key: u128, bits: u32) -> usize {
-    let f = (key as u64) ^ ((key >> 64) as u64).rotate_left(29);
-    (f.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+struct V4;
+struct V6;
+
+impl Family for V4 {
+    type Addr = Ipv4Addr;
+    type Key = u32;
+    #[inline(always)]
+    fn key(a: Ipv4Addr) -> u32 {
+        u32::from(a)
+    }
+    #[inline(always)]
+    fn idx(key: u32, bits: u32) -> usize {
+        (key.wrapping_mul(0x9e37_79b1) >> (32 - bits)) as usize
+    }
+    #[inline(always)]
+    fn slots(c: &RouteCache) -> &[Slot<u32>] {
+        &c.v4
+    }
+    #[inline(always)]
+    fn slots_mut(c: &mut RouteCache) -> &mut [Slot<u32>] {
+        &mut c.v4
+    }
+    #[inline(always)]
+    fn fib_lookup<'g>(fib: &'g Fib, a: Ipv4Addr, guard: &'g Guard) -> Option<&'g NhGroup> {
+        fib.lookup_v4(a, guard)
+    }
+}
+
+impl Family for V6 {
+    type Addr = Ipv6Addr;
+    type Key = u128;
+    #[inline(always)]
+    fn key(a: Ipv6Addr) -> u128 {
+        u128::from(a)
+    }
+    #[inline(always)]
+    fn idx(key: u128, bits: u32) -> usize {
+        let f = (key as u64) ^ ((key >> 64) as u64).rotate_left(29);
+        (f.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    }
+    #[inline(always)]
+    fn slots(c: &RouteCache) -> &[Slot<u128>] {
+        &c.v6
+    }
+    #[inline(always)]
+    fn slots_mut(c: &mut RouteCache) -> &mut [Slot<u128>] {
+        &mut c.v6
+    }
+    #[inline(always)]
+    fn fib_lookup<'g>(fib: &'g Fib, a: Ipv6Addr, guard: &'g Guard) -> Option<&'g NhGroup> {
+        fib.lookup_v6(a, guard)
+    }
 }
 
 impl RouteCache {
@@ -255,80 +309,54 @@ impl RouteCache {
     /// The next hop for an IPv4 destination and flow; pins an epoch only on a miss.
     #[inline]
     pub fn lookup_v4(&mut self, fib: &Fib, dst: Ipv4Addr, flow_hash: u32) -> Option<NextHop> {
-        if self.enabled {
-            let key = u32::from(dst);
-            let s = &self.v4[idx4(key, self.bits)];
-            if s.gen == fib.generation() && s.key == key {
-                self.counters.hits.inc();
-                return s.answer(flow_hash);
-            }
-        }
-        let g = epoch::pin();
-        self.lookup_v4_in(fib, &g, dst, flow_hash)
+        self.lookup_pinning::<V4>(fib, dst, flow_hash)
     }
 
     /// The next hop for an IPv4 destination, with the worker's per-batch guard.
     #[inline]
     pub fn lookup_v4_in(&mut self, fib: &Fib, guard: &Guard, dst: Ipv4Addr, flow_hash: u32) -> Option<NextHop> {
-        if !self.enabled {
-            self.counters.uncached.inc();
-            return fib.lookup_v4(dst, guard).map(|g| *g.pick(flow_hash));
-        }
-        // Load the generation before the lookup (see `crate::fib`).
-        let gen = fib.generation();
-        let key = u32::from(dst);
-        let i = idx4(key, self.bits);
-        let s = &self.v4[i];
-        if s.gen == gen && s.key == key {
-            self.counters.hits.inc();
-            return s.answer(flow_hash);
-        }
-        if s.key == key && s.gen != 0 {
-            self.counters.refills.inc();
-        } else {
-            self.counters.misses.inc();
-        }
-        let grp = fib.lookup_v4(dst, guard);
-        let hop = grp.map(|g| *g.pick(flow_hash));
-        let s_gen = match self.fill(fib, guard, gen, grp) {
-            Some(p) => {
-                self.v4[i].group = p;
-                gen
-            }
-            None => 0,
-        };
-        let s = &mut self.v4[i];
-        s.key = key;
-        s.gen = s_gen;
-        hop
+        self.lookup_family::<V4>(fib, guard, dst, flow_hash)
     }
 
     /// The next hop for an IPv6 destination and flow; pins an epoch only on a miss.
     #[inline]
     pub fn lookup_v6(&mut self, fib: &Fib, dst: Ipv6Addr, flow_hash: u32) -> Option<NextHop> {
+        self.lookup_pinning::<V6>(fib, dst, flow_hash)
+    }
+
+    /// The next hop for an IPv6 destination, with the worker's per-batch guard.
+    #[inline]
+    pub fn lookup_v6_in(&mut self, fib: &Fib, guard: &Guard, dst: Ipv6Addr, flow_hash: u32) -> Option<NextHop> {
+        self.lookup_family::<V6>(fib, guard, dst, flow_hash)
+    }
+
+    /// A hit answered without pinning; a miss pins an epoch and goes to [`Self::lookup_family`].
+    #[inline(always)]
+    fn lookup_pinning<F: Family>(&mut self, fib: &Fib, dst: F::Addr, flow_hash: u32) -> Option<NextHop> {
         if self.enabled {
-            let key = u128::from(dst);
-            let s = &self.v6[idx6(key, self.bits)];
+            let key = F::key(dst);
+            let s = &F::slots(self)[F::idx(key, self.bits)];
             if s.gen == fib.generation() && s.key == key {
                 self.counters.hits.inc();
                 return s.answer(flow_hash);
             }
         }
         let g = epoch::pin();
-        self.lookup_v6_in(fib, &g, dst, flow_hash)
+        self.lookup_family::<F>(fib, &g, dst, flow_hash)
     }
 
-    /// The next hop for an IPv6 destination, with the worker's per-batch guard.
-    #[inline]
-    pub fn lookup_v6_in(&mut self, fib: &Fib, guard: &Guard, dst: Ipv6Addr, flow_hash: u32) -> Option<NextHop> {
+    /// The lookup of either family under `guard`: the cache, then on a miss the FIB.
+    #[inline(always)]
+    fn lookup_family<F: Family>(&mut self, fib: &Fib, guard: &Guard, dst: F::Addr, flow_hash: u32) -> Option<NextHop> {
         if !self.enabled {
             self.counters.uncached.inc();
-            return fib.lookup_v6(dst, guard).map(|g| *g.pick(flow_hash));
+            return F::fib_lookup(fib, dst, guard).map(|g| *g.pick(flow_hash));
         }
+        // Load the generation before the lookup (see `crate::fib`).
         let gen = fib.generation();
-        let key = u128::from(dst);
-        let i = idx6(key, self.bits);
-        let s = &self.v6[i];
+        let key = F::key(dst);
+        let i = F::idx(key, self.bits);
+        let s = &F::slots(self)[i];
         if s.gen == gen && s.key == key {
             self.counters.hits.inc();
             return s.answer(flow_hash);
@@ -338,16 +366,16 @@ impl RouteCache {
         } else {
             self.counters.misses.inc();
         }
-        let grp = fib.lookup_v6(dst, guard);
+        let grp = F::fib_lookup(fib, dst, guard);
         let hop = grp.map(|g| *g.pick(flow_hash));
         let s_gen = match self.fill(fib, guard, gen, grp) {
             Some(p) => {
-                self.v6[i].group = p;
+                F::slots_mut(self)[i].group = p;
                 gen
             }
             None => 0,
         };
-        let s = &mut self.v6[i];
+        let s = &mut F::slots_mut(self)[i];
         s.key = key;
         s.gen = s_gen;
         hop

@@ -89,115 +89,82 @@ pub struct Prefix6 {
     len: u8,
 }
 
-impl Prefix4 {
-    /// A prefix; refuses host bits and lengths above 32.
-    pub fn new(addr: Ipv4Addr, len: u8) -> Result<Self, PrefixError> {
-        let p = Self::new_truncate(addr, len)?;
-        if p.addr != addr {
-            return Err(PrefixError::HostBits {
-                given: format!("{addr}/{len}"),
-                network: p.to_string(),
-            });
+/// The methods, parsing and printing of one family's prefix type (`Prefix4`, `Prefix6`).
+macro_rules! family_prefix {
+    ($name:ident, $addr:ident, $bits:ty, $max:literal, $mask:ident, $parse:ident) => {
+        impl $name {
+            #[doc = concat!("A prefix; refuses host bits and lengths above ", stringify!($max), ".")]
+            pub fn new(addr: $addr, len: u8) -> Result<Self, PrefixError> {
+                let p = Self::new_truncate(addr, len)?;
+                if p.addr != addr {
+                    return Err(PrefixError::HostBits {
+                        given: format!("{addr}/{len}"),
+                        network: p.to_string(),
+                    });
+                }
+                Ok(p)
+            }
+
+            #[doc = concat!("A prefix with host bits cleared; refuses lengths above ", stringify!($max), ".")]
+            pub fn new_truncate(addr: $addr, len: u8) -> Result<Self, PrefixError> {
+                if len > $max {
+                    return Err(PrefixError::LengthTooLong {
+                        len: u32::from(len),
+                        max: $max,
+                    });
+                }
+                Ok($name {
+                    addr: $addr::from(<$bits>::from(addr) & $mask(len)),
+                    len,
+                })
+            }
+
+            /// Parses like [`FromStr`] but clears host bits instead of refusing them.
+            pub fn parse_truncate(s: &str) -> Result<Self, PrefixError> {
+                let (a, l) = split::<$parse>(s, $max)?;
+                Self::new_truncate(a.0, l)
+            }
+
+            /// The network address.
+            pub fn addr(&self) -> $addr {
+                self.addr
+            }
+
+            /// The length in bits.
+            #[allow(clippy::len_without_is_empty)] // a prefix length, not a container's
+            pub fn len(&self) -> u8 {
+                self.len
+            }
+
+            /// The network address as an integer.
+            pub fn bits(&self) -> $bits {
+                <$bits>::from(self.addr)
+            }
+
+            /// Whether `ip` is inside the prefix.
+            pub fn contains(&self, ip: $addr) -> bool {
+                <$bits>::from(ip) & $mask(self.len) == self.bits()
+            }
         }
-        Ok(p)
-    }
 
-    /// A prefix with host bits cleared; refuses lengths above 32.
-    pub fn new_truncate(addr: Ipv4Addr, len: u8) -> Result<Self, PrefixError> {
-        if len > 32 {
-            return Err(PrefixError::LengthTooLong {
-                len: u32::from(len),
-                max: 32,
-            });
+        impl FromStr for $name {
+            type Err = PrefixError;
+            fn from_str(s: &str) -> Result<Self, PrefixError> {
+                let (a, l) = split::<$parse>(s, $max)?;
+                $name::new(a.0, l)
+            }
         }
-        Ok(Prefix4 {
-            addr: Ipv4Addr::from(u32::from(addr) & mask4(len)),
-            len,
-        })
-    }
 
-    /// Parses like [`FromStr`] but clears host bits instead of refusing them.
-    pub fn parse_truncate(s: &str) -> Result<Self, PrefixError> {
-        let (a, l) = split::<V4>(s, 32)?;
-        Self::new_truncate(a.0, l)
-    }
-
-    /// The network address.
-    pub fn addr(&self) -> Ipv4Addr {
-        self.addr
-    }
-
-    /// The length in bits.
-    #[allow(clippy::len_without_is_empty)] // a prefix length, not a container's
-    pub fn len(&self) -> u8 {
-        self.len
-    }
-
-    /// The network address as an integer.
-    pub fn bits(&self) -> u32 {
-        u32::from(self.addr)
-    }
-
-    /// Whether `ip` is inside the prefix.
-    pub fn contains(&self, ip: Ipv4Addr) -> bool {
-        u32::from(ip) & mask4(self.len) == self.bits()
-    }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}/{}", self.addr, self.len)
+            }
+        }
+    };
 }
 
-impl Prefix6 {
-    /// A prefix; refuses host bits and lengths above 128.
-    pub fn new(addr: Ipv6Addr, len: u8) -> Result<Self, PrefixError> {
-        let p = Self::new_truncate(addr, len)?;
-        if p.addr != addr {
-            return Err(PrefixError::HostBits {
-                given: format!("{addr}/{len}"),
-                network: p.to_string(),
-            });
-        }
-        Ok(p)
-    }
-
-    /// A prefix with host bits cleared; refuses lengths above 128.
-    pub fn new_truncate(addr: Ipv6Addr, len: u8) -> Result<Self, PrefixError> {
-        if len > 128 {
-            return Err(PrefixError::LengthTooLong {
-                len: u32::from(len),
-                max: 128,
-            });
-        }
-        Ok(Prefix6 {
-            addr: Ipv6Addr::from(u128::from(addr) & mask6(len)),
-            len,
-        })
-    }
-
-    /// Parses like [`FromStr`] but clears host bits instead of refusing them.
-    pub fn parse_truncate(s: &str) -> Result<Self, PrefixError> {
-        let (a, l) = split::<V6>(s, 128)?;
-        Self::new_truncate(a.0, l)
-    }
-
-    /// The network address.
-    pub fn addr(&self) -> Ipv6Addr {
-        self.addr
-    }
-
-    /// The length in bits.
-    #[allow(clippy::len_without_is_empty)] // a prefix length, not a container's
-    pub fn len(&self) -> u8 {
-        self.len
-    }
-
-    /// The network address as an integer.
-    pub fn bits(&self) -> u128 {
-        u128::from(self.addr)
-    }
-
-    /// Whether `ip` is inside the prefix.
-    pub fn contains(&self, ip: Ipv6Addr) -> bool {
-        u128::from(ip) & mask6(self.len) == self.bits()
-    }
-}
+family_prefix!(Prefix4, Ipv4Addr, u32, 32, mask4, V4);
+family_prefix!(Prefix6, Ipv6Addr, u128, 128, mask6, V6);
 
 /// Splits `ADDR/LEN` (or `ADDR`, or `default`) without checking host bits.
 fn split<A: FromStr + Default>(s: &str, max: u8) -> Result<(A, u8), PrefixError> {
@@ -217,22 +184,6 @@ fn split<A: FromStr + Default>(s: &str, max: u8) -> Result<(A, u8), PrefixError>
     };
     let addr = a.parse::<A>().map_err(|_| PrefixError::Address(a.to_string()))?;
     Ok((addr, l))
-}
-
-impl FromStr for Prefix4 {
-    type Err = PrefixError;
-    fn from_str(s: &str) -> Result<Self, PrefixError> {
-        let (a, l) = split::<V4>(s, 32)?;
-        Prefix4::new(a.0, l)
-    }
-}
-
-impl FromStr for Prefix6 {
-    type Err = PrefixError;
-    fn from_str(s: &str) -> Result<Self, PrefixError> {
-        let (a, l) = split::<V6>(s, 128)?;
-        Prefix6::new(a.0, l)
-    }
 }
 
 /// `Ipv4Addr` with a `Default` (0.0.0.0) for `split`.
@@ -260,18 +211,6 @@ impl FromStr for V6 {
     type Err = std::net::AddrParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         s.parse().map(V6)
-    }
-}
-
-impl fmt::Display for Prefix4 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
-
-impl fmt::Display for Prefix6 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
     }
 }
 
