@@ -37,6 +37,7 @@ use freeway_sync::Tick;
 
 use crate::layout::{Layout, Times};
 
+use freeway_sync::chain::{self, Linked};
 pub use freeway_sync::reclaim::Guard;
 use freeway_sync::reclaim::Retired;
 
@@ -280,28 +281,10 @@ impl<L: Layout> Table<L> {
 
     /// *Writer only.* Unlinks the entries of bucket `b` for which `pred` is true and retires
     /// them. Returns how many were removed.
-    pub(crate) fn remove_where(&self, b: usize, guard: &Guard, mut pred: impl FnMut(&Node<L>) -> bool) -> usize {
-        let mut removed = 0;
-        let mut link: &AtomicPtr<Node<L>> = &self.buckets[b & self.mask];
-        loop {
-            let p = link.load(Ordering::Relaxed);
-            if p.is_null() {
-                break;
-            }
-            // SAFETY: only the writer frees nodes, and it has not retired `p` (still linked).
-            let n = unsafe { &*p };
-            if pred(n) {
-                let next = n.next.load(Ordering::Relaxed);
-                // Release: pairs with readers' Acquire so they see an initialised successor.
-                link.store(next, Ordering::Release);
-                // SAFETY: `p` is unlinked; readers that still hold it are pinned, so freeing is
-                // deferred past their guards (invariant 2). The writer never touches it again.
-                unsafe { self.retire(p, guard) };
-                removed += 1;
-            } else {
-                link = &n.next;
-            }
-        }
+    pub(crate) fn remove_where(&self, b: usize, guard: &Guard, pred: impl FnMut(&Node<L>) -> bool) -> usize {
+        // SAFETY: the caller is the writer; nodes are boxed, linked in this chain only, hold
+        // plain data and atomics; `retired` is this table's (invariant 2).
+        let removed = unsafe { chain::remove_where(&self.buckets[b & self.mask], &self.retired, guard, pred) };
         if removed > 0 {
             self.len
                 .store(self.len.load(Ordering::Relaxed) - removed, Ordering::Relaxed);
@@ -322,15 +305,16 @@ impl<L: Layout> Table<L> {
 
 impl<L: Layout> Drop for Table<L> {
     fn drop(&mut self) {
-        for b in self.buckets.iter() {
-            let mut p = b.load(Ordering::Relaxed);
-            while !p.is_null() {
-                // SAFETY: `&mut self`: no reader or writer remains; every linked node is
-                // owned by the table and freed exactly once here.
-                let n = unsafe { Box::from_raw(p) };
-                p = n.next.load(Ordering::Relaxed);
-            }
-        }
+        // SAFETY: `&mut self`: no reader or writer remains; every linked node is boxed and
+        // owned by the table, in one chain.
+        unsafe { chain::free_chains(&self.buckets) };
+    }
+}
+
+impl<L: Layout> Linked for Node<L> {
+    #[inline(always)]
+    fn next(&self) -> &AtomicPtr<Self> {
+        &self.next
     }
 }
 

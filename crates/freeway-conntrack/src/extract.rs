@@ -86,30 +86,26 @@ pub(crate) trait Sink: Sized {
     fn invalid(r: InvalidReason) -> Self;
 }
 
+#[inline(always)]
+fn tuple(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, v6: bool) -> Tuple {
+    Tuple {
+        src,
+        dst,
+        sport,
+        dport,
+        proto,
+        v6,
+    }
+}
+
 impl Sink for Class {
     #[inline(always)]
     fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
-        let t = Tuple {
-            src: u128::from(src),
-            dst: u128::from(dst),
-            sport,
-            dport,
-            proto,
-            v6: false,
-        };
-        Class::Track(t, l4)
+        Class::Track(tuple(u128::from(src), u128::from(dst), sport, dport, proto, false), l4)
     }
     #[inline(always)]
     fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
-        let t = Tuple {
-            src,
-            dst,
-            sport,
-            dport,
-            proto,
-            v6: true,
-        };
-        Class::Track(t, l4)
+        Class::Track(tuple(src, dst, sport, dport, proto, true), l4)
     }
     #[inline(always)]
     fn icmp_error(t: Tuple) -> Self {
@@ -145,15 +141,7 @@ impl Sink for Flow {
     }
     #[inline(always)]
     fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
-        let t = Tuple {
-            src,
-            dst,
-            sport,
-            dport,
-            proto,
-            v6: true,
-        };
-        let (k, lo) = Key::new(&t, 0);
+        let (k, lo) = Key::new(&tuple(src, dst, sport, dport, proto, true), 0);
         Flow::Track(k, lo, l4)
     }
     #[inline(always)]

@@ -63,6 +63,7 @@ use freeway_sync::Tick;
 use crate::key::Key;
 use crate::tcp::TcpConn;
 
+use freeway_sync::chain::{self, Linked};
 pub use freeway_sync::reclaim::Guard;
 use freeway_sync::reclaim::Retired;
 
@@ -666,14 +667,15 @@ impl Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
-        for b in self.buckets.iter() {
-            let mut p = b.load(Ordering::Relaxed);
-            while !p.is_null() {
-                // SAFETY: `&mut self`: no other user remains; each linked node is freed once.
-                let n = unsafe { Box::from_raw(p) };
-                p = n.next.load(Ordering::Relaxed);
-            }
-        }
+        // SAFETY: `&mut self`: no other user remains; every linked node is boxed, in one chain.
+        unsafe { chain::free_chains(&self.buckets) };
+    }
+}
+
+impl Linked for Conn {
+    #[inline(always)]
+    fn next(&self) -> &AtomicPtr<Self> {
+        &self.next
     }
 }
 

@@ -321,6 +321,7 @@ impl fmt::Display for NeighError {
 
 impl std::error::Error for NeighError {}
 
+use freeway_sync::chain::{self, Linked};
 pub use freeway_sync::reclaim::Guard;
 use freeway_sync::reclaim::Retired;
 
@@ -457,57 +458,38 @@ impl Table {
     /// counted by kind (static, dynamic).
     fn remove_where(&self, b: usize, guard: &Guard, mut pred: impl FnMut(&Node) -> bool) -> (usize, usize) {
         let (mut s, mut d) = (0, 0);
-        let mut link: &AtomicPtr<Node> = &self.buckets[b & self.mask];
-        loop {
-            let p = link.load(Ordering::Relaxed);
-            if p.is_null() {
-                break;
+        let count = |n: &Node| {
+            let remove = pred(n);
+            if remove && n.state() == NeighState::Permanent {
+                s += 1;
+            } else if remove {
+                d += 1;
             }
-            // SAFETY: only the writer frees nodes, and `p` is still linked (not retired).
-            let n = unsafe { &*p };
-            if pred(n) {
-                if n.state() == NeighState::Permanent {
-                    s += 1;
-                } else {
-                    d += 1;
-                }
-                // Release: pairs with readers' Acquire so they see an initialised successor.
-                link.store(n.next.load(Ordering::Relaxed), Ordering::Release);
-                // SAFETY: `p` is unlinked and retired once; readers still holding it are pinned.
-                unsafe { self.retire(p, guard) };
-            } else {
-                link = &n.next;
-            }
-        }
+            remove
+        };
+        // SAFETY: the caller is the writer (`NeighWriter`); nodes are boxed, linked in this
+        // chain only, hold plain data and atomics; `retired` is this table's.
+        unsafe { chain::remove_where(&self.buckets[b & self.mask], &self.retired, guard, count) };
         if s + d > 0 {
             self.len
                 .store(self.len.load(Ordering::Relaxed) - (s + d), Ordering::Relaxed);
         }
         (s, d)
     }
-
-    /// Frees `p` once no reader can hold it (under loom: when the table drops).
-    ///
-    /// # Safety
-    /// `p` must be unlinked from the table and not retired before.
-    unsafe fn retire(&self, p: *mut Node, guard: &Guard) {
-        // SAFETY: nodes are boxed; per the contract `p` is unlinked and retired once; node
-        // contents are plain data and atomics, dropped on any thread.
-        unsafe { self.retired.retire(p, guard) }
-    }
 }
 
 impl Drop for Table {
     fn drop(&mut self) {
-        for b in self.buckets.iter() {
-            let mut p = b.load(Ordering::Relaxed);
-            while !p.is_null() {
-                // SAFETY: `&mut self`: no reader or writer remains; each linked node is freed
-                // exactly once here.
-                let n = unsafe { Box::from_raw(p) };
-                p = n.next.load(Ordering::Relaxed);
-            }
-        }
+        // SAFETY: `&mut self`: no reader or writer remains; every linked node is boxed and
+        // owned by the table, in one chain.
+        unsafe { chain::free_chains(&self.buckets) };
+    }
+}
+
+impl Linked for Node {
+    #[inline(always)]
+    fn next(&self) -> &AtomicPtr<Self> {
+        &self.next
     }
 }
 

@@ -12,11 +12,14 @@
 //!   `--cfg loom`, so the hand-written lock-free structures in other crates can be model-checked.
 //! * [`reclaim`]: epoch reclamation (crossbeam-epoch) for the lock-free tables, or a stand-in
 //!   under `--cfg loom` that keeps retired objects until their owner drops.
+//! * [`chain`]: the writer-side unlink and the teardown of the hash-bucket chains that the
+//!   lock-free tables share.
 //! * `loom_model` (under `--cfg loom` only): runs a loom model and fails it if loom explored
 //!   too few executions to mean anything.
 #![warn(missing_docs)]
 
 pub mod atomic;
+pub mod chain;
 pub mod clock;
 pub mod counter;
 #[cfg(loom)]
