@@ -47,9 +47,9 @@ use crate::frame::{is_group, set_egress_tag};
 use crate::icmp::{
     self, addr6, v4, v4_error_allowed, v4_unicast_source, v6, v6_error_allowed, v6_upper, TokenBucket, L2,
 };
-use crate::iface::{is_link_local, Interfaces};
+use crate::iface::{is_link_local, Interface, Interfaces};
 use crate::neigh::{Guard, Neigh, NeighState, NeighUpdate};
-use crate::{arp, nd, RouteLookup};
+use crate::{arp, nd, NextHop, RouteLookup};
 
 /// Settings of the L3 stage (per worker).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -564,16 +564,9 @@ impl State {
         {
             return self.drop(out, pkt, L3Drop::NotForwardable);
         }
-        if ttl <= 1 {
-            self.icmp_error(cx, &pkt, iif, IcmpErr::TimeExceeded, out);
-            return self.drop(out, pkt, L3Drop::TtlExpired);
-        }
-        let Some(hop) = routes.lookup_v4(dst, pkt.meta.flow_hash) else {
-            self.icmp_error(cx, &pkt, iif, IcmpErr::NoRoute, out);
-            return self.drop(out, pkt, L3Drop::NoRoute);
-        };
-        let Some(oif) = cx.ifaces.get(hop.iface) else {
-            return self.drop(out, pkt, L3Drop::BadNextHop);
+        let (hop, oif) = match self.route(cx, &pkt, iif, ttl, || routes.lookup_v4(dst, pkt.meta.flow_hash), out) {
+            Ok(r) => r,
+            Err(r) => return self.drop(out, pkt, r),
         };
         if oif.is_v4_broadcast(dst) && hop.gateway.is_none() {
             // Directed broadcast to a connected subnet: not forwarded (RFC 2644).
@@ -594,6 +587,31 @@ impl State {
         wr16(f, l3 + 10, c);
         let nh = hop.gateway.unwrap_or(IpAddr::V4(dst));
         self.forward(cx, pkt, iif, hop.iface, nh, out);
+    }
+
+    /// The forwarding decision both families share: a packet whose TTL (hop limit) would
+    /// expire gets Time Exceeded, one without a route Destination Unreachable (the lookup
+    /// runs only for a packet that may be forwarded); `Err` is the drop reason.
+    #[inline(always)]
+    fn route<'c>(
+        &mut self,
+        cx: &Ctx<'c>,
+        pkt: &Packet,
+        iif: u16,
+        ttl: u8,
+        lookup: impl FnOnce() -> Option<NextHop>,
+        out: &mut impl L3Out,
+    ) -> Result<(NextHop, &'c Interface), L3Drop> {
+        if ttl <= 1 {
+            self.icmp_error(cx, pkt, iif, IcmpErr::TimeExceeded, out);
+            return Err(L3Drop::TtlExpired);
+        }
+        let Some(hop) = lookup() else {
+            self.icmp_error(cx, pkt, iif, IcmpErr::NoRoute, out);
+            return Err(L3Drop::NoRoute);
+        };
+        let oif = cx.ifaces.get(hop.iface).ok_or(L3Drop::BadNextHop)?;
+        Ok((hop, oif))
     }
 
     // ---- IPv6 ----
@@ -630,16 +648,16 @@ impl State {
         {
             return self.drop(out, pkt, L3Drop::NotForwardable);
         }
-        if hop_limit <= 1 {
-            self.icmp_error(cx, &pkt, iif, IcmpErr::TimeExceeded, out);
-            return self.drop(out, pkt, L3Drop::TtlExpired);
-        }
-        let Some(hop) = routes.lookup_v6(dst, pkt.meta.flow_hash) else {
-            self.icmp_error(cx, &pkt, iif, IcmpErr::NoRoute, out);
-            return self.drop(out, pkt, L3Drop::NoRoute);
-        };
-        let Some(oif) = cx.ifaces.get(hop.iface) else {
-            return self.drop(out, pkt, L3Drop::BadNextHop);
+        let (hop, oif) = match self.route(
+            cx,
+            &pkt,
+            iif,
+            hop_limit,
+            || routes.lookup_v6(dst, pkt.meta.flow_hash),
+            out,
+        ) {
+            Ok(r) => r,
+            Err(r) => return self.drop(out, pkt, r),
         };
         if 40 + plen > usize::from(oif.mtu) {
             self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(oif.mtu), out);
