@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use freeway_bridge::fdb::{new_seeded, FdbConfig};
-use freeway_bridge::{Bridge, BridgeWorker, Emit, Learning, Mac, Padded, PortVlan, PortVlanConfig};
+use freeway_bridge::{Bridge, BridgeWorker, Emit, Fdb, FdbWriter, Learning, Mac, Padded, PortVlan, PortVlanConfig};
 use freeway_packet::{Batch, Packet, PacketPool, NO_VLAN};
 use proptest::prelude::*;
 
@@ -68,6 +68,7 @@ fn untag(d: &[u8]) -> (Option<u16>, Vec<u8>) {
     }
 }
 
+#[derive(Default)]
 struct Collect {
     pool: PacketPool,
     out: Vec<Out>,
@@ -81,6 +82,19 @@ impl Emit for Collect {
         let (t, f) = untag(pkt.data());
         self.out.push((port, t, f));
     }
+}
+
+/// A bridge over [`ports`] with a fresh FDB, a worker context and a collecting emitter.
+fn setup() -> (Fdb<Padded>, FdbWriter<Padded>, Bridge<Padded>, BridgeWorker, Collect) {
+    let (fdb, w) = new_seeded::<Padded>(FdbConfig::default(), 1);
+    let bridge = Bridge::new(fdb.clone(), ports());
+    (fdb, w, bridge, BridgeWorker::default(), Collect::default())
+}
+
+/// Adds `p` to `b` as received on `port`.
+fn push(b: &mut Batch, port: u16, mut p: Packet) {
+    p.meta.in_port = port;
+    b.push(p).unwrap();
 }
 
 #[derive(Default)]
@@ -227,7 +241,7 @@ proptest! {
         let ports = ports();
         let bridge = Bridge::new(fdb.clone(), ports.clone());
         let mut bw = BridgeWorker::default();
-        let mut em = Collect { pool: PacketPool::default(), out: vec![] };
+        let mut em = Collect::default();
         let mut model = Model::default();
         let mut now = 1u64;
         for (i, o) in ops.into_iter().enumerate() {
@@ -273,27 +287,17 @@ proptest! {
 
 #[test]
 fn vlans_are_isolated() {
-    let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 1);
-    let bridge = Bridge::new(fdb.clone(), ports());
-    let mut bw = BridgeWorker::default();
-    let mut em = Collect {
-        pool: PacketPool::default(),
-        out: vec![],
-    };
+    let (_fdb, mut w, bridge, mut bw, mut em) = setup();
     // Host 1 in VLAN 2 (port 2) broadcasts: only VLAN 2 members (trunks 3 and 4) see it, tagged.
     let mut b = Batch::new();
-    let mut p = frame(mac(1), Mac::BROADCAST, None, 0);
-    p.meta.in_port = 2;
-    b.push(p).unwrap();
+    push(&mut b, 2, frame(mac(1), Mac::BROADCAST, None, 0));
     bridge.process(&mut bw, &mut b, 1, &mut em, &mut Learning::Inline(&mut w));
     let mut ports_seen: Vec<(u16, Option<u16>)> = em.out.iter().map(|o| (o.0, o.1)).collect();
     ports_seen.sort();
     assert_eq!(ports_seen, vec![(3, Some(2)), (4, Some(2))]);
     // The same MAC in VLAN 1 is a different entry: a frame to it from VLAN 1 is flooded.
     em.out.clear();
-    let mut p = frame(mac(2), mac(1), None, 0);
-    p.meta.in_port = 0;
-    b.push(p).unwrap();
+    push(&mut b, 0, frame(mac(2), mac(1), None, 0));
     bridge.process(&mut bw, &mut b, 2, &mut em, &mut Learning::Inline(&mut w));
     let mut seen: Vec<u16> = em.out.iter().map(|o| o.0).collect();
     seen.sort();
@@ -303,18 +307,10 @@ fn vlans_are_isolated() {
 
 #[test]
 fn queued_learning_reaches_the_table_through_the_writer() {
-    let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 1);
-    let bridge = Bridge::new(fdb.clone(), ports());
-    let mut bw = BridgeWorker::default();
-    let mut em = Collect {
-        pool: PacketPool::default(),
-        out: vec![],
-    };
+    let (fdb, mut w, bridge, mut bw, mut em) = setup();
     let mut b = Batch::new();
     for _ in 0..10 {
-        let mut p = frame(mac(1), mac(2), None, 0);
-        p.meta.in_port = 0;
-        b.push(p).unwrap();
+        push(&mut b, 0, frame(mac(1), mac(2), None, 0));
     }
     bridge.process(&mut bw, &mut b, 1, &mut em, &mut Learning::Queue);
     // Asked once, not once per frame.
@@ -324,29 +320,17 @@ fn queued_learning_reaches_the_table_through_the_writer() {
     assert_eq!(fdb.lookup(mac(1), 1, &fdb.pin()).map(|n| n.port()), Some(0));
     // Now a reply to it is forwarded, not flooded.
     em.out.clear();
-    let mut p = frame(mac(2), mac(1), None, 0);
-    p.meta.in_port = 1;
-    b.push(p).unwrap();
+    push(&mut b, 1, frame(mac(2), mac(1), None, 0));
     bridge.process(&mut bw, &mut b, 2, &mut em, &mut Learning::Queue);
     assert_eq!(em.out.iter().map(|o| o.0).collect::<Vec<_>>(), vec![0]);
 }
 
 #[test]
 fn multicast_sources_and_filtered_vlans_are_dropped_and_counted() {
-    let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 1);
-    let bridge = Bridge::new(fdb.clone(), ports());
-    let mut bw = BridgeWorker::default();
-    let mut em = Collect {
-        pool: PacketPool::default(),
-        out: vec![],
-    };
+    let (fdb, mut w, bridge, mut bw, mut em) = setup();
     let mut b = Batch::new();
-    let mut p = frame(mac(6), mac(1), None, 0);
-    p.meta.in_port = 0;
-    b.push(p).unwrap();
-    let mut p = frame(mac(1), mac(2), Some(9), 0);
-    p.meta.in_port = 3;
-    b.push(p).unwrap();
+    push(&mut b, 0, frame(mac(6), mac(1), None, 0));
+    push(&mut b, 3, frame(mac(1), mac(2), Some(9), 0));
     bridge.process(&mut bw, &mut b, 1, &mut em, &mut Learning::Inline(&mut w));
     assert!(em.out.is_empty());
     assert_eq!(bw.counters.drop_src_multicast.get(), 1);
@@ -369,7 +353,7 @@ proptest! {
         let ports = ports();
         let bridge = Bridge::new(fdb.clone(), ports.clone());
         let mut bw = BridgeWorker::default();
-        let mut em = Collect { pool: PacketPool::default(), out: vec![] };
+        let mut em = Collect::default();
         let mut model = Model::default();
         let mut rest = &frames[..];
         let mut k = 0;

@@ -77,30 +77,13 @@ fn make_valid(raw: &[(usize, u8, u8, u32, u8)]) -> Vec<Insn> {
         .enumerate()
         .map(|(pc, &(o, jt, jf, k, kind))| {
             let code = common::ALL_OPS[o % common::ALL_OPS.len()];
-            let remaining = (n - pc - 1) as u32;
             let k = match kind % 4 {
                 0 => k % 100,
                 1 => k % 40,
                 2 => u32::MAX - k % 8,
                 _ => k,
             };
-            let k = match class(code) {
-                LD | LDX if mode(code) == MEM => k % 16,
-                ST | STX => k % 16,
-                ALU if src(code) == K && matches!(aluop(code), DIV | MOD) => k.max(1),
-                ALU if src(code) == K && matches!(aluop(code), LSH | RSH) => k % 32,
-                JMP if aluop(code) == JA => k % remaining,
-                _ => k,
-            };
-            let (jt, jf) = if class(code) == JMP {
-                (
-                    (jt as u32 % remaining.min(256)) as u8,
-                    (jf as u32 % remaining.min(256)) as u8,
-                )
-            } else {
-                (0, 0)
-            };
-            Insn { code, jt, jf, k }
+            common::valid_insn(code, pc, n, k, jt, jf, None)
         })
         .collect();
     prog.push(Insn::stmt(RET | A, 0));

@@ -1,7 +1,8 @@
 //! Shared test material: the corpus of filter expressions.
 #![allow(dead_code)]
 
-use freeway_capture::bpf::op;
+use freeway_capture::bpf::op::{self, *};
+use freeway_capture::bpf::Insn;
 use freeway_capture::samples::Rng;
 
 /// One primitive or relation per construct the compiler supports.
@@ -262,3 +263,29 @@ pub const ALL_OPS: &[u16] = &[
     op::MISC | op::TAX,
     op::MISC | op::TXA,
 ];
+
+/// Turns instruction `pc` of an `n`-instruction program (`code`, operands `k`, `jt`, `jf`,
+/// arbitrary numbers) into one the validator accepts: scratch slots and shift amounts in
+/// range, constant divisors non-zero, jumps inside the program. `ld_abs_max` bounds the
+/// offsets of `LD` absolute and indirect loads (`None`: any offset).
+pub fn valid_insn(code: u16, pc: usize, n: usize, k: u32, jt: u8, jf: u8, ld_abs_max: Option<u32>) -> Insn {
+    let remaining = (n - pc - 1) as u32;
+    let k = match class(code) {
+        LD | LDX if mode(code) == MEM => k % 16,
+        ST | STX => k % 16,
+        ALU if src(code) == K && matches!(aluop(code), DIV | MOD) => k.max(1),
+        ALU if src(code) == K && matches!(aluop(code), LSH | RSH) => k % 32,
+        JMP if aluop(code) == JA => k % remaining,
+        LD if matches!(mode(code), ABS | IND) => ld_abs_max.map_or(k, |m| k % m),
+        _ => k,
+    };
+    let (jt, jf) = if class(code) == JMP {
+        (
+            (jt as u32 % remaining.min(256)) as u8,
+            (jf as u32 % remaining.min(256)) as u8,
+        )
+    } else {
+        (0, 0)
+    };
+    Insn { code, jt, jf, k }
+}

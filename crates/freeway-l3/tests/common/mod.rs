@@ -159,6 +159,14 @@ pub fn udp(
     len: usize,
 ) -> Vec<u8> {
     build_frame(&FrameSpec {
+        len,
+        ..udp_spec(src_mac, dst_mac, vlan, src, dst, ttl)
+    })
+}
+
+/// A UDP (port 1234 to 53) frame's description, with a checksum; `len` left at 0.
+fn udp_spec(src_mac: [u8; 6], dst_mac: [u8; 6], vlan: Option<u16>, src: &str, dst: &str, ttl: u8) -> FrameSpec {
+    FrameSpec {
         src_mac,
         dst_mac,
         vlan,
@@ -167,26 +175,20 @@ pub fn udp(
         proto: L4::Udp,
         src_port: 1234,
         dst_port: 53,
-        len,
+        len: 0,
         ttl,
         l4_checksum: true,
-    })
+    }
 }
 
 /// An ICMP (v4 or v6) echo request.
 pub fn ping(src_mac: [u8; 6], dst_mac: [u8; 6], vlan: Option<u16>, src: &str, dst: &str, ttl: u8) -> Vec<u8> {
     build_frame(&FrameSpec {
-        src_mac,
-        dst_mac,
-        vlan,
-        src_ip: ip(src),
-        dst_ip: ip(dst),
         proto: L4::Icmp,
         src_port: 0x1234,
         dst_port: 7,
         len: 98,
-        ttl,
-        l4_checksum: true,
+        ..udp_spec(src_mac, dst_mac, vlan, src, dst, ttl)
     })
 }
 
