@@ -11,23 +11,19 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use freeway_packet::build::{build_arp_reply, build_arp_request, build_frame, tcp_flags, FrameSpec, L4};
 use freeway_packet::bytes::{rd16, wr16};
 
-/// A small, fast, deterministic PRNG (splitmix64).
+/// A small, fast, deterministic PRNG (SplitMix64 from [`freeway_sync::rng`], seeded directly).
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(freeway_sync::rng::Rng);
 
 impl Rng {
     /// A generator with this seed.
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(freeway_sync::rng::Rng(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A number in `0..n` (`n > 0`).

@@ -435,26 +435,9 @@ impl GenConfig {
     }
 }
 
-/// SplitMix64: a small, fast, well-mixed deterministic generator (the generator's, and the
-/// churn harness's in the `freeway` crate).
-#[derive(Clone, Debug)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (multiply-shift: no division).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
+/// The generator's random numbers (SplitMix64, seeded directly as `Rng(seed)`; also the churn
+/// harness's in the `freeway` crate).
+pub use freeway_sync::rng::Rng;
 
 /// The generator port. Create with [`GenPort::new`], then [`Port::open`].
 #[derive(Debug)]

@@ -117,38 +117,8 @@ impl Default for BgpConfig {
     }
 }
 
-/// A small, fast, seedable generator (SplitMix64).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5851_f42d_4c95_7f2d)
-    }
-
-    /// The next 64 random bits.
-    #[inline]
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform number below `n` (`n > 0`).
-    #[inline]
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// True with probability `pct` %.
-    #[inline]
-    pub fn pct(&mut self, pct: u32) -> bool {
-        self.below(100) < u64::from(pct)
-    }
-}
+/// The table generator's random numbers (SplitMix64, seeded with [`Rng::new`]).
+pub use freeway_sync::rng::Rng;
 
 /// Counts per length for `n` prefixes from a per-100 000 table; the remainder goes to `rest`.
 fn counts(n: usize, table: &[(u8, u32)], rest: u8) -> Vec<(u8, usize)> {

@@ -14,6 +14,7 @@
 //!   under `--cfg loom` that keeps retired objects until their owner drops.
 //! * [`chain`]: the writer-side unlink and the teardown of the hash-bucket chains that the
 //!   lock-free tables share.
+//! * [`rng`]: SplitMix64, the deterministic generator of workloads, traffic and test inputs.
 //! * `loom_model` (under `--cfg loom` only): runs a loom model and fails it if loom explored
 //!   too few executions to mean anything.
 #![warn(missing_docs)]
@@ -26,6 +27,7 @@ pub mod counter;
 pub mod loom_model;
 pub mod reclaim;
 pub mod refcount;
+pub mod rng;
 
 pub use clock::{Clock, Tick};
 pub use counter::Counter;
