@@ -26,7 +26,7 @@ use std::sync::Arc;
 use freeway_l3::neigh::{NeighConfig, NeighWriter};
 use freeway_l3::{Interface, Interfaces, L3Config, L3Out, L3Worker, Neigh, RouteLookup, Wants};
 use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, MAX_BATCH};
-use freeway_route::{Fib, FibConfig, Guard, Prefix, Rib, Route, RouteCache};
+use freeway_route::{Fib, FibConfig, Guard, NextHop, Prefix, Rib, Route, RouteCache};
 use freeway_sync::Tick;
 
 use super::RunError;
@@ -128,22 +128,15 @@ struct Lookup<'a> {
     cache: &'a mut RouteCache,
 }
 
-fn hop(h: freeway_route::NextHop) -> freeway_l3::NextHop {
-    freeway_l3::NextHop {
-        iface: h.iface,
-        gateway: h.gateway,
-    }
-}
-
 impl RouteLookup for Lookup<'_> {
     #[inline]
-    fn lookup_v4(&mut self, dst: Ipv4Addr, flow_hash: u32) -> Option<freeway_l3::NextHop> {
-        self.cache.lookup_v4_in(self.fib, self.guard, dst, flow_hash).map(hop)
+    fn lookup_v4(&mut self, dst: Ipv4Addr, flow_hash: u32) -> Option<NextHop> {
+        self.cache.lookup_v4_in(self.fib, self.guard, dst, flow_hash)
     }
 
     #[inline]
-    fn lookup_v6(&mut self, dst: Ipv6Addr, flow_hash: u32) -> Option<freeway_l3::NextHop> {
-        self.cache.lookup_v6_in(self.fib, self.guard, dst, flow_hash).map(hop)
+    fn lookup_v6(&mut self, dst: Ipv6Addr, flow_hash: u32) -> Option<NextHop> {
+        self.cache.lookup_v6_in(self.fib, self.guard, dst, flow_hash)
     }
 }
 

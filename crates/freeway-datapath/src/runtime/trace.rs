@@ -32,7 +32,7 @@ use freeway_l3::neigh::NeighConfig;
 use freeway_l3::{Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, RouteLookup, Wants};
 use freeway_packet::build::{build_arp_request, build_frame, tcp_flags, FrameSpec, L4};
 use freeway_packet::{parse, Batch, Packet, PacketPool, NO_VLAN};
-use freeway_route::{Fib, Rib};
+use freeway_route::{Fib, NextHop, Rib};
 use freeway_sync::Tick;
 use serde::Serialize;
 use serde_json::Value;
@@ -606,21 +606,11 @@ struct FibLookup<'a> {
 }
 
 impl RouteLookup for FibLookup<'_> {
-    fn lookup_v4(&mut self, dst: Ipv4Addr, flow_hash: u32) -> Option<freeway_l3::NextHop> {
-        self.fib
-            .next_hop(IpAddr::V4(dst), flow_hash)
-            .map(|h| freeway_l3::NextHop {
-                iface: h.iface,
-                gateway: h.gateway,
-            })
+    fn lookup_v4(&mut self, dst: Ipv4Addr, flow_hash: u32) -> Option<NextHop> {
+        self.fib.next_hop(IpAddr::V4(dst), flow_hash)
     }
-    fn lookup_v6(&mut self, dst: Ipv6Addr, flow_hash: u32) -> Option<freeway_l3::NextHop> {
-        self.fib
-            .next_hop(IpAddr::V6(dst), flow_hash)
-            .map(|h| freeway_l3::NextHop {
-                iface: h.iface,
-                gateway: h.gateway,
-            })
+    fn lookup_v6(&mut self, dst: Ipv6Addr, flow_hash: u32) -> Option<NextHop> {
+        self.fib.next_hop(IpAddr::V6(dst), flow_hash)
     }
 }
 
