@@ -1,8 +1,11 @@
 //! The churn oracle, short form (the long one is `freeway stress churn --duration 300s`): two
-//! workers forward tagged traffic through the bridge, the router and the firewall while the
-//! control side changes FDB entries, routes, taps and connections through the control socket
-//! and the tap registry; every output frame is checked against the table versions of its
-//! flight, every frame is accounted for (delivered, or dropped and counted).
+//! workers forward tagged IPv4 and IPv6 traffic over access and trunk ports through the
+//! bridge, the router and the firewall while the control side changes FDB entries, routes of
+//! both families, gateway neighbours, taps and connections through the control socket and the
+//! tap registry; every output frame (tagging and next-hop MAC included) is checked against the
+//! table versions of its flight, every frame is accounted for (delivered, possibly after
+//! waiting for its next hop, or dropped and counted), and the router's ARP requests and
+//! neighbour solicitations are checked too.
 
 use std::time::Duration;
 
@@ -32,6 +35,12 @@ fn every_frame_is_right_while_every_table_churns() {
         ("fdb del", o.fdb_del),
         ("route replace", o.route_replace),
         ("route del", o.route_del),
+        ("IPv6 route replace", o.route6_replace),
+        ("IPv6 route del", o.route6_del),
+        ("neigh add", o.neigh_add),
+        ("neigh replace", o.neigh_replace),
+        ("neigh del", o.neigh_del),
+        ("settle", o.settles),
         ("conntrack flush", o.ct_flush),
         ("tap attach", o.tap_attach),
     ] {
@@ -49,4 +58,11 @@ fn every_frame_is_right_while_every_table_churns() {
     assert_eq!(r.drops_counted.values().sum::<u64>(), r.dropped, "{text}");
     assert!(r.drops_counted.contains_key("firewall:new_not_allowed"), "{text}");
     assert!(r.route_cache_refills > 0, "{text}");
+    // The new coverage happened: tagged frames out of the trunk, routed IPv6, unresolved next
+    // hops (solicited for, frames parked, some dropped by the router for it and some sent
+    // once resolved).
+    assert!(r.trunk_frames > 0 && r.routed_v6 > 0, "{text}");
+    assert!(r.arp_requests > 0 && r.neighbour_solicitations > 0, "{text}");
+    assert!(r.parked > 0 && r.pending_queued > 0 && r.pending_sent > 0, "{text}");
+    assert!(r.drops_counted.contains_key("router:pending_overflow"), "{text}");
 }
