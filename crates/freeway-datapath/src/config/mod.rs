@@ -448,9 +448,11 @@ fn check_port(
             Some(c2)
         }
         None if kind == PortKind::Pcap => {
-            return Err(at.err(
-                Some(p.kind.span()),
-                format!("port {name:?}: kind = \"pcap\" needs a pcap table, e.g. pcap = {{ read = \"in.pcap\" }}"),
+            return Err(missing_table(
+                at,
+                &name,
+                p,
+                r#"a pcap table, e.g. pcap = { read = "in.pcap" }"#,
             ))
         }
         None => None,
@@ -462,12 +464,14 @@ fn check_port(
                 .map_err(|m| at.err(Some(c.span()), format!("port {name:?}: afpacket: {m}")))?;
             Some(c.get_ref().clone())
         }
-        None if kind == PortKind::Afpacket => return Err(at.err(
-            Some(p.kind.span()),
-            format!(
-                "port {name:?}: kind = \"afpacket\" needs an afpacket table, e.g. afpacket = {{ iface = \"eth0\" }}"
-            ),
-        )),
+        None if kind == PortKind::Afpacket => {
+            return Err(missing_table(
+                at,
+                &name,
+                p,
+                r#"an afpacket table, e.g. afpacket = { iface = "eth0" }"#,
+            ))
+        }
         None => None,
     };
     Ok(PortSpec {
@@ -503,6 +507,15 @@ fn kind_table<'t, T>(
         )),
         t => Ok(t),
     }
+}
+
+/// A port of a kind that needs its settings table has none (`what`: the table, with an
+/// example).
+fn missing_table(at: &Locator, name: &str, p: &PortConfig, what: &str) -> ConfigError {
+    at.err(
+        Some(p.kind.span()),
+        format!("port {name:?}: kind = \"{}\" needs {what}", p.kind.get_ref().name()),
+    )
 }
 
 /// `bridge.static`: each entry's port exists and is a member of its VLAN; the address is
