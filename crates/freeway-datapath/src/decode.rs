@@ -69,107 +69,122 @@ pub fn summary(frame: &[u8]) -> String {
     if m.vlan_depth > 0 && m.vlan != NO_VLAN {
         let _ = write!(s, "vlan {}, ", m.vlan);
     }
-    let l3 = usize::from(m.l3_off);
-    let l4 = usize::from(m.l4_off);
     match m.ethertype {
-        0x0806 => {
-            let Some(b) = f.get(l3..l3 + 28) else {
-                let _ = write!(s, "ARP, [|arp]");
-                return s;
-            };
-            let (spa, tpa) = (v4(&b[14..18]), v4(&b[24..28]));
-            let _ = match u16::from_be_bytes([b[6], b[7]]) {
-                1 => write!(s, "ARP, Request who-has {tpa} tell {spa}"),
-                2 => write!(
-                    s,
-                    "ARP, Reply {spa} is-at {}",
-                    freeway_bridge::Mac(b[8..14].try_into().expect("6"))
-                ),
-                op => write!(s, "ARP, op {op}"),
-            };
-            let _ = write!(s, ", length {}", f.len() - l3);
-        }
-        0x0800 | 0x86dd => {
-            let is4 = m.ethertype == 0x0800;
-            let (src, dst, ttl, end) = if is4 {
-                let Some(h) = f.get(l3..l3 + 20) else {
-                    return s + "IP [|ip]";
-                };
-                let tot = usize::from(u16::from_be_bytes([h[2], h[3]]));
-                (
-                    v4(&h[12..16]).to_string(),
-                    v4(&h[16..20]).to_string(),
-                    h[8],
-                    (l3 + tot).min(f.len()),
-                )
-            } else {
-                let Some(h) = f.get(l3..l3 + 40) else {
-                    return s + "IP6 [|ip6]";
-                };
-                let plen = usize::from(u16::from_be_bytes([h[4], h[5]]));
-                (
-                    v6(&h[8..24]).to_string(),
-                    v6(&h[24..40]).to_string(),
-                    h[7],
-                    (l3 + 40 + plen).min(f.len()),
-                )
-            };
-            s.push_str(if is4 { "IP " } else { "IP6 " });
-            let has_l4 = m.l4_off != freeway_packet::NO_OFFSET;
-            let payload = |hl: usize| end.saturating_sub(l4 + hl);
-            let _ = match m.ip_proto {
-                6 if has_l4 => match (rd16(f, l4), rd16(f, l4 + 2), f.get(l4 + 12..l4 + 14)) {
-                    (Some(a), Some(b), Some(o)) => {
-                        let hl = usize::from(o[0] >> 4) * 4;
-                        let mut t = format!(
-                            "{src}.{a} > {dst}.{b}: Flags [{}], seq {}",
-                            tcp_flags(o[1]),
-                            rd32(f, l4 + 4).unwrap_or(0)
-                        );
-                        if o[1] & 0x10 != 0 {
-                            let _ = write!(t, ", ack {}", rd32(f, l4 + 8).unwrap_or(0));
-                        }
-                        let _ = write!(t, ", win {}, length {}", rd16(f, l4 + 14).unwrap_or(0), payload(hl));
-                        write!(s, "{t}")
-                    }
-                    _ => write!(s, "{src} > {dst}: tcp [|tcp]"),
-                },
-                17 if has_l4 => match (rd16(f, l4), rd16(f, l4 + 2)) {
-                    (Some(a), Some(b)) => write!(s, "{src}.{a} > {dst}.{b}: UDP, length {}", payload(8)),
-                    _ => write!(s, "{src} > {dst}: udp [|udp]"),
-                },
-                1 | 58 if has_l4 => {
-                    let (t, c) = (f.get(l4).copied().unwrap_or(0), f.get(l4 + 1).copied().unwrap_or(0));
-                    let id = rd16(f, l4 + 4).unwrap_or(0);
-                    let seq = rd16(f, l4 + 6).unwrap_or(0);
-                    let what = match (m.ip_proto, t, c) {
-                        (1, 8, _) => format!("ICMP echo request, id {id}, seq {seq}"),
-                        (1, 0, _) => format!("ICMP echo reply, id {id}, seq {seq}"),
-                        (1, 11, _) => "ICMP time exceeded in-transit".into(),
-                        (1, 3, 4) => "ICMP unreachable - need to frag".into(),
-                        (1, 3, c) => format!("ICMP unreachable, code {c}"),
-                        (58, 128, _) => format!("ICMP6, echo request, id {id}, seq {seq}"),
-                        (58, 129, _) => format!("ICMP6, echo reply, id {id}, seq {seq}"),
-                        (58, 135, _) => "ICMP6, neighbor solicitation".into(),
-                        (58, 136, _) => "ICMP6, neighbor advertisement".into(),
-                        (58, 133, _) => "ICMP6, router solicitation".into(),
-                        (58, 1, _) => "ICMP6, destination unreachable".into(),
-                        (58, 2, _) => "ICMP6, packet too big".into(),
-                        (58, 3, _) => "ICMP6, time exceeded in-transit".into(),
-                        (1, t, c) => format!("ICMP type {t}, code {c}"),
-                        (_, t, c) => format!("ICMP6, type {t}, code {c}"),
-                    };
-                    write!(s, "{src} > {dst}: {what}, length {}", end.saturating_sub(l4))
-                }
-                pr => write!(s, "{src} > {dst}: ip-proto-{pr} {}", end.saturating_sub(l3)),
-            };
-            let _ = write!(s, " (ttl {ttl})");
-        }
+        0x0806 => arp(&mut s, f, usize::from(m.l3_off)),
+        0x0800 | 0x86dd => ip(&mut s, f, m),
         e => {
             let _ = write!(s, "ethertype 0x{e:04x}, length {}", f.len());
         }
     }
     s
+}
+
+/// An ARP packet at `l3`.
+fn arp(s: &mut String, f: &[u8], l3: usize) {
+    let Some(b) = f.get(l3..l3 + 28) else {
+        s.push_str("ARP, [|arp]");
+        return;
+    };
+    let (spa, tpa) = (v4(&b[14..18]), v4(&b[24..28]));
+    let _ = match u16::from_be_bytes([b[6], b[7]]) {
+        1 => write!(s, "ARP, Request who-has {tpa} tell {spa}"),
+        2 => write!(
+            s,
+            "ARP, Reply {spa} is-at {}",
+            freeway_bridge::Mac(b[8..14].try_into().expect("6"))
+        ),
+        op => write!(s, "ARP, op {op}"),
+    };
+    let _ = write!(s, ", length {}", f.len() - l3);
+}
+
+/// An IPv4 or IPv6 packet: addresses, the transport's summary and the TTL (hop limit).
+fn ip(s: &mut String, f: &[u8], m: &freeway_packet::Meta) {
+    let l3 = usize::from(m.l3_off);
+    let l4 = usize::from(m.l4_off);
+    let is4 = m.ethertype == 0x0800;
+    let (src, dst, ttl, end) = if is4 {
+        let Some(h) = f.get(l3..l3 + 20) else {
+            s.push_str("IP [|ip]");
+            return;
+        };
+        let tot = usize::from(u16::from_be_bytes([h[2], h[3]]));
+        (
+            v4(&h[12..16]).to_string(),
+            v4(&h[16..20]).to_string(),
+            h[8],
+            (l3 + tot).min(f.len()),
+        )
+    } else {
+        let Some(h) = f.get(l3..l3 + 40) else {
+            s.push_str("IP6 [|ip6]");
+            return;
+        };
+        let plen = usize::from(u16::from_be_bytes([h[4], h[5]]));
+        (
+            v6(&h[8..24]).to_string(),
+            v6(&h[24..40]).to_string(),
+            h[7],
+            (l3 + 40 + plen).min(f.len()),
+        )
+    };
+    s.push_str(if is4 { "IP " } else { "IP6 " });
+    let has_l4 = m.l4_off != freeway_packet::NO_OFFSET;
+    let payload = |hl: usize| end.saturating_sub(l4 + hl);
+    let _ = match m.ip_proto {
+        6 if has_l4 => match (rd16(f, l4), rd16(f, l4 + 2), f.get(l4 + 12..l4 + 14)) {
+            (Some(a), Some(b), Some(o)) => {
+                let hl = usize::from(o[0] >> 4) * 4;
+                let mut t = format!(
+                    "{src}.{a} > {dst}.{b}: Flags [{}], seq {}",
+                    tcp_flags(o[1]),
+                    rd32(f, l4 + 4).unwrap_or(0)
+                );
+                if o[1] & 0x10 != 0 {
+                    let _ = write!(t, ", ack {}", rd32(f, l4 + 8).unwrap_or(0));
+                }
+                let _ = write!(t, ", win {}, length {}", rd16(f, l4 + 14).unwrap_or(0), payload(hl));
+                write!(s, "{t}")
+            }
+            _ => write!(s, "{src} > {dst}: tcp [|tcp]"),
+        },
+        17 if has_l4 => match (rd16(f, l4), rd16(f, l4 + 2)) {
+            (Some(a), Some(b)) => write!(s, "{src}.{a} > {dst}.{b}: UDP, length {}", payload(8)),
+            _ => write!(s, "{src} > {dst}: udp [|udp]"),
+        },
+        1 | 58 if has_l4 => write!(
+            s,
+            "{src} > {dst}: {}, length {}",
+            icmp(f, l4, m.ip_proto),
+            end.saturating_sub(l4)
+        ),
+        pr => write!(s, "{src} > {dst}: ip-proto-{pr} {}", end.saturating_sub(l3)),
+    };
+    let _ = write!(s, " (ttl {ttl})");
+}
+
+/// An ICMP (`proto` 1) or ICMPv6 (58) message at `l4`: its type, and id and sequence of an echo.
+fn icmp(f: &[u8], l4: usize, proto: u8) -> String {
+    let (t, c) = (f.get(l4).copied().unwrap_or(0), f.get(l4 + 1).copied().unwrap_or(0));
+    let id = rd16(f, l4 + 4).unwrap_or(0);
+    let seq = rd16(f, l4 + 6).unwrap_or(0);
+    match (proto, t, c) {
+        (1, 8, _) => format!("ICMP echo request, id {id}, seq {seq}"),
+        (1, 0, _) => format!("ICMP echo reply, id {id}, seq {seq}"),
+        (1, 11, _) => "ICMP time exceeded in-transit".into(),
+        (1, 3, 4) => "ICMP unreachable - need to frag".into(),
+        (1, 3, c) => format!("ICMP unreachable, code {c}"),
+        (58, 128, _) => format!("ICMP6, echo request, id {id}, seq {seq}"),
+        (58, 129, _) => format!("ICMP6, echo reply, id {id}, seq {seq}"),
+        (58, 135, _) => "ICMP6, neighbor solicitation".into(),
+        (58, 136, _) => "ICMP6, neighbor advertisement".into(),
+        (58, 133, _) => "ICMP6, router solicitation".into(),
+        (58, 1, _) => "ICMP6, destination unreachable".into(),
+        (58, 2, _) => "ICMP6, packet too big".into(),
+        (58, 3, _) => "ICMP6, time exceeded in-transit".into(),
+        (1, t, c) => format!("ICMP type {t}, code {c}"),
+        (_, t, c) => format!("ICMP6, type {t}, code {c}"),
+    }
 }
 
 /// A `Write` that takes a pcap stream (as a tap writer produces it) and writes one tcpdump-style

@@ -8,33 +8,15 @@ use std::path::PathBuf;
 use freeway_bridge::Padded;
 use freeway_datapath::config;
 use freeway_datapath::runtime::{self, RunOptions};
-use pcap_file::pcap::{PcapPacket, PcapWriter};
+
+mod common;
+use common::{write_pcap, LAN_NEIGH, LAN_WAN_INTERFACES, WAN_NEIGH};
 
 const ROUTER: &str = r#"
 [router]
 mac = "02:fe:00:00:00:01"
 icmp_rate = 100
 icmp_burst = 50
-
-[[interface]]
-name = "lan"
-vlan = 10
-addr = ["10.0.10.1/24"]
-
-[[interface]]
-name = "wan"
-vlan = 20
-addr = ["10.0.20.1/24"]
-
-[[neigh]]
-ip = "10.0.10.5"
-mac = "02:00:00:00:10:05"
-dev = "lan"
-
-[[neigh]]
-ip = "10.0.20.7"
-mac = "02:00:00:00:20:07"
-dev = "wan"
 "#;
 
 /// Resident set size of this process, in bytes.
@@ -137,7 +119,7 @@ name = "flood"
 kind = "gen"
 vlan = {{ mode = "access", vlan = 20 }}
 gen = {{ src_macs = ["02:00:00:00:20:66"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.30.1", dst_ip = "10.0.10.5", proto = "tcp", dst_port = 80, flows = {SYNS}, count = {SYNS} }}
-{ROUTER}
+{ROUTER}{LAN_WAN_INTERFACES}{LAN_NEIGH}{WAN_NEIGH}
 [[route]]
 dst = "10.0.30.0/24"
 via = "10.0.20.7"
@@ -260,17 +242,7 @@ fn malformed_and_ttl_expiring_floods_are_counted_rate_limited_and_never_forwarde
     let input = dir.join("in.pcap");
     let wan_out = dir.join("wan.pcap");
     let lan_out = dir.join("lan.pcap");
-    {
-        let mut w = PcapWriter::new(std::fs::File::create(&input).unwrap()).unwrap();
-        for (i, f) in frames.iter().enumerate() {
-            w.write_packet(&PcapPacket::new(
-                std::time::Duration::from_micros(i as u64),
-                f.len() as u32,
-                f,
-            ))
-            .unwrap();
-        }
-    }
+    write_pcap(&input, &frames);
     let text = format!(
         r#"
 workers = 1
@@ -284,7 +256,7 @@ name = "wan"
 kind = "pcap"
 vlan = {{ mode = "access", vlan = 20 }}
 pcap = {{ write = "{}" }}
-{ROUTER}"#,
+{ROUTER}{LAN_WAN_INTERFACES}{LAN_NEIGH}{WAN_NEIGH}"#,
         input.display(),
         lan_out.display(),
         wan_out.display()

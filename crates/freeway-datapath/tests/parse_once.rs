@@ -9,7 +9,9 @@ use freeway_bridge::Padded;
 use freeway_datapath::config;
 use freeway_datapath::runtime::{self, RunOptions};
 use freeway_packet::build::{build_frame, FrameSpec, L4};
-use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+
+mod common;
+use common::{read_pcap, write_pcap, LAN_WAN_INTERFACES, WAN_NEIGH};
 
 fn routed(i: u16, ttl: u8) -> Vec<u8> {
     build_frame(&FrameSpec {
@@ -28,12 +30,7 @@ fn routed(i: u16, ttl: u8) -> Vec<u8> {
 
 fn run(dir: &std::path::Path, frames: &[Vec<u8>], conntrack: bool) -> (runtime::RunResult, usize) {
     let input = dir.join("lan-in.pcap");
-    let mut w = PcapWriter::new(std::fs::File::create(&input).unwrap()).unwrap();
-    for f in frames {
-        w.write_packet(&PcapPacket::new(std::time::Duration::ZERO, f.len() as u32, f))
-            .unwrap();
-    }
-    drop(w);
+    write_pcap(&input, frames);
     let text = format!(
         r#"
 workers = 1
@@ -49,18 +46,7 @@ pcap = {{ write = "{}" }}
 vlan = {{ mode = "access", vlan = 20 }}
 [router]
 mac = "02:fe:00:00:00:01"
-[[interface]]
-name = "lan"
-vlan = 10
-addr = ["10.0.10.1/24"]
-[[interface]]
-name = "wan"
-vlan = 20
-addr = ["10.0.20.1/24"]
-[[neigh]]
-ip = "10.0.20.7"
-mac = "02:00:00:00:20:07"
-dev = "wan"
+{LAN_WAN_INTERFACES}{WAN_NEIGH}
 {}
 "#,
         input.display(),
@@ -70,12 +56,7 @@ dev = "wan"
     );
     let cfg = config::parse(&text, "test", None).unwrap();
     let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
-    let mut r = PcapReader::new(std::fs::File::open(dir.join("wan.pcap")).unwrap()).unwrap();
-    let mut out = 0;
-    while let Some(p) = r.next_packet() {
-        p.unwrap();
-        out += 1;
-    }
+    let out = read_pcap(dir.join("wan.pcap")).len();
     (res, out)
 }
 

@@ -2,12 +2,12 @@
 //! must do: VLAN classification and tagging, flooding, static entries, same-port drops, and
 //! drops of malformed frames and multicast sources.
 
-use std::path::Path;
-
 use freeway_bridge::Padded;
 use freeway_datapath::config;
 use freeway_datapath::runtime::{self, RunOptions};
-use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+
+mod common;
+use common::{read_pcap, write_pcap};
 
 fn mac(last: u8) -> [u8; 6] {
     [0x02, 0, 0, 0, 0, last]
@@ -44,29 +44,6 @@ fn frame(src: [u8; 6], dst: [u8; 6], vlan: Option<u16>, id: u8) -> Vec<u8> {
 fn untagged(f: &[u8]) -> Vec<u8> {
     let mut v = f[..12].to_vec();
     v.extend_from_slice(&f[16..]);
-    v
-}
-
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let f = std::fs::File::create(path).unwrap();
-    let mut w = PcapWriter::new(f).unwrap();
-    for (i, fr) in frames.iter().enumerate() {
-        w.write_packet(&PcapPacket::new(
-            std::time::Duration::from_millis(i as u64),
-            fr.len() as u32,
-            fr,
-        ))
-        .unwrap();
-    }
-}
-
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    let f = std::fs::File::open(path).unwrap();
-    let mut r = PcapReader::new(f).unwrap();
-    let mut v = Vec::new();
-    while let Some(p) = r.next_packet() {
-        v.push(p.unwrap().data.into_owned());
-    }
     v
 }
 
@@ -124,10 +101,10 @@ static = [{{ mac = "02:00:00:00:00:99", vlan = 10, port = "p3" }}]
     let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
     assert!(res.close_errors.is_empty(), "{:?}", res.close_errors);
 
-    assert_eq!(read_pcap(&dir.join("p1.pcap")), vec![untagged(&f1)]);
-    assert_eq!(read_pcap(&dir.join("p2.pcap")), vec![untagged(&f4)]);
+    assert_eq!(read_pcap(dir.join("p1.pcap")), vec![untagged(&f1)]);
+    assert_eq!(read_pcap(dir.join("p2.pcap")), vec![untagged(&f4)]);
     // p3 is a trunk: frames leave tagged, as they came in.
-    assert_eq!(read_pcap(&dir.join("p3.pcap")), vec![f1.clone(), f3.clone()]);
+    assert_eq!(read_pcap(dir.join("p3.pcap")), vec![f1.clone(), f3.clone()]);
 
     let s = &res.last;
     assert_eq!(s.ports[0].rx_packets, 8);
@@ -245,6 +222,6 @@ max = 100
     assert_eq!((ct.connections, ct.created), (1, 1), "{ct:?}");
     let conns: Vec<String> = res.connections.iter().map(|c| c.orig.src.to_string()).collect();
     assert_eq!(conns, ["10.0.0.9"]);
-    assert_eq!(read_pcap(&dir.join("p1.pcap")).len(), 1);
+    assert_eq!(read_pcap(dir.join("p1.pcap")).len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use freeway_bridge::Padded;
 use freeway_datapath::config;
 use freeway_datapath::runtime::{self, RunOptions, RunResult};
-use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 use pcap_file::pcapng::{Block, PcapNgReader};
+
+mod common;
+use common::{read_pcap, write_pcap};
 
 const ROUTER: [u8; 6] = [0x02, 0xfe, 0, 0, 0, 1];
 const LAN_HOST: [u8; 6] = [0x02, 0, 0, 0, 0x10, 0x05];
@@ -219,29 +221,6 @@ fn is_udp4(f: &[u8]) -> bool {
 }
 
 // ---- pcap files ----
-
-fn write_pcap(path: &str, frames: &[Vec<u8>]) {
-    let f = std::fs::File::create(path).unwrap();
-    let mut w = PcapWriter::new(f).unwrap();
-    for (i, fr) in frames.iter().enumerate() {
-        w.write_packet(&PcapPacket::new(
-            std::time::Duration::from_millis(i as u64),
-            fr.len() as u32,
-            fr,
-        ))
-        .unwrap();
-    }
-}
-
-fn read_pcap(path: &str) -> Vec<Vec<u8>> {
-    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut r = PcapReader::new(f).unwrap();
-    let mut v = Vec::new();
-    while let Some(p) = r.next_packet() {
-        v.push(p.unwrap().data.into_owned());
-    }
-    v
-}
 
 fn read_pcapng(path: &str) -> Vec<Vec<u8>> {
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));

@@ -2,13 +2,13 @@
 //! big for its buffer, read from a pcap file, shows up in the stats table's drops, in the
 //! snapshot's JSON (`freeway run -j`) and in the Prometheus text (`--metrics`).
 
-use std::path::Path;
-
 use freeway_bridge::Padded;
 use freeway_datapath::config;
 use freeway_datapath::report;
 use freeway_datapath::runtime::{self, RunOptions};
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+
+mod common;
+use common::write_pcap;
 
 /// A broadcast Ethernet frame of `len` bytes.
 fn frame(len: usize, id: u8) -> Vec<u8> {
@@ -17,23 +17,6 @@ fn frame(len: usize, id: u8) -> Vec<u8> {
     f.extend_from_slice(&[0x88, 0xb5]); // local experimental ethertype: bridged, not parsed further
     f.resize(len, id);
     f
-}
-
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let f = std::fs::File::create(path).unwrap();
-    let header = PcapHeader {
-        snaplen: 65535,
-        ..Default::default()
-    };
-    let mut w = PcapWriter::with_header(f, header).unwrap();
-    for (i, fr) in frames.iter().enumerate() {
-        w.write_packet(&PcapPacket::new(
-            std::time::Duration::from_millis(i as u64),
-            fr.len() as u32,
-            fr,
-        ))
-        .unwrap();
-    }
 }
 
 #[test]

@@ -13,7 +13,9 @@ use freeway_datapath::config;
 use freeway_datapath::runtime::{self, RunOptions};
 use freeway_packet::build::{build_frame, tcp_flags, FrameSpec, L4};
 use freeway_packet::{parse, Packet, NO_VLAN};
-use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+
+mod common;
+use common::{read_pcap, write_pcap, LAN_NEIGH, LAN_WAN_INTERFACES, WAN_NEIGH};
 
 const PORTS: [&str; 4] = ["h1", "h2", "trunk", "intruder"];
 const ROUTER: [u8; 6] = [0x02, 0xfe, 0, 0, 0, 1];
@@ -56,22 +58,13 @@ static = [
 ]
 [router]
 mac = "02:fe:00:00:00:01"
-[[interface]]
-name = "lan"
-vlan = 10
-addr = ["10.0.10.1/24"]
-[[interface]]
-name = "wan"
-vlan = 20
-addr = ["10.0.20.1/24"]
-[[neigh]]
-ip = "10.0.10.5"
-mac = "02:00:00:00:10:05"
-dev = "lan"
-[[neigh]]
-ip = "10.0.20.7"
-mac = "02:00:00:00:20:07"
-dev = "wan"
+"#,
+    );
+    for part in [LAN_WAN_INTERFACES, LAN_NEIGH, WAN_NEIGH] {
+        t.push_str(part);
+    }
+    t.push_str(
+        r#"
 [conntrack]
 max = 1000
 [firewall]
@@ -95,18 +88,14 @@ fn output(port: &str, frame: &[u8]) -> String {
 /// What the datapath does with `frame` on `in_port`: an offline run over pcap files.
 fn datapath(dir: &Path, in_port: &str, frame: &[u8]) -> Verdict {
     let input = dir.join("input.pcap");
-    let mut w = PcapWriter::new(std::fs::File::create(&input).unwrap()).unwrap();
-    w.write_packet(&PcapPacket::new(std::time::Duration::ZERO, frame.len() as u32, frame))
-        .unwrap();
-    drop(w);
+    write_pcap(&input, &[frame.to_vec()]);
     let cfg = config::parse(&config_text(dir, Some((in_port, &input))), "test", None).unwrap();
     let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
     assert!(res.close_errors.is_empty(), "{:?}", res.close_errors);
     let mut outputs = BTreeSet::new();
     for port in PORTS {
-        let mut r = PcapReader::new(std::fs::File::open(dir.join(format!("{port}.pcap"))).unwrap()).unwrap();
-        while let Some(p) = r.next_packet() {
-            outputs.insert(output(port, &p.unwrap().data));
+        for f in read_pcap(dir.join(format!("{port}.pcap"))) {
+            outputs.insert(output(port, &f));
         }
     }
     let drops = res.last.drops();

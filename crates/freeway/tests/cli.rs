@@ -2,24 +2,10 @@
 //! and the tcpdump-shaped capture command writing pcap to a file and to standard output.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn freeway(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args(args)
-        .output()
-        .expect("the freeway binary runs")
-}
-
-fn ok(args: &[&str]) -> Output {
-    let o = freeway(args);
-    assert!(
-        o.status.success(),
-        "freeway {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
+mod common;
+use common::{ctl, freeway, ok, raw, spawn_run, stop};
 
 /// The router demo written to a temporary file, with a short duration.
 fn router_config(tag: &str) -> (PathBuf, PathBuf) {
@@ -48,43 +34,12 @@ fn running_with_ctl_args(tag: &str, extra: &[&str]) -> (PathBuf, PathBuf, std::p
         .replace("duration_secs = 1", "duration_secs = 60");
     std::fs::write(&cfg, text).unwrap();
     let sock = dir.join("ctl.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args([
-            "run",
-            "-q",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--ctl",
-            sock.to_str().unwrap(),
-        ])
-        .args(extra)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_run(&cfg, &sock, extra, std::process::Stdio::piped());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !sock.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     (dir, sock, child)
-}
-
-/// Stops a datapath started by [`running_with_ctl`] with SIGINT, checks it exits cleanly and
-/// removes its directory.
-fn stop_cleanly(mut child: std::process::Child, dir: PathBuf) {
-    assert!(Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(child.wait().unwrap().success());
-    std::fs::remove_dir_all(dir).unwrap();
-}
-
-/// Sends one control request (words) and returns the reply.
-fn ctl_words(sock: &std::path::Path, w: &[&str]) -> serde_json::Value {
-    let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
-    freeway_datapath::runtime::ctl_request(sock, &words).unwrap()
 }
 
 fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
@@ -293,16 +248,6 @@ fn sigterm_stops_a_run_cleanly_with_final_statistics_and_a_whole_capture_file() 
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// Sends raw bytes to a control socket and returns the reply line.
-fn raw_request(sock: &std::path::Path, bytes: &[u8]) -> serde_json::Value {
-    use std::io::{BufRead, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    let _ = s.write_all(bytes);
-    let mut line = String::new();
-    std::io::BufReader::new(s).read_line(&mut line).unwrap();
-    serde_json::from_str(&line).unwrap()
-}
-
 #[test]
 fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
     use std::os::unix::fs::PermissionsExt;
@@ -410,7 +355,7 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    let r = raw_request(&sock, b"{\"not\": \"a request\"}\n");
+    let r = raw(&sock, b"{\"not\": \"a request\"}\n");
     assert_eq!(r["error"]["kind"], "malformed", "{r}");
     assert!(
         r["error"]["message"].as_str().unwrap().contains("malformed request"),
@@ -418,7 +363,7 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
     );
     let mut big = vec![b'['; freeway_datapath::runtime::MAX_REQUEST + 10];
     big.push(b'\n');
-    let r = raw_request(&sock, &big);
+    let r = raw(&sock, &big);
     assert_eq!(r["error"]["kind"], "too_long", "{r}");
     assert!(r["error"]["message"].as_str().unwrap().contains("longer than"), "{r}");
     let text = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
@@ -557,7 +502,7 @@ fn capture_attaches_to_a_running_datapath_through_the_control_socket() {
     let _ = c.wait();
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(ok(&["ctl", "-s", s, "stats"]).status.success());
-    stop_cleanly(child, dir);
+    stop(child, dir);
 }
 
 #[test]
@@ -595,7 +540,7 @@ fn many_control_clients_at_once_are_all_answered() {
         21,
         "{text}"
     );
-    stop_cleanly(child, dir);
+    stop(child, dir);
 }
 
 #[test]
@@ -711,13 +656,13 @@ fn trace_shows_each_stage_and_changes_nothing() {
     let r = trace(&["in_port=lan", "hex=02000000100902000000100508004500002e"]);
     assert_eq!(r["data"]["dropped"], "parse:truncated_ipv4", "{r}");
 
-    stop_cleanly(child, dir);
+    stop(child, dir);
 }
 
 #[test]
 fn captures_are_started_listed_and_stopped_through_the_control_socket() {
     let (dir, sock, child) = running_with_ctl("ctlcap");
-    let ctl = |w: &[&str]| ctl_words(&sock, w);
+    let ctl = |w: &[&str]| ctl(&sock, w);
     let file = dir.join("wan.pcap");
     let f = file.to_str().unwrap();
     let r = ctl(&[
@@ -777,14 +722,14 @@ fn captures_are_started_listed_and_stopped_through_the_control_socket() {
     }
     assert_eq!(ctl(&["capture", "list"])["data"].as_array().unwrap().len(), 1);
 
-    stop_cleanly(child, dir);
+    stop(child, dir);
 }
 
 #[test]
 fn a_capture_whose_disk_is_full_stops_with_a_logged_error_while_forwarding_goes_on() {
     // /dev/full: every write fails with ENOSPC, as on a full disk.
     let (dir, sock, child) = running_with_ctl_args("devfull", &["--log-level", "info", "--log-format", "json"]);
-    let ctl = |w: &[&str]| ctl_words(&sock, w);
+    let ctl = |w: &[&str]| ctl(&sock, w);
     let wan_tx = || ctl(&["stats"])["data"]["ports"][1]["tx_packets"].as_u64().unwrap();
     let r = ctl(&["capture", "start", "-i", "wan", "-w", "/dev/full"]);
     assert_eq!(r["ok"], true, "{r}");

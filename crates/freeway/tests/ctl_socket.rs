@@ -12,12 +12,8 @@ use std::time::{Duration, Instant};
 use freeway_datapath::runtime::control::protocol::{encode_request, Request};
 use serde_json::Value;
 
-fn freeway(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args(args)
-        .output()
-        .expect("the freeway binary runs")
-}
+mod common;
+use common::{ctl, freeway, raw, spawn_run, stop};
 
 /// A fresh directory for one test.
 fn test_dir(tag: &str) -> PathBuf {
@@ -38,19 +34,7 @@ fn running(tag: &str, extra: &str) -> (PathBuf, PathBuf, Child) {
     let cfg = dir.join("router.toml");
     std::fs::write(&cfg, format!("{text}\n{extra}")).unwrap();
     let sock = dir.join("ctl.sock");
-    let child = Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args([
-            "run",
-            "-q",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--ctl",
-            sock.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = spawn_run(&cfg, &sock, &[], Stdio::null());
     // Ready when it answers.
     let deadline = Instant::now() + Duration::from_secs(30);
     while freeway_datapath::runtime::ctl_request(&sock, &["stats".to_string()]).is_err() {
@@ -58,33 +42,6 @@ fn running(tag: &str, extra: &str) -> (PathBuf, PathBuf, Child) {
         std::thread::sleep(Duration::from_millis(50));
     }
     (dir, sock, child)
-}
-
-/// Stops the datapath with SIGINT, checks it exits cleanly, removes its directory.
-fn stop(mut child: Child, dir: PathBuf) {
-    assert!(Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(child.wait().unwrap().success());
-    std::fs::remove_dir_all(dir).unwrap();
-}
-
-/// One request as `freeway ctl` words; the reply object (`ok`, `text`, `data` / `kind`, `error`).
-fn ctl(sock: &Path, w: &[&str]) -> Value {
-    let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
-    freeway_datapath::runtime::ctl_request(sock, &words).expect("the datapath answers")
-}
-
-/// Sends raw bytes and returns the reply line as JSON.
-fn raw(sock: &Path, bytes: &[u8]) -> Value {
-    let mut s = UnixStream::connect(sock).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(bytes).unwrap();
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line).unwrap();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
 }
 
 /// Reads one reply line from a connection (waiting up to 30 s).

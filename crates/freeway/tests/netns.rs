@@ -242,6 +242,23 @@ impl Drop for Bed {
     }
 }
 
+/// The router between the test bed's subnets: interfaces v10 (VLAN 10, 10.1.0.1/24) and v20
+/// (VLAN 20, 10.2.0.1/24).
+const ROUTER_V10_V20: &str = r#"
+[router]
+mac = "02:fe:00:00:00:01"
+
+[[interface]]
+name = "v10"
+vlan = 10
+addr = ["10.1.0.1/24"]
+
+[[interface]]
+name = "v20"
+vlan = 20
+addr = ["10.2.0.1/24"]
+"#;
+
 fn ports(workers: usize, vlans: &[(&str, u16)]) -> String {
     let mut s = format!("workers = {workers}\n");
     for (p, v) in vlans {
@@ -317,21 +334,9 @@ fn router_firewall_and_capture_between_two_subnets() {
     }
     let pcap = bed.dir.join("h2-out.pcap");
     let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
+    cfg.push_str(ROUTER_V10_V20);
     cfg.push_str(&format!(
         r#"
-[router]
-mac = "02:fe:00:00:00:01"
-
-[[interface]]
-name = "v10"
-vlan = 10
-addr = ["10.1.0.1/24"]
-
-[[interface]]
-name = "v20"
-vlan = 20
-addr = ["10.2.0.1/24"]
-
 [conntrack]
 max = 10000
 
@@ -410,21 +415,9 @@ fn route_and_fdb_changes_through_ctl_while_traffic_flows() {
         .trim()
         .to_string();
     let mut cfg = ports(2, &[("h1", 10), ("h2", 20), ("h3", 20)]);
+    cfg.push_str(ROUTER_V10_V20);
     cfg.push_str(
         r#"
-[router]
-mac = "02:fe:00:00:00:01"
-
-[[interface]]
-name = "v10"
-vlan = 10
-addr = ["10.1.0.1/24"]
-
-[[interface]]
-name = "v20"
-vlan = 20
-addr = ["10.2.0.1/24"]
-
 [[route]]
 dst = "10.9.0.0/24"
 via = "10.2.0.2"

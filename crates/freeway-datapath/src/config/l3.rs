@@ -260,6 +260,33 @@ pub fn check(
         }
         return Ok(None);
     }
+    let mut spec = check_router_table(rc)?;
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    let mut by_vlan: HashMap<u16, usize> = HashMap::new();
+    for (i, f) in ifaces.iter().enumerate() {
+        let iface = check_interface(i, f, ifaces, spec.mac, &mut by_name, &mut by_vlan, &vlan_used)?;
+        spec.interfaces.push(iface);
+    }
+    check_unique_addresses(&spec.interfaces, ifaces)?;
+    let mut dsts: HashMap<(IpAddr, u8), ()> = HashMap::new();
+    for r in routes {
+        let route = check_route(r, &by_name, &spec.interfaces)?;
+        if dsts.insert((route.dst, route.len), ()).is_some() {
+            return Err((
+                Some(r.dst.span()),
+                format!("route {}/{} is listed twice", route.dst, route.len),
+            ));
+        }
+        spec.routes.push(route);
+    }
+    for n in neighs {
+        spec.neighs.push(check_neigh(n, &by_name)?);
+    }
+    Ok(Some(spec))
+}
+
+/// `[router]`: the router's own settings, with no interface, route or neighbour yet.
+fn check_router_table(rc: &RouterConfig) -> Result<RouterSpec, Err> {
     let mac = rc.mac.as_ref().map(|m| *m.get_ref()).unwrap_or(DEFAULT_ROUTER_MAC);
     if mac.is_multicast() || mac.0 == [0; 6] {
         let span = rc.mac.as_ref().map(|m| m.span());
@@ -279,65 +306,85 @@ pub fn check(
             format!("router.neigh_limit: must be 1..=1048576 (got {neigh_limit})"),
         ));
     }
+    Ok(RouterSpec {
+        mac,
+        route_cache: rc.route_cache.unwrap_or(true),
+        icmp_rate,
+        icmp_burst,
+        neigh_limit,
+        interfaces: Vec::new(),
+        routes: Vec::new(),
+        neighs: Vec::new(),
+    })
+}
 
-    let mut by_name: HashMap<String, usize> = HashMap::new();
-    let mut by_vlan: HashMap<u16, usize> = HashMap::new();
-    let mut out = Vec::new();
-    for (i, f) in ifaces.iter().enumerate() {
-        let name = f.name.get_ref().clone();
-        if name.is_empty() || name.len() > 15 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err((
-                Some(f.name.span()),
-                format!("interface.name: {name:?} must be 1-15 letters, digits, '-', '_' or '.'"),
-            ));
-        }
-        if by_name.insert(name.clone(), i).is_some() {
-            return Err((Some(f.name.span()), format!("interface {name:?} is defined twice")));
-        }
-        let vlan = *f.vlan.get_ref();
-        freeway_bridge::vlan::check_vid(vlan).map_err(|m| (Some(f.vlan.span()), format!("interface {name:?}: {m}")))?;
-        if let Some(o) = by_vlan.insert(vlan, i) {
-            return Err((
-                Some(f.vlan.span()),
-                format!(
-                    "interface {name:?}: VLAN {vlan} already has interface {:?}",
-                    ifaces[o].name.get_ref()
-                ),
-            ));
-        }
-        if !vlan_used(vlan) {
-            return Err((
-                Some(f.vlan.span()),
-                format!("interface {name:?}: no port is a member of VLAN {vlan}"),
-            ));
-        }
-        let imac = f.mac.as_ref().map(|m| *m.get_ref()).unwrap_or(mac);
-        if imac.is_multicast() || imac.0 == [0; 6] {
-            return Err((
-                f.mac.as_ref().map(|m| m.span()),
-                format!("interface {name:?}: {imac} cannot be a router address"),
-            ));
-        }
-        let mut spec = IfaceSpec {
-            name,
-            vlan,
-            mac: imac,
-            v4: Vec::new(),
-            v6: Vec::new(),
-        };
-        for a in &f.addr {
-            let (ip, len) = parse_prefix(a.get_ref(), true)
-                .map_err(|m| (Some(a.span()), format!("interface {:?}: addr: {m}", spec.name)))?;
-            match ip {
-                IpAddr::V4(v) => spec.v4.push((v, len)),
-                IpAddr::V6(v) => spec.v6.push((v, len)),
-            }
-        }
-        out.push(spec);
+/// The `i`th `[[interface]]`: a unique name and VLAN (recorded in `by_name` and `by_vlan`),
+/// a VLAN some port is on, a unicast MAC (default `router_mac`) and its addresses.
+fn check_interface(
+    i: usize,
+    f: &InterfaceConfig,
+    ifaces: &[InterfaceConfig],
+    router_mac: Mac,
+    by_name: &mut HashMap<String, usize>,
+    by_vlan: &mut HashMap<u16, usize>,
+    vlan_used: impl Fn(u16) -> bool,
+) -> Result<IfaceSpec, Err> {
+    let name = f.name.get_ref().clone();
+    if name.is_empty() || name.len() > 15 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err((
+            Some(f.name.span()),
+            format!("interface.name: {name:?} must be 1-15 letters, digits, '-', '_' or '.'"),
+        ));
     }
-    // An address may appear once in the whole router.
+    if by_name.insert(name.clone(), i).is_some() {
+        return Err((Some(f.name.span()), format!("interface {name:?} is defined twice")));
+    }
+    let vlan = *f.vlan.get_ref();
+    freeway_bridge::vlan::check_vid(vlan).map_err(|m| (Some(f.vlan.span()), format!("interface {name:?}: {m}")))?;
+    if let Some(o) = by_vlan.insert(vlan, i) {
+        return Err((
+            Some(f.vlan.span()),
+            format!(
+                "interface {name:?}: VLAN {vlan} already has interface {:?}",
+                ifaces[o].name.get_ref()
+            ),
+        ));
+    }
+    if !vlan_used(vlan) {
+        return Err((
+            Some(f.vlan.span()),
+            format!("interface {name:?}: no port is a member of VLAN {vlan}"),
+        ));
+    }
+    let imac = f.mac.as_ref().map(|m| *m.get_ref()).unwrap_or(router_mac);
+    if imac.is_multicast() || imac.0 == [0; 6] {
+        return Err((
+            f.mac.as_ref().map(|m| m.span()),
+            format!("interface {name:?}: {imac} cannot be a router address"),
+        ));
+    }
+    let mut spec = IfaceSpec {
+        name,
+        vlan,
+        mac: imac,
+        v4: Vec::new(),
+        v6: Vec::new(),
+    };
+    for a in &f.addr {
+        let (ip, len) = parse_prefix(a.get_ref(), true)
+            .map_err(|m| (Some(a.span()), format!("interface {:?}: addr: {m}", spec.name)))?;
+        match ip {
+            IpAddr::V4(v) => spec.v4.push((v, len)),
+            IpAddr::V6(v) => spec.v6.push((v, len)),
+        }
+    }
+    Ok(spec)
+}
+
+/// An address may appear once in the whole router.
+fn check_unique_addresses(checked: &[IfaceSpec], ifaces: &[InterfaceConfig]) -> Result<(), Err> {
     let mut seen: HashMap<IpAddr, &str> = HashMap::new();
-    for (f, c) in out.iter().zip(ifaces) {
+    for (f, c) in checked.iter().zip(ifaces) {
         let addrs =
             f.v4.iter()
                 .map(|a| IpAddr::V4(a.0))
@@ -351,106 +398,102 @@ pub fn check(
             }
         }
     }
+    Ok(())
+}
 
-    let mut rs = Vec::new();
-    let mut dsts: HashMap<(IpAddr, u8), ()> = HashMap::new();
-    for r in routes {
-        let (dst, len) =
-            parse_prefix(r.dst.get_ref(), false).map_err(|m| (Some(r.dst.span()), format!("route: dst: {m}")))?;
-        let dev = match &r.dev {
-            Some(d) => Some(*by_name.get(d.get_ref()).ok_or_else(|| {
-                (
-                    Some(d.span()),
-                    format!("route {dst}/{len}: no interface named {:?}", d.get_ref()),
-                )
-            })?),
-            None => None,
-        };
-        let mut hops = Vec::new();
-        match &r.via {
-            Some(v) => {
-                for g in v.get_ref().items() {
-                    let gw: IpAddr = g.parse().map_err(|_| {
-                        (
-                            Some(v.span()),
-                            format!("route {dst}/{len}: via {g:?} is not an address"),
-                        )
-                    })?;
-                    if gw.is_ipv4() != dst.is_ipv4() {
-                        return Err((
-                            Some(v.span()),
-                            format!("route {dst}/{len}: via {gw} is of the other IP family"),
-                        ));
-                    }
-                    let iface = match dev {
-                        Some(d) => d,
-                        None => out.iter().position(|f| on_subnet(gw, f)).ok_or_else(|| {
-                            (
-                                Some(v.span()),
-                                format!("route {dst}/{len}: gateway {gw} is on no interface's subnet (add dev = ...)"),
-                            )
-                        })?,
-                    };
-                    let hop = HopSpec {
-                        iface,
-                        gateway: Some(gw),
-                    };
-                    if hops.contains(&hop) {
-                        return Err((Some(v.span()), format!("route {dst}/{len}: via {gw} is listed twice")));
-                    }
-                    hops.push(hop);
-                }
-                if hops.is_empty() {
-                    return Err((Some(v.span()), format!("route {dst}/{len}: via is empty")));
-                }
-                if hops.len() > 64 {
-                    return Err((Some(v.span()), format!("route {dst}/{len}: at most 64 next hops")));
-                }
-            }
-            None => match dev {
-                Some(iface) => hops.push(HopSpec { iface, gateway: None }),
-                None => return Err((Some(r.dst.span()), format!("route {dst}/{len}: needs via or dev"))),
-            },
-        }
-        if dsts.insert((dst, len), ()).is_some() {
-            return Err((Some(r.dst.span()), format!("route {dst}/{len} is listed twice")));
-        }
-        rs.push(RouteSpec { dst, len, hops });
-    }
-
-    let mut ns = Vec::new();
-    for n in neighs {
-        let ip: IpAddr = n.ip.get_ref().parse().map_err(|_| {
+/// One `[[route]]`: its prefix and its next hops, through `via` gateways or a `dev` alone.
+fn check_route(r: &RouteConfig, by_name: &HashMap<String, usize>, ifaces: &[IfaceSpec]) -> Result<RouteSpec, Err> {
+    let (dst, len) =
+        parse_prefix(r.dst.get_ref(), false).map_err(|m| (Some(r.dst.span()), format!("route: dst: {m}")))?;
+    let dev = match &r.dev {
+        Some(d) => Some(*by_name.get(d.get_ref()).ok_or_else(|| {
             (
-                Some(n.ip.span()),
-                format!("neigh: {:?} is not an address", n.ip.get_ref()),
+                Some(d.span()),
+                format!("route {dst}/{len}: no interface named {:?}", d.get_ref()),
+            )
+        })?),
+        None => None,
+    };
+    let hops = match (&r.via, dev) {
+        (Some(v), _) => check_gateways(v, dst, len, dev, ifaces)?,
+        (None, Some(iface)) => vec![HopSpec { iface, gateway: None }],
+        (None, None) => return Err((Some(r.dst.span()), format!("route {dst}/{len}: needs via or dev"))),
+    };
+    Ok(RouteSpec { dst, len, hops })
+}
+
+/// A route's `via` list: addresses of the route's family, each once, 1 to 64 of them, each on
+/// `dev` or else on the subnet of some interface.
+fn check_gateways(
+    v: &Spanned<OneOrMany>,
+    dst: IpAddr,
+    len: u8,
+    dev: Option<usize>,
+    ifaces: &[IfaceSpec],
+) -> Result<Vec<HopSpec>, Err> {
+    let mut hops = Vec::new();
+    for g in v.get_ref().items() {
+        let gw: IpAddr = g.parse().map_err(|_| {
+            (
+                Some(v.span()),
+                format!("route {dst}/{len}: via {g:?} is not an address"),
             )
         })?;
-        let iface = *by_name.get(n.dev.get_ref()).ok_or_else(|| {
-            (
-                Some(n.dev.span()),
-                format!("neigh {ip}: no interface named {:?}", n.dev.get_ref()),
-            )
-        })?;
-        let mac = *n.mac.get_ref();
-        if mac.is_multicast() || mac.0 == [0; 6] {
+        if gw.is_ipv4() != dst.is_ipv4() {
             return Err((
-                Some(n.mac.span()),
-                format!("neigh {ip}: {mac} is not a unicast address"),
+                Some(v.span()),
+                format!("route {dst}/{len}: via {gw} is of the other IP family"),
             ));
         }
-        ns.push(NeighSpec { ip, mac, iface });
+        let iface = match dev {
+            Some(d) => d,
+            None => ifaces.iter().position(|f| on_subnet(gw, f)).ok_or_else(|| {
+                (
+                    Some(v.span()),
+                    format!("route {dst}/{len}: gateway {gw} is on no interface's subnet (add dev = ...)"),
+                )
+            })?,
+        };
+        let hop = HopSpec {
+            iface,
+            gateway: Some(gw),
+        };
+        if hops.contains(&hop) {
+            return Err((Some(v.span()), format!("route {dst}/{len}: via {gw} is listed twice")));
+        }
+        hops.push(hop);
     }
-    Ok(Some(RouterSpec {
-        mac,
-        route_cache: rc.route_cache.unwrap_or(true),
-        icmp_rate,
-        icmp_burst,
-        neigh_limit,
-        interfaces: out,
-        routes: rs,
-        neighs: ns,
-    }))
+    if hops.is_empty() {
+        return Err((Some(v.span()), format!("route {dst}/{len}: via is empty")));
+    }
+    if hops.len() > 64 {
+        return Err((Some(v.span()), format!("route {dst}/{len}: at most 64 next hops")));
+    }
+    Ok(hops)
+}
+
+/// One `[[neigh]]`: an address, a unicast MAC and an existing interface.
+fn check_neigh(n: &NeighConfig, by_name: &HashMap<String, usize>) -> Result<NeighSpec, Err> {
+    let ip: IpAddr = n.ip.get_ref().parse().map_err(|_| {
+        (
+            Some(n.ip.span()),
+            format!("neigh: {:?} is not an address", n.ip.get_ref()),
+        )
+    })?;
+    let iface = *by_name.get(n.dev.get_ref()).ok_or_else(|| {
+        (
+            Some(n.dev.span()),
+            format!("neigh {ip}: no interface named {:?}", n.dev.get_ref()),
+        )
+    })?;
+    let mac = *n.mac.get_ref();
+    if mac.is_multicast() || mac.0 == [0; 6] {
+        return Err((
+            Some(n.mac.span()),
+            format!("neigh {ip}: {mac} is not a unicast address"),
+        ));
+    }
+    Ok(NeighSpec { ip, mac, iface })
 }
 
 #[cfg(test)]

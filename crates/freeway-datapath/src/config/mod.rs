@@ -27,6 +27,7 @@ pub mod l3;
 pub mod stateful;
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::Path;
 
 use freeway_bridge::{FdbConfig, Mac, PortVlanConfig};
@@ -265,195 +266,28 @@ pub fn load(path: &Path) -> Result<Checked, ConfigError> {
 /// Parses and checks config text. `file` names it in errors; relative pcap paths are taken
 /// relative to `base` when given.
 pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, ConfigError> {
-    let err = |span: Option<std::ops::Range<usize>>, msg: String| ConfigError {
-        file: file.to_string(),
-        line: span.map(|s| line_of(src, s.start)),
-        msg,
-    };
-    let cfg: Config = toml::from_str(src).map_err(|e| err(e.span(), e.message().trim().to_string()))?;
+    let at = Locator { src, file };
+    let cfg: Config = toml::from_str(src).map_err(|e| at.err(e.span(), e.message().trim().to_string()))?;
 
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let workers = match &cfg.workers {
-        Some(w) => {
-            let n = *w.get_ref();
-            if n == 0 || n > MAX_WORKERS {
-                return Err(err(
-                    Some(w.span()),
-                    format!("workers: must be between 1 and {MAX_WORKERS} (got {n})"),
-                ));
-            }
-            n
-        }
-        None => cores.min(2),
-    };
-    let duration_secs = match &cfg.duration_secs {
-        Some(d) => Some(
-            d.get_ref()
-                .check()
-                .map_err(|e| err(Some(d.span()), format!("duration_secs = {e}")))?
-                .as_secs_f64(),
-        ),
-        None => None,
-    };
+    let workers = check_workers(&at, cfg.workers.as_ref(), cores)?;
+    let duration_secs = check_duration(&at, cfg.duration_secs.as_ref())?;
     if cfg.ports.is_empty() {
-        return Err(err(None, "no ports: add at least one [[port]]".into()));
+        return Err(at.err(None, "no ports: add at least one [[port]]".into()));
     }
     if cfg.ports.len() > MAX_PORTS {
-        return Err(err(None, format!("too many ports: at most {MAX_PORTS}")));
+        return Err(at.err(None, format!("too many ports: at most {MAX_PORTS}")));
     }
-    let b = &cfg.bridge;
-    let mut fdb = FdbConfig::default();
-    let mut spans: Vec<(&str, std::ops::Range<usize>)> = Vec::new();
-    macro_rules! take {
-        ($f:ident) => {
-            if let Some(v) = &b.$f {
-                fdb.$f = *v.get_ref();
-                spans.push((stringify!($f), v.span()));
-            }
-        };
-    }
-    take!(learn_limit);
-    take!(static_limit);
-    take!(ageing_ms);
-    take!(age_interval_ms);
-    take!(age_chunk_buckets);
-    take!(learn_queue);
-    if let Err(m) = fdb.validate() {
-        let span = spans.iter().find(|(k, _)| m.starts_with(k)).map(|(_, s)| s.clone());
-        return Err(err(span, format!("bridge.{m}")));
-    }
+    let fdb = check_fdb(&at, &cfg.bridge)?;
 
     let mut by_name: HashMap<String, usize> = HashMap::new();
     let mut ports = Vec::new();
     for (i, p) in cfg.ports.iter().enumerate() {
-        let name = p.name.get_ref().clone();
-        if name.is_empty() || name.len() > 32 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-            return Err(err(
-                Some(p.name.span()),
-                format!("port.name: {name:?} must be 1-32 characters of letters, digits, '-', '_' or '.'"),
-            ));
-        }
-        if let Some(prev) = by_name.insert(name.clone(), i) {
-            return Err(err(
-                Some(p.name.span()),
-                format!("port.name: {name:?} is listed twice (ports {prev} and {i})"),
-            ));
-        }
-        let kind = *p.kind.get_ref();
-        let vlan = match &p.vlan {
-            Some(v) => v
-                .get_ref()
-                .build()
-                .map_err(|m| err(Some(v.span()), format!("port {name:?}: vlan: {m}")))?,
-            None => freeway_bridge::PortVlan::Access(1),
-        };
-        let gen = match (kind, &p.gen) {
-            (PortKind::Gen, Some(g)) => {
-                g.get_ref()
-                    .validate()
-                    .map_err(|m| err(Some(g.span()), format!("port {name:?}: gen: {m}")))?;
-                Some(g.get_ref().clone())
-            }
-            (PortKind::Gen, None) => Some(GenConfig::default()),
-            (_, Some(g)) => {
-                return Err(err(
-                    Some(g.span()),
-                    format!(
-                        "port {name:?}: a `gen` table needs kind = \"gen\" (kind is {:?})",
-                        kind.name()
-                    ),
-                ))
-            }
-            (_, None) => None,
-        };
-        let pcap = match (kind, &p.pcap) {
-            (PortKind::Pcap, Some(c)) => {
-                let mut c2 = c.get_ref().clone();
-                if let Some(b) = base {
-                    c2.rebase(b);
-                }
-                c2.validate()
-                    .map_err(|m| err(Some(c.span()), format!("port {name:?}: pcap: {m}")))?;
-                Some(c2)
-            }
-            (PortKind::Pcap, None) => {
-                return Err(err(
-                    Some(p.kind.span()),
-                    format!("port {name:?}: kind = \"pcap\" needs a pcap table, e.g. pcap = {{ read = \"in.pcap\" }}"),
-                ))
-            }
-            (_, Some(c)) => {
-                return Err(err(
-                    Some(c.span()),
-                    format!(
-                        "port {name:?}: a `pcap` table needs kind = \"pcap\" (kind is {:?})",
-                        kind.name()
-                    ),
-                ))
-            }
-            (_, None) => None,
-        };
-        let afpacket = match (kind, &p.afpacket) {
-            (PortKind::Afpacket, Some(c)) => {
-                c.get_ref()
-                    .validate()
-                    .map_err(|m| err(Some(c.span()), format!("port {name:?}: afpacket: {m}")))?;
-                Some(c.get_ref().clone())
-            }
-            (PortKind::Afpacket, None) => {
-                return Err(err(
-                    Some(p.kind.span()),
-                    format!("port {name:?}: kind = \"afpacket\" needs an afpacket table, e.g. afpacket = {{ iface = \"eth0\" }}"),
-                ))
-            }
-            (_, Some(c)) => {
-                return Err(err(
-                    Some(c.span()),
-                    format!(
-                        "port {name:?}: an `afpacket` table needs kind = \"afpacket\" (kind is {:?})",
-                        kind.name()
-                    ),
-                ))
-            }
-            (_, None) => None,
-        };
-        ports.push(PortSpec {
-            name,
-            kind,
-            vlan,
-            gen,
-            pcap,
-            afpacket,
-            zone: p.zone.unwrap_or(0),
-        });
+        ports.push(check_port(&at, i, p, &mut by_name, base)?);
     }
+    let statics = check_statics(&at, &cfg.bridge.statics, &by_name, &ports)?;
 
-    let mut statics = Vec::new();
-    for s in &cfg.bridge.statics {
-        let e = s.get_ref();
-        let Some(&port) = by_name.get(&e.port) else {
-            return Err(err(
-                Some(s.span()),
-                format!("bridge.static: no port named {:?}", e.port),
-            ));
-        };
-        if e.mac.is_multicast() {
-            return Err(err(
-                Some(s.span()),
-                format!("bridge.static: {} is a group address", e.mac),
-            ));
-        }
-        freeway_bridge::vlan::check_vid(e.vlan).map_err(|m| err(Some(s.span()), format!("bridge.static: {m}")))?;
-        if !ports[port].vlan.is_member(e.vlan) {
-            return Err(err(
-                Some(s.span()),
-                format!("bridge.static: port {:?} is not a member of VLAN {}", e.port, e.vlan),
-            ));
-        }
-        statics.push((e.mac, e.vlan, port as u16));
-    }
-
-    let lift = |(span, msg): (Option<std::ops::Range<usize>>, String)| err(span, msg);
+    let lift = |(span, msg): (Option<Range<usize>>, String)| at.err(span, msg);
     let router = l3::check(&cfg.router, &cfg.interfaces, &cfg.routes, &cfg.neighs, |v| {
         ports.iter().any(|p| p.vlan.is_member(v))
     })
@@ -492,4 +326,223 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
         fdb,
         statics,
     })
+}
+
+/// Turns a span of the config text into a [`ConfigError`] naming its file and line.
+struct Locator<'a> {
+    src: &'a str,
+    file: &'a str,
+}
+
+impl Locator<'_> {
+    fn err(&self, span: Option<Range<usize>>, msg: String) -> ConfigError {
+        ConfigError {
+            file: self.file.to_string(),
+            line: span.map(|s| line_of(self.src, s.start)),
+            msg,
+        }
+    }
+}
+
+/// `workers`: 1 to [`MAX_WORKERS`]; by default one per core, at most 2.
+fn check_workers(at: &Locator, workers: Option<&Spanned<usize>>, cores: usize) -> Result<usize, ConfigError> {
+    let Some(w) = workers else {
+        return Ok(cores.min(2));
+    };
+    let n = *w.get_ref();
+    if n == 0 || n > MAX_WORKERS {
+        return Err(at.err(
+            Some(w.span()),
+            format!("workers: must be between 1 and {MAX_WORKERS} (got {n})"),
+        ));
+    }
+    Ok(n)
+}
+
+/// `duration_secs`, in seconds.
+fn check_duration(at: &Locator, d: Option<&Spanned<DurationValue>>) -> Result<Option<f64>, ConfigError> {
+    let Some(d) = d else {
+        return Ok(None);
+    };
+    let secs = d
+        .get_ref()
+        .check()
+        .map_err(|e| at.err(Some(d.span()), format!("duration_secs = {e}")))?
+        .as_secs_f64();
+    Ok(Some(secs))
+}
+
+/// `[bridge]`'s FDB bounds over the defaults, validated together.
+fn check_fdb(at: &Locator, b: &BridgeConfig) -> Result<FdbConfig, ConfigError> {
+    let mut fdb = FdbConfig::default();
+    let mut spans: Vec<(&str, Range<usize>)> = Vec::new();
+    macro_rules! take {
+        ($f:ident) => {
+            if let Some(v) = &b.$f {
+                fdb.$f = *v.get_ref();
+                spans.push((stringify!($f), v.span()));
+            }
+        };
+    }
+    take!(learn_limit);
+    take!(static_limit);
+    take!(ageing_ms);
+    take!(age_interval_ms);
+    take!(age_chunk_buckets);
+    take!(learn_queue);
+    if let Err(m) = fdb.validate() {
+        let span = spans.iter().find(|(k, _)| m.starts_with(k)).map(|(_, s)| s.clone());
+        return Err(at.err(span, format!("bridge.{m}")));
+    }
+    Ok(fdb)
+}
+
+/// One `[[port]]`, the `i`th: its name (recorded in `by_name`), VLAN mode and the settings
+/// table of its kind.
+fn check_port(
+    at: &Locator,
+    i: usize,
+    p: &PortConfig,
+    by_name: &mut HashMap<String, usize>,
+    base: Option<&Path>,
+) -> Result<PortSpec, ConfigError> {
+    let name = p.name.get_ref().clone();
+    if name.is_empty() || name.len() > 32 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(at.err(
+            Some(p.name.span()),
+            format!("port.name: {name:?} must be 1-32 characters of letters, digits, '-', '_' or '.'"),
+        ));
+    }
+    if let Some(prev) = by_name.insert(name.clone(), i) {
+        return Err(at.err(
+            Some(p.name.span()),
+            format!("port.name: {name:?} is listed twice (ports {prev} and {i})"),
+        ));
+    }
+    let kind = *p.kind.get_ref();
+    let vlan = match &p.vlan {
+        Some(v) => v
+            .get_ref()
+            .build()
+            .map_err(|m| at.err(Some(v.span()), format!("port {name:?}: vlan: {m}")))?,
+        None => freeway_bridge::PortVlan::Access(1),
+    };
+    let gen = match kind_table(at, &name, p, PortKind::Gen, "a `gen`", p.gen.as_ref())? {
+        Some(g) => {
+            g.get_ref()
+                .validate()
+                .map_err(|m| at.err(Some(g.span()), format!("port {name:?}: gen: {m}")))?;
+            Some(g.get_ref().clone())
+        }
+        None if kind == PortKind::Gen => Some(GenConfig::default()),
+        None => None,
+    };
+    let pcap = match kind_table(at, &name, p, PortKind::Pcap, "a `pcap`", p.pcap.as_ref())? {
+        Some(c) => {
+            let mut c2 = c.get_ref().clone();
+            if let Some(b) = base {
+                c2.rebase(b);
+            }
+            c2.validate()
+                .map_err(|m| at.err(Some(c.span()), format!("port {name:?}: pcap: {m}")))?;
+            Some(c2)
+        }
+        None if kind == PortKind::Pcap => {
+            return Err(missing_table(
+                at,
+                &name,
+                p,
+                r#"a pcap table, e.g. pcap = { read = "in.pcap" }"#,
+            ))
+        }
+        None => None,
+    };
+    let afpacket = match kind_table(at, &name, p, PortKind::Afpacket, "an `afpacket`", p.afpacket.as_ref())? {
+        Some(c) => {
+            c.get_ref()
+                .validate()
+                .map_err(|m| at.err(Some(c.span()), format!("port {name:?}: afpacket: {m}")))?;
+            Some(c.get_ref().clone())
+        }
+        None if kind == PortKind::Afpacket => {
+            return Err(missing_table(
+                at,
+                &name,
+                p,
+                r#"an afpacket table, e.g. afpacket = { iface = "eth0" }"#,
+            ))
+        }
+        None => None,
+    };
+    Ok(PortSpec {
+        name,
+        kind,
+        vlan,
+        gen,
+        pcap,
+        afpacket,
+        zone: p.zone.unwrap_or(0),
+    })
+}
+
+/// A port's settings table for `owner` (`gen`, `pcap`, `afpacket`): refused on a port of
+/// another kind (`what` names the table, with its article, in the error).
+fn kind_table<'t, T>(
+    at: &Locator,
+    name: &str,
+    p: &PortConfig,
+    owner: PortKind,
+    what: &str,
+    table: Option<&'t Spanned<T>>,
+) -> Result<Option<&'t Spanned<T>>, ConfigError> {
+    let kind = *p.kind.get_ref();
+    match table {
+        Some(t) if kind != owner => Err(at.err(
+            Some(t.span()),
+            format!(
+                "port {name:?}: {what} table needs kind = \"{}\" (kind is {:?})",
+                owner.name(),
+                kind.name()
+            ),
+        )),
+        t => Ok(t),
+    }
+}
+
+/// A port of a kind that needs its settings table has none (`what`: the table, with an
+/// example).
+fn missing_table(at: &Locator, name: &str, p: &PortConfig, what: &str) -> ConfigError {
+    at.err(
+        Some(p.kind.span()),
+        format!("port {name:?}: kind = \"{}\" needs {what}", p.kind.get_ref().name()),
+    )
+}
+
+/// `bridge.static`: each entry's port exists and is a member of its VLAN; the address is
+/// unicast. Returns (mac, vlan, port index).
+fn check_statics(
+    at: &Locator,
+    statics: &[Spanned<StaticEntry>],
+    by_name: &HashMap<String, usize>,
+    ports: &[PortSpec],
+) -> Result<Vec<(Mac, u16, u16)>, ConfigError> {
+    let mut out = Vec::new();
+    for s in statics {
+        let e = s.get_ref();
+        let Some(&port) = by_name.get(&e.port) else {
+            return Err(at.err(Some(s.span()), format!("bridge.static: no port named {:?}", e.port)));
+        };
+        if e.mac.is_multicast() {
+            return Err(at.err(Some(s.span()), format!("bridge.static: {} is a group address", e.mac)));
+        }
+        freeway_bridge::vlan::check_vid(e.vlan).map_err(|m| at.err(Some(s.span()), format!("bridge.static: {m}")))?;
+        if !ports[port].vlan.is_member(e.vlan) {
+            return Err(at.err(
+                Some(s.span()),
+                format!("bridge.static: port {:?} is not a member of VLAN {}", e.port, e.vlan),
+            ));
+        }
+        out.push((e.mac, e.vlan, port as u16));
+    }
+    Ok(out)
 }

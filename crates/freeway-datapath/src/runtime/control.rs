@@ -859,186 +859,217 @@ impl<L: Layout> Control<L> {
     fn handle(&mut self, req: &Request) -> Result<Reply, CtlError> {
         match req {
             Request::Help => Ok(Reply::new(HELP, json!(HELP))),
-            Request::Stats => {
-                let s = self.snap.snap(self.start.elapsed());
-                let mut text = String::new();
-                for p in &s.ports {
-                    text.push_str(&format!(
-                        "{:<12} rx {} tx {} tx_dropped {}\n",
-                        p.name, p.rx_packets, p.tx_packets, p.tx_dropped
-                    ));
-                }
-                for w in &s.workers {
-                    text.push_str(&format!(
-                        "worker {} packets {} batches {}\n",
-                        w.id, w.packets, w.batches
-                    ));
-                }
-                let d: Vec<String> = s.drops().iter().map(|(k, v)| format!("{k} {v}")).collect();
-                text.push_str(&format!(
-                    "drops: {}\n",
-                    if d.is_empty() { "none".into() } else { d.join(", ") }
-                ));
-                Ok(Reply::new(text, to_data(&s)?))
-            }
+            Request::Stats => self.stats(),
             // Answered in `job`, which holds the socket's counters.
             Request::Clients => Err(CtlError::Failed("no client counters here".into())),
-            Request::FdbAdd { mac, port, vlan } => {
-                if mac.is_zero() || mac.is_multicast() {
-                    return Err(CtlError::Invalid(format!(
-                        "{mac}: not a unicast address (a static entry needs one; zero, multicast and \
-                         broadcast addresses cannot be learned or forwarded to)"
-                    )));
-                }
-                if self.router_macs().contains(mac) {
-                    return Err(CtlError::Refused(format!(
-                        "{mac} is the router's own MAC address: its entries belong to the router"
-                    )));
-                }
-                let p = self
-                    .port_names
-                    .iter()
-                    .position(|n| n == port)
-                    .filter(|&i| i < self.nports)
-                    .ok_or_else(|| CtlError::NotFound(format!("dev {port:?}: no such port")))?;
-                let vlan = match vlan {
-                    None => match &self.port_vlans[p] {
-                        PortVlan::Access(v) => *v,
-                        PortVlan::Trunk { native: Some(v), .. } => *v,
-                        PortVlan::Trunk { .. } => {
-                            return Err(CtlError::Usage(format!("dev {port}: a trunk port: say which vlan")))
-                        }
-                    },
-                    Some(v) => *v,
-                };
-                if !self.port_vlans[p].is_member(vlan) {
-                    return Err(CtlError::Invalid(format!("dev {port} is not a member of vlan {vlan}")));
-                }
-                ask(&self.fdb_ops, FdbOp::Add(*mac, vlan, p as u16))
-            }
-            Request::FdbDel { mac, vlan } => {
-                if self.router_macs().contains(mac) {
-                    return Err(CtlError::Refused(format!(
-                        "{mac} is the router's own MAC address: without its entry routed traffic would \
-                         be flooded"
-                    )));
-                }
-                ask(&self.fdb_ops, FdbOp::Del(*mac, vlan.unwrap_or(1)))
-            }
+            Request::FdbAdd { mac, port, vlan } => self.fdb_add(mac, port, *vlan),
+            Request::FdbDel { mac, vlan } => self.fdb_del(mac, *vlan),
             Request::FdbFlush => ask(&self.fdb_ops, FdbOp::Flush),
-            Request::NeighAdd { ip, mac, dev } => {
-                let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
-                let i = ifs
-                    .by_name(dev)
-                    .ok_or_else(|| CtlError::NotFound(format!("dev {dev:?}: no such interface")))?;
-                if let Some(on) = Self::own_address(ifs, *ip) {
-                    return Err(CtlError::Refused(format!(
-                        "{ip} is the router's own address (interface {on}): it cannot be a neighbour"
-                    )));
-                }
-                ask(&self.neigh_ops, NeighOp::Add(*ip, i, mac.0))
-            }
-            Request::NeighDel { ip, dev } => {
-                let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
-                let i = ifs
-                    .by_name(dev)
-                    .ok_or_else(|| CtlError::NotFound(format!("dev {dev:?}: no such interface")))?;
-                ask(&self.neigh_ops, NeighOp::Del(*ip, i))
-            }
-            Request::NeighFlush { dev } => {
-                let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
-                let i = match dev {
-                    None => None,
-                    Some(d) => Some(
-                        ifs.by_name(d)
-                            .ok_or_else(|| CtlError::NotFound(format!("dev {d:?}: no such interface")))?,
-                    ),
-                };
-                ask(&self.neigh_ops, NeighOp::Flush(i))
-            }
-            Request::FdbShow => {
-                let e = self.fdb.entries(self.clock.now());
-                let rows = crate::report::fdb_json(&e, &self.port_names);
-                let text: String = rows
-                    .iter()
-                    .map(|r| {
-                        format!(
-                            "{} dev {} vlan {}{}\n",
-                            r.mac,
-                            r.port,
-                            r.vlan,
-                            if r.is_static { " static" } else { "" }
-                        )
-                    })
-                    .collect();
-                Ok(Reply::new(text, to_data(&rows)?))
-            }
-            Request::RouteShow => {
-                let (rib, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
-                let name = |i: u16| ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
-                Ok(Reply::new(rib.show(name).to_string(), to_data(&rib.records(name))?))
-            }
+            Request::FdbShow => self.fdb_show(),
+            Request::NeighAdd { ip, mac, dev } => self.neigh_add(*ip, mac, dev),
+            Request::NeighDel { ip, dev } => self.neigh_del(*ip, dev),
+            Request::NeighFlush { dev } => self.neigh_flush(dev.as_deref()),
+            Request::NeighShow => self.neigh_show(),
+            Request::RouteShow => self.route_show(),
             Request::RouteAdd { prefix, hops } => self.route_add(prefix, hops, false),
             Request::RouteReplace { prefix, hops } => self.route_add(prefix, hops, true),
-            Request::RouteDel { prefix } => {
-                let (rib, _, _) = self.rib.as_mut().ok_or_else(no_router)?;
-                let p = parse_prefix(prefix)?;
-                rib.delete(p).map_err(route_error)?;
-                Ok(Reply::new("", json!({"generation": rib.generation()})))
-            }
+            Request::RouteDel { prefix } => self.route_del(prefix),
             Request::CaptureList => Ok(self.capture_list()),
             Request::CaptureStop { id } => self.capture_stop(*id),
             Request::CaptureStart { tap, write } => self.capture_start(tap, write),
             Request::Capture(_) => Err(CtlError::Failed("a capture needs its connection".into())),
-            Request::Trace { fields } => {
-                let words: Vec<&str> = fields.iter().map(String::as_str).collect();
-                let (port, frame) =
-                    super::trace::frame_from_words(&words, &self.port_names, self.nports).map_err(CtlError::Invalid)?;
-                let tables = super::trace::Tables {
-                    bridge: &self.bridge,
-                    fdb: &self.fdb,
-                    port_names: &self.port_names,
-                    port_vlans: &self.port_vlans,
-                    nports: self.nports,
-                    now: self.clock.now(),
-                    ct: self.ct.as_ref(),
-                    fw: self.fw.as_ref(),
-                    zones: &self.zones,
-                    router: match (&self.rib, &self.l3) {
-                        (Some((rib, ifaces, neigh)), Some(l3)) => {
-                            Some(super::trace::RouterView { rib, ifaces, neigh, l3 })
-                        }
-                        _ => None,
-                    },
-                };
-                let (text, data) = super::trace::render(&tables.trace(port, frame));
-                Ok(Reply::new(text, data))
-            }
-            Request::NeighShow => {
-                let (_, ifs, n) = self.rib.as_ref().ok_or_else(no_router)?;
-                let e = n.entries(self.clock.now(), ifs);
-                let text: String = e.iter().map(|x| format!("{x}\n")).collect();
-                Ok(Reply::new(text, to_data(&e)?))
-            }
-            Request::ConntrackList => {
-                let ct = self.ct.as_ref().ok_or_else(no_ct)?;
-                let d = ct.dump();
-                let mut text: String = d.iter().map(|x| format!("{x}\n")).collect();
-                text.push_str(&format!("{} flow entries have been shown.\n", d.len()));
-                Ok(Reply::new(text, to_data(&d)?))
-            }
-            Request::ConntrackFlush { zone } => {
-                let ct = self.ct.as_ref().ok_or_else(no_ct)?;
-                let n = match zone {
-                    None => ct.flush(),
-                    Some(z) => ct.flush_zone(*z),
-                };
-                Ok(Reply::new(
-                    format!("{n} flow entries have been deleted.\n"),
-                    json!({"deleted": n}),
-                ))
-            }
+            Request::Trace { fields } => self.trace(fields),
+            Request::ConntrackList => self.conntrack_list(),
+            Request::ConntrackFlush { zone } => self.conntrack_flush(*zone),
         }
+    }
+
+    /// `stats`: ports, workers and drops.
+    fn stats(&self) -> Result<Reply, CtlError> {
+        let s = self.snap.snap(self.start.elapsed());
+        let mut text = String::new();
+        for p in &s.ports {
+            text.push_str(&format!(
+                "{:<12} rx {} tx {} tx_dropped {}\n",
+                p.name, p.rx_packets, p.tx_packets, p.tx_dropped
+            ));
+        }
+        for w in &s.workers {
+            text.push_str(&format!(
+                "worker {} packets {} batches {}\n",
+                w.id, w.packets, w.batches
+            ));
+        }
+        let d: Vec<String> = s.drops().iter().map(|(k, v)| format!("{k} {v}")).collect();
+        text.push_str(&format!(
+            "drops: {}\n",
+            if d.is_empty() { "none".into() } else { d.join(", ") }
+        ));
+        Ok(Reply::new(text, to_data(&s)?))
+    }
+
+    /// `fdb add MAC dev PORT [vlan N]`: a static entry for a unicast address that is not the
+    /// router's, on a port of that VLAN (default: the port's access or native VLAN).
+    fn fdb_add(&self, mac: &Mac, port: &str, vlan: Option<u16>) -> Result<Reply, CtlError> {
+        if mac.is_zero() || mac.is_multicast() {
+            return Err(CtlError::Invalid(format!(
+                "{mac}: not a unicast address (a static entry needs one; zero, multicast and \
+                 broadcast addresses cannot be learned or forwarded to)"
+            )));
+        }
+        if self.router_macs().contains(mac) {
+            return Err(CtlError::Refused(format!(
+                "{mac} is the router's own MAC address: its entries belong to the router"
+            )));
+        }
+        let p = self
+            .port_names
+            .iter()
+            .position(|n| n == port)
+            .filter(|&i| i < self.nports)
+            .ok_or_else(|| CtlError::NotFound(format!("dev {port:?}: no such port")))?;
+        let vlan = match vlan {
+            None => match &self.port_vlans[p] {
+                PortVlan::Access(v) => *v,
+                PortVlan::Trunk { native: Some(v), .. } => *v,
+                PortVlan::Trunk { .. } => {
+                    return Err(CtlError::Usage(format!("dev {port}: a trunk port: say which vlan")))
+                }
+            },
+            Some(v) => v,
+        };
+        if !self.port_vlans[p].is_member(vlan) {
+            return Err(CtlError::Invalid(format!("dev {port} is not a member of vlan {vlan}")));
+        }
+        ask(&self.fdb_ops, FdbOp::Add(*mac, vlan, p as u16))
+    }
+
+    /// `fdb del MAC [vlan N]`: any entry but the router's own.
+    fn fdb_del(&self, mac: &Mac, vlan: Option<u16>) -> Result<Reply, CtlError> {
+        if self.router_macs().contains(mac) {
+            return Err(CtlError::Refused(format!(
+                "{mac} is the router's own MAC address: without its entry routed traffic would \
+                 be flooded"
+            )));
+        }
+        ask(&self.fdb_ops, FdbOp::Del(*mac, vlan.unwrap_or(1)))
+    }
+
+    /// `fdb show`.
+    fn fdb_show(&self) -> Result<Reply, CtlError> {
+        let e = self.fdb.entries(self.clock.now());
+        let rows = crate::report::fdb_json(&e, &self.port_names);
+        let text: String = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} dev {} vlan {}{}\n",
+                    r.mac,
+                    r.port,
+                    r.vlan,
+                    if r.is_static { " static" } else { "" }
+                )
+            })
+            .collect();
+        Ok(Reply::new(text, to_data(&rows)?))
+    }
+
+    /// `neigh add IP lladdr MAC dev IFACE`: any address but the router's own.
+    fn neigh_add(&self, ip: IpAddr, mac: &Mac, dev: &str) -> Result<Reply, CtlError> {
+        let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
+        let i = iface_named(ifs, dev)?;
+        if let Some(on) = Self::own_address(ifs, ip) {
+            return Err(CtlError::Refused(format!(
+                "{ip} is the router's own address (interface {on}): it cannot be a neighbour"
+            )));
+        }
+        ask(&self.neigh_ops, NeighOp::Add(ip, i, mac.0))
+    }
+
+    /// `neigh del IP dev IFACE`.
+    fn neigh_del(&self, ip: IpAddr, dev: &str) -> Result<Reply, CtlError> {
+        let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
+        let i = iface_named(ifs, dev)?;
+        ask(&self.neigh_ops, NeighOp::Del(ip, i))
+    }
+
+    /// `neigh flush [dev IFACE]`.
+    fn neigh_flush(&self, dev: Option<&str>) -> Result<Reply, CtlError> {
+        let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
+        let i = match dev {
+            None => None,
+            Some(d) => Some(iface_named(ifs, d)?),
+        };
+        ask(&self.neigh_ops, NeighOp::Flush(i))
+    }
+
+    /// `neigh show`.
+    fn neigh_show(&self) -> Result<Reply, CtlError> {
+        let (_, ifs, n) = self.rib.as_ref().ok_or_else(no_router)?;
+        let e = n.entries(self.clock.now(), ifs);
+        let text: String = e.iter().map(|x| format!("{x}\n")).collect();
+        Ok(Reply::new(text, to_data(&e)?))
+    }
+
+    /// `route show`.
+    fn route_show(&self) -> Result<Reply, CtlError> {
+        let (rib, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
+        let name = |i: u16| ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
+        Ok(Reply::new(rib.show(name).to_string(), to_data(&rib.records(name))?))
+    }
+
+    /// `route del PREFIX`.
+    fn route_del(&mut self, prefix: &str) -> Result<Reply, CtlError> {
+        let (rib, _, _) = self.rib.as_mut().ok_or_else(no_router)?;
+        let p = parse_prefix(prefix)?;
+        rib.delete(p).map_err(route_error)?;
+        Ok(Reply::new("", json!({"generation": rib.generation()})))
+    }
+
+    /// `trace in_port=PORT FIELD...`: what the datapath's tables do with one packet.
+    fn trace(&self, fields: &[String]) -> Result<Reply, CtlError> {
+        let words: Vec<&str> = fields.iter().map(String::as_str).collect();
+        let (port, frame) =
+            super::trace::frame_from_words(&words, &self.port_names, self.nports).map_err(CtlError::Invalid)?;
+        let tables = super::trace::Tables {
+            bridge: &self.bridge,
+            fdb: &self.fdb,
+            port_names: &self.port_names,
+            port_vlans: &self.port_vlans,
+            nports: self.nports,
+            now: self.clock.now(),
+            ct: self.ct.as_ref(),
+            fw: self.fw.as_ref(),
+            zones: &self.zones,
+            router: match (&self.rib, &self.l3) {
+                (Some((rib, ifaces, neigh)), Some(l3)) => Some(super::trace::RouterView { rib, ifaces, neigh, l3 }),
+                _ => None,
+            },
+        };
+        let (text, data) = super::trace::render(&tables.trace(port, frame));
+        Ok(Reply::new(text, data))
+    }
+
+    /// `conntrack list`.
+    fn conntrack_list(&self) -> Result<Reply, CtlError> {
+        let ct = self.ct.as_ref().ok_or_else(no_ct)?;
+        let d = ct.dump();
+        let mut text: String = d.iter().map(|x| format!("{x}\n")).collect();
+        text.push_str(&format!("{} flow entries have been shown.\n", d.len()));
+        Ok(Reply::new(text, to_data(&d)?))
+    }
+
+    /// `conntrack flush [zone N]`.
+    fn conntrack_flush(&self, zone: Option<u16>) -> Result<Reply, CtlError> {
+        let ct = self.ct.as_ref().ok_or_else(no_ct)?;
+        let n = match zone {
+            None => ct.flush(),
+            Some(z) => ct.flush_zone(z),
+        };
+        Ok(Reply::new(
+            format!("{n} flow entries have been deleted.\n"),
+            json!({"deleted": n}),
+        ))
     }
 
     /// `route add|replace PREFIX (via GW[,GW...] | dev IFACE)`.
@@ -1074,11 +1105,7 @@ impl<L: Layout> Control<L> {
                     })
                     .collect::<Result<Vec<_>, CtlError>>()?
             }
-            Hops::Dev(d) => {
-                vec![NextHop::connected(ifs.by_name(d).ok_or_else(|| {
-                    CtlError::NotFound(format!("dev {d:?}: no such interface"))
-                })?)]
-            }
+            Hops::Dev(d) => vec![NextHop::connected(iface_named(ifs, d)?)],
         };
         let r = Route::new(p, hops);
         let res = if replace { rib.replace(r) } else { rib.add(r) };
@@ -1095,6 +1122,12 @@ fn route_error(e: RouteError) -> CtlError {
         RouteError::BadNextHops(_) | RouteError::GatewayFamily { .. } => CtlError::Invalid(e.to_string()),
         _ => CtlError::Failed(e.to_string()),
     }
+}
+
+/// The router interface named `dev`.
+fn iface_named(ifs: &Interfaces, dev: &str) -> Result<u16, CtlError> {
+    ifs.by_name(dev)
+        .ok_or_else(|| CtlError::NotFound(format!("dev {dev:?}: no such interface")))
 }
 
 fn no_router() -> CtlError {

@@ -16,13 +16,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use freeway_bridge::Layout;
+use freeway_conntrack::{CtStats, FwStats};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::{RunError, Snapper, Snapshot};
+use super::{RouterSnap, RunError, Snapper, Snapshot};
 
 /// Binds `addr` (e.g. `127.0.0.1:9477`; port 0 picks one).
 pub(crate) fn bind(addr: &str) -> Result<TcpListener, RunError> {
@@ -88,144 +89,153 @@ fn gauge(r: &mut Registry, name: &str, help: &str, v: i64) {
     r.register(name, help, g);
 }
 
+/// Rows labelled `key = name`, one per `(name, value)`.
+fn labelled<'a>(key: &'static str, rows: impl IntoIterator<Item = (&'a str, u64)>) -> Vec<(Labels, u64)> {
+    rows.into_iter().map(|(k, v)| (vec![(key, k.to_string())], v)).collect()
+}
+
 /// Renders a snapshot in the OpenMetrics text format.
 pub(crate) fn render(s: &Snapshot) -> String {
     let mut r = Registry::with_prefix("freeway");
-    let port = |p: &super::PortSnap| vec![("port", p.name.clone())];
+    ports(&mut r, s);
+    workers(&mut r, s);
+    bridge(&mut r, s);
+    if let Some(rt) = &s.router {
+        router(&mut r, rt);
+    }
+    if let Some(c) = &s.conntrack {
+        conntrack(&mut r, c);
+    }
+    if let Some(f) = &s.firewall {
+        firewall(&mut r, f);
+    }
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = encode(&mut out, &r);
+    out
+}
+
+/// Per port: frames and bytes received and transmitted, transmit drops.
+fn ports(r: &mut Registry, s: &Snapshot) {
+    let rows = |f: fn(&super::PortSnap) -> u64| s.ports.iter().map(move |p| (vec![("port", p.name.clone())], f(p)));
+    counters(r, "port_rx_packets", "Frames received", rows(|p| p.rx_packets));
+    counters(r, "port_rx_bytes", "Bytes received", rows(|p| p.rx_bytes));
+    counters(r, "port_tx_packets", "Frames transmitted", rows(|p| p.tx_packets));
+    counters(r, "port_tx_bytes", "Bytes transmitted", rows(|p| p.tx_bytes));
     counters(
-        &mut r,
-        "port_rx_packets",
-        "Frames received",
-        s.ports.iter().map(|p| (port(p), p.rx_packets)),
-    );
-    counters(
-        &mut r,
-        "port_rx_bytes",
-        "Bytes received",
-        s.ports.iter().map(|p| (port(p), p.rx_bytes)),
-    );
-    counters(
-        &mut r,
-        "port_tx_packets",
-        "Frames transmitted",
-        s.ports.iter().map(|p| (port(p), p.tx_packets)),
-    );
-    counters(
-        &mut r,
-        "port_tx_bytes",
-        "Bytes transmitted",
-        s.ports.iter().map(|p| (port(p), p.tx_bytes)),
-    );
-    counters(
-        &mut r,
+        r,
         "port_tx_dropped",
         "Frames the transmit queue refused",
-        s.ports.iter().map(|p| (port(p), p.tx_dropped)),
+        rows(|p| p.tx_dropped),
     );
+}
+
+/// Per worker: frames and batches.
+fn workers(r: &mut Registry, s: &Snapshot) {
     let worker = |id: usize| vec![("worker", id.to_string())];
     counters(
-        &mut r,
+        r,
         "worker_packets",
         "Frames received by a worker",
         s.workers.iter().map(|w| (worker(w.id), w.packets)),
     );
     counters(
-        &mut r,
+        r,
         "worker_batches",
         "Batches processed by a worker",
         s.workers.iter().map(|w| (worker(w.id), w.batches)),
     );
+}
+
+/// Drops by reason, the bridge stage's events, the FDB's size and events.
+fn bridge(r: &mut Registry, s: &Snapshot) {
     counters(
-        &mut r,
+        r,
         "drops",
         "Frames dropped, by stage and reason",
         s.drops().into_iter().map(|(k, v)| (vec![("reason", k)], v)),
     );
     counters(
-        &mut r,
+        r,
         "bridge_events",
         "Bridge stage events (rx, forwarded, flooded, learn requests, drops, ...)",
-        s.bridge.iter().map(|(k, v)| (vec![("event", k.to_string())], *v)),
+        labelled("event", s.bridge.iter().map(|(k, v)| (*k, *v))),
     );
     gauge(
-        &mut r,
+        r,
         "fdb_entries",
         "Entries in the forwarding database",
         s.fdb_entries as i64,
     );
     counters(
-        &mut r,
+        r,
         "fdb_events",
         "FDB writer events (learned, aged, moved, refused at the limit)",
-        s.fdb.iter().map(|(k, v)| (vec![("event", k.to_string())], *v)),
+        labelled("event", s.fdb.iter().map(|(k, v)| (*k, *v))),
     );
-    if let Some(rt) = &s.router {
-        counters(
-            &mut r,
-            "router_forwarded",
-            "Packets routed",
+}
+
+/// Packets routed by family, route lookups by outcome, neighbour entries.
+fn router(r: &mut Registry, rt: &RouterSnap) {
+    counters(
+        r,
+        "router_forwarded",
+        "Packets routed",
+        labelled("family", [("ipv4", rt.l3.forwarded_v4), ("ipv6", rt.l3.forwarded_v6)]),
+    );
+    counters(
+        r,
+        "route_cache_lookups",
+        "Route lookups by outcome",
+        labelled(
+            "outcome",
             [
-                (vec![("family", "ipv4".to_string())], rt.l3.forwarded_v4),
-                (vec![("family", "ipv6".to_string())], rt.l3.forwarded_v6),
+                ("hit", rt.route_cache_hits),
+                ("miss", rt.route_cache_misses),
+                ("refill", rt.route_cache_refills),
+                ("uncached", rt.route_uncached),
             ],
-        );
-        counters(
-            &mut r,
-            "route_cache_lookups",
-            "Route lookups by outcome",
-            [
-                (vec![("outcome", "hit".to_string())], rt.route_cache_hits),
-                (vec![("outcome", "miss".to_string())], rt.route_cache_misses),
-                (vec![("outcome", "refill".to_string())], rt.route_cache_refills),
-                (vec![("outcome", "uncached".to_string())], rt.route_uncached),
-            ],
-        );
-        gauge(
-            &mut r,
-            "neigh_entries",
-            "Entries in the neighbour table",
-            rt.neigh_entries as i64,
-        );
-    }
-    if let Some(c) = &s.conntrack {
-        gauge(
-            &mut r,
-            "conntrack_connections",
-            "Tracked connections",
-            c.connections as i64,
-        );
-        gauge(&mut r, "conntrack_max", "Most tracked connections", c.max as i64);
-        counters(
-            &mut r,
-            "conntrack_packets",
-            "Packets tracked, by state",
+        ),
+    );
+    gauge(
+        r,
+        "neigh_entries",
+        "Entries in the neighbour table",
+        rt.neigh_entries as i64,
+    );
+}
+
+/// Tracked connections and their bound, packets by state, connections created and expired.
+fn conntrack(r: &mut Registry, c: &CtStats) {
+    gauge(r, "conntrack_connections", "Tracked connections", c.connections as i64);
+    gauge(r, "conntrack_max", "Most tracked connections", c.max as i64);
+    counters(
+        r,
+        "conntrack_packets",
+        "Packets tracked, by state",
+        labelled(
+            "state",
             [
                 ("new", c.new),
                 ("established", c.established),
                 ("related", c.related),
                 ("untracked", c.untracked),
                 ("invalid", c.invalid),
-            ]
-            .map(|(k, v)| (vec![("state", k.to_string())], v)),
-        );
-        counters(
-            &mut r,
-            "conntrack_created",
-            "Connections created",
-            [(vec![], c.created)],
-        );
-        counters(
-            &mut r,
-            "conntrack_expired",
-            "Connections expired",
-            [(vec![], c.expired)],
-        );
-    }
-    if let Some(f) = &s.firewall {
-        counters(
-            &mut r,
-            "firewall_verdicts",
-            "Firewall verdicts by reason",
+            ],
+        ),
+    );
+    counters(r, "conntrack_created", "Connections created", [(vec![], c.created)]);
+    counters(r, "conntrack_expired", "Connections expired", [(vec![], c.expired)]);
+}
+
+/// Firewall verdicts by reason.
+fn firewall(r: &mut Registry, f: &FwStats) {
+    counters(
+        r,
+        "firewall_verdicts",
+        "Firewall verdicts by reason",
+        labelled(
+            "verdict",
             [
                 ("accept_new", f.accept_new),
                 ("accept_established", f.accept_established),
@@ -234,12 +244,7 @@ pub(crate) fn render(s: &Snapshot) -> String {
                 ("drop_invalid", f.drop_invalid),
                 ("drop_limit", f.drop_limit),
                 ("drop_new_not_allowed", f.drop_new_not_allowed),
-            ]
-            .map(|(k, v)| (vec![("verdict", k.to_string())], v)),
-        );
-    }
-    let mut out = String::new();
-    // Writing to a String cannot fail.
-    let _ = encode(&mut out, &r);
-    out
+            ],
+        ),
+    );
 }

@@ -1,0 +1,77 @@
+//! Helpers shared by the command-line tests: running the binary, stopping a running
+//! datapath, and talking to its control socket.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Runs the `freeway` binary with `args`.
+pub fn freeway(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args(args)
+        .output()
+        .expect("the freeway binary runs")
+}
+
+/// [`freeway`], which must succeed.
+pub fn ok(args: &[&str]) -> Output {
+    let o = freeway(args);
+    assert!(
+        o.status.success(),
+        "freeway {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// Starts `freeway run -q --config CFG --ctl SOCK EXTRA...`, its standard output discarded.
+pub fn spawn_run(cfg: &Path, sock: &Path, extra: &[&str], stderr: Stdio) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_freeway"))
+        .args([
+            "run",
+            "-q",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--ctl",
+            sock.to_str().unwrap(),
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// Stops a running datapath with SIGINT, checks it exits cleanly and removes its directory.
+pub fn stop(mut child: Child, dir: PathBuf) {
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// One request as `freeway ctl` words; the reply object (`ok`, `text`, `data` / `kind`, `error`).
+pub fn ctl(sock: &Path, w: &[&str]) -> Value {
+    let words: Vec<String> = w.iter().map(|s| s.to_string()).collect();
+    freeway_datapath::runtime::ctl_request(sock, &words).expect("the datapath answers")
+}
+
+/// Sends raw bytes (a failed write is the datapath refusing early: its reply still comes)
+/// and returns the reply line as JSON (waiting up to 30 s).
+pub fn raw(sock: &Path, bytes: &[u8]) -> Value {
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
