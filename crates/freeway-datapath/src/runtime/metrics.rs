@@ -30,6 +30,9 @@ pub(crate) fn bind(addr: &str) -> Result<TcpListener, RunError> {
     let e = |m: String| RunError(format!("metrics address {addr}: {m}"));
     let l = TcpListener::bind(addr).map_err(|x| e(x.to_string()))?;
     l.set_nonblocking(true).map_err(|x| e(x.to_string()))?;
+    if let Ok(a) = l.local_addr() {
+        eprintln!("freeway: metrics on http://{a}/metrics");
+    }
     Ok(l)
 }
 

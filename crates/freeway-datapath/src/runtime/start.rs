@@ -87,23 +87,10 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let tables = build_tables::<L>(cfg, &clock)?;
     let OpenPorts { ports, rx_of, tx_of } = open_ports(cfg, given, nworkers)?;
     let ports = Arc::new(Mutex::new(ports));
-    let offline = nworkers == 1
-        && cfg
-            .ports
-            .iter()
-            .any(|p| p.pcap.as_ref().is_some_and(|c| c.read.is_some()));
-    let mut port_names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
-    if tables.router.is_some() {
-        // The router's internal bridge port, as FDB dumps name it.
-        port_names.push("(router)".into());
-    }
+    let offline = is_offline(cfg, nworkers);
+    let port_names = bridge_port_names(cfg);
     let control_listener = opts.control.as_deref().map(control::bind).transpose()?;
     let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
-    if let Some(l) = &metrics_listener {
-        if let Ok(a) = l.local_addr() {
-            eprintln!("freeway: metrics on http://{a}/metrics");
-        }
-    }
     let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers)?;
     tracing::info!(
         workers = nworkers,
@@ -116,7 +103,6 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         "datapath starting"
     );
     let (workers, all_stats) = build_workers(cfg, &tables, rx_of, tx_of, &taps)?;
-    let cores_used: Vec<Option<usize>> = workers.iter().map(|w| w.core.map(|c| c.id)).collect();
     let Tables {
         router,
         fdb_r,
@@ -131,7 +117,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let snapper = Snapper {
         names: cfg.ports.iter().map(|p| (p.name.clone(), p.kind.name())).collect(),
         stats: all_stats.into(),
-        cores: cores_used.into(),
+        cores: workers.iter().map(|w| w.core.map(|c| c.id)).collect(),
         fdb: fdb_r.clone(),
         neigh: router_shared.as_ref().map(|r| r.neigh.clone()),
         ct: stateful.as_ref().map(|s| s.ct.clone()),
@@ -198,25 +184,43 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     if ctl_rib.is_some() {
         rib = ctl_rib;
     }
-    let tap_results = capture::finish(&taps, running_taps);
+    let taps = capture::finish(&taps, running_taps);
     tracing::info!(elapsed_s = elapsed.as_secs_f64(), "datapath stopped");
-    let close_errors = close_ports(&ports, cfg, &tap_results);
+    let close_errors = close_ports(&ports, cfg, &taps);
     let now = clock.now();
     let neigh_w = neigh_w.or(inline_back.and_then(|i| i.neigh));
     let (routes, routes_text, neighbours) = router_tables(router_shared.as_ref(), rib.as_ref(), neigh_w, now);
-    let last = snapper.snap(elapsed);
-    let connections = stateful.as_ref().map(|s| s.ct.dump()).unwrap_or_default();
     Ok(RunResult {
-        last,
+        last: snapper.snap(elapsed),
         fdb: fdb_r.entries(now),
         port_names,
         close_errors,
         routes,
         routes_text,
         neighbours,
-        connections,
-        taps: tap_results,
+        connections: stateful.as_ref().map(|s| s.ct.dump()).unwrap_or_default(),
+        taps,
     })
+}
+
+/// Whether a run is offline: one worker and a pcap input. The worker then owns the tables'
+/// writers, so the output is deterministic.
+fn is_offline(cfg: &Checked, nworkers: usize) -> bool {
+    nworkers == 1
+        && cfg
+            .ports
+            .iter()
+            .any(|p| p.pcap.as_ref().is_some_and(|c| c.read.is_some()))
+}
+
+/// The bridge's ports by name: the configured ones, then the router's internal port (as FDB
+/// dumps name it).
+fn bridge_port_names(cfg: &Checked) -> Vec<String> {
+    let mut names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
+    if cfg.router.is_some() {
+        names.push("(router)".into());
+    }
+    names
 }
 
 /// Closes every port (flushing outputs) and lists what went wrong, with the taps' errors.
