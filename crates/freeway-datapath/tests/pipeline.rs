@@ -831,7 +831,7 @@ fn gratuitous_arp_moves_a_known_neighbour_to_its_new_mac() {
 #[allow(clippy::type_complexity)]
 fn read_pcap_raw(path: &str) -> (u32, Vec<(u32, u32, Vec<u8>, u32)>) {
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut r = PcapReader::new(f).unwrap();
+    let mut r = pcap_file::pcap::PcapReader::new(f).unwrap();
     let mut v = Vec::new();
     while let Some(p) = r.next_raw_packet() {
         let p = p.unwrap();
@@ -867,11 +867,12 @@ fn offline_capture_is_lossless_and_keeps_the_input_times() {
         d.file("wan-udp.pcap"),
     );
     {
-        let mut w = PcapWriter::new(std::fs::File::create(&inp).unwrap()).unwrap();
+        let mut w = pcap_file::pcap::PcapWriter::new(std::fs::File::create(&inp).unwrap()).unwrap();
         for (i, f) in input.iter().enumerate() {
             let (s, us) = time(i as u32);
             let ts = std::time::Duration::new(u64::from(s), us * 1000);
-            w.write_packet(&PcapPacket::new(ts, f.len() as u32, f)).unwrap();
+            w.write_packet(&pcap_file::pcap::PcapPacket::new(ts, f.len() as u32, f))
+                .unwrap();
         }
     }
     let text = format!(
