@@ -76,7 +76,7 @@ fn count_pcap_so_far(bytes: &[u8]) -> usize {
         return 0;
     };
     let mut n = 0;
-    while let Ok((r, _)) = parser.next_packet(rest) {
+    while let Ok((r, _)) = parser.next_raw_packet(rest) {
         rest = r;
         n += 1;
     }
