@@ -143,6 +143,7 @@ fn spec(port: u16) -> TapSpec {
         dir: Direction::Both,
         snaplen: SNAPLEN,
         ring_slots: 4096,
+        lossless: false,
     }
 }
 

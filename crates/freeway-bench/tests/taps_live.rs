@@ -35,6 +35,7 @@ fn taps_churn_while_workers_forward_and_nothing_is_lost() {
                     dir: [Direction::Rx, Direction::Tx, Direction::Both][(ops % 3) as usize],
                     snaplen: 128,
                     ring_slots: 64,
+                    lossless: false,
                 };
                 let (id, reader) = reg.attach(spec, filters[(ops % 3) as usize].clone()).unwrap();
                 let w = TapWriter::new(reader, std::io::sink(), WriterOptions::default()).unwrap();

@@ -44,6 +44,7 @@ fn spec(port: u16) -> TapSpec {
         dir: Direction::Both,
         snaplen: 128,
         ring_slots: 1024,
+        lossless: false,
     }
 }
 
@@ -81,6 +82,7 @@ fn copy_spec() -> TapSpec {
         dir: Direction::Both,
         snaplen: 128,
         ring_slots: 4096,
+        lossless: false,
     }
 }
 
@@ -95,7 +97,9 @@ fn copy_mode(frame: &[u8], secs: f64, sink: bool) {
     let mut w = reg.worker(0).expect("worker 0");
     let (_id, reader) = reg.attach(copy_spec(), all()).expect("attach");
     let drop_ns = ns_per_frame(200_000, 32, || {
-        w.tap_lazy(0, Direction::Rx, black_box(&batch), &mut wall_ns)
+        let t = wall_ns();
+        w.progress(t);
+        w.tap(0, Direction::Rx, black_box(&batch), t)
     });
     let (matched, dropped) = (reader.tap().matched(), reader.tap().dropped());
     reader.detach();
@@ -119,7 +123,9 @@ fn copy_mode(frame: &[u8], secs: f64, sink: bool) {
     let mut batches = 0u64;
     while t.elapsed().as_secs_f64() < secs {
         for _ in 0..1000 {
-            w.tap_lazy(0, Direction::Rx, black_box(&batch), &mut wall_ns);
+            let t = wall_ns();
+            w.progress(t);
+            w.tap(0, Direction::Rx, black_box(&batch), t);
         }
         batches += 1000;
     }

@@ -205,6 +205,7 @@ pub fn tap_path_bench<R: TapRegistry>(cfg: &TapBenchConfig) -> Result<TapBenchRe
             dir: Direction::Both,
             snaplen: cfg.snaplen,
             ring_slots: cfg.ring_slots,
+            lossless: false,
         };
         let (id, reader) = reg.attach(spec, filter.clone()).map_err(|e| e.to_string())?;
         let w = TapWriter::new(reader, std::io::sink(), WriterOptions::default()).map_err(|e| e.to_string())?;
@@ -231,6 +232,8 @@ pub fn tap_path_bench<R: TapRegistry>(cfg: &TapBenchConfig) -> Result<TapBenchRe
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..64 {
                     ts += 1000;
+                    // As a datapath worker does once per poll: its progress mark, then the batch.
+                    w.progress(ts);
                     w.tap(0, Direction::Rx, &batch, ts);
                     n += batch.len() as u64;
                 }

@@ -67,16 +67,14 @@ impl Drop for LockedTapWorker {
 
 impl TapPoint for LockedTapWorker {
     #[inline]
-    fn tap_lazy(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64) {
+    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
         if self.inner.common.any.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let mut cached = None;
-        let mut once = || *cached.get_or_insert_with(&mut *ts);
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
         for e in l.iter() {
             // SAFETY: this handle holds the claim on worker index `self.index`.
-            unsafe { e.offer_packets(self.index, port, dir, pkts, &mut once) };
+            unsafe { e.offer_packets(self.index, port, dir, pkts, ts_ns) };
         }
     }
 
@@ -88,12 +86,17 @@ impl TapPoint for LockedTapWorker {
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
         for e in l.iter() {
             // SAFETY: as in `tap`.
-            unsafe { e.offer_frames(self.index, port, dir, frames, &mut || ts_ns) };
+            unsafe { e.offer_frames(self.index, port, dir, frames, ts_ns) };
         }
     }
 
     fn any(&self) -> bool {
         self.inner.common.any.load(Ordering::Relaxed) != 0
+    }
+
+    #[inline]
+    fn progress(&mut self, ts_ns: u64) {
+        self.inner.common.progress(self.index, ts_ns);
     }
 }
 

@@ -55,13 +55,9 @@ fn block(out: &mut impl Write, btype: u32, body: &[u8]) -> io::Result<()> {
 
 impl<W: Write> CaptureWriter<W> {
     /// Starts a capture file: writes the file header (pcap) or SHB + IDB (pcapng) for an
-    /// interface called `if_name` with snap length `snaplen`.
-    ///
-    /// The snap length recorded in the file is at least 65535: some readers (pcap-file)
-    /// reject records whose *original* length exceeds the file's snap length, which a cut
-    /// packet's original length does. Records are still cut to the tap's snap length.
+    /// interface called `if_name` with snap length `snaplen`, the tap's own (what tcpdump
+    /// `-s` writes): records are cut to it, and their original length may exceed it.
     pub fn new(mut out: W, format: Format, snaplen: u32, if_name: &str) -> io::Result<CaptureWriter<W>> {
-        let snaplen = snaplen.max(65535);
         match format {
             Format::Pcap { nanos } => {
                 let magic: u32 = if nanos { 0xa1b2_3c4d } else { 0xa1b2_c3d4 };

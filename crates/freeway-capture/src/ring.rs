@@ -112,6 +112,8 @@ struct Prod {
     tail_seen: AtomicUsize,
     pushed: AtomicU64,
     dropped: AtomicU64,
+    /// Packets the producer ran through the tap's filter (matched or not).
+    seen: AtomicU64,
     busy: AtomicBool,
 }
 
@@ -196,6 +198,7 @@ impl Ring {
                 tail_seen: AtomicUsize::new(0),
                 pushed: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
+                seen: AtomicU64::new(0),
                 busy: AtomicBool::new(false),
             }),
             cons: CachePadded::new(Cons {
@@ -262,6 +265,20 @@ impl Ring {
         self.prod.dropped.load(Ordering::Relaxed)
     }
 
+    /// Packets the producer offered to the tap's filter ([`Ring::saw`]), matched or not.
+    pub fn seen(&self) -> u64 {
+        self.prod.seen.load(Ordering::Relaxed)
+    }
+
+    /// Producer: counts `n` packets run through the tap's filter.
+    ///
+    /// # Safety
+    /// Only one thread at a time may act as the producer of this ring.
+    #[inline]
+    pub unsafe fn saw(&self, n: usize) {
+        Self::add(&self.prod.seen, n);
+    }
+
     /// Slots currently filled (approximate while both sides run).
     pub fn len(&self) -> usize {
         let head = self.prod.head.load(Ordering::Acquire);
@@ -319,7 +336,7 @@ impl Ring {
     pub unsafe fn push(&self, ts_ns: u64, port: u16, dir: u8, frame: &[u8], snap: usize) -> bool {
         // SAFETY (all three): forwarded contract.
         let mut r = unsafe { self.reserve(1) };
-        let ok = unsafe { self.fill(&mut r, ts_ns, port, dir, frame, snap) };
+        let ok = unsafe { self.fill(&mut r, ts_ns, port, dir, frame, frame.len() as u32, snap) };
         unsafe { self.commit(r, usize::from(!ok)) };
         ok
     }
@@ -350,12 +367,23 @@ impl Ring {
     }
 
     /// Producer: copies a packet (cut to the slot size and to `snap`) into the next slot of
-    /// `r`. Returns false, writing nothing, when every reserved slot is filled.
+    /// `r`; `wire_len` is its length on the wire (at least `frame.len()`; the record's
+    /// original length). Returns false, writing nothing, when every reserved slot is filled.
     ///
     /// # Safety
     /// Only one thread at a time may act as the producer of this ring, and `r` must come
     /// from this ring's latest [`Ring::reserve`].
-    pub unsafe fn fill(&self, r: &mut Reserved, ts_ns: u64, port: u16, dir: u8, frame: &[u8], snap: usize) -> bool {
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn fill(
+        &self,
+        r: &mut Reserved,
+        ts_ns: u64,
+        port: u16,
+        dir: u8,
+        frame: &[u8],
+        wire_len: u32,
+        snap: usize,
+    ) -> bool {
         if r.filled >= r.n {
             return false;
         }
@@ -364,7 +392,7 @@ impl Ring {
         let rec = self.record(r.idx);
         let h = Header {
             ts_ns,
-            orig_len: frame.len() as u32,
+            orig_len: wire_len.max(frame.len() as u32),
             cap_len: n as u32,
             port,
             dir,
@@ -514,16 +542,16 @@ mod tests {
         let mut res = unsafe { r.reserve(3) };
         assert_eq!(res.len(), 3);
         for i in 0..3u8 {
-            assert!(unsafe { r.fill(&mut res, u64::from(i), 1, 0, &[i; 10], 4) });
+            assert!(unsafe { r.fill(&mut res, u64::from(i), 1, 0, &[i; 10], 10, 4) });
         }
         // Every reserved slot is filled: a fourth fill writes nothing.
-        assert!(!unsafe { r.fill(&mut res, 9, 1, 0, &[9; 4], 4) });
+        assert!(!unsafe { r.fill(&mut res, 9, 1, 0, &[9; 4], 4, 4) });
         unsafe { r.commit(res, 0) };
         // Two slots left: of four wanted, two fit, two are refused.
         let mut res = unsafe { r.reserve(4) };
         assert_eq!(res.len(), 2);
         for i in 3..5u8 {
-            assert!(unsafe { r.fill(&mut res, u64::from(i), 1, 0, &[i; 3], 4) });
+            assert!(unsafe { r.fill(&mut res, u64::from(i), 1, 0, &[i; 3], 3, 4) });
         }
         unsafe { r.commit(res, 2) };
         assert_eq!((r.pushed(), r.dropped(), r.len()), (5, 2, 5));
@@ -543,7 +571,7 @@ mod tests {
             let mut res = unsafe { r.reserve(3) };
             assert_eq!(res.len(), 3, "round {round}");
             for i in 0..3 {
-                assert!(unsafe { r.fill(&mut res, round * 3 + i, 0, 1, &[i as u8; 4], 4) });
+                assert!(unsafe { r.fill(&mut res, round * 3 + i, 0, 1, &[i as u8; 4], 4, 4) });
             }
             unsafe { r.commit(res, 0) };
             // Full now: a push is refused and counted.
@@ -562,13 +590,13 @@ mod tests {
     fn partly_filled_reservation_publishes_only_the_filled_slots() {
         let r = Ring::new(4, 4);
         let mut res = unsafe { r.reserve(4) };
-        assert!(unsafe { r.fill(&mut res, 1, 0, 0, &[1; 4], 4) });
+        assert!(unsafe { r.fill(&mut res, 1, 0, 0, &[1; 4], 4, 4) });
         unsafe { r.commit(res, 0) };
         assert_eq!(r.len(), 1);
         // The next reservation starts right after the published slot.
         let mut res = unsafe { r.reserve(2) };
-        assert!(unsafe { r.fill(&mut res, 2, 0, 0, &[2; 4], 4) });
-        assert!(unsafe { r.fill(&mut res, 3, 0, 0, &[3; 4], 4) });
+        assert!(unsafe { r.fill(&mut res, 2, 0, 0, &[2; 4], 4, 4) });
+        assert!(unsafe { r.fill(&mut res, 3, 0, 0, &[3; 4], 4, 4) });
         unsafe { r.commit(res, 0) };
         let got: Vec<u64> = pop_all(&r).into_iter().map(|(t, _)| t).collect();
         assert_eq!(got, vec![1, 2, 3]);

@@ -90,6 +90,10 @@ pub struct TapSpec {
     pub snaplen: u32,
     /// Slots per worker ring (the bound on buffered packets per worker).
     pub ring_slots: usize,
+    /// When a worker's ring is full, the worker waits for the writer to make room instead
+    /// of dropping the copies (backpressure, for offline runs that must capture every
+    /// packet; see [`TapShared`]). Default false: workers never wait.
+    pub lossless: bool,
 }
 
 impl Default for TapSpec {
@@ -101,9 +105,13 @@ impl Default for TapSpec {
             dir: Direction::Both,
             snaplen: 2048,
             ring_slots: 1024,
+            lossless: false,
         }
     }
 }
+
+/// Per-worker progress marks, each on its own cache line.
+pub(crate) type Marks = Arc<[CachePadded<AtomicU64>]>;
 
 /// Most memory the rings of one tap may take (slots × snaplen × workers).
 pub const MAX_TAP_MEMORY: usize = 256 << 20;
@@ -139,6 +147,10 @@ pub struct TapShared {
     dir: Direction,
     snaplen: u32,
     rings: Box<[Ring]>,
+    /// Each worker's progress mark ([`TapPoint::progress`]), shared by every tap of the
+    /// registry.
+    marks: Marks,
+    lossless: bool,
     closed: AtomicBool,
     /// Set by the writer while it sleeps waiting for packets ([`TapShared::wake_writer`]).
     parked: AtomicBool,
@@ -147,15 +159,17 @@ pub struct TapShared {
 }
 
 impl TapShared {
-    fn new(id: TapId, spec: &TapSpec, workers: usize) -> TapShared {
+    fn new(id: TapId, spec: &TapSpec, marks: Marks) -> TapShared {
         TapShared {
             id,
             port: spec.port,
             dir: spec.dir,
             snaplen: spec.snaplen,
-            rings: (0..workers)
+            rings: (0..marks.len())
                 .map(|_| Ring::new(spec.ring_slots, spec.snaplen as usize))
                 .collect(),
+            marks,
+            lossless: spec.lossless,
             closed: AtomicBool::new(false),
             parked: AtomicBool::new(false),
             writer: OnceLock::new(),
@@ -225,6 +239,24 @@ impl TapShared {
         &self.rings
     }
 
+    /// Worker `w`'s progress mark: it will push no packet older than this (`Acquire`: the
+    /// pushes it made before setting the mark are visible after reading it). 0 until the
+    /// worker first reports, `u64::MAX` once its handle is gone.
+    pub(crate) fn mark(&self, w: usize) -> u64 {
+        self.marks.get(w).map_or(u64::MAX, |m| m.load(Ordering::Acquire))
+    }
+
+    /// Whether workers wait for room instead of dropping ([`TapSpec::lossless`]).
+    pub fn lossless(&self) -> bool {
+        self.lossless
+    }
+
+    /// Packets run through the tap's filter (matched or not), over all workers: what
+    /// tcpdump calls "received by filter".
+    pub fn seen(&self) -> u64 {
+        self.rings.iter().map(Ring::seen).sum()
+    }
+
     /// Packets that matched (pushed or dropped), over all workers.
     pub fn matched(&self) -> u64 {
         self.rings.iter().map(|r| r.pushed() + r.dropped()).sum()
@@ -254,51 +286,68 @@ impl TapShared {
     }
 
     /// Worker side: runs `filter` over `frames` (at most [`LANES`], one batch run of the
-    /// VM) and copies matches into ring `worker`. `ts` is called once, at the first match:
-    /// a tap that matches nothing never reads the clock.
+    /// VM) and copies matches into ring `worker`, each recorded at `ts` and as long on the
+    /// wire as it is.
     ///
     /// # Safety
     /// The caller must be the only producer of ring `worker` (the claimed worker handle).
     #[inline]
-    unsafe fn offer(
-        &self,
-        worker: usize,
-        filter: &Filter,
-        dir: Direction,
-        frames: &[&[u8]],
-        ts: &mut dyn FnMut() -> u64,
-    ) {
+    unsafe fn offer(&self, worker: usize, filter: &Filter, dir: Direction, frames: &[&[u8]], ts: u64) {
         let mut keep = [0u32; LANES];
+        // SAFETY: forwarded contract (the only producer).
+        unsafe { self.saw(worker, frames.len()) };
         if filter.program().run_batch(frames, &mut keep) {
             // SAFETY: forwarded contract.
-            unsafe { self.push_matches(worker, dir, &keep[..frames.len()], |i| frames[i], ts) }
+            unsafe {
+                self.push_matches(worker, dir, &keep[..frames.len()], |i| {
+                    (frames[i], ts, frames[i].len() as u32)
+                })
+            }
         }
     }
 
     /// [`TapShared::offer`] for packets (at most [`LANES`]): compiled filters read the
-    /// frames straight from the packets.
+    /// frames straight from the packets; each is recorded at its receive time
+    /// (`meta.ts_ns`, or `ts` when it has none) with its wire length
+    /// ([`Packet::wire_len`]) as the original length.
     ///
     /// # Safety
     /// As [`TapShared::offer`].
     #[inline]
-    unsafe fn offer_packets(
-        &self,
-        worker: usize,
-        filter: &Filter,
-        dir: Direction,
-        pkts: &[Packet],
-        ts: &mut dyn FnMut() -> u64,
-    ) {
+    unsafe fn offer_packets(&self, worker: usize, filter: &Filter, dir: Direction, pkts: &[Packet], ts: u64) {
         let mut keep = [0u32; LANES];
+        // SAFETY: forwarded contract (the only producer).
+        unsafe { self.saw(worker, pkts.len()) };
         if filter.program().run_packets(pkts, &mut keep) {
             // SAFETY: forwarded contract.
-            unsafe { self.push_matches(worker, dir, &keep[..pkts.len()], |i| pkts[i].data(), ts) }
+            unsafe {
+                self.push_matches(worker, dir, &keep[..pkts.len()], |i| {
+                    let p = &pkts[i];
+                    let t = if p.meta.ts_ns != 0 { p.meta.ts_ns } else { ts };
+                    (p.data(), t, p.wire_len())
+                })
+            }
         }
     }
 
-    /// Copies frame `i` (up to `keep[i]` bytes and the snap length) into ring `worker` for
-    /// every `keep[i]` that is not 0: the room is looked up once, the copies are published
-    /// with one store, and what does not fit is counted as dropped at once.
+    /// Counts `n` packets seen by the filter on ring `worker`.
+    ///
+    /// # Safety
+    /// As [`TapShared::offer`].
+    #[inline(always)]
+    unsafe fn saw(&self, worker: usize, n: usize) {
+        if let Some(r) = self.rings.get(worker) {
+            // SAFETY: forwarded contract.
+            unsafe { r.saw(n) }
+        }
+    }
+
+    /// Copies packet `i` (`pkt(i)`: its bytes, timestamp and wire length), up to `keep[i]`
+    /// bytes and the snap length, into ring `worker` for every `keep[i]` that is not 0: the
+    /// room is looked up once, the copies are published with one store, and what does not
+    /// fit is counted as dropped at once. A lossless tap instead publishes what fits, wakes
+    /// the writer and waits for room (giving up, and counting the rest as dropped, only if
+    /// the tap closes meanwhile).
     ///
     /// # Safety
     /// As [`TapShared::offer`].
@@ -309,8 +358,7 @@ impl TapShared {
         worker: usize,
         dir: Direction,
         keep: &[u32],
-        frame: impl Fn(usize) -> &'f [u8],
-        ts: &mut dyn FnMut() -> u64,
+        pkt: impl Fn(usize) -> (&'f [u8], u64, u32),
     ) {
         let Some(ring) = self.rings.get(worker) else { return };
         let matched = keep.iter().filter(|&&k| k != 0).count();
@@ -323,20 +371,33 @@ impl TapShared {
             unsafe { ring.leave() };
             return;
         }
-        let mut r = unsafe { ring.reserve(matched) };
-        if !r.is_empty() {
-            let now = ts();
-            for (i, &k) in keep.iter().enumerate() {
-                if k != 0 {
-                    let snap = k.min(self.snaplen) as usize;
-                    if !unsafe { ring.fill(&mut r, now, self.port, dir as u8, frame(i), snap) } {
-                        break;
-                    }
+        let mut todo = keep.iter().enumerate().filter(|(_, &k)| k != 0);
+        let mut left = matched;
+        loop {
+            let mut r = unsafe { ring.reserve(left) };
+            for (i, &k) in todo.by_ref().take(r.len()) {
+                let (frame, ts, wire) = pkt(i);
+                let snap = k.min(self.snaplen) as usize;
+                if !unsafe { ring.fill(&mut r, ts, self.port, dir as u8, frame, wire, snap) } {
+                    break;
                 }
             }
+            left -= r.filled();
+            if left == 0 || !self.lossless {
+                unsafe { ring.commit(r, left) };
+                break;
+            }
+            // Lossless: publish what fits, let the writer drain, wait for room.
+            unsafe { ring.commit(r, 0) };
+            self.wake_writer();
+            if self.closed.load(Ordering::Acquire) {
+                let r = unsafe { ring.reserve(0) };
+                unsafe { ring.commit(r, left) };
+                break;
+            }
+            std::hint::spin_loop();
+            std::thread::yield_now();
         }
-        let refused = matched - r.filled();
-        unsafe { ring.commit(r, refused) };
         unsafe { ring.leave() };
         self.wake_writer();
     }
@@ -356,14 +417,7 @@ impl Entry {
     /// # Safety
     /// As [`TapShared::offer`].
     #[inline]
-    pub(crate) unsafe fn offer_frames(
-        &self,
-        worker: usize,
-        port: u16,
-        dir: Direction,
-        frames: &[&[u8]],
-        ts: &mut dyn FnMut() -> u64,
-    ) {
+    pub(crate) unsafe fn offer_frames(&self, worker: usize, port: u16, dir: Direction, frames: &[&[u8]], ts: u64) {
         if self.tap.port == port && self.tap.dir.covers(dir) {
             for chunk in frames.chunks(LANES) {
                 // SAFETY: forwarded contract.
@@ -378,14 +432,7 @@ impl Entry {
     /// # Safety
     /// As [`TapShared::offer`].
     #[inline]
-    pub(crate) unsafe fn offer_packets(
-        &self,
-        worker: usize,
-        port: u16,
-        dir: Direction,
-        pkts: &[Packet],
-        ts: &mut dyn FnMut() -> u64,
-    ) {
+    pub(crate) unsafe fn offer_packets(&self, worker: usize, port: u16, dir: Direction, pkts: &[Packet], ts: u64) {
         if self.tap.port == port && self.tap.dir.covers(dir) {
             for chunk in pkts.chunks(LANES) {
                 // SAFETY: forwarded contract.
@@ -418,8 +465,12 @@ impl TapReader {
         &self.tap
     }
 
-    /// Detaches the tap from its registry (if still alive) and closes it.
+    /// Closes the tap, detaches it from its registry (if still alive) and waits until no
+    /// worker is pushing. Closed first: a worker waiting for room in a lossless tap's ring
+    /// gives up, so it lets go of whatever it holds (the `RwLock` registry's read lock)
+    /// before the registry is changed.
     pub fn detach(&self) {
+        self.tap.close();
         if let Some(r) = self.registry.upgrade() {
             r.detach_id(self.tap.id);
         }
@@ -429,17 +480,13 @@ impl TapReader {
 
 /// The worker-facing API: called once per batch from a run-to-completion loop.
 pub trait TapPoint: Send {
-    /// Offers a batch seen on `port` going `dir` (`Rx` or `Tx`) at `ts_ns` to the taps.
-    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
-        self.tap_lazy(port, dir, pkts, &mut || ts_ns);
-    }
+    /// Offers a batch seen on `port` going `dir` (`Rx` or `Tx`) to the taps. Each packet is
+    /// recorded at its receive time (`meta.ts_ns`), or at `ts_ns` when it has none (a
+    /// frame the datapath made), with its length on the wire ([`Packet::wire_len`]) as the
+    /// original length.
+    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64);
 
-    /// Like [`TapPoint::tap`], reading the timestamp (nanoseconds) from `ts` at most once,
-    /// and only if some tap matches a packet of the batch: a capture that matches nothing
-    /// costs no clock read.
-    fn tap_lazy(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64);
-
-    /// The same for raw frames.
+    /// The same for raw frames, all recorded at `ts_ns`.
     fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64);
 
     /// Whether any tap is attached anywhere (the per-batch fast check).
@@ -448,6 +495,14 @@ pub trait TapPoint: Send {
     /// Called by an idle worker now and then: lets go of anything the handle caches that
     /// the control plane has since replaced (a detached tap's rings, an old filter).
     fn idle(&mut self) {}
+
+    /// The worker's progress mark, for the writers' merge of the workers' rings by
+    /// timestamp ([`crate::writer`]): a promise that no packet this worker offers from now
+    /// on has a timestamp below `ts_ns`. A worker calls it once per poll of its queues
+    /// while a tap is attached (one store to a line only it writes), with the time it read
+    /// before receiving, or a received batch's timestamp. A worker that never calls it is
+    /// waited for at most [`crate::WriterOptions::reorder_hold`] at a time.
+    fn progress(&mut self, ts_ns: u64);
 }
 
 /// The control-plane API, implemented by the epoch variant ([`Taps`]) and the `RwLock`
@@ -485,6 +540,8 @@ pub(crate) struct Common {
     pub(crate) generation: CachePadded<AtomicU64>,
     pub(crate) next_id: AtomicU64,
     pub(crate) claimed: Box<[AtomicBool]>,
+    /// Each worker's progress mark ([`TapPoint::progress`]), shared with every tap.
+    pub(crate) marks: Marks,
     pub(crate) workers: usize,
     /// Serialises control-plane changes; never taken by a worker.
     pub(crate) ctl: Mutex<()>,
@@ -497,18 +554,38 @@ impl Common {
             generation: CachePadded::new(AtomicU64::new(0)),
             next_id: AtomicU64::new(1),
             claimed: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+            marks: (0..workers)
+                .map(|_| CachePadded::new(AtomicU64::new(u64::MAX)))
+                .collect(),
             workers,
             ctl: Mutex::new(()),
         }
     }
 
+    /// Claims worker handle `index`; its progress mark starts at 0 (no promise yet).
     pub(crate) fn claim(&self, index: usize) -> bool {
-        self.claimed.get(index).is_some_and(|c| !c.swap(true, Ordering::AcqRel))
+        let ok = self.claimed.get(index).is_some_and(|c| !c.swap(true, Ordering::AcqRel));
+        if ok {
+            self.marks[index].store(0, Ordering::Release);
+        }
+        ok
     }
 
+    /// Releases worker handle `index`: a gone worker pushes nothing more, so its mark
+    /// holds no writer back.
     pub(crate) fn release(&self, index: usize) {
         if let Some(c) = self.claimed.get(index) {
+            self.marks[index].store(u64::MAX, Ordering::Release);
             c.store(false, Ordering::Release);
+        }
+    }
+
+    /// Worker `index`'s progress mark (see [`TapPoint::progress`]). `Release`: a writer
+    /// that reads the mark sees every push the worker made before.
+    #[inline(always)]
+    pub(crate) fn progress(&self, index: usize, ts_ns: u64) {
+        if let Some(m) = self.marks.get(index) {
+            m.store(ts_ns, Ordering::Release);
         }
     }
 
@@ -532,7 +609,7 @@ impl Common {
             )));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(TapShared::new(id, spec, self.workers)))
+        Ok(Arc::new(TapShared::new(id, spec, self.marks.clone())))
     }
 }
 
@@ -728,26 +805,24 @@ impl TapWorker {
     /// Offers the batch to the entries of `list` that tap `port`/`dir`, [`LANES`] packets
     /// at a time (compiled filters read the frames straight from the packets).
     #[inline(never)]
-    fn offer(list: &TapList, w: usize, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64) {
-        let mut cached = None;
-        let mut once = || *cached.get_or_insert_with(&mut *ts);
+    fn offer(list: &TapList, w: usize, port: u16, dir: Direction, pkts: &[Packet], ts: u64) {
         for e in &list.entries {
             // SAFETY: the caller's handle holds the claim on worker index `w`: the only
             // producer.
-            unsafe { e.offer_packets(w, port, dir, pkts, &mut once) };
+            unsafe { e.offer_packets(w, port, dir, pkts, ts) };
         }
     }
 }
 
 impl TapPoint for TapWorker {
     #[inline]
-    fn tap_lazy(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts: &mut dyn FnMut() -> u64) {
+    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
         let w = self.index;
         let list = self.current();
         if !list.may_cover(port, dir) || pkts.is_empty() {
             return;
         }
-        Self::offer(list, w, port, dir, pkts, ts);
+        Self::offer(list, w, port, dir, pkts, ts_ns);
     }
 
     #[inline]
@@ -759,7 +834,7 @@ impl TapPoint for TapWorker {
         }
         for e in &list.entries {
             // SAFETY: as in `offer`.
-            unsafe { e.offer_frames(w, port, dir, frames, &mut || ts_ns) };
+            unsafe { e.offer_frames(w, port, dir, frames, ts_ns) };
         }
     }
 
@@ -773,6 +848,11 @@ impl TapPoint for TapWorker {
 
     fn idle(&mut self) {
         self.current();
+    }
+
+    #[inline]
+    fn progress(&mut self, ts_ns: u64) {
+        self.inner.common.progress(self.index, ts_ns);
     }
 }
 

@@ -3,15 +3,29 @@
 //! Runs on its own thread ([`TapWriter::run`], which keeps polling while packets flow,
 //! yielding for a moment when the rings run dry ([`WriterOptions::spin`]), then polls every
 //! `idle_sleep`, and parks when they stop, see [`WriterOptions::park_after`]) or is polled
-//! ([`TapWriter::poll`]). Packets
-//! from different workers are merged by timestamp (oldest first among the rings' heads).
-//! It stops when the tap is detached, after `count` packets, or on a write error (the tap is
+//! ([`TapWriter::poll`]). It stops when the tap is detached, after `count` packets, or on a write error (the tap is
 //! then detached, so workers stop copying; forwarding is not affected). On stop it closes
 //! the tap, waits until no worker is mid-push, drains or discards what is left, writes the
 //! pcapng statistics block and flushes.
 //!
 //! Accounting, exact once [`TapWriter::run`] returns:
 //! `matched == written + dropped + discarded`.
+//!
+//! # Order
+//!
+//! Each worker's ring is in the order the worker pushed, which is timestamp order for the
+//! packets of one port and direction (receive timestamps are taken per batch, in the order
+//! the batches come; a frame held back by the datapath, waiting for a neighbour, keeps its
+//! receive time and may follow later ones). The writer merges the rings: it writes the
+//! oldest of their heads, and only once no other worker can still push an older one: every
+//! other ring has a head (a k-way merge), or its worker's progress mark
+//! ([`crate::TapPoint::progress`], read before looking at the empty ring again) is at least
+//! as new. So the output is in timestamp order whenever every worker reports its progress
+//! and no worker stalls, between taking a batch's timestamp and pushing its copies, for
+//! longer than [`WriterOptions::reorder_hold`]: a record held back that long (a stalled or
+//! silent worker) is written anyway, so a stopped worker never stops a capture. With one
+//! worker there is nothing to merge and nothing is held. After the tap closes, the final
+//! drain merges what is left with nobody to wait for.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -45,6 +59,9 @@ pub struct WriterOptions {
     pub park_timeout: Duration,
     /// Flush at least this often while packets flow.
     pub flush_every: Duration,
+    /// The longest the writer holds back the oldest record waiting for a worker whose ring
+    /// is empty and whose progress mark is older (see the module documentation, "Order").
+    pub reorder_hold: Duration,
 }
 
 impl Default for WriterOptions {
@@ -58,6 +75,7 @@ impl Default for WriterOptions {
             park_after: 16,
             park_timeout: Duration::from_millis(100),
             flush_every: Duration::from_millis(100),
+            reorder_hold: Duration::from_millis(10),
         }
     }
 }
@@ -65,6 +83,8 @@ impl Default for WriterOptions {
 /// What a writer did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TapStats {
+    /// Packets run through the filter (matched or not): tcpdump's "received by filter".
+    pub seen: u64,
     /// Packets that matched the filter (copied or dropped).
     pub matched: u64,
     /// Packets written.
@@ -85,6 +105,10 @@ pub struct TapWriter<W: Write> {
     opts: WriterOptions,
     stats: TapStats,
     last_flush: Instant,
+    /// Since when the oldest record has been held back for the merge (None: not held).
+    held_since: Option<Instant>,
+    /// Per ring, whether the merge's last scan found it empty (scratch).
+    empty: Vec<bool>,
 }
 
 fn now_ns() -> u64 {
@@ -109,12 +133,15 @@ impl<W: Write> TapWriter<W> {
             opts,
             stats: TapStats::default(),
             last_flush: Instant::now(),
+            held_since: None,
+            empty: Vec::new(),
         })
     }
 
     /// Counters so far.
     pub fn stats(&self) -> TapStats {
         let mut s = self.stats;
+        s.seen = self.reader.tap().seen();
         s.matched = self.reader.tap().matched();
         s.dropped = self.reader.tap().dropped();
         s
@@ -126,19 +153,57 @@ impl<W: Write> TapWriter<W> {
             .map_or(u64::MAX, |c| c.saturating_sub(self.stats.written))
     }
 
-    /// Writes up to `max` packets available now, oldest first. Returns how many.
-    fn drain(&mut self, max: u64) -> Result<u64, TapError> {
-        let rings = self.reader.tap().rings();
+    /// Writes up to `max` packets available now, oldest first (see "Order" in the module
+    /// documentation; `closed`: nothing more can arrive, so nothing is waited for). Returns
+    /// how many; sets `held_since` when it stopped to wait for a worker.
+    fn drain(&mut self, max: u64, closed: bool) -> Result<u64, TapError> {
+        let tap = self.reader.tap();
+        let rings = tap.rings();
         let mut n = 0;
-        while n < max {
-            // SAFETY (both calls): this writer is the only consumer of the tap's rings (one
-            // TapReader per tap, moved into one TapWriter).
-            let pick = rings
-                .iter()
-                .enumerate()
-                .filter_map(|(i, r)| unsafe { r.peek_ts() }.map(|t| (t, i)))
-                .min();
-            let Some((_, i)) = pick else { break };
+        'next: while n < max {
+            // SAFETY (every ring call): this writer is the only consumer of the tap's rings
+            // (one TapReader per tap, moved into one TapWriter).
+            let mut pick: Option<(u64, usize)> = None;
+            let mut some_empty = false;
+            self.empty.clear();
+            for (i, r) in rings.iter().enumerate() {
+                let head = unsafe { r.peek_ts() };
+                self.empty.push(head.is_none());
+                match head {
+                    Some(t) if pick.is_none_or(|(p, _)| t < p) => pick = Some((t, i)),
+                    Some(_) => {}
+                    None => some_empty = true,
+                }
+            }
+            let Some((t, i)) = pick else { break };
+            if some_empty && !closed && rings.len() > 1 {
+                // An empty ring's worker may still push an older packet, unless its mark
+                // (read before looking at the ring again: the pushes made before the mark
+                // are then visible) says it will not.
+                let mut wait = false;
+                for (j, r) in rings.iter().enumerate() {
+                    if !self.empty[j] || tap.mark(j) >= t {
+                        continue;
+                    }
+                    if unsafe { r.peek_ts() }.is_some() {
+                        // Something arrived meanwhile: pick again.
+                        continue 'next;
+                    }
+                    wait = true;
+                }
+                if wait {
+                    // Held since the merge last went through unblocked: past the hold, a
+                    // silent worker is no longer waited for (until it is heard again).
+                    let since = *self.held_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() < self.opts.reorder_hold {
+                        break;
+                    }
+                } else {
+                    self.held_since = None;
+                }
+            } else {
+                self.held_since = None;
+            }
             let out = &mut self.out;
             let res = unsafe {
                 rings[i].pop(|s| {
@@ -167,7 +232,7 @@ impl<W: Write> TapWriter<W> {
     /// Drains what is available now (up to the count). Returns how many packets were
     /// written, and whether the writer should stop (tap closed or count reached).
     pub fn poll(&mut self) -> Result<(u64, bool), TapError> {
-        let n = self.drain(self.remaining())?;
+        let n = self.drain(self.remaining(), false)?;
         if self.last_flush.elapsed() >= self.opts.flush_every {
             self.out.flush().map_err(TapError::Write)?;
             self.last_flush = Instant::now();
@@ -190,6 +255,11 @@ impl<W: Write> TapWriter<W> {
             match self.poll() {
                 Ok((_, true)) => break Ok(()),
                 Ok((0, false)) => {
+                    if self.held_since.is_some_and(|t| t.elapsed() < self.opts.reorder_hold) {
+                        // Waiting for a worker's progress (the merge): not idle.
+                        std::thread::yield_now();
+                        continue;
+                    }
                     if last_packet.is_some_and(|t| t.elapsed() < self.opts.spin) {
                         std::thread::yield_now();
                         continue;
@@ -238,7 +308,7 @@ impl<W: Write> TapWriter<W> {
         self.reader.detach();
         let mut r = r;
         if r.is_ok() {
-            if let Err(e) = self.drain(self.remaining()) {
+            if let Err(e) = self.drain(self.remaining(), true) {
                 r = Err(e);
             }
         }

@@ -468,3 +468,31 @@ fn batch_verdicts_equal_single_verdicts_on_the_corpus() {
     }
     assert!(checked > 50_000, "{checked}");
 }
+
+/// `len`, `greater` and `less` see a packet's length on the wire, as libpcap gives a filter
+/// the original length of a cut record: a 1,200-byte frame stored as 42 bytes matches
+/// `greater 1000` and not `less 100`, through the batch entry over packets (compiled and
+/// interpreted) and with whole packets mixed in the batch.
+#[test]
+fn len_sees_the_wire_length_of_cut_packets() {
+    let frame = arp();
+    let mut cut = freeway_packet::Packet::from_frame(&frame[..42]).unwrap();
+    cut.meta.uncaptured = 1200 - 42;
+    let whole = freeway_packet::Packet::from_frame(&frame[..42]).unwrap();
+    let pkts = [whole, cut];
+    for (expr, want) in [
+        ("greater 1000", [0, 1]),
+        ("less 100", [1, 0]),
+        ("len == 1200", [0, 1]),
+        ("arp and len > 1000", [0, 1]),
+    ] {
+        let insns = compile(expr, 65535).unwrap();
+        for prog in [Program::new(&insns).unwrap(), Program::new_interpreted(&insns).unwrap()] {
+            let mut out = [0u32; 2];
+            prog.run_packets(&pkts, &mut out);
+            let got = out.map(|k| u32::from(k != 0));
+            assert_eq!(got, want, "{expr} (jitted: {})", prog.is_jitted());
+            assert_eq!(prog.run_wirelen(pkts[1].data(), 1200) != 0, want[1] == 1, "{expr}");
+        }
+    }
+}

@@ -97,7 +97,7 @@ fn spsc_batches_with_cached_indices() {
                 let mut res = unsafe { r.reserve(2) };
                 for i in 0..2u8 {
                     let n = 2 * b + i;
-                    if unsafe { r.fill(&mut res, n as u64, 0, 1, &frame(n), 4) } {
+                    if unsafe { r.fill(&mut res, n as u64, 0, 1, &frame(n), 4, 4) } {
                         ok += 1;
                     }
                 }

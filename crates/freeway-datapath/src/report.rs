@@ -306,10 +306,15 @@ pub fn print_capture(taps: &[TapResult], s: &Snapshot) {
         let dir = t.tap.direction;
         match (&t.stats, &t.error) {
             (Some(st), _) => {
-                eprintln!(
-                    "freeway capture on {} ({dir}) to {}: {} packets captured, {} packets received by filter, {} packets dropped (ring full), {} discarded at stop",
-                    t.tap.port, t.tap.write, st.written, st.matched, st.dropped, st.discarded
-                );
+                // tcpdump's shape: captured (written), received by filter (every packet the
+                // filter saw, matched or not), dropped (its "by kernel": a full ring).
+                eprintln!("freeway capture on {} ({dir}) to {}:", t.tap.port, t.tap.write);
+                eprintln!("{} packets captured", st.written);
+                eprintln!("{} packets received by filter", st.seen);
+                eprintln!("{} packets dropped (ring full)", st.dropped);
+                if st.discarded != 0 {
+                    eprintln!("{} packets discarded at stop", st.discarded);
+                }
             }
             (None, Some(e)) => eprintln!("freeway capture on {} ({dir}): stopped: {e}", t.tap.port),
             (None, None) => {}

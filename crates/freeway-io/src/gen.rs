@@ -738,7 +738,10 @@ impl RxQueue for GenQueue {
         // Take the buffers from the pool in bulk, then fill them in place.
         let first = batch.len();
         pool.get_into(batch, n as usize);
+        // One clock read per batch: the batch's packets share their receive timestamp.
+        let ts = crate::wall_ns();
         for p in &mut batch.as_mut_slice()[first..] {
+            p.meta.ts_ns = ts;
             let t = self.tpl[self.cursor];
             let frame = &self.data[t.off as usize..(t.off + t.len) as usize];
             if p.set_frame(frame).is_ok() {

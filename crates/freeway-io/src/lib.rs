@@ -31,6 +31,16 @@ pub mod gen;
 pub mod pcap;
 pub mod sink;
 
+/// Wall-clock time in nanoseconds since the Unix epoch (0 if the clock is before it): the
+/// receive timestamp live ports give their packets ([`freeway_packet::Meta::ts_ns`]), read
+/// once per batch.
+#[inline]
+pub fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// Counters of one queue. Single writer: the worker that owns the queue; any thread may read.
 #[derive(Debug, Default)]
 pub struct QueueStats {
@@ -111,7 +121,10 @@ impl Default for StatsBlock {
 /// A receive queue, owned by one worker.
 pub trait RxQueue: Send {
     /// Receives up to `batch.room()` packets into `batch`, taking buffers from `pool` and
-    /// setting `meta.in_port`-independent fields only (the worker sets `in_port`).
+    /// setting `meta.in_port`-independent fields only (the worker sets `in_port`): among
+    /// them `meta.ts_ns`, the receive timestamp (the wall clock at receive, once per batch
+    /// at most, or the source's own timestamp), and `meta.uncaptured` when the source
+    /// stored less than the frame.
     /// `now` is the coarse clock. Returns how many packets were added.
     fn rx_burst(&mut self, batch: &mut Batch, pool: &mut PacketPool, now: Tick) -> usize;
 

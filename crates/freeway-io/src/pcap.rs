@@ -3,20 +3,30 @@
 //! # Reading
 //!
 //! [`PcapReader`] is a single RX queue (given to worker 0; other workers get none) that reads
-//! a classic pcap file with `pcap-file`: micro- and nanosecond timestamps, either byte order.
-//! Only linktype Ethernet (1) is accepted. A frame larger than the pool's buffers is counted
-//! (`too_big`) and skipped. The file can be replayed `loops` times (0: forever). At the end
-//! of the last pass the queue reports [`RxQueue::is_done`]. A record cut short or corrupt in
-//! the middle of the file ends reading; the error is kept and reported by [`Port::close`].
-//! The reader does its file IO on the worker that polls it, in large buffered reads.
+//! a classic pcap file: micro- and nanosecond timestamps, either byte order. Only linktype
+//! Ethernet (1) is accepted. Each packet carries its record's timestamp
+//! ([`freeway_packet::Meta::ts_ns`]) and, when the record was cut, the bytes not stored
+//! ([`freeway_packet::Meta::uncaptured`], so the packet's wire length is the record's
+//! original length). Records are read as libpcap reads them: one longer than the file's
+//! snap length is accepted and cut to it (a header snap length of 0 or above
+//! [`MAX_RECORD`] means [`MAX_RECORD`]); one whose captured length exceeds [`MAX_RECORD`]
+//! is an error naming the record and both lengths. A frame larger than the pool's buffers
+//! is counted (`too_big`) and skipped. The file can be replayed `loops` times (0: forever).
+//! At the end of the last pass the queue reports [`RxQueue::is_done`]. A record cut short or
+//! corrupt in the middle of the file ends reading; the error is kept and reported by
+//! [`Port::close`]. The reader does its file IO on the worker that polls it, in large
+//! buffered reads.
 //!
 //! # Writing
 //!
 //! [`PcapWriter`] owns a writer thread. Each worker's TX queue copies the frames of a batch
-//! into one buffer and sends it through a bounded crossbeam channel; the writer thread stamps
-//! each batch with the system clock once (workers never read the OS clock) and writes a
-//! standard pcap: microsecond timestamps, native byte order, linktype Ethernet, snaplen 65535,
-//! readable by tcpdump. Emptied buffers go back through a second channel, so the steady state
+//! into one buffer and sends it through a bounded crossbeam channel; the writer thread writes
+//! a standard pcap (microsecond timestamps, native byte order, linktype Ethernet, snaplen
+//! 65535, readable by tcpdump) where each record keeps the packet's receive timestamp
+//! ([`freeway_packet::Meta::ts_ns`]: a pcap input's own timestamps, so an offline pcap→pcap
+//! run keeps them) and its length on the wire as the original length
+//! ([`freeway_packet::Packet::wire_len`]). Frames without a receive timestamp (made by the
+//! datapath) get the writer's clock, read once per batch. Emptied buffers go back through a second channel, so the steady state
 //! allocates nothing, and the packet buffers return to the worker's pool at once.
 //!
 //! **Backpressure:** when the channel is full (the disk is slower than the datapath) the
@@ -34,7 +44,7 @@
 //! output file and its own counter.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -45,7 +55,7 @@ use pcap_file::pcap::{PcapHeader, PcapPacket};
 use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 use serde::Deserialize;
 
-use freeway_packet::{Batch, PacketPool};
+use freeway_packet::{Batch, Packet, PacketPool};
 use freeway_sync::{CachePadded, Counter, Tick};
 
 use crate::sink::SinkTx;
@@ -111,37 +121,194 @@ impl PcapConfig {
 fn pcap_err(path: &Path, e: PcapError) -> io::Error {
     let what = path.display();
     match e {
-        PcapError::IoError(e) if e.kind() == io::ErrorKind::UnexpectedEof => io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!("{what}: truncated pcap file (ends inside a header or record)"),
-        ),
         PcapError::IoError(e) => io::Error::new(e.kind(), format!("{what}: {e}")),
-        PcapError::InvalidField(m) => io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{what}: not a valid pcap file ({m})"),
-        ),
         e => io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{what}: not a valid pcap file ({e})"),
+            format!("{what}: cannot write a pcap record ({e})"),
         ),
     }
 }
 
-fn open_pcap(path: &Path) -> io::Result<pcap_file::pcap::PcapReader<File>> {
-    let f = File::open(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    let r = pcap_file::pcap::PcapReader::new(f).map_err(|e| pcap_err(path, e))?;
-    let dl = r.header().datalink;
-    if dl != DataLink::ETHERNET {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "{}: linktype {} ({dl:?}) is not supported; only Ethernet (1) is",
-                path.display(),
-                u32::from(dl)
-            ),
-        ));
+/// The largest captured length a record may have: libpcap's largest snap length for
+/// Ethernet. A record that claims more is an error (the file is damaged), never an
+/// allocation of what it claims.
+pub const MAX_RECORD: u32 = 262_144;
+
+/// A classic pcap file read record by record through a large buffer.
+struct PcapFile {
+    path: PathBuf,
+    r: BufReader<File>,
+    /// The file is in the other byte order.
+    swapped: bool,
+    /// Timestamp fractions are nanoseconds (else microseconds).
+    nanos: bool,
+    /// Bytes kept of a record: the header's snap length, or [`MAX_RECORD`] when the header
+    /// gives 0 or more (as libpcap does).
+    snaplen: u32,
+    /// Records read so far (to name the bad one in errors).
+    records: u64,
+}
+
+/// One record's header.
+#[derive(Clone, Copy, Debug)]
+struct RecordHeader {
+    ts_ns: u64,
+    caplen: u32,
+    orig_len: u32,
+}
+
+fn invalid(path: &Path, m: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{}: {m}", path.display()))
+}
+
+/// Reads as much of `buf` as the file still has; the count read (short only at its end).
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
-    Ok(r)
+    Ok(n)
+}
+
+impl PcapFile {
+    /// Opens `path` and checks its header: a clear error for a missing, truncated or
+    /// non-pcap file, or a linktype other than Ethernet.
+    fn open(path: &Path) -> io::Result<PcapFile> {
+        let f = File::open(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let mut r = BufReader::with_capacity(1 << 20, f);
+        let mut h = [0u8; 24];
+        let got =
+            read_full(&mut r, &mut h).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        if got < 24 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: truncated pcap file (ends inside the file header: {got} of 24 bytes)",
+                    path.display()
+                ),
+            ));
+        }
+        let magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let (swapped, nanos) = match magic {
+            0xa1b2_c3d4 => (false, false),
+            0xd4c3_b2a1 => (true, false),
+            0xa1b2_3c4d => (false, true),
+            0x4d3c_b2a1 => (true, true),
+            0x0a0d_0d0a => {
+                return Err(invalid(
+                    path,
+                    "not a valid pcap file (this is pcapng; convert it with `editcap -F pcap`)",
+                ))
+            }
+            m => return Err(invalid(path, format!("not a valid pcap file (magic number {m:#010x})"))),
+        };
+        let word = |i: usize| {
+            let b = [h[i], h[i + 1], h[i + 2], h[i + 3]];
+            if swapped {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            }
+        };
+        let snaplen = match word(16) {
+            0 => MAX_RECORD,
+            s => s.min(MAX_RECORD),
+        };
+        // The low 28 bits are the link type; the high bits may carry FCS information.
+        let linktype = word(20) & 0x0fff_ffff;
+        if linktype != 1 {
+            return Err(invalid(
+                path,
+                format!("linktype {linktype} is not supported; only Ethernet (1) is"),
+            ));
+        }
+        Ok(PcapFile {
+            path: path.to_path_buf(),
+            r,
+            swapped,
+            nanos,
+            snaplen,
+            records: 0,
+        })
+    }
+
+    /// The next record's header; `None` at the end of the file (between records).
+    fn next_header(&mut self) -> io::Result<Option<RecordHeader>> {
+        let mut h = [0u8; 16];
+        let got = read_full(&mut self.r, &mut h).map_err(|e| self.io(e))?;
+        let n = self.records + 1;
+        if got == 0 {
+            return Ok(None);
+        }
+        if got < 16 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: truncated pcap file (record {n} ends inside its header: {got} of 16 bytes)",
+                    self.path.display()
+                ),
+            ));
+        }
+        let word = |i: usize| {
+            let b = [h[i], h[i + 1], h[i + 2], h[i + 3]];
+            if self.swapped {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            }
+        };
+        let (sec, frac, caplen, orig_len) = (word(0), word(4), word(8), word(12));
+        if caplen > MAX_RECORD {
+            return Err(invalid(
+                &self.path,
+                format!("record {n}: captured length {caplen} too large (max {MAX_RECORD})"),
+            ));
+        }
+        let frac_ns = if self.nanos {
+            u64::from(frac)
+        } else {
+            u64::from(frac) * 1000
+        };
+        self.records = n;
+        Ok(Some(RecordHeader {
+            ts_ns: u64::from(sec) * 1_000_000_000 + frac_ns,
+            caplen,
+            orig_len,
+        }))
+    }
+
+    /// Reads the record's bytes: the first `into.len()` into `into`, skipping the rest.
+    fn read_data(&mut self, rec: &RecordHeader, into: &mut [u8]) -> io::Result<()> {
+        let got = read_full(&mut self.r, into).map_err(|e| self.io(e))?;
+        let rest = u64::from(rec.caplen) - into.len() as u64;
+        let skipped = if got == into.len() && rest > 0 {
+            io::copy(&mut (&mut self.r).take(rest), &mut io::sink()).map_err(|e| self.io(e))?
+        } else {
+            0
+        };
+        let total = got as u64 + skipped;
+        if total < u64::from(rec.caplen) {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: truncated pcap file (record {} ends after {total} of {} bytes)",
+                    self.path.display(),
+                    self.records,
+                    rec.caplen
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn io(&self, e: io::Error) -> io::Error {
+        io::Error::new(e.kind(), format!("{}: {e}", self.path.display()))
+    }
 }
 
 /// Counters of a [`PcapReader`]. Single writer: the worker polling the reader.
@@ -164,7 +331,7 @@ pub struct ReaderStats {
 /// Reads frames from a pcap file: an RX queue.
 pub struct PcapReader {
     path: PathBuf,
-    reader: Option<pcap_file::pcap::PcapReader<File>>,
+    reader: Option<PcapFile>,
     loops: u32,
     /// Records read in the current pass.
     pass_frames: u64,
@@ -186,7 +353,7 @@ impl PcapReader {
     /// Opens `path` and checks its header (a clear error for a missing, truncated or non-pcap
     /// file, or a linktype other than Ethernet). `loops`: passes over the file, 0 = forever.
     pub fn open(path: &Path, loops: u32) -> io::Result<PcapReader> {
-        let r = open_pcap(path)?;
+        let r = PcapFile::open(path)?;
         Ok(PcapReader {
             path: path.to_path_buf(),
             reader: Some(r),
@@ -219,42 +386,60 @@ impl PcapReader {
             return;
         }
         self.pass_frames = 0;
-        match open_pcap(&self.path) {
+        match PcapFile::open(&self.path) {
             Ok(r) => self.reader = Some(r),
             Err(e) => self.fail(e),
         }
     }
 }
 
+impl PcapReader {
+    /// Reads one record into a packet from `pool`: `Ok(None)` at the end of the file,
+    /// `Ok(Some(None))` for a record too big for the pool's buffers (counted, skipped).
+    fn read_one(&mut self, pool: &mut PacketPool) -> io::Result<Option<Option<Packet>>> {
+        let Some(f) = self.reader.as_mut() else {
+            return Ok(None);
+        };
+        let Some(rec) = f.next_header()? else {
+            return Ok(None);
+        };
+        self.pass_frames += 1;
+        self.stats.frames_read.inc();
+        // Like libpcap, a record longer than the file's snap length is cut to it.
+        let keep = rec.caplen.min(f.snaplen) as usize;
+        let mut p = pool.get();
+        let Ok(buf) = p.fill(keep) else {
+            f.read_data(&rec, &mut [])?;
+            self.stats.too_big.inc();
+            pool.put(p);
+            return Ok(Some(None));
+        };
+        if let Err(e) = f.read_data(&rec, buf) {
+            pool.put(p);
+            return Err(e);
+        }
+        p.meta.ts_ns = rec.ts_ns;
+        p.meta.uncaptured = rec.orig_len.saturating_sub(keep as u32);
+        Ok(Some(Some(p)))
+    }
+}
+
 impl RxQueue for PcapReader {
     fn rx_burst(&mut self, batch: &mut Batch, pool: &mut PacketPool, _now: Tick) -> usize {
         let mut n = 0;
-        while !self.done && batch.room() > 0 {
-            let Some(reader) = self.reader.as_mut() else {
-                break;
-            };
-            match reader.next_packet() {
-                None => self.end_of_pass(),
-                Some(Err(e)) => {
-                    let e = pcap_err(&self.path, e);
-                    self.fail(e);
-                }
-                Some(Ok(pkt)) => {
-                    self.pass_frames += 1;
+        while !self.done && batch.room() > 0 && self.reader.is_some() {
+            match self.read_one(pool) {
+                Ok(None) => self.end_of_pass(),
+                Err(e) => self.fail(e),
+                Ok(Some(None)) => {}
+                Ok(Some(Some(p))) => {
                     let s = &self.stats;
-                    s.frames_read.inc();
-                    let mut p = pool.get();
-                    if p.set_frame(&pkt.data).is_ok() {
-                        s.delivered.inc();
-                        s.bytes.add(p.len() as u64);
-                        if let Err(p) = batch.push(p) {
-                            pool.put(p);
-                        }
-                        n += 1;
-                    } else {
-                        s.too_big.inc();
+                    s.delivered.inc();
+                    s.bytes.add(p.len() as u64);
+                    if let Err(p) = batch.push(p) {
                         pool.put(p);
                     }
+                    n += 1;
                 }
             }
         }
@@ -266,8 +451,13 @@ impl RxQueue for PcapReader {
     }
 }
 
+/// Bytes in front of each frame of a [`Msg::Frames`] buffer: its length, its length on
+/// the wire (u32 each) and its receive timestamp in nanoseconds (u64, 0: none), all
+/// little-endian.
+const FRAME_HDR: usize = 16;
+
 enum Msg {
-    /// Frames, each as a 4-byte little-endian length followed by the bytes.
+    /// Frames, each behind a [`FRAME_HDR`]-byte header.
     Frames(Vec<u8>),
     /// Flush and stop.
     Close,
@@ -321,14 +511,18 @@ impl PcapWriter {
                 let err = |e: PcapError| pcap_err(&p, e);
                 // Ends on Close, or when every sender is gone.
                 while let Ok(Msg::Frames(mut buf)) = rx.recv() {
-                    let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+                    // For frames without a receive timestamp (made by the datapath itself).
+                    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
                     let mut rest = &buf[..];
-                    while rest.len() >= 4 {
-                        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-                        let frame = &rest[4..4 + len];
-                        w.write_packet(&PcapPacket::new(ts, len as u32, frame)).map_err(err)?;
+                    while rest.len() >= FRAME_HDR {
+                        let word = |i: usize| u32::from_le_bytes([rest[i], rest[i + 1], rest[i + 2], rest[i + 3]]);
+                        let (len, orig_len) = (word(0) as usize, word(4));
+                        let ts_ns = u64::from(word(8)) | (u64::from(word(12)) << 32);
+                        let ts = if ts_ns == 0 { now } else { Duration::from_nanos(ts_ns) };
+                        let frame = &rest[FRAME_HDR..FRAME_HDR + len];
+                        w.write_packet(&PcapPacket::new(ts, orig_len, frame)).map_err(err)?;
                         wr.inc();
-                        rest = &rest[4 + len..];
+                        rest = &rest[FRAME_HDR + len..];
                     }
                     buf.clear();
                     let _ = ftx.try_send(buf);
@@ -414,6 +608,8 @@ impl TxQueue for PcapTxQueue {
         let mut bytes = 0u64;
         for p in batch.drain() {
             buf.extend_from_slice(&(p.len() as u32).to_le_bytes());
+            buf.extend_from_slice(&p.wire_len().to_le_bytes());
+            buf.extend_from_slice(&p.meta.ts_ns.to_le_bytes());
             buf.extend_from_slice(p.data());
             bytes += p.len() as u64;
             pool.put(p);

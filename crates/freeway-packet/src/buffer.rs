@@ -51,6 +51,15 @@ pub struct Meta {
     /// What is known about the frame beyond its bytes ([`meta_flags`]): set by the stage that
     /// established it, trusted by the stages after it, so no stage repeats another's work.
     pub flags: u8,
+    /// Bytes of the frame as it was on the wire that the source did not store (a pcap record
+    /// cut to its file's snap length): the length on the wire is `len() + uncaptured`
+    /// ([`Packet::wire_len`]). 0 for a whole frame. Set by the receiving port; kept when
+    /// headers are pushed or pulled, so the wire length follows the frame's edits.
+    pub uncaptured: u32,
+    /// When the packet was received, in nanoseconds since the Unix epoch (0: unknown). Set
+    /// by the receiving port (a pcap record's own timestamp, the wall clock at receive for
+    /// live ports); capture taps and the pcap output write it.
+    pub ts_ns: u64,
 }
 
 /// Bits of [`Meta::flags`].
@@ -77,6 +86,8 @@ impl Default for Meta {
             vlan_depth: 0,
             flow_hash: 0,
             flags: 0,
+            uncaptured: 0,
+            ts_ns: 0,
         }
     }
 }
@@ -247,6 +258,14 @@ impl Packet {
     #[inline(always)]
     pub fn len(&self) -> usize {
         usize::from(self.len)
+    }
+
+    /// Length of the frame on the wire: [`Packet::len`] plus the bytes its source did not
+    /// store ([`Meta::uncaptured`]); what a capture records as the original length and what
+    /// a filter's `len` sees.
+    #[inline(always)]
+    pub fn wire_len(&self) -> u32 {
+        (self.len as u32).saturating_add(self.meta.uncaptured)
     }
 
     /// Whether the frame is empty.
@@ -517,6 +536,23 @@ mod tests {
             };
             assert_eq!(got, p.data(), "packet {i}");
         }
+    }
+
+    /// The wire length is the frame plus what the source did not store, and follows header
+    /// edits; parsing (even a failed parse) keeps the receive metadata.
+    #[test]
+    fn wire_len_follows_the_frame_and_survives_parsing() {
+        let mut p = Packet::from_frame(&[0u8; 42]).unwrap();
+        assert_eq!(p.wire_len(), 42, "a whole frame is as long on the wire as in memory");
+        p.meta.uncaptured = 1158;
+        p.meta.ts_ns = 1_700_000_000_123_456_789;
+        assert_eq!(p.wire_len(), 1200);
+        p.push_front(4).unwrap();
+        assert_eq!(p.wire_len(), 1204, "a pushed tag lengthens the frame on the wire too");
+        let _ = crate::parse(&mut p);
+        assert_eq!((p.meta.uncaptured, p.meta.ts_ns), (1158, 1_700_000_000_123_456_789));
+        p.reset();
+        assert_eq!((p.wire_len(), p.meta.ts_ns), (0, 0));
     }
 
     #[test]

@@ -171,16 +171,19 @@ impl Parsed {
     }
 }
 
-/// Resets every field the parser owns (all but `in_port`) after a drop (cold path).
+/// Resets every field the parser owns (all but `in_port` and what the receiving port set:
+/// `uncaptured`, `ts_ns`) after a drop (cold path).
 #[cold]
 fn clear(meta: &mut Meta) {
     *meta = Meta {
         in_port: meta.in_port,
+        uncaptured: meta.uncaptured,
+        ts_ns: meta.ts_ns,
         ..Meta::default()
     };
 }
 
-/// Parses `pkt` and fills its metadata (all fields but `in_port`). See the module docs for
+/// Parses `pkt` and fills its metadata (all fields but `in_port`, `uncaptured` and `ts_ns`). See the module docs for
 /// what `Ok` guarantees.
 #[inline(always)]
 pub fn parse(pkt: &mut Packet) -> Result<(), ParseError> {
@@ -196,7 +199,7 @@ pub fn parse(pkt: &mut Packet) -> Result<(), ParseError> {
     }
 }
 
-/// Parses a frame held in a plain slice into `meta` (all fields but `in_port`), for callers
+/// Parses a frame held in a plain slice into `meta` (all fields but `in_port`, `uncaptured` and `ts_ns`), for callers
 /// that have no [`Packet`]. Same contract as [`parse`].
 #[inline]
 pub fn parse_frame(f: &[u8], meta: &mut Meta) -> Result<(), ParseError> {

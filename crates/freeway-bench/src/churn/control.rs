@@ -338,6 +338,7 @@ impl Control {
                     dir,
                     snaplen: 128,
                     ring_slots: 64,
+                    lossless: false,
                 };
                 let (tid, reader) = c.reg.attach(spec, filter).map_err(|e| e.to_string())?;
                 id = Some((tid, reader));

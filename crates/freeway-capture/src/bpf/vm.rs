@@ -104,6 +104,8 @@ pub struct Program {
     ops: Box<[Op]>,
     /// Whether any instruction touches scratch memory (if none does, runs skip zeroing it).
     uses_mem: bool,
+    /// Whether any instruction loads the packet's length on the wire (`len`).
+    uses_len: bool,
     /// The program compiled to machine code, when available (shared by clones; unmapped
     /// with the last of them).
     jit: Option<Arc<JitCode>>,
@@ -278,10 +280,12 @@ impl Program {
         let uses_mem = ops
             .iter()
             .any(|o| matches!(o, Op::LdMem(_) | Op::LdxMem(_) | Op::St(_) | Op::Stx(_)));
+        let uses_len = ops.iter().any(|o| matches!(o, Op::LdLen | Op::LdxLen));
         Ok(Program {
             insns: insns.into(),
             ops: ops.into(),
             uses_mem,
+            uses_len,
             jit: None,
         })
     }
@@ -293,6 +297,7 @@ impl Program {
             insns: Box::new([insn]),
             ops: Box::new([Op::RetK(snaplen)]),
             uses_mem: false,
+            uses_len: false,
             jit: None,
         }
     }
@@ -374,7 +379,11 @@ impl Program {
     }
 
     /// [`Program::run_batch`] on the frames of up to [`LANES`] packets. Compiled code reads
-    /// them straight from the packets; otherwise the frames are gathered first.
+    /// them straight from the packets; otherwise the frames are gathered first. `len` is
+    /// each packet's length on the wire ([`freeway_packet::Packet::wire_len`]), as libpcap
+    /// gives a filter the original length of a cut packet: a batch with a cut packet, run
+    /// by a program that reads `len`, goes packet by packet through
+    /// [`Program::run_wirelen`].
     ///
     /// # Panics
     /// As [`Program::run_batch`].
@@ -384,6 +393,14 @@ impl Program {
             pkts.len() <= LANES && pkts.len() <= out.len(),
             "batch of at most {LANES}"
         );
+        if self.uses_len && pkts.iter().any(|p| p.meta.uncaptured != 0) {
+            let mut any = 0;
+            for (o, p) in out.iter_mut().zip(pkts) {
+                *o = self.run_wirelen(p.data(), p.wire_len());
+                any |= *o;
+            }
+            return any != 0;
+        }
         if let Some(any) = self.jit.as_ref().and_then(|j| j.run_packets(pkts, out)) {
             return any;
         }

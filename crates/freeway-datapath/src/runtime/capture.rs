@@ -6,8 +6,18 @@
 //! handed to the port. With no tap attached that is one relaxed load of a shared word and a
 //! test of the worker's cached tap list per batch; with taps, a batch of a tapped port and
 //! direction runs through each such tap's filter at once (one call of its compiled code per
-//! batch, [`freeway_capture::Program::run_batch`]) and the wall-clock timestamp is read only
-//! when a filter matches.
+//! batch, [`freeway_capture::Program::run_batch`]). Each copy is recorded at its packet's
+//! receive timestamp (`Meta::ts_ns`, set by the receiving port: a pcap input's own
+//! timestamps, the wall clock once per batch for live ports; the worker's poll time for a
+//! frame the datapath made) with its wire length as the original length. Each worker
+//! reports its progress ([`freeway_capture::TapPoint::progress`]) once per poll while a tap
+//! is attached, so a tap's writer can merge the workers' copies in timestamp order (see
+//! [`freeway_capture::writer`]).
+//!
+//! Offline runs (one worker reading a pcap file) capture losslessly: a worker whose tap
+//! ring is full waits for the tap's writer ([`freeway_capture::TapSpec::lossless`]), as it
+//! waits for a full pcap output, instead of dropping copies. Live runs never wait: a full
+//! ring drops and counts.
 //!
 //! Threads: attach and detach run on the runtime's caller thread; each tap's
 //! [`TapWriter`] runs on its own thread (`fw-tap-N`) and stops when the tap is detached,
@@ -102,10 +112,11 @@ pub(crate) fn attach<R: TapRegistry>(
     specs: &[TapSpec],
     port_names: &[String],
     workers: usize,
+    lossless: bool,
 ) -> Result<Vec<RunningTap>, RunError> {
     let mut out: Vec<RunningTap> = Vec::new();
     for (n, s) in specs.iter().enumerate() {
-        match attach_one(reg, n, s, port_names, workers) {
+        match attach_one(reg, n, s, port_names, workers, lossless) {
             Ok(t) => out.push(t),
             Err(e) => {
                 finish(reg, out);
@@ -122,6 +133,7 @@ fn attach_one<R: TapRegistry>(
     s: &TapSpec,
     port_names: &[String],
     workers: usize,
+    lossless: bool,
 ) -> Result<RunningTap, RunError> {
     let out: Box<dyn Write + Send> = match &s.write {
         Some(p) => Box::new(BufWriter::new(
@@ -130,16 +142,18 @@ fn attach_one<R: TapRegistry>(
         None if s.text => Box::new(crate::decode::PcapText::new(BufWriter::new(std::io::stdout()))),
         None => Box::new(BufWriter::new(std::io::stdout())),
     };
-    attach_to(reg, &format!("fw-tap-{n}"), s, port_names, workers, out)
+    attach_to(reg, &format!("fw-tap-{n}"), s, port_names, workers, lossless, out)
 }
 
-/// Attaches the tap `s` with a writer thread named `thread` writing to `out`.
+/// Attaches the tap `s` with a writer thread named `thread` writing to `out`; `lossless`:
+/// workers wait for the writer instead of dropping (offline runs).
 pub(crate) fn attach_to<R: TapRegistry>(
     reg: &R,
     thread: &str,
     s: &TapSpec,
     port_names: &[String],
     workers: usize,
+    lossless: bool,
     out: Box<dyn Write + Send>,
 ) -> Result<RunningTap, RunError> {
     let port_name = port_names.get(usize::from(s.port)).cloned().unwrap_or_default();
@@ -163,6 +177,7 @@ pub(crate) fn attach_to<R: TapRegistry>(
                 dir,
                 snaplen: snap,
                 ring_slots: slots,
+                lossless,
             },
             filter,
         )

@@ -91,7 +91,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let port_names = bridge_port_names(cfg);
     let control_listener = opts.control.as_deref().map(control::bind).transpose()?;
     let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
-    let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers)?;
+    let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers, offline)?;
     tracing::info!(
         workers = nworkers,
         ports = ?port_names,
@@ -164,6 +164,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 writers: &writers,
                 taps: &taps,
                 nworkers,
+                offline,
                 running_taps: &running_taps,
             });
             Some(spawn_control(l, c, &writer_stop)?)
@@ -277,6 +278,8 @@ pub(crate) struct ShareCtl<'a, L: Layout, R: TapRegistry> {
     writers: &'a Writers<L>,
     taps: &'a R,
     nworkers: usize,
+    /// Offline run: taps attached from the control socket are lossless too.
+    offline: bool,
     running_taps: &'a [RunningTap],
 }
 
@@ -306,9 +309,9 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
         fdb_ops: x.writers.fdb_ops.clone(),
         neigh_ops: x.writers.neigh_ops.clone(),
         attach: {
-            let n = x.nworkers;
+            let (n, offline) = (x.nworkers, x.offline);
             let (reg, names) = (x.taps.clone(), x.port_names.to_vec());
-            Box::new(move |spec, out| capture::attach_to(&reg, "fw-ctl-tap", spec, &names, n, out))
+            Box::new(move |spec, out| capture::attach_to(&reg, "fw-ctl-tap", spec, &names, n, offline, out))
         },
         detach: {
             let reg = x.taps.clone();
@@ -542,6 +545,7 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
                 pool: PacketPool::new(freeway_packet::DEFAULT_BUF_SIZE, 0, 0),
                 stats: stats.clone(),
                 taps: tap_worker,
+                poll_ns: 0,
                 next: next.clone(),
                 to_router: Vec::new(),
             },

@@ -23,12 +23,10 @@ pub(crate) enum Next {
     Router,
 }
 
-/// Wall-clock time in nanoseconds (capture timestamps: read only when a tap matches).
-pub(crate) fn wall_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
+/// Wall-clock time in nanoseconds: a worker's poll time while a tap is attached (its
+/// progress mark, and the capture timestamp of frames the datapath made). Packets carry
+/// their own receive timestamps (`Meta::ts_ns`, set by the ports).
+pub(crate) use freeway_io::wall_ns;
 
 /// The emit side of the pipeline: the next-stage edge of every bridge port, per-port transmit
 /// batches and queues, egress taps, the frames on the edge to the router, and the pool.
@@ -40,6 +38,9 @@ pub(crate) struct Tx<T: TapPoint> {
     pub(crate) pool: PacketPool,
     pub(crate) stats: Arc<CachePadded<WorkerStats>>,
     pub(crate) taps: T,
+    /// The worker's latest poll time while a tap is attached (ns since the epoch): the
+    /// capture timestamp of transmitted frames that have no receive timestamp.
+    pub(crate) poll_ns: u64,
     /// The edge of each bridge port: the ports', then the router port's (with a router).
     pub(crate) next: Box<[Next]>,
     /// Frames on the edge to the router stage, waiting for it.
@@ -54,8 +55,7 @@ impl<T: TapPoint> Tx<T> {
             return;
         }
         if self.taps.any() {
-            self.taps
-                .tap_lazy(port as u16, Direction::Tx, b.as_slice(), &mut wall_ns);
+            self.taps.tap(port as u16, Direction::Tx, b.as_slice(), self.poll_ns);
         }
         let n = b.len() as u64;
         let bytes: usize = b.as_slice().iter().map(Packet::len).sum();

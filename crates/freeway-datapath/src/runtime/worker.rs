@@ -88,6 +88,12 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
+        if w.tx.taps.any() {
+            // One clock read per poll, before receiving: every packet received from now on
+            // is stamped no earlier, which is the worker's promise to the taps' writers.
+            w.tx.poll_ns = wall_ns();
+            w.tx.taps.progress(w.tx.poll_ns);
+        }
         let mut got = 0;
         let mut live = false;
         for (port, q) in rx.iter_mut() {
@@ -98,7 +104,7 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
             }
             got += n;
             if w.tx.taps.any() {
-                w.tx.taps.tap_lazy(*port, Direction::Rx, batch.as_slice(), &mut wall_ns);
+                w.tx.taps.tap(*port, Direction::Rx, batch.as_slice(), w.tx.poll_ns);
             }
             process_batch(&mut w, *port, &mut batch, now, inline.as_mut(), &mut scratch);
         }

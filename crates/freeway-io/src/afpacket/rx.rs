@@ -241,6 +241,8 @@ impl RxQueue for AfPacketRx {
         let mut n = 0usize;
         let mut bytes = 0u64;
         let mut dropped = 0u64;
+        // The receive timestamp: the wall clock read once per call, at its first packet.
+        let mut ts = 0u64;
         while batch.room() > 0 {
             let block = self.ring.block(self.cur);
             if !self.open {
@@ -313,6 +315,10 @@ impl RxQueue for AfPacketRx {
                                 x.csum_partial.inc();
                             }
                         }
+                        if ts == 0 {
+                            ts = crate::wall_ns();
+                        }
+                        p.meta.ts_ns = ts;
                         bytes += p.len() as u64;
                         n += 1;
                         // Cannot fail: the loop runs only while the batch has room.
