@@ -224,6 +224,15 @@ fn bridge_port_names(cfg: &Checked) -> Vec<String> {
     names
 }
 
+/// Every bridge port's VLAN membership: the configured ports', then the router port's.
+fn bridge_port_vlans(cfg: &Checked) -> Vec<PortVlan> {
+    cfg.ports
+        .iter()
+        .map(|p| p.vlan.clone())
+        .chain(router_vlans(cfg))
+        .collect()
+}
+
 /// Closes every port (flushing outputs) and lists what went wrong, with the taps' errors.
 fn close_ports(ports: &Mutex<Vec<Box<dyn Port>>>, cfg: &Checked, taps: &[super::TapResult]) -> Vec<String> {
     let mut errors = Vec::new();
@@ -298,13 +307,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
             _ => None,
         },
         ct: x.stateful.map(|s| s.ct.clone()),
-        port_vlans: x
-            .cfg
-            .ports
-            .iter()
-            .map(|p| p.vlan.clone())
-            .chain(router_vlans(x.cfg))
-            .collect(),
+        port_vlans: bridge_port_vlans(x.cfg),
         nports: x.cfg.ports.len(),
         fdb_ops: x.writers.fdb_ops.clone(),
         neigh_ops: x.writers.neigh_ops.clone(),
@@ -344,18 +347,8 @@ pub fn trace_config<L: Layout>(cfg: &Checked, in_port: u16, frame: Vec<u8>) -> R
     if let Some((_, _, nw)) = tables.router.as_mut() {
         nw.service(clock.now());
     }
-    let port_names: Vec<String> = cfg
-        .ports
-        .iter()
-        .map(|p| p.name.clone())
-        .chain(tables.router.as_ref().map(|_| "(router)".to_string()))
-        .collect();
-    let port_vlans: Vec<PortVlan> = cfg
-        .ports
-        .iter()
-        .map(|p| p.vlan.clone())
-        .chain(router_vlans(cfg))
-        .collect();
+    let port_names = bridge_port_names(cfg);
+    let port_vlans: Vec<PortVlan> = bridge_port_vlans(cfg);
     let no_zones: Arc<[u16]> = Arc::from(Vec::new());
     let t = super::trace::Tables {
         bridge: &tables.bridge,
@@ -412,12 +405,7 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock) -> Result<Ta
         Some(spec) => Some(router::build(spec, nports as u16, clock.now())?),
         None => None,
     };
-    let port_vlans: Vec<PortVlan> = cfg
-        .ports
-        .iter()
-        .map(|p| p.vlan.clone())
-        .chain(router_vlans(cfg))
-        .collect();
+    let port_vlans: Vec<PortVlan> = bridge_port_vlans(cfg);
     let (fdb_r, mut fdb_w) = fdb::new::<L>(cfg.fdb.clone());
     for (mac, vlan, port) in &cfg.statics {
         fdb_w
