@@ -477,7 +477,7 @@ fn batch_verdicts_equal_single_verdicts_on_the_corpus() {
 fn len_sees_the_wire_length_of_cut_packets() {
     let frame = arp();
     let mut cut = freeway_packet::Packet::from_frame(&frame[..42]).unwrap();
-    cut.meta.uncaptured = 1200 - 42;
+    cut.meta.set_uncaptured(1200 - 42);
     let whole = freeway_packet::Packet::from_frame(&frame[..42]).unwrap();
     let pkts = [whole, cut];
     for (expr, want) in [

@@ -564,7 +564,7 @@ fn records_keep_packet_time_and_wire_length<R: TapRegistry>() {
     let mut tw = nanos_writer(reader, out.clone());
     let frame = build_frame(&FrameSpec::default());
     let mut cut = Packet::from_frame(&frame[..42]).unwrap();
-    cut.meta.uncaptured = 1200 - 42;
+    cut.meta.set_uncaptured(1200 - 42);
     cut.meta.ts_ns = 1_600_000_000_000_000_001;
     let fresh = Packet::from_frame(&frame).unwrap();
     w.tap(0, Direction::Rx, &[cut, fresh], 1_600_000_000_500_000_000);

@@ -419,7 +419,7 @@ impl PcapReader {
             return Err(e);
         }
         p.meta.ts_ns = rec.ts_ns;
-        p.meta.uncaptured = rec.orig_len.saturating_sub(keep as u32);
+        p.meta.set_uncaptured(rec.orig_len.saturating_sub(keep as u32));
         Ok(Some(Some(p)))
     }
 }

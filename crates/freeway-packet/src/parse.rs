@@ -175,12 +175,11 @@ impl Parsed {
 /// `uncaptured`, `ts_ns`) after a drop (cold path).
 #[cold]
 fn clear(meta: &mut Meta) {
-    *meta = Meta {
-        in_port: meta.in_port,
-        uncaptured: meta.uncaptured,
-        ts_ns: meta.ts_ns,
-        ..Meta::default()
-    };
+    let mut fresh = Meta::default();
+    fresh.in_port = meta.in_port;
+    fresh.ts_ns = meta.ts_ns;
+    fresh.set_uncaptured(meta.uncaptured());
+    *meta = fresh;
 }
 
 /// Parses `pkt` and fills its metadata (all fields but `in_port`, `uncaptured` and `ts_ns`). See the module docs for

@@ -393,7 +393,7 @@ impl Program {
             pkts.len() <= LANES && pkts.len() <= out.len(),
             "batch of at most {LANES}"
         );
-        if self.uses_len && pkts.iter().any(|p| p.meta.uncaptured != 0) {
+        if self.uses_len && pkts.iter().any(|p| p.meta.uncaptured() != 0) {
             let mut any = 0;
             for (o, p) in out.iter_mut().zip(pkts) {
                 *o = self.run_wirelen(p.data(), p.wire_len());
