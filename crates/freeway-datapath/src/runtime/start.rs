@@ -103,6 +103,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         "datapath starting"
     );
     let (workers, all_stats) = build_workers(cfg, &tables, rx_of, tx_of, &taps)?;
+    let snapper = snapper_of(cfg, &tables, &workers, all_stats, &ports);
     let Tables {
         router,
         fdb_r,
@@ -114,36 +115,18 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         Some((s, r, n)) => (Some(s), Some(r), Some(n)),
         None => (None, None, None),
     };
-    let snapper = Snapper {
-        names: cfg.ports.iter().map(|p| (p.name.clone(), p.kind.name())).collect(),
-        stats: all_stats.into(),
-        cores: workers.iter().map(|w| w.core.map(|c| c.id)).collect(),
-        fdb: fdb_r.clone(),
-        neigh: router_shared.as_ref().map(|r| r.neigh.clone()),
-        ct: stateful.as_ref().map(|s| s.ct.clone()),
-        fw: stateful.as_ref().and_then(|s| s.fw.clone()),
-        ports: ports.clone(),
-    };
-
-    // In offline runs the one worker owns the tables' writers (deterministic output);
-    // otherwise they run on their own threads, which also take the control socket's changes.
-    let (inline, writers) = if offline {
-        let inline = Inline {
-            fdb: Some(fdb_w),
-            neigh: neigh_w,
-        };
-        (Some(inline), None)
-    } else {
-        (None, Some((fdb_w, neigh_w)))
-    };
     let stop = Arc::new(AtomicBool::new(false));
     let writer_stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
-    let worker_handles = spawn_workers(workers, &clock, &stop, inline)?;
-    let writers = match writers {
-        Some((f, n)) => spawn_writers(f, n, &clock, &writer_stop)?,
-        None => Writers::none(),
+    // In offline runs the one worker owns the tables' writers (deterministic output);
+    // otherwise they run on their own threads, which also take the control socket's changes.
+    let (inline, writers) = if offline {
+        let fdb = Some(fdb_w);
+        (Some(Inline { fdb, neigh: neigh_w }), Writers::none())
+    } else {
+        (None, spawn_writers(fdb_w, neigh_w, &clock, &writer_stop)?)
     };
+    let worker_handles = spawn_workers(workers, &clock, &stop, inline)?;
     let metrics_handle = metrics_listener
         .map(|l| spawn_metrics(l, snapper.clone(), start, &writer_stop))
         .transpose()?;
@@ -202,6 +185,27 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         connections: stateful.as_ref().map(|s| s.ct.dump()).unwrap_or_default(),
         taps,
     })
+}
+
+/// What snapshots of a run read: every worker's counters, the tables, the ports' own counters.
+fn snapper_of<L: Layout, T: freeway_capture::TapPoint>(
+    cfg: &Checked,
+    tables: &Tables<L>,
+    workers: &[Worker<L, T>],
+    stats: Vec<Arc<CachePadded<WorkerStats>>>,
+    ports: &Arc<Mutex<Vec<Box<dyn Port>>>>,
+) -> Snapper<L> {
+    let stateful = tables.stateful.as_ref();
+    Snapper {
+        names: cfg.ports.iter().map(|p| (p.name.clone(), p.kind.name())).collect(),
+        stats: stats.into(),
+        cores: workers.iter().map(|w| w.core.map(|c| c.id)).collect(),
+        fdb: tables.fdb_r.clone(),
+        neigh: tables.router.as_ref().map(|(r, _, _)| r.neigh.clone()),
+        ct: stateful.map(|s| s.ct.clone()),
+        fw: stateful.and_then(|s| s.fw.clone()),
+        ports: ports.clone(),
+    }
 }
 
 /// Whether a run is offline: one worker and a pcap input. The worker then owns the tables'
