@@ -36,27 +36,29 @@ pub enum Direction {
     Inout,
 }
 
-impl fmt::Display for Direction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Direction::In => "in",
-            Direction::Out => "out",
-            Direction::Inout => "inout",
-        })
-    }
+/// `Display` and `FromStr` for an enum of keywords (the same words serde reads), with the
+/// error naming the words allowed.
+macro_rules! keywords {
+    ($t:ident { $($v:ident => $w:literal),+ }, $allowed:literal) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self { $($t::$v => $w),+ })
+            }
+        }
+
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($w => Ok($t::$v),)+
+                    other => Err(format!("{other:?}: must be {}", $allowed)),
+                }
+            }
+        }
+    };
 }
 
-impl FromStr for Direction {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "in" => Ok(Direction::In),
-            "out" => Ok(Direction::Out),
-            "inout" => Ok(Direction::Inout),
-            d => Err(format!("{d:?}: must be in, out or inout")),
-        }
-    }
-}
+keywords!(Direction { In => "in", Out => "out", Inout => "inout" }, "in, out or inout");
 
 /// The file format of a capture.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -80,25 +82,7 @@ impl FileFormat {
     }
 }
 
-impl fmt::Display for FileFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            FileFormat::Pcap => "pcap",
-            FileFormat::Pcapng => "pcapng",
-        })
-    }
-}
-
-impl FromStr for FileFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "pcap" => Ok(FileFormat::Pcap),
-            "pcapng" => Ok(FileFormat::Pcapng),
-            f => Err(format!("{f:?}: must be pcap or pcapng")),
-        }
-    }
-}
+keywords!(FileFormat { Pcap => "pcap", Pcapng => "pcapng" }, "pcap or pcapng");
 
 /// The largest snap length, and the default one.
 pub const MAX_SNAPLEN: u32 = 262_144;

@@ -37,6 +37,15 @@ pub(crate) struct BridgeCtx<'a, 'w, L: Layout, T: TapPoint> {
     pub(crate) learning: &'a mut Learning<'w, L>,
 }
 
+/// How a worker learns: inline into the FDB writer it owns (offline runs), else through the
+/// FDB thread's queue.
+fn learning_of<L: Layout>(fdb: Option<&mut FdbWriter<L>>) -> Learning<'_, L> {
+    match fdb {
+        Some(f) => Learning::Inline(f),
+        None => Learning::Queue,
+    }
+}
+
 impl<L: Layout, T: TapPoint> Bridging for BridgeCtx<'_, '_, L, T> {
     #[inline]
     fn pool(&mut self) -> &mut PacketPool {
@@ -141,17 +150,14 @@ pub(crate) fn poll_router<L: Layout, T: TapPoint>(w: &mut Worker<L, T>, now: Tic
         tx, bridge, bw, router, ..
     } = w;
     let Some(r) = router.as_mut() else { return };
-    let mut learning = match inline.and_then(|i| i.fdb.as_mut()) {
-        Some(f) => Learning::Inline(f),
-        None => Learning::Queue,
-    };
+    let learning = &mut learning_of(inline.and_then(|i| i.fdb.as_mut()));
     r.poll(
         now,
         &mut BridgeCtx {
             tx,
             bridge,
             bw,
-            learning: &mut learning,
+            learning,
         },
     );
     tx.flush_all();
@@ -213,11 +219,8 @@ pub(crate) fn process_batch<L: Layout, T: TapPoint>(
         Some(i) => (i.fdb.as_mut(), i.neigh.as_mut()),
         None => (None, None),
     };
-    let mut learning = match fdb_w {
-        Some(f) => Learning::Inline(f),
-        None => Learning::Queue,
-    };
-    bridge.process(bw, batch, now, tx, &mut learning);
+    let learning = &mut learning_of(fdb_w);
+    bridge.process(bw, batch, now, tx, learning);
     if let Some(r) = router.as_mut() {
         r.run(
             now,
@@ -225,7 +228,7 @@ pub(crate) fn process_batch<L: Layout, T: TapPoint>(
                 tx,
                 bridge,
                 bw,
-                learning: &mut learning,
+                learning,
             },
             scratch,
         );
