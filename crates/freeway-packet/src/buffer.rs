@@ -23,7 +23,7 @@
 //! about 8% fewer frames than 40 in the bridge benchmark). So a `Packet` is exactly 40 bytes:
 //! the buffer is one pointer (its capacity lives in a [`PREFIX`]-byte header in front of
 //! the buffer, read only where a frame is written whole, on drop and on clone, not by
-//! [`Packet::data`]), and [`Meta`] is 28 bytes (`repr(packed(4))`, the bytes a pcap record did
+//! [`Packet::data`]), and [`Meta`] is 28 bytes (`repr(C, packed(4))`, the bytes a pcap record did
 //! not store in 24 bits). A `Box<[u8]>` would take two words and no crate offers a thin
 //! owned byte buffer with a header that fits this better.
 
@@ -45,11 +45,11 @@ pub const NO_OFFSET: u16 = 0xffff;
 
 /// Per-packet metadata filled by the port (ingress) and the parser.
 ///
-/// Packed to 4-byte alignment so that it is 28 bytes and a [`Packet`] 40 (see the module
+/// `repr(C)` in this field order, packed to 4-byte alignment, so that it is 28 bytes and a [`Packet`] 40 (see the module
 /// doc): read and write its fields by value (`p.meta.ts_ns`), a reference to `ts_ns` is not
 /// allowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(packed(4))]
+#[repr(C, packed(4))]
 pub struct Meta {
     /// Index of the port the packet arrived on.
     pub in_port: u16,

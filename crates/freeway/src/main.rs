@@ -85,6 +85,16 @@ enum Cmd {
     /// Long-running reliability checks (the churn oracle).
     #[command(subcommand)]
     Stress(freeway_bench::churn::StressCmd),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on standard output.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (freeway.1, freeway-run.1, ...) into a directory.
+    Manpages {
+        /// The directory (created if missing); only files named freeway*.1 are written there.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -224,6 +234,13 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
         }
     }
     let tables = !args.json && !args.quiet && !dump_only;
+    // Under systemd (`Type=notify`) the service is up once the datapath forwards; elsewhere
+    // NOTIFY_SOCKET is unset and this does nothing.
+    let mut notify_ready = || {
+        if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+            tracing::warn!(error = %e, "cannot tell the service manager that the datapath is ready");
+        }
+    };
     let mut printer = report::LivePrinter::default();
     let mut cb = |s: &runtime::Snapshot| printer.print(s);
     let opts = RunOptions {
@@ -235,6 +252,7 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
         stop_when_taps_done: show == Show::Capture,
         control: args.ctl.clone(),
         metrics: args.metrics.clone(),
+        on_ready: Some(&mut notify_ready),
     };
     if tables {
         let src = args
@@ -436,6 +454,13 @@ fn check_cmd(path: PathBuf) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes one manual page per command (hidden ones aside) into `dir`.
+fn manpages(dir: &std::path::Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    clap_mangen::generate_to(cmd, dir).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = init_logs(&cli.log_level, &cli.log_format) {
@@ -464,6 +489,14 @@ fn main() -> ExitCode {
         }
         Cmd::Bench(b) => freeway_bench::main(b),
         Cmd::Stress(s) => freeway_bench::churn::main(s),
+        Cmd::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "freeway", &mut script);
+            out!("{}", String::from_utf8_lossy(&script));
+            Ok(())
+        }
+        Cmd::Manpages { dir } => manpages(&dir),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

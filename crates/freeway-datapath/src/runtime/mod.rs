@@ -121,6 +121,9 @@ pub struct RunOptions<'a> {
     pub control: Option<std::path::PathBuf>,
     /// Serve Prometheus metrics (`GET /metrics`) on this TCP address.
     pub metrics: Option<String>,
+    /// Called once every thread runs and the control and metrics sockets listen: the
+    /// datapath is forwarding (a service manager's "ready").
+    pub on_ready: Option<&'a mut dyn FnMut()>,
 }
 
 impl Default for RunOptions<'_> {
@@ -134,6 +137,7 @@ impl Default for RunOptions<'_> {
             stop_when_taps_done: false,
             control: None,
             metrics: None,
+            on_ready: None,
         }
     }
 }

@@ -155,6 +155,9 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         None => None,
     };
 
+    if let Some(ready) = opts.on_ready.as_mut() {
+        ready();
+    }
     wait(cfg, &mut opts, start, &snapper, &running_taps, &worker_handles);
     let threads = Threads {
         stop,
