@@ -124,9 +124,34 @@ struct RunArgs {
     /// Listen for `freeway ctl` on this Unix socket (mode 0600) while running.
     #[arg(long, value_name = "PATH")]
     ctl: Option<PathBuf>,
+    /// Members of this group (a name or a number) may send every control request; the socket
+    /// becomes 0660 and owned by the group. Checked per connection with the peer's credentials.
+    #[arg(long, value_name = "GROUP", requires = "ctl")]
+    ctl_group: Option<String>,
+    /// Members of this group may send the requests that only read (stats, tables, trace); the
+    /// socket becomes 0666 and every connection is checked.
+    #[arg(long, value_name = "GROUP", requires = "ctl")]
+    ctl_read_group: Option<String>,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9477).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+}
+
+impl RunArgs {
+    /// Who may use the control socket, from `--ctl-group` and `--ctl-read-group`.
+    fn ctl_access(&self) -> Result<runtime::control::access::Access, String> {
+        use runtime::control::access::{Access, Group};
+        let group = |g: &Option<String>, flag: &str| {
+            g.as_deref()
+                .map(Group::resolve)
+                .transpose()
+                .map_err(|e| format!("{flag}: {e}"))
+        };
+        Ok(Access {
+            group: group(&self.ctl_group, "--ctl-group")?,
+            read_group: group(&self.ctl_read_group, "--ctl-read-group")?,
+        })
+    }
 }
 
 #[derive(Args)]
@@ -252,6 +277,7 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
         stop_when_taps_done: show == Show::Capture,
         control: args.ctl.clone(),
         metrics: args.metrics.clone(),
+        ctl_access: args.ctl_access()?,
         on_ready: Some(&mut notify_ready),
     };
     if tables {
@@ -355,6 +381,8 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         fdb: false,
         no_route_cache: false,
         ctl: None,
+        ctl_group: None,
+        ctl_read_group: None,
         metrics: None,
     };
     if a.dump {

@@ -1,12 +1,15 @@
 //! Running as a service: shell completions and manual pages generated from the command line,
-//! and the systemd readiness notification (`Type=notify`) once the datapath forwards.
+//! the systemd readiness notification (`Type=notify`) once the datapath forwards, and the
+//! control socket opened to operators' groups (`--ctl-group`, `--ctl-read-group`).
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
-use std::process::Command;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{freeway, ok};
+use common::{ctl, freeway, ok, spawn_run, stop};
 
 /// Every shell clap_complete knows gets a script that names the commands; an unknown shell
 /// is refused with the list of the known ones.
@@ -81,4 +84,94 @@ fn the_datapath_notifies_readiness() {
     let msg = String::from_utf8_lossy(&buf[..n]);
     assert!(msg.lines().any(|l| l == "READY=1"), "got {msg:?}");
     std::fs::remove_file(&sock).unwrap();
+}
+
+/// `freeway ctl -s SOCK WORDS...` run as user `uid` with primary group `gid` and no
+/// supplementary groups.
+fn ctl_as(bin: &std::path::Path, uid: u32, gid: u32, sock: &std::path::Path, words: &[&str]) -> Output {
+    Command::new(bin)
+        .args(["ctl", "-s", sock.to_str().unwrap()])
+        .args(words)
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .unwrap()
+}
+
+/// With `--ctl-group` and `--ctl-read-group`, a member of the first may change tables, a
+/// member of the second may read stats but not change anything, and anyone else is refused;
+/// each refusal is counted in `ctl clients`. The users are made up (uid 65534 with chosen
+/// group ids), so the test needs root to run its clients as them.
+#[test]
+fn the_control_socket_admits_its_groups_only() {
+    if euid() != 0 {
+        freeway_testkit::skip("needs root to run clients as other users");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("freeway-ctl-group-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A copy of the binary that the other users can run, wherever the build tree is.
+    let bin = dir.join("freeway");
+    std::fs::copy(env!("CARGO_BIN_EXE_freeway"), &bin).unwrap();
+    let cfg = dir.join("run.toml");
+    std::fs::write(
+        &cfg,
+        String::from_utf8(ok(&["default-config"]).stdout)
+            .unwrap()
+            .replace("duration_secs = 5", "duration_secs = 60"),
+    )
+    .unwrap();
+    let sock = dir.join("ctl.sock");
+    let child = spawn_run(
+        &cfg,
+        &sock,
+        &["--ctl-group", "4242", "--ctl-read-group", "4243"],
+        Stdio::null(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !sock.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o666, "a read group opens the file; the check is per connection");
+
+    let admin = ctl_as(&bin, 65534, 4242, &sock, &["fdb", "flush"]);
+    assert!(
+        admin.status.success(),
+        "admin: {}",
+        String::from_utf8_lossy(&admin.stderr)
+    );
+    let reader = ctl_as(&bin, 65534, 4243, &sock, &["stats"]);
+    assert!(
+        reader.status.success(),
+        "reader: {}",
+        String::from_utf8_lossy(&reader.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&reader.stdout).contains("rx"),
+        "stats were printed"
+    );
+    let denied = ctl_as(&bin, 65534, 4243, &sock, &["fdb", "flush"]);
+    let err = String::from_utf8_lossy(&denied.stderr);
+    assert!(
+        !denied.status.success() && err.contains("fdb_flush") && err.contains("4242"),
+        "{err}"
+    );
+    let stranger = ctl_as(&bin, 65534, 65534, &sock, &["stats"]);
+    let err = String::from_utf8_lossy(&stranger.stderr);
+    assert!(!stranger.status.success() && err.contains("not allowed"), "{err}");
+
+    let clients = ctl(&sock, &["clients"]);
+    assert_eq!(clients["data"]["forbidden"], 2, "{clients}");
+    stop(child, dir);
+}
+
+/// The effective user id, without a libc dependency in the tests.
+fn euid() -> u32 {
+    unsafe extern "C" {
+        fn geteuid() -> u32;
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { geteuid() }
 }

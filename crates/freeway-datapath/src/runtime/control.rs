@@ -35,6 +35,7 @@
 //! socket) is left alone and the run refused. At exit the file is removed only if it is
 //! still the socket this run created (same device and inode).
 
+pub mod access;
 pub mod cli;
 pub mod protocol;
 
@@ -163,25 +164,28 @@ pub(crate) struct ClientStats {
     timed_out: AtomicU64,
     /// Clients dropped because they did not read their reply within [`REPLY_DEADLINE`].
     dropped: AtomicU64,
+    /// Clients or requests refused because the user may not send them (see [`access`]).
+    forbidden: AtomicU64,
 }
 
 impl ClientStats {
     fn reply(&self) -> Reply {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let (active, answered, busy, timed_out, dropped) = (
+        let (active, answered, busy, timed_out, dropped, forbidden) = (
             g(&self.active),
             g(&self.answered),
             g(&self.busy),
             g(&self.timed_out),
             g(&self.dropped),
+            g(&self.forbidden),
         );
         Reply::new(
             format!(
                 "clients: {active} active (at most {MAX_CLIENTS}), {answered} answered, {busy} refused busy, \
-                 {timed_out} timed out sending, {dropped} dropped not reading\n"
+                 {timed_out} timed out sending, {dropped} dropped not reading, {forbidden} forbidden\n"
             ),
             json!({"active": active, "max": MAX_CLIENTS, "answered": answered, "busy": busy,
-                   "timed_out": timed_out, "dropped": dropped}),
+                   "timed_out": timed_out, "dropped": dropped, "forbidden": forbidden}),
         )
     }
 }
@@ -275,6 +279,10 @@ fn ask<T>(q: &Option<Sender<Op<T>>>, op: T) -> Result<Reply, CtlError> {
 pub(crate) struct Listener {
     listener: UnixListener,
     path: PathBuf,
+    /// Who may use it.
+    access: Arc<access::Access>,
+    /// The user the datapath runs as (always admitted).
+    owner: u32,
     /// Device and inode of the socket file this listener created.
     id: (u64, u64),
 }
@@ -299,7 +307,7 @@ impl Drop for Listener {
 /// Binds `path` with mode 0600. Only a stale socket (one nobody listens on: connecting is
 /// refused) is replaced; a live socket, a file, a directory or anything else there is left
 /// alone and refused.
-pub(crate) fn bind(path: &Path) -> Result<Listener, RunError> {
+pub(crate) fn bind(path: &Path, access: &access::Access) -> Result<Listener, RunError> {
     let e = |m: String| RunError(format!("control socket {}: {m}", path.display()));
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
@@ -332,7 +340,9 @@ pub(crate) fn bind(path: &Path) -> Result<Listener, RunError> {
     let tmp = path.with_file_name(format!(".fw-ctl-{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let l = UnixListener::bind(&tmp).map_err(|x| e(x.to_string()))?;
-    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+    let group = access.group.as_ref().map(|g| g.gid);
+    let placed = std::os::unix::fs::chown(&tmp, None, group)
+        .and_then(|()| std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(access.mode())))
         .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(x) = placed {
         let _ = std::fs::remove_file(&tmp);
@@ -342,6 +352,9 @@ pub(crate) fn bind(path: &Path) -> Result<Listener, RunError> {
     let listener = Listener {
         listener: l,
         path: path.to_path_buf(),
+        access: Arc::new(access.clone()),
+        // SAFETY: geteuid cannot fail and has no preconditions.
+        owner: unsafe { libc::geteuid() },
         id: (m.dev(), m.ino()),
     };
     listener.listener.set_nonblocking(true).map_err(|x| e(x.to_string()))?;
@@ -423,14 +436,26 @@ fn accept_loop(l: &Listener, jobs: &Sender<Job>, stats: &Arc<ClientStats>, stop:
         };
         nap = Duration::from_micros(50);
         let connected = Instant::now();
+        let peer = match access::Peer::of(&s) {
+            Ok(p) if l.access.admits(&p, l.owner) => p,
+            who => {
+                refuse_forbidden(s, who, stats);
+                continue;
+            }
+        };
         if stats.active.load(Ordering::Relaxed) >= MAX_CLIENTS as u64 {
             refuse_busy(s, stats);
             continue;
         }
         stats.active.fetch_add(1, Ordering::Relaxed);
         let (jobs, st) = (jobs.clone(), stats.clone());
+        let who = Who {
+            peer,
+            owner: l.owner,
+            access: l.access.clone(),
+        };
         let spawned = std::thread::Builder::new().name("fw-ctl-client".into()).spawn(move || {
-            client(s, connected, &jobs, &st);
+            client(s, connected, &who, &jobs, &st);
             st.active.fetch_sub(1, Ordering::Relaxed);
         });
         if let Err(e) = spawned {
@@ -438,6 +463,26 @@ fn accept_loop(l: &Listener, jobs: &Sender<Job>, stats: &Arc<ClientStats>, stop:
             tracing::warn!(error = %e, "cannot start a control client thread");
         }
     }
+}
+
+/// A connected client's credentials and the rules they are checked against.
+struct Who {
+    peer: access::Peer,
+    owner: u32,
+    access: Arc<access::Access>,
+}
+
+/// Tells a client that may not use the socket so (a short line into an empty socket buffer:
+/// never waits) and closes it; counted and logged.
+fn refuse_forbidden(s: UnixStream, who: std::io::Result<access::Peer>, stats: &ClientStats) {
+    let n = stats.forbidden.fetch_add(1, Ordering::Relaxed) + 1;
+    let why = match &who {
+        Ok(p) => format!("user {} (group {}) is not allowed on this control socket", p.uid, p.gid),
+        Err(e) => format!("the client's credentials cannot be read: {e}"),
+    };
+    tracing::warn!(refused = n, "control client refused: {why}");
+    let _ = s.set_nonblocking(true);
+    let _ = (&s).write_all(Response::line(Err(CtlError::Forbidden(why))).as_bytes());
 }
 
 /// Tells a client over the limit that the socket is busy (a short line into an empty socket
@@ -514,8 +559,27 @@ fn write_within(s: &UnixStream, bytes: &[u8], deadline: Instant) -> bool {
     true
 }
 
+/// Queues a decoded request for the control thread and waits for its answer (`None`: the
+/// answer went on the connection itself, a capture stream).
+fn submit(request: Request, s: &UnixStream, jobs: &Sender<Job>) -> Option<Result<Reply, CtlError>> {
+    let stream = match &request {
+        Request::Capture(_) => s.try_clone().ok(),
+        _ => None,
+    };
+    let (tx, rx) = bounded(1);
+    let gone = || CtlError::Unavailable("the datapath is stopping".into());
+    match jobs.send(Job {
+        request,
+        stream,
+        answer: tx,
+    }) {
+        Ok(()) => rx.recv().unwrap_or_else(|_| Some(Err(gone()))),
+        Err(_) => Some(Err(gone())),
+    }
+}
+
 /// Serves one connection (a client thread): request in, reply out, each with its deadline.
-fn client(s: UnixStream, connected: Instant, jobs: &Sender<Job>, stats: &ClientStats) {
+fn client(s: UnixStream, connected: Instant, who: &Who, jobs: &Sender<Job>, stats: &ClientStats) {
     let _ = s.set_nonblocking(false);
     let answer = match read_request(&s, connected + REQUEST_DEADLINE) {
         Err(e) => {
@@ -532,22 +596,14 @@ fn client(s: UnixStream, connected: Instant, jobs: &Sender<Job>, stats: &ClientS
                 tracing::warn!(error = %e, kind = e.kind(), "control request refused");
                 Some(Err(e))
             }
-            Ok(request) => {
-                let stream = match &request {
-                    Request::Capture(_) => s.try_clone().ok(),
-                    _ => None,
-                };
-                let (tx, rx) = bounded(1);
-                let gone = || CtlError::Unavailable("the datapath is stopping".into());
-                match jobs.send(Job {
-                    request,
-                    stream,
-                    answer: tx,
-                }) {
-                    Ok(()) => rx.recv().unwrap_or_else(|_| Some(Err(gone()))),
-                    Err(_) => Some(Err(gone())),
+            Ok(request) => match who.access.check(&who.peer, who.owner, &request) {
+                Err(e) => {
+                    stats.forbidden.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "control request refused");
+                    Some(Err(CtlError::Forbidden(e)))
                 }
-            }
+                Ok(()) => submit(request, &s, jobs),
+            },
         },
     };
     let Some(answer) = answer else {

@@ -121,6 +121,9 @@ pub struct RunOptions<'a> {
     pub control: Option<std::path::PathBuf>,
     /// Serve Prometheus metrics (`GET /metrics`) on this TCP address.
     pub metrics: Option<String>,
+    /// Who may use the control socket besides root and the datapath's own user
+    /// ([`control::access`]).
+    pub ctl_access: control::access::Access,
     /// Called once every thread runs and the control and metrics sockets listen: the
     /// datapath is forwarding (a service manager's "ready").
     pub on_ready: Option<&'a mut dyn FnMut()>,
@@ -137,6 +140,7 @@ impl Default for RunOptions<'_> {
             stop_when_taps_done: false,
             control: None,
             metrics: None,
+            ctl_access: Default::default(),
             on_ready: None,
         }
     }

@@ -89,7 +89,11 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let ports = Arc::new(Mutex::new(ports));
     let offline = is_offline(cfg, nworkers);
     let port_names = bridge_port_names(cfg);
-    let control_listener = opts.control.as_deref().map(control::bind).transpose()?;
+    let control_listener = opts
+        .control
+        .as_deref()
+        .map(|p| control::bind(p, &opts.ctl_access))
+        .transpose()?;
     let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
     let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers, offline)?;
     tracing::info!(

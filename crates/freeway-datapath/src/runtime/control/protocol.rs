@@ -372,6 +372,8 @@ pub enum CtlError {
     Unavailable(String),
     /// Too many clients, or a table's writer is busy: nothing done, try again.
     Busy(String),
+    /// The client's user may not send this request (see `--ctl-group`).
+    Forbidden(String),
     /// The request did not arrive whole in time.
     Timeout(String),
     /// The request was accepted but failed (a file that cannot be written, a writer thread
@@ -396,6 +398,7 @@ impl CtlError {
             CtlError::Refused(_) => "refused",
             CtlError::Unavailable(_) => "unavailable",
             CtlError::Busy(_) => "busy",
+            CtlError::Forbidden(_) => "forbidden",
             CtlError::Timeout(_) => "timeout",
             CtlError::Failed(_) => "failed",
             CtlError::Unreachable(_) => "unreachable",
@@ -416,6 +419,7 @@ impl CtlError {
             | CtlError::Refused(m)
             | CtlError::Unavailable(m)
             | CtlError::Busy(m)
+            | CtlError::Forbidden(m)
             | CtlError::Timeout(m)
             | CtlError::Failed(m)
             | CtlError::Unreachable(m) => m,
