@@ -1,5 +1,5 @@
-//! Benchmark workloads, as library functions (the binary's `freeway bench conntrack` calls
-//! them; `examples/ct_bench.rs` too). They return numbers; nothing here asserts timings.
+//! The conntrack workloads behind `freeway bench conntrack`, `conntrack-churn` and
+//! `conntrack-table`. They return numbers; nothing here asserts timings.
 //!
 //! * [`ovs_workload`]: the Open vSwitch `test-conntrack benchmark N 3000000 32` workload of
 //!   Open vSwitch's `test-conntrack benchmark` (see `ovs_workload`), with a [`Variant::GlobalLock`] baseline (lookup, update and insert behind one
@@ -19,10 +19,8 @@ use freeway_packet::{parse, Packet};
 use freeway_sync::Clock;
 use serde::Serialize;
 
-use crate::frames::{self, Seg};
-use crate::table::pin;
-use crate::timeout::TimeoutClass;
-use crate::{Conntrack, CtConfig, CtState, InvalidReason, TrackFlags};
+use freeway_conntrack::frames::{self, Seg};
+use freeway_conntrack::{pin, Conntrack, CtConfig, CtState, InvalidReason, TimeoutClass, TrackFlags};
 
 /// Which conntrack to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
