@@ -403,33 +403,19 @@ impl L3Worker {
     /// Processes every packet of `batch` (frames parsed by `freeway_packet::parse`, for the
     /// router), leaving it empty. Runs [`L3Worker::poll`] first when packets are pending.
     pub fn process(&mut self, batch: &mut Batch, routes: &mut impl RouteLookup, now: Tick, out: &mut impl L3Out) {
-        let g = self.neigh.pin();
-        let cx = Ctx {
-            ifaces: &self.ifaces,
-            neigh: &self.neigh,
-            cfg: &self.cfg,
-            g: &g,
-            now,
-        };
-        if !self.st.pending.is_empty() {
-            self.st.poll(&cx, out);
-        }
-        for p in batch.drain() {
-            self.st.one(&cx, p, routes, out);
-        }
+        self.with_ctx(now, |st, cx| {
+            if !st.pending.is_empty() {
+                st.poll(cx, out);
+            }
+            for p in batch.drain() {
+                st.one(cx, p, routes, out);
+            }
+        });
     }
 
     /// Processes one packet (same as a batch of one, without the pending poll).
     pub fn process_one(&mut self, pkt: Packet, routes: &mut impl RouteLookup, now: Tick, out: &mut impl L3Out) {
-        let g = self.neigh.pin();
-        let cx = Ctx {
-            ifaces: &self.ifaces,
-            neigh: &self.neigh,
-            cfg: &self.cfg,
-            g: &g,
-            now,
-        };
-        self.st.one(&cx, pkt, routes, out);
+        self.with_ctx(now, |st, cx| st.one(cx, pkt, routes, out));
     }
 
     /// Services the pending queue: sends packets whose neighbour resolved, re-sends requests
@@ -439,6 +425,13 @@ impl L3Worker {
         if self.st.pending.is_empty() {
             return;
         }
+        self.with_ctx(now, |st, cx| st.poll(cx, out));
+    }
+
+    /// Runs `f` on the stage's state with the context of one batch: the neighbour table
+    /// pinned once, the clock read once (`now`).
+    #[inline(always)]
+    fn with_ctx<R>(&mut self, now: Tick, f: impl FnOnce(&mut State, &Ctx) -> R) -> R {
         let g = self.neigh.pin();
         let cx = Ctx {
             ifaces: &self.ifaces,
@@ -447,7 +440,7 @@ impl L3Worker {
             g: &g,
             now,
         };
-        self.st.poll(&cx, out);
+        f(&mut self.st, &cx)
     }
 }
 
