@@ -15,6 +15,7 @@
 use std::time::Duration;
 
 pub mod capture;
+mod cas_ref;
 pub mod churn;
 pub mod conntrack;
 pub mod route;
@@ -64,7 +65,8 @@ pub struct RefcountArgs {
 
 /// One refcount measurement: (million get/put pairs per second per thread, CAS retries per get).
 fn refcount_run(kind: &str, threads: usize, seconds: f64) -> (f64, f64) {
-    use freeway_sync::refcount::{CasRef, Put, RcRef};
+    use crate::cas_ref::CasRef;
+    use freeway_sync::refcount::{Put, RcRef};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Barrier};
     let rc = Arc::new(RcRef::new());

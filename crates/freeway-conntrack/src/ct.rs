@@ -41,7 +41,7 @@ use serde::Serialize;
 
 use crate::dump::ConnRecord;
 use crate::expiry::Expirer;
-use crate::extract::{walk, Flow, L4Info, TcpSeg};
+use crate::extract::{walk, Class, L4Info, TcpSeg};
 use crate::key::{Key, Tuple};
 use crate::shared::{Remover, Shared, WorkerStats};
 use crate::table::{pin, Conn, ConnPtr, Guard, Kind, NodeCache, Table, ASSURED, SEEN_REPLY};
@@ -610,14 +610,14 @@ impl CtWorker {
     /// Tracks one packet: `frame` with the metadata `freeway_packet::parse` filled in.
     #[inline]
     pub fn track(&mut self, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, flags: TrackFlags) -> CtResult {
-        let r = match walk::<Flow>(frame, meta, flags.l3_csum_verified) {
-            Flow::Track(mut key, src_lo, l4) => {
+        let r = match walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified) {
+            Class::Track((mut key, src_lo), l4) => {
                 key.set_zone(zone);
                 self.track_key(g, key, src_lo, l4, zone, flags.commit)
             }
-            Flow::IcmpError(t) => self.related(g, &t, zone),
-            Flow::Untracked => CtResult::orig(CtState::Untracked),
-            Flow::Invalid(r) => invalid(r, false),
+            Class::IcmpError(t) => self.related(g, &t, zone),
+            Class::Untracked => CtResult::orig(CtState::Untracked),
+            Class::Invalid(r) => invalid(r, false),
         };
         let c = match r.state {
             CtState::New => &self.stats.new,

@@ -58,11 +58,12 @@ pub enum L4Info {
     Generic,
 }
 
-/// What a packet is to conntrack.
+/// What a packet is to conntrack. `T` is what a tracked packet is keyed by: its [`Tuple`]
+/// (what [`classify`] gives), or inside the tracker the table key directly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Class {
-    /// A packet to track under `tuple`.
-    Track(Tuple, L4Info),
+pub enum Class<T = Tuple> {
+    /// A packet to track under `T`.
+    Track(T, L4Info),
     /// An ICMP error whose embedded packet had this tuple (sent in that direction).
     IcmpError(Tuple),
     /// Not tracked (non-IP, ND/MLD).
@@ -71,19 +72,14 @@ pub enum Class {
     Invalid(InvalidReason),
 }
 
-/// Builds the result of the header walk: [`Class`] for [`classify`], or [`Flow`] (the
-/// table key directly, without going through a 128-bit [`Tuple`]) for the tracker.
-pub(crate) trait Sink: Sized {
-    /// A tracked IPv4 packet.
-    fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self;
-    /// A tracked IPv6 packet.
-    fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self;
-    /// An ICMP error about a packet with tuple `t`.
-    fn icmp_error(t: Tuple) -> Self;
-    /// Not tracked.
-    fn untracked() -> Self;
-    /// Invalid.
-    fn invalid(r: InvalidReason) -> Self;
+/// How the header walk keys a tracked packet: by its [`Tuple`] for [`classify`], or for the
+/// tracker by the table key in zone 0 (set the zone with [`Key::set_zone`]) and whether the
+/// packet's source is the key's low endpoint, without going through a 128-bit [`Tuple`].
+pub(crate) trait Endpoints: Sized {
+    /// An IPv4 packet.
+    fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> Self;
+    /// An IPv6 packet.
+    fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> Self;
 }
 
 #[inline(always)]
@@ -98,70 +94,32 @@ fn tuple(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, v6: bool) -> T
     }
 }
 
-impl Sink for Class {
+impl Endpoints for Tuple {
     #[inline(always)]
-    fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
-        Class::Track(tuple(u128::from(src), u128::from(dst), sport, dport, proto, false), l4)
+    fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> Self {
+        tuple(u128::from(src), u128::from(dst), sport, dport, proto, false)
     }
     #[inline(always)]
-    fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
-        Class::Track(tuple(src, dst, sport, dport, proto, true), l4)
-    }
-    #[inline(always)]
-    fn icmp_error(t: Tuple) -> Self {
-        Class::IcmpError(t)
-    }
-    #[inline(always)]
-    fn untracked() -> Self {
-        Class::Untracked
-    }
-    #[inline(always)]
-    fn invalid(r: InvalidReason) -> Self {
-        Class::Invalid(r)
+    fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> Self {
+        tuple(src, dst, sport, dport, proto, true)
     }
 }
 
-/// [`Class`] with the key already built (in zone 0: set the zone with [`Key::set_zone`]).
-pub(crate) enum Flow {
-    /// Track under this key; `bool`: the packet's source is the key's low endpoint.
-    Track(Key, bool, L4Info),
-    /// As [`Class::IcmpError`].
-    IcmpError(Tuple),
-    /// As [`Class::Untracked`].
-    Untracked,
-    /// As [`Class::Invalid`].
-    Invalid(InvalidReason),
-}
-
-impl Sink for Flow {
+impl Endpoints for (Key, bool) {
     #[inline(always)]
-    fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
-        let (k, lo) = Key::new_v4(src, dst, sport, dport, proto, 0);
-        Flow::Track(k, lo, l4)
+    fn v4(src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> Self {
+        Key::new_v4(src, dst, sport, dport, proto, 0)
     }
     #[inline(always)]
-    fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Self {
-        let (k, lo) = Key::new(&tuple(src, dst, sport, dport, proto, true), 0);
-        Flow::Track(k, lo, l4)
-    }
-    #[inline(always)]
-    fn icmp_error(t: Tuple) -> Self {
-        Flow::IcmpError(t)
-    }
-    #[inline(always)]
-    fn untracked() -> Self {
-        Flow::Untracked
-    }
-    #[inline(always)]
-    fn invalid(r: InvalidReason) -> Self {
-        Flow::Invalid(r)
+    fn v6(src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> Self {
+        Key::new(&tuple(src, dst, sport, dport, proto, true), 0)
     }
 }
 
 /// Addresses of a packet, by family.
 trait Addrs: Copy {
     const V6: bool;
-    fn track<S: Sink>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> S;
+    fn track<T: Endpoints>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Class<T>;
 }
 
 #[derive(Clone, Copy)]
@@ -173,16 +131,16 @@ struct A6(u128, u128);
 impl Addrs for A4 {
     const V6: bool = false;
     #[inline(always)]
-    fn track<S: Sink>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> S {
-        S::v4(self.0, self.1, sport, dport, proto, l4)
+    fn track<T: Endpoints>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Class<T> {
+        Class::Track(T::v4(self.0, self.1, sport, dport, proto), l4)
     }
 }
 
 impl Addrs for A6 {
     const V6: bool = true;
     #[inline(always)]
-    fn track<S: Sink>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> S {
-        S::v6(self.0, self.1, sport, dport, proto, l4)
+    fn track<T: Endpoints>(self, sport: u16, dport: u16, proto: u8, l4: L4Info) -> Class<T> {
+        Class::Track(T::v6(self.0, self.1, sport, dport, proto), l4)
     }
 }
 
@@ -193,64 +151,64 @@ pub fn classify(f: &[u8], meta: &Meta, l3_csum_verified: bool) -> Class {
     walk(f, meta, l3_csum_verified)
 }
 
-/// [`classify`], producing any [`Sink`].
+/// [`classify`], keying tracked packets by any [`Endpoints`].
 #[inline(always)]
-pub(crate) fn walk<S: Sink>(f: &[u8], meta: &Meta, l3_csum_verified: bool) -> S {
+pub(crate) fn walk<T: Endpoints>(f: &[u8], meta: &Meta, l3_csum_verified: bool) -> Class<T> {
     let l3 = usize::from(meta.l3_off);
     if meta.l3_off == NO_OFFSET {
-        return S::untracked();
+        return Class::Untracked;
     }
     match meta.ethertype {
         ETHERTYPE_IPV4 => ipv4(f, l3, meta, l3_csum_verified),
         ETHERTYPE_IPV6 => ipv6(f, l3, meta),
-        _ => S::untracked(),
+        _ => Class::Untracked,
     }
 }
 
 #[inline(always)]
-fn ipv4<S: Sink>(f: &[u8], l3: usize, meta: &Meta, verified: bool) -> S {
+fn ipv4<T: Endpoints>(f: &[u8], l3: usize, meta: &Meta, verified: bool) -> Class<T> {
     // One bounds check for the fixed header; the reads below index inside it.
     let Some(h) = f.get(l3..l3 + 20) else {
-        return S::invalid(InvalidReason::Malformed);
+        return Class::Invalid(InvalidReason::Malformed);
     };
     let hl = usize::from(h[0] & 0x0f) * 4;
     let tot = usize::from(rd16(h, 2));
     let end = l3 + tot;
     if hl < 20 || tot < hl || end > f.len() {
-        return S::invalid(InvalidReason::Malformed);
+        return Class::Invalid(InvalidReason::Malformed);
     }
     if !verified && !checksum::verify(&f[l3..l3 + hl]) {
-        return S::invalid(InvalidReason::IpChecksum);
+        return Class::Invalid(InvalidReason::IpChecksum);
     }
     if rd16(h, 6) & 0x3fff != 0 {
-        return S::invalid(InvalidReason::Fragment);
+        return Class::Invalid(InvalidReason::Fragment);
     }
     let a = A4(rd32(h, 12), rd32(h, 16));
     l4(f, meta.l4_off, end, meta.ip_proto, a)
 }
 
 #[inline(always)]
-fn ipv6<S: Sink>(f: &[u8], l3: usize, meta: &Meta) -> S {
+fn ipv6<T: Endpoints>(f: &[u8], l3: usize, meta: &Meta) -> Class<T> {
     if f.len() < l3 + 40 {
-        return S::invalid(InvalidReason::Malformed);
+        return Class::Invalid(InvalidReason::Malformed);
     }
     let end = l3 + 40 + usize::from(rd16(f, l3 + 4));
     if end > f.len() {
-        return S::invalid(InvalidReason::Malformed);
+        return Class::Invalid(InvalidReason::Malformed);
     }
     if meta.l4_off == NO_OFFSET {
-        return S::invalid(InvalidReason::Fragment);
+        return Class::Invalid(InvalidReason::Fragment);
     }
     let a = A6(rd128(f, l3 + 8), rd128(f, l3 + 24));
     l4(f, meta.l4_off, end, meta.ip_proto, a)
 }
 
 #[inline(always)]
-fn l4<S: Sink, A: Addrs>(f: &[u8], l4_off: u16, end: usize, proto: u8, a: A) -> S {
+fn l4<T: Endpoints, A: Addrs>(f: &[u8], l4_off: u16, end: usize, proto: u8, a: A) -> Class<T> {
     let v6 = A::V6;
     if l4_off == NO_OFFSET {
         return match proto {
-            IPPROTO_TCP | IPPROTO_UDP | IPPROTO_ICMP | IPPROTO_ICMPV6 => S::invalid(InvalidReason::Malformed),
+            IPPROTO_TCP | IPPROTO_UDP | IPPROTO_ICMP | IPPROTO_ICMPV6 => Class::Invalid(InvalidReason::Malformed),
             _ => a.track(0, 0, proto, L4Info::Generic),
         };
     }
@@ -261,21 +219,21 @@ fn l4<S: Sink, A: Addrs>(f: &[u8], l4_off: u16, end: usize, proto: u8, a: A) -> 
     match proto {
         IPPROTO_UDP => {
             let Some(u) = f.get(l4..l4 + 8) else {
-                return S::invalid(InvalidReason::Malformed);
+                return Class::Invalid(InvalidReason::Malformed);
             };
             let ulen = usize::from(rd16(u, 4));
             if ulen < 8 || ulen > end - l4 {
-                return S::invalid(InvalidReason::L4Length);
+                return Class::Invalid(InvalidReason::L4Length);
             }
             a.track(rd16(u, 0), rd16(u, 2), proto, L4Info::Udp)
         }
         IPPROTO_TCP => {
             let Some(h) = f.get(l4..l4 + 20) else {
-                return S::invalid(InvalidReason::Malformed);
+                return Class::Invalid(InvalidReason::Malformed);
             };
             let doff = usize::from(h[12] >> 4) * 4;
             if doff < 20 || l4 + doff > end {
-                return S::invalid(InvalidReason::Malformed);
+                return Class::Invalid(InvalidReason::Malformed);
             }
             let flags = h[13];
             let wscale = if flags & 0x02 != 0 {
@@ -299,7 +257,7 @@ fn l4<S: Sink, A: Addrs>(f: &[u8], l4_off: u16, end: usize, proto: u8, a: A) -> 
         }
         IPPROTO_ICMP | IPPROTO_ICMPV6 => {
             if l4 + 8 > end {
-                return S::invalid(InvalidReason::Malformed);
+                return Class::Invalid(InvalidReason::Malformed);
             }
             let ty = f[l4];
             let (req, rep) = if v6 { (128, 129) } else { (8, 0) };
@@ -315,15 +273,15 @@ fn l4<S: Sink, A: Addrs>(f: &[u8], l4_off: u16, end: usize, proto: u8, a: A) -> 
             };
             if is_error {
                 return match inner(f, l4 + 8, end, v6) {
-                    Some(t) => S::icmp_error(t),
-                    None => S::invalid(InvalidReason::IcmpInner),
+                    Some(t) => Class::IcmpError(t),
+                    None => Class::Invalid(InvalidReason::IcmpInner),
                 };
             }
             if v6 && matches!(ty, 130..=137 | 143) {
                 // Multicast listener and neighbour discovery: link-local control, untracked.
-                return S::untracked();
+                return Class::Untracked;
             }
-            S::invalid(InvalidReason::IcmpType)
+            Class::Invalid(InvalidReason::IcmpType)
         }
         _ => a.track(0, 0, proto, L4Info::Generic),
     }

@@ -34,11 +34,10 @@
 //!
 //! [`key`] (symmetric keys), [`extract`] (header checks, tuples), [`table`] (the lock-free
 //! table), [`tcp`] (TCP tracker), [`timeout`] (policies), [`ct`] (the shared handle and the
-//! worker), [`expiry`], [`dump`] (records), [`firewall`], [`bench`] (benchmark workloads),
-//! [`frames`] (frame builders for tests and benchmarks).
+//! worker), [`expiry`], [`dump`] (records), [`firewall`], [`frames`] (frame builders for
+//! tests and benchmarks).
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod ct;
 pub mod dump;
 pub mod expiry;

@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use freeway_packet::wire::{ArpHardware, ArpOperation, ArpPacket, EthernetProtocol, ETHERTYPE_ARP};
 use freeway_packet::Packet;
 
-use crate::frame::{finish_frame, start_frame, BROADCAST};
+use crate::frame::{finish_frame, start_frame, BROADCAST, L2};
 
 /// Length of an Ethernet/IPv4 ARP body.
 pub const ARP_LEN: usize = 28;
@@ -104,7 +104,12 @@ pub fn build_request(
     target: Ipv4Addr,
     dst_mac: Option<[u8; 6]>,
 ) -> bool {
-    let Some(l3) = start_frame(pkt, dst_mac.unwrap_or(BROADCAST), src_mac, vlan, ETHERTYPE_ARP, ARP_LEN) else {
+    let l2 = L2 {
+        dst: dst_mac.unwrap_or(BROADCAST),
+        src: src_mac,
+        vlan,
+    };
+    let Some(l3) = start_frame(pkt, l2, ETHERTYPE_ARP, ARP_LEN) else {
         return false;
     };
     write_body(&mut pkt.data_mut()[l3..], OP_REQUEST, src_mac, sender, [0; 6], target);

@@ -3,6 +3,7 @@
 //!
 //! Threads: pure functions of the buffers they are given.
 
+use freeway_packet::build::write_l2;
 use freeway_packet::bytes::{rd16, wr16};
 use freeway_packet::wire::{is_vlan_tpid, ETHERTYPE_VLAN, VID_MASK};
 use freeway_packet::{parse, vlan_pop, vlan_push, Packet, NO_VLAN};
@@ -38,31 +39,25 @@ pub fn l2_len(vlan: Option<u16>) -> usize {
     }
 }
 
+/// The Ethernet framing of a generated packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct L2 {
+    /// Destination MAC.
+    pub dst: [u8; 6],
+    /// Source MAC (the router's on the interface).
+    pub src: [u8; 6],
+    /// 802.1Q tag of the interface.
+    pub vlan: Option<u16>,
+}
+
 /// Makes `pkt` a fresh frame of `max(l2 + l3_len, MIN_FRAME)` bytes (zero padded), writes the
-/// Ethernet header and returns the offset of the L3 header. `None` if the buffer is too small.
-pub fn start_frame(
-    pkt: &mut Packet,
-    dst: [u8; 6],
-    src: [u8; 6],
-    vlan: Option<u16>,
-    ethertype: u16,
-    l3_len: usize,
-) -> Option<usize> {
-    let l2 = l2_len(vlan);
-    let total = (l2 + l3_len).max(MIN_FRAME);
+/// Ethernet header `l2` and returns the offset of the L3 header. `None` if the buffer is too
+/// small.
+pub fn start_frame(pkt: &mut Packet, l2: L2, ethertype: u16, l3_len: usize) -> Option<usize> {
+    let total = (l2_len(l2.vlan) + l3_len).max(MIN_FRAME);
     let f = pkt.fill(total).ok()?;
     f.fill(0);
-    f[0..6].copy_from_slice(&dst);
-    f[6..12].copy_from_slice(&src);
-    match vlan {
-        Some(v) => {
-            wr16(f, 12, ETHERTYPE_VLAN);
-            wr16(f, 14, v & VID_MASK);
-            wr16(f, 16, ethertype);
-        }
-        None => wr16(f, 12, ethertype),
-    }
-    Some(l2)
+    Some(write_l2(f, l2.dst, l2.src, l2.vlan, ethertype))
 }
 
 /// Fills a generated frame's metadata (parser fields; `in_port` is left alone) so later stages
@@ -108,7 +103,12 @@ mod tests {
     #[test]
     fn start_frame_pads_and_tags() {
         let mut p = Packet::new();
-        let l3 = start_frame(&mut p, BROADCAST, [2, 0, 0, 0, 0, 1], Some(10), 0x0806, 28).unwrap();
+        let l2 = L2 {
+            dst: BROADCAST,
+            src: [2, 0, 0, 0, 0, 1],
+            vlan: Some(10),
+        };
+        let l3 = start_frame(&mut p, l2, 0x0806, 28).unwrap();
         assert_eq!(l3, 18);
         assert_eq!(p.len(), 60);
         assert_eq!(outer_vid(p.data()), Some(10));

@@ -19,6 +19,7 @@ use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO
 use freeway_packet::Packet;
 use freeway_sync::Tick;
 
+pub use crate::frame::L2;
 use crate::frame::{finish_frame, start_frame};
 
 /// The largest IPv4 ICMP error datagram (RFC 1812 4.3.2.3).
@@ -240,17 +241,6 @@ pub fn addr6(b: &[u8]) -> Ipv6Addr {
     Ipv6Addr::from(o)
 }
 
-/// The Ethernet framing of a generated packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct L2 {
-    /// Destination MAC.
-    pub dst: [u8; 6],
-    /// Source MAC (the router's on the interface).
-    pub src: [u8; 6],
-    /// 802.1Q tag of the interface.
-    pub vlan: Option<u16>,
-}
-
 /// Builds an ICMPv4 error (`ty`/`code`, `rest` = the 4 bytes after the checksum, e.g. the
 /// next-hop MTU) from `src` to `dst` quoting `orig` (the offending datagram from its IP header,
 /// bounded by its total length), cut so that the whole datagram fits [`V4_ERROR_MAX`].
@@ -267,7 +257,7 @@ pub fn build_v4_error(
 ) -> bool {
     let quote = orig.len().min(V4_ERROR_MAX - 28);
     let tot = 28 + quote;
-    let Some(l3) = start_frame(pkt, l2.dst, l2.src, l2.vlan, ETHERTYPE_IPV4, tot) else {
+    let Some(l3) = start_frame(pkt, l2, ETHERTYPE_IPV4, tot) else {
         return false;
     };
     let f = pkt.data_mut();
@@ -306,17 +296,33 @@ pub fn build_v6_error(
     orig: &[u8],
 ) -> bool {
     let quote = orig.len().min(V6_ERROR_MAX - 48);
-    let plen = 8 + quote;
-    let Some(l3) = start_frame(pkt, l2.dst, l2.src, l2.vlan, ETHERTYPE_IPV6, 40 + plen) else {
+    build_icmpv6(pkt, l2, src, dst, 64, 8 + quote, |m| {
+        m[0] = ty;
+        m[1] = code;
+        wr32(m, 4, rest);
+        m[8..].copy_from_slice(&orig[..quote]);
+    })
+}
+
+/// Builds an ICMPv6 packet from `src` to `dst` with hop limit `hop` and a message of `plen`
+/// bytes, which `write` fills (zeroed, the checksum field left alone); then the checksum.
+/// `false` if the buffer is too small.
+pub(crate) fn build_icmpv6(
+    pkt: &mut Packet,
+    l2: L2,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    hop: u8,
+    plen: usize,
+    write: impl FnOnce(&mut [u8]),
+) -> bool {
+    let Some(l3) = start_frame(pkt, l2, ETHERTYPE_IPV6, 40 + plen) else {
         return false;
     };
     let f = pkt.data_mut();
-    write_v6_header(&mut f[l3..l3 + 40], plen as u16, IPPROTO_ICMPV6, 64, src, dst);
+    write_v6_header(&mut f[l3..l3 + 40], plen as u16, IPPROTO_ICMPV6, hop, src, dst);
     let m = &mut f[l3 + 40..l3 + 40 + plen];
-    m[0] = ty;
-    m[1] = code;
-    wr32(m, 4, rest);
-    m[8..].copy_from_slice(&orig[..quote]);
+    write(m);
     let c = icmpv6_checksum(src, dst, m);
     wr16(m, 2, c);
     finish_frame(pkt);

@@ -19,6 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use freeway_packet::wire::{ETHERTYPE_ARP, ETHERTYPE_IPV6, IPPROTO_ICMPV6};
 use freeway_packet::{Packet, NO_OFFSET};
+use freeway_route::prefix::{mask4, mask6};
 use serde::Serialize;
 
 use crate::frame::{is_group, outer_vid, BROADCAST};
@@ -405,24 +406,19 @@ impl Interfaces {
     pub fn connected_prefixes(&self) -> Vec<ConnectedPrefix> {
         let mut v = Vec::new();
         for (i, it) in self.list.iter().enumerate() {
-            let iface = i as u16;
-            for (a, l) in &it.v4 {
-                let mask = if *l == 0 { 0 } else { u32::MAX << (32 - u32::from(*l)) };
+            let v4 = it
+                .v4
+                .iter()
+                .map(|&(a, l)| (IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask4(l))), l));
+            let v6 = it
+                .v6
+                .iter()
+                .map(|&(a, l)| (IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask6(l))), l));
+            for (prefix, len) in v4.chain(v6) {
                 let p = ConnectedPrefix {
-                    iface,
-                    prefix: IpAddr::V4(Ipv4Addr::from(u32::from(*a) & mask)),
-                    len: *l,
-                };
-                if !v.contains(&p) {
-                    v.push(p);
-                }
-            }
-            for (a, l) in &it.v6 {
-                let mask = if *l == 0 { 0 } else { u128::MAX << (128 - u32::from(*l)) };
-                let p = ConnectedPrefix {
-                    iface,
-                    prefix: IpAddr::V6(Ipv6Addr::from(u128::from(*a) & mask)),
-                    len: *l,
+                    iface: i as u16,
+                    prefix,
+                    len,
                 };
                 if !v.contains(&p) {
                     v.push(p);

@@ -24,6 +24,7 @@ pub mod nd;
 pub mod neigh;
 pub mod stage;
 
+use freeway_route::prefix::{mask4, mask6};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use icmp::TokenBucket;
@@ -92,16 +93,8 @@ impl RouteLookup for PrefixList {
 /// Whether `addr` lies in `prefix/len` (same family; `len` is clamped to the family's width).
 pub fn prefix_contains(prefix: IpAddr, len: u8, addr: IpAddr) -> bool {
     match (prefix, addr) {
-        (IpAddr::V4(p), IpAddr::V4(a)) => {
-            let len = u32::from(len.min(32));
-            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-            u32::from(p) & mask == u32::from(a) & mask
-        }
-        (IpAddr::V6(p), IpAddr::V6(a)) => {
-            let len = u32::from(len.min(128));
-            let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
-            u128::from(p) & mask == u128::from(a) & mask
-        }
+        (IpAddr::V4(p), IpAddr::V4(a)) => (u32::from(p) ^ u32::from(a)) & mask4(len) == 0,
+        (IpAddr::V6(p), IpAddr::V6(a)) => (u128::from(p) ^ u128::from(a)) & mask6(len) == 0,
         _ => false,
     }
 }

@@ -12,12 +12,9 @@
 
 use std::net::Ipv6Addr;
 
-use freeway_packet::bytes::wr16;
-use freeway_packet::wire::{ETHERTYPE_IPV6, IPPROTO_ICMPV6};
 use freeway_packet::Packet;
 
-use crate::frame::{finish_frame, start_frame};
-use crate::icmp::{addr6, icmpv6_checksum, v6, write_v6_header, L2};
+use crate::icmp::{addr6, build_icmpv6, icmpv6_checksum, v6, L2};
 use crate::iface::{solicited_node, v6_multicast_mac, ALL_NODES};
 
 /// NA flag: sender is a router.
@@ -131,24 +128,16 @@ fn build(
     opt: Option<(u8, [u8; 6])>,
 ) -> bool {
     let plen = 24 + if opt.is_some() { 8 } else { 0 };
-    let Some(l3) = start_frame(pkt, l2.dst, l2.src, l2.vlan, ETHERTYPE_IPV6, 40 + plen) else {
-        return false;
-    };
-    let f = pkt.data_mut();
-    write_v6_header(&mut f[l3..l3 + 40], plen as u16, IPPROTO_ICMPV6, 255, src, dst);
-    let m = &mut f[l3 + 40..l3 + 40 + plen];
-    m[0] = ty;
-    m[4] = flags;
-    m[8..24].copy_from_slice(&target.octets());
-    if let Some((t, mac)) = opt {
-        m[24] = t;
-        m[25] = 1;
-        m[26..32].copy_from_slice(&mac);
-    }
-    let c = icmpv6_checksum(src, dst, m);
-    wr16(m, 2, c);
-    finish_frame(pkt);
-    true
+    build_icmpv6(pkt, l2, src, dst, 255, plen, |m| {
+        m[0] = ty;
+        m[4] = flags;
+        m[8..24].copy_from_slice(&target.octets());
+        if let Some((t, mac)) = opt {
+            m[24] = t;
+            m[25] = 1;
+            m[26..32].copy_from_slice(&mac);
+        }
+    })
 }
 
 /// Builds the advertisement answering `ns` (which asked for our address `ns.target`) from a

@@ -218,53 +218,48 @@ pub enum NeighUpdate {
     },
 }
 
-/// Counters kept by the writer (single writer: the neighbour writer thread).
-#[derive(Debug, Default)]
-pub struct NeighStats {
-    /// Entries created `REACHABLE` by learning.
-    pub created: Counter,
-    /// Confirmations of existing entries (incl. `INCOMPLETE` → `REACHABLE`).
-    pub confirmed: Counter,
-    /// Entries whose MAC changed.
-    pub mac_changed: Counter,
-    /// `INCOMPLETE` entries created for resolution.
-    pub incomplete: Counter,
-    /// Updates refused because `limit` was reached.
-    pub table_full: Counter,
-    /// Update-only learns for which no entry existed (ignored).
-    pub unsolicited_ignored: Counter,
-    /// Learns about a `PERMANENT` entry (left alone).
-    pub static_ignored: Counter,
-    /// `REACHABLE` → `STALE` transitions.
-    pub to_stale: Counter,
-    /// `INCOMPLETE` → `FAILED` transitions.
-    pub to_failed: Counter,
-    /// Entries removed by ageing (stale and failed).
-    pub removed: Counter,
-    /// Entries removed by delete or flush.
-    pub deleted: Counter,
-    /// Static entries refused because `static_limit` was reached.
-    pub static_limit_reached: Counter,
+macro_rules! neigh_stats {
+    ($($(#[$m:meta])* $f:ident,)*) => {
+        /// Counters kept by the writer (single writer: the neighbour writer thread).
+        #[derive(Debug, Default)]
+        pub struct NeighStats {
+            $($(#[$m])* pub $f: Counter,)*
+        }
+
+        impl NeighStats {
+            /// Every counter by name, for tables and JSON.
+            pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($f), self.$f.get()),)*]
+            }
+        }
+    };
 }
 
-impl NeighStats {
-    /// Every counter by name, for tables and JSON.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("created", self.created.get()),
-            ("confirmed", self.confirmed.get()),
-            ("mac_changed", self.mac_changed.get()),
-            ("incomplete", self.incomplete.get()),
-            ("table_full", self.table_full.get()),
-            ("unsolicited_ignored", self.unsolicited_ignored.get()),
-            ("static_ignored", self.static_ignored.get()),
-            ("to_stale", self.to_stale.get()),
-            ("to_failed", self.to_failed.get()),
-            ("removed", self.removed.get()),
-            ("deleted", self.deleted.get()),
-            ("static_limit_reached", self.static_limit_reached.get()),
-        ]
-    }
+neigh_stats! {
+    /// Entries created `REACHABLE` by learning.
+    created,
+    /// Confirmations of existing entries (incl. `INCOMPLETE` → `REACHABLE`).
+    confirmed,
+    /// Entries whose MAC changed.
+    mac_changed,
+    /// `INCOMPLETE` entries created for resolution.
+    incomplete,
+    /// Updates refused because `limit` was reached.
+    table_full,
+    /// Update-only learns for which no entry existed (ignored).
+    unsolicited_ignored,
+    /// Learns about a `PERMANENT` entry (left alone).
+    static_ignored,
+    /// `REACHABLE` → `STALE` transitions.
+    to_stale,
+    /// `INCOMPLETE` → `FAILED` transitions.
+    to_failed,
+    /// Entries removed by ageing (stale and failed).
+    removed,
+    /// Entries removed by delete or flush.
+    deleted,
+    /// Static entries refused because `static_limit` was reached.
+    static_limit_reached,
 }
 
 /// One entry as shown by dumps (`ip neigh` style with [`fmt::Display`], JSON with serde).

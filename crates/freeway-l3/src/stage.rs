@@ -315,6 +315,37 @@ enum IcmpErr {
     TooBig(u16),
 }
 
+impl IcmpErr {
+    /// The ICMPv4 and ICMPv6 (type, code) of the error, and the 4 bytes after the checksum
+    /// (the MTU of a "too big").
+    fn wire(self) -> ([u8; 2], [u8; 2], u32) {
+        match self {
+            IcmpErr::TimeExceeded => (
+                [v4::TIME_EXCEEDED, v4::CODE_TTL],
+                [v6::TIME_EXCEEDED, v6::CODE_HOP_LIMIT],
+                0,
+            ),
+            IcmpErr::NoRoute => (
+                [v4::DEST_UNREACH, v4::CODE_NET],
+                [v6::DEST_UNREACH, v6::CODE_NO_ROUTE],
+                0,
+            ),
+            IcmpErr::HostUnreachable => ([v4::DEST_UNREACH, v4::CODE_HOST], [v6::DEST_UNREACH, v6::CODE_ADDR], 0),
+            IcmpErr::TooBig(mtu) => (
+                [v4::DEST_UNREACH, v4::CODE_FRAG_NEEDED],
+                [v6::PACKET_TOO_BIG, 0],
+                u32::from(mtu),
+            ),
+        }
+    }
+}
+
+/// The addresses of an ICMP error: (ours, the offending packet's sender).
+enum ErrorAddrs {
+    V4(Ipv4Addr, Ipv4Addr),
+    V6(Ipv6Addr, Ipv6Addr),
+}
+
 /// What the stage reads per batch.
 struct Ctx<'a> {
     ifaces: &'a Interfaces,
@@ -372,33 +403,19 @@ impl L3Worker {
     /// Processes every packet of `batch` (frames parsed by `freeway_packet::parse`, for the
     /// router), leaving it empty. Runs [`L3Worker::poll`] first when packets are pending.
     pub fn process(&mut self, batch: &mut Batch, routes: &mut impl RouteLookup, now: Tick, out: &mut impl L3Out) {
-        let g = self.neigh.pin();
-        let cx = Ctx {
-            ifaces: &self.ifaces,
-            neigh: &self.neigh,
-            cfg: &self.cfg,
-            g: &g,
-            now,
-        };
-        if !self.st.pending.is_empty() {
-            self.st.poll(&cx, out);
-        }
-        for p in batch.drain() {
-            self.st.one(&cx, p, routes, out);
-        }
+        self.with_ctx(now, |st, cx| {
+            if !st.pending.is_empty() {
+                st.poll(cx, out);
+            }
+            for p in batch.drain() {
+                st.one(cx, p, routes, out);
+            }
+        });
     }
 
     /// Processes one packet (same as a batch of one, without the pending poll).
     pub fn process_one(&mut self, pkt: Packet, routes: &mut impl RouteLookup, now: Tick, out: &mut impl L3Out) {
-        let g = self.neigh.pin();
-        let cx = Ctx {
-            ifaces: &self.ifaces,
-            neigh: &self.neigh,
-            cfg: &self.cfg,
-            g: &g,
-            now,
-        };
-        self.st.one(&cx, pkt, routes, out);
+        self.with_ctx(now, |st, cx| st.one(cx, pkt, routes, out));
     }
 
     /// Services the pending queue: sends packets whose neighbour resolved, re-sends requests
@@ -408,6 +425,13 @@ impl L3Worker {
         if self.st.pending.is_empty() {
             return;
         }
+        self.with_ctx(now, |st, cx| st.poll(cx, out));
+    }
+
+    /// Runs `f` on the stage's state with the context of one batch: the neighbour table
+    /// pinned once, the clock read once (`now`).
+    #[inline(always)]
+    fn with_ctx<R>(&mut self, now: Tick, f: impl FnOnce(&mut State, &Ctx) -> R) -> R {
         let g = self.neigh.pin();
         let cx = Ctx {
             ifaces: &self.ifaces,
@@ -416,7 +440,7 @@ impl L3Worker {
             g: &g,
             now,
         };
-        self.st.poll(&cx, out);
+        f(&mut self.st, &cx)
     }
 }
 
@@ -707,42 +731,43 @@ impl State {
                     self.drop(out, pkt, L3Drop::BadIcmp);
                 }
             }
-            v6::NEIGHBOR_SOLICIT => {
-                self.c.ns_rx.inc();
-                let ns = match nd::parse(&pkt.data()[l3..end], up.off) {
-                    Ok(m) => m,
-                    Err(_) => return self.drop(out, pkt, L3Drop::BadNd),
+            v6::NEIGHBOR_SOLICIT | v6::NEIGHBOR_ADVERT => {
+                let solicit = ty == v6::NEIGHBOR_SOLICIT;
+                if solicit {
+                    self.c.ns_rx.inc();
+                } else {
+                    self.c.na_rx.inc();
+                }
+                let Ok(m) = nd::parse(&pkt.data()[l3..end], up.off) else {
+                    return self.drop(out, pkt, L3Drop::BadNd);
                 };
-                let ours = it.has_v6(ns.target);
-                if !ns.src.is_unspecified() && it.v6_on_link(ns.src) {
-                    if let Some(mac) = ns.lladdr.filter(|m| !is_group(m)) {
-                        self.learn(cx, IpAddr::V6(ns.src), iif, mac, ours);
+                let ours = it.has_v6(m.target);
+                // Whom the message tells about (a solicitation's sender, an advertisement's
+                // target), whether that may be learned, and whether learning may create an
+                // entry.
+                let (ip, learnable, create) = if solicit {
+                    (m.src, !m.src.is_unspecified() && it.v6_on_link(m.src), ours)
+                } else {
+                    let create = m.flags & nd::FLAG_SOLICITED != 0;
+                    (m.target, it.v6_on_link(m.target) && !ours, create)
+                };
+                if learnable {
+                    if let Some(mac) = m.lladdr.filter(|m| !is_group(m)) {
+                        self.learn(cx, IpAddr::V6(ip), iif, mac, create);
                     }
                 }
-                if !ours {
+                if solicit && !ours {
                     return self.drop(out, pkt, L3Drop::NdNotForUs);
                 }
-                let frame_src = mac_at(pkt.data(), 6);
-                let mut r = out.pool().get();
-                if nd::build_na_reply(&mut r, &ns, it.mac, it.vlan, frame_src) {
-                    r.meta.in_port = it.port;
-                    self.c.na_tx.inc();
-                    out.emit(it.port, r);
-                } else {
-                    out.pool().put(r);
-                }
-                self.drop(out, pkt, L3Drop::Consumed);
-            }
-            v6::NEIGHBOR_ADVERT => {
-                self.c.na_rx.inc();
-                let na = match nd::parse(&pkt.data()[l3..end], up.off) {
-                    Ok(m) => m,
-                    Err(_) => return self.drop(out, pkt, L3Drop::BadNd),
-                };
-                if let Some(mac) = na.lladdr.filter(|m| !is_group(m)) {
-                    if it.v6_on_link(na.target) && !it.has_v6(na.target) {
-                        let create = na.flags & nd::FLAG_SOLICITED != 0;
-                        self.learn(cx, IpAddr::V6(na.target), iif, mac, create);
+                if solicit {
+                    let frame_src = mac_at(pkt.data(), 6);
+                    let mut r = out.pool().get();
+                    if nd::build_na_reply(&mut r, &m, it.mac, it.vlan, frame_src) {
+                        r.meta.in_port = it.port;
+                        self.c.na_tx.inc();
+                        out.emit(it.port, r);
+                    } else {
+                        out.pool().put(r);
                     }
                 }
                 self.drop(out, pkt, L3Drop::Consumed);
@@ -940,8 +965,7 @@ impl State {
             src: it.mac,
             vlan: it.vlan,
         };
-        let mut p;
-        if orig.meta.ethertype == ETHERTYPE_IPV4 {
+        let (ip, addrs) = if orig.meta.ethertype == ETHERTYPE_IPV4 {
             let Some(h) = f.get(l3..l3 + 20) else { return };
             let tot = usize::from(rd16(h, 2)).min(f.len() - l3);
             if tot < 20 {
@@ -958,20 +982,7 @@ impl State {
                 self.c.icmp_no_source.inc();
                 return;
             };
-            if !self.icmp.take(cx.now) {
-                self.c.icmp_rate_limited.inc();
-                return;
-            }
-            let (ty, code, rest) = match e {
-                IcmpErr::TimeExceeded => (v4::TIME_EXCEEDED, v4::CODE_TTL, 0),
-                IcmpErr::NoRoute => (v4::DEST_UNREACH, v4::CODE_NET, 0),
-                IcmpErr::HostUnreachable => (v4::DEST_UNREACH, v4::CODE_HOST, 0),
-                IcmpErr::TooBig(mtu) => (v4::DEST_UNREACH, v4::CODE_FRAG_NEEDED, u32::from(mtu)),
-            };
-            p = out.pool().get();
-            if !icmp::build_v4_error(&mut p, l2, from, to, ty, code, rest, ip) {
-                return out.pool().put(p);
-            }
+            (ip, ErrorAddrs::V4(from, to))
         } else {
             let Some(h) = f.get(l3..l3 + 40) else { return };
             let end = (l3 + 40 + usize::from(rd16(h, 4))).min(f.len());
@@ -981,21 +992,20 @@ impl State {
                 return;
             }
             let to = addr6(&ip[8..24]);
-            let from = it.v6_source_for(to);
-            if !self.icmp.take(cx.now) {
-                self.c.icmp_rate_limited.inc();
-                return;
-            }
-            let (ty, code, rest) = match e {
-                IcmpErr::TimeExceeded => (v6::TIME_EXCEEDED, v6::CODE_HOP_LIMIT, 0),
-                IcmpErr::NoRoute => (v6::DEST_UNREACH, v6::CODE_NO_ROUTE, 0),
-                IcmpErr::HostUnreachable => (v6::DEST_UNREACH, v6::CODE_ADDR, 0),
-                IcmpErr::TooBig(mtu) => (v6::PACKET_TOO_BIG, 0, u32::from(mtu)),
-            };
-            p = out.pool().get();
-            if !icmp::build_v6_error(&mut p, l2, from, to, ty, code, rest, ip) {
-                return out.pool().put(p);
-            }
+            (ip, ErrorAddrs::V6(it.v6_source_for(to), to))
+        };
+        if !self.icmp.take(cx.now) {
+            self.c.icmp_rate_limited.inc();
+            return;
+        }
+        let ([ty4, code4], [ty6, code6], rest) = e.wire();
+        let mut p = out.pool().get();
+        let built = match addrs {
+            ErrorAddrs::V4(from, to) => icmp::build_v4_error(&mut p, l2, from, to, ty4, code4, rest, ip),
+            ErrorAddrs::V6(from, to) => icmp::build_v6_error(&mut p, l2, from, to, ty6, code6, rest, ip),
+        };
+        if !built {
+            return out.pool().put(p);
         }
         self.c.icmp_errors_tx.inc();
         p.meta.in_port = it.port;

@@ -155,7 +155,11 @@ pub fn build_frame(spec: &FrameSpec) -> Vec<u8> {
     v
 }
 
-fn write_l2(buf: &mut [u8], dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, ethertype: u16) -> usize {
+/// Writes an Ethernet header (with an 802.1Q tag, TPID 0x8100 and PCP 0, when `vlan` is set;
+/// the VID is masked to 12 bits) at the front of `buf` and returns its length (14 or 18).
+/// Panics if `buf` is shorter than that.
+#[inline]
+pub fn write_l2(buf: &mut [u8], dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, ethertype: u16) -> usize {
     buf[0..6].copy_from_slice(&dst);
     buf[6..12].copy_from_slice(&src);
     match vlan {
@@ -184,13 +188,15 @@ pub fn build_frame_into(spec: &FrameSpec, buf: &mut [u8]) -> Option<usize> {
         Addrs::V6(..) => ETHERTYPE_IPV6,
     };
     let l3 = write_l2(buf, spec.dst_mac, spec.src_mac, spec.vlan, ethertype);
+    // The IP protocol number of the L4 part; ICMP's depends on the family.
+    let ip_proto = |icmp: u8| match spec.proto {
+        L4::Udp => IPPROTO_UDP,
+        L4::Tcp { .. } => IPPROTO_TCP,
+        L4::Icmp => icmp,
+    };
     let (l4, ip_proto) = match a {
         Addrs::V4(s, d) => {
-            let proto = match spec.proto {
-                L4::Udp => IPPROTO_UDP,
-                L4::Tcp { .. } => IPPROTO_TCP,
-                L4::Icmp => IPPROTO_ICMP,
-            };
+            let proto = ip_proto(IPPROTO_ICMP);
             let h = &mut buf[l3..l3 + 20];
             h[0] = 0x45;
             wr16(h, 2, (total - l3) as u16);
@@ -204,11 +210,7 @@ pub fn build_frame_into(spec: &FrameSpec, buf: &mut [u8]) -> Option<usize> {
             (l3 + 20, proto)
         }
         Addrs::V6(s, d) => {
-            let proto = match spec.proto {
-                L4::Udp => IPPROTO_UDP,
-                L4::Tcp { .. } => IPPROTO_TCP,
-                L4::Icmp => IPPROTO_ICMPV6,
-            };
+            let proto = ip_proto(IPPROTO_ICMPV6);
             let h = &mut buf[l3..l3 + 40];
             h[0] = 0x60;
             wr16(h, 4, (total - l3 - 40) as u16);

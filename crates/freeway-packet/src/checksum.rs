@@ -99,6 +99,12 @@ mod tests {
     use super::*;
     use crate::bytes::wr16;
 
+    /// A classic example IPv4 header, checksum field zeroed (its checksum is 0xb861).
+    const SAMPLE_HEADER: [u8; 20] = [
+        0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8,
+        0x00, 0xc7,
+    ];
+
     #[test]
     fn rfc1071_example() {
         // RFC 1071 section 3 example: the sum of these words is 0xddf2.
@@ -113,11 +119,7 @@ mod tests {
 
     #[test]
     fn known_ipv4_header() {
-        // A classic example header (checksum field 0xb861).
-        let mut h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8,
-            0x00, 0xc7,
-        ];
+        let mut h = SAMPLE_HEADER;
         let c = checksum(&h);
         assert_eq!(c, 0xb861);
         wr16(&mut h, 10, c);
@@ -126,10 +128,7 @@ mod tests {
 
     #[test]
     fn incremental_matches_full_recompute() {
-        let mut h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8,
-            0x00, 0xc7,
-        ];
+        let mut h = SAMPLE_HEADER;
         let c = checksum(&h);
         wr16(&mut h, 10, c);
         for ttl in (0u8..=0x40).rev() {

@@ -43,13 +43,14 @@ pub fn hash_pair(a: u64, b: u64, proto: u32) -> u32 {
 
 /// The endpoint key of an IPv4 address and port.
 #[inline(always)]
-fn key_v4(addr: u32, port: u16) -> u64 {
-    (u64::from(addr) << 16) | u64::from(port)
+fn key_v4(addr: [u8; 4], port: u16) -> u64 {
+    (u64::from(u32::from_be_bytes(addr)) << 16) | u64::from(port)
 }
 
 /// The endpoint key of an IPv6 address and port.
 #[inline(always)]
-fn key_v6(v: u128, port: u16) -> u64 {
+fn key_v6(addr: [u8; 16], port: u16) -> u64 {
+    let v = u128::from_be_bytes(addr);
     let hi = (v >> 64) as u64;
     let lo = v as u64;
     // An injective-per-half fold: multiply one half so the two halves cannot cancel out.
@@ -58,26 +59,14 @@ fn key_v6(v: u128, port: u16) -> u64 {
 
 /// Symmetric hash of an IPv4 5-tuple: `hash_5tuple_v4(a, b, p, x, y) == hash_5tuple_v4(b, a,
 /// p, y, x)`. Use ports 0 for protocols without ports (and for IPv4 fragments).
-#[inline]
-pub fn hash_5tuple_v4(src: [u8; 4], dst: [u8; 4], proto: u8, sport: u16, dport: u16) -> u32 {
-    hash_v4(u32::from_be_bytes(src), u32::from_be_bytes(dst), proto, sport, dport)
-}
-
-/// [`hash_5tuple_v4`] with the addresses as big-endian-read integers (what the parser has).
 #[inline(always)]
-pub(crate) fn hash_v4(src: u32, dst: u32, proto: u8, sport: u16, dport: u16) -> u32 {
+pub fn hash_5tuple_v4(src: [u8; 4], dst: [u8; 4], proto: u8, sport: u16, dport: u16) -> u32 {
     hash_pair(key_v4(src, sport), key_v4(dst, dport), u32::from(proto) | 0x0400)
 }
 
 /// Symmetric hash of an IPv6 5-tuple, with the same symmetry as [`hash_5tuple_v4`].
-#[inline]
-pub fn hash_5tuple_v6(src: [u8; 16], dst: [u8; 16], proto: u8, sport: u16, dport: u16) -> u32 {
-    hash_v6(u128::from_be_bytes(src), u128::from_be_bytes(dst), proto, sport, dport)
-}
-
-/// [`hash_5tuple_v6`] with the addresses as big-endian-read integers (what the parser has).
 #[inline(always)]
-pub(crate) fn hash_v6(src: u128, dst: u128, proto: u8, sport: u16, dport: u16) -> u32 {
+pub fn hash_5tuple_v6(src: [u8; 16], dst: [u8; 16], proto: u8, sport: u16, dport: u16) -> u32 {
     hash_pair(key_v6(src, sport), key_v6(dst, dport), u32::from(proto) | 0x0600)
 }
 

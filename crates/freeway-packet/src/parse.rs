@@ -28,7 +28,7 @@
 //! Threads: pure function of the frame; no state.
 
 use crate::bytes::{rd128, rd16, rd32};
-use crate::flow_hash::{hash_pair, hash_v4, hash_v6, MAC_DISCRIMINATOR};
+use crate::flow_hash::{hash_5tuple_v4, hash_5tuple_v6, hash_pair, MAC_DISCRIMINATOR};
 use crate::wire::{
     ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_VLAN, IPPROTO_ICMP, IPPROTO_ICMPV6,
     IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP,
@@ -344,13 +344,13 @@ fn ipv4(f: &[u8], l3: usize, mut meta: Parsed) -> Result<Parsed, ParseError> {
         // Not a fragment: the common case.
         let (l4_off, sp, dp) = l4(f, l3 + hl, end, proto)?;
         meta.l4_off = l4_off;
-        meta.flow_hash = hash_v4(src, dst, proto, sp, dp);
+        meta.flow_hash = hash_5tuple_v4(src.to_be_bytes(), dst.to_be_bytes(), proto, sp, dp);
     } else {
         if frag & 0x1fff == 0 {
             // First fragment: it carries the L4 header, but hash like the other fragments.
             meta.l4_off = l4(f, l3 + hl, end, proto)?.0;
         }
-        meta.flow_hash = hash_v4(src, dst, proto, 0, 0);
+        meta.flow_hash = hash_5tuple_v4(src.to_be_bytes(), dst.to_be_bytes(), proto, 0, 0);
     }
     Ok(meta)
 }
@@ -415,7 +415,7 @@ fn ipv6(f: &[u8], l3: usize, mut meta: Parsed) -> Result<Parsed, ParseError> {
         if !non_first && nh != IPV6_NONXT {
             meta.l4_off = l4(f, off, end, nh)?.0;
         }
-        meta.flow_hash = hash_v6(src, dst, nh, 0, 0);
+        meta.flow_hash = hash_5tuple_v6(src.to_be_bytes(), dst.to_be_bytes(), nh, 0, 0);
     } else {
         let (l4_off, sp, dp) = if nh == IPV6_NONXT {
             (NO_OFFSET, 0, 0)
@@ -423,7 +423,7 @@ fn ipv6(f: &[u8], l3: usize, mut meta: Parsed) -> Result<Parsed, ParseError> {
             l4(f, off, end, nh)?
         };
         meta.l4_off = l4_off;
-        meta.flow_hash = hash_v6(src, dst, nh, sp, dp);
+        meta.flow_hash = hash_5tuple_v6(src.to_be_bytes(), dst.to_be_bytes(), nh, sp, dp);
     }
     Ok(meta)
 }

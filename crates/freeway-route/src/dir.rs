@@ -260,6 +260,36 @@ impl Dir {
         epoch::defer(guard, move || free.push(g));
     }
 
+    /// The leaves of the prefix (`key`, `len`) on level `lvl` (its `level_of`): the slots its
+    /// range covers in the first table, or in the group reached by following `key` down.
+    /// `step(slot, l)` is called for each entry on the way down (`slot` on level `l - 1`) and
+    /// gives the group of level `l` that it leads to, or `None` to stop (the result is then
+    /// `None`).
+    #[inline]
+    fn leaves<'a>(
+        &'a self,
+        key: u128,
+        len: u32,
+        lvl: u32,
+        mut step: impl FnMut(&'a AtomicU32, u32) -> Option<u32>,
+    ) -> Option<&'a [AtomicU32]> {
+        let table: &[AtomicU32] = if lvl == 0 {
+            &self.first
+        } else {
+            let mut slot = &self.first[self.index(key, 0)];
+            let mut g = 0;
+            for l in 1..=lvl {
+                g = step(slot, l)?;
+                if l < lvl {
+                    slot = &self.group(g)[self.index(key, l)];
+                }
+            }
+            self.group(g)
+        };
+        let at = self.index(key, lvl);
+        Some(&table[at..at + (1usize << (self.end(lvl) - len))])
+    }
+
     /// *Writer only.* Adds or replaces the prefix (`key`, `len`) with next-hop group `nh`.
     ///
     /// Call it unpinned: if the pool looks full it pushes the epoch along to get retired
@@ -270,17 +300,14 @@ impl Dir {
         let lvl = self.level_of(len);
         // Count the groups the path needs, and refuse before touching anything (invariant 5).
         let mut need = 0;
-        let mut slot = &self.first[self.index(key, 0)];
-        for l in 1..=lvl {
+        self.leaves(key, len, lvl, |slot, l| {
             let e = slot.load(Ordering::Relaxed);
             if e & EXT == 0 {
                 need = lvl - l + 1;
-                break;
+                return None;
             }
-            if l < lvl {
-                slot = &self.group(e & PAYLOAD)[self.index(key, l)];
-            }
-        }
+            Some(e & PAYLOAD)
+        });
         // Retired groups come back after their grace period: push it along before refusing.
         epoch::retry(|| {
             if need > self.free_groups() {
@@ -289,33 +316,20 @@ impl Dir {
                 Ok(())
             }
         })?;
-        let table: &[AtomicU32] = if lvl == 0 {
-            &self.first
-        } else {
-            let mut slot = &self.first[self.index(key, 0)];
-            let mut g = 0;
-            for l in 1..=lvl {
-                let e = slot.load(Ordering::Relaxed);
-                g = if e & EXT != 0 {
-                    e & PAYLOAD
-                } else {
-                    let g = self.alloc();
-                    // Invariant 2: fill with the old leaf, then publish.
-                    for x in self.group(g) {
-                        x.store(e, Ordering::Relaxed);
-                    }
-                    slot.store(VALID | EXT | g, Ordering::Release);
-                    g
-                };
-                if l < lvl {
-                    slot = &self.group(g)[self.index(key, l)];
-                }
+        let leaves = self.leaves(key, len, lvl, |slot, _| {
+            let e = slot.load(Ordering::Relaxed);
+            if e & EXT != 0 {
+                return Some(e & PAYLOAD);
             }
-            self.group(g)
-        };
-        let at = self.index(key, lvl);
-        let n = 1usize << (self.end(lvl) - len);
-        for slot in &table[at..at + n] {
+            let g = self.alloc();
+            // Invariant 2: fill with the old leaf, then publish.
+            for x in self.group(g) {
+                x.store(e, Ordering::Relaxed);
+            }
+            slot.store(VALID | EXT | g, Ordering::Release);
+            Some(g)
+        });
+        for slot in leaves.expect("every step of the walk gives a group") {
             self.set_covering(slot, len, new);
         }
         Ok(())
@@ -338,27 +352,16 @@ impl Dir {
     pub(crate) fn remove(&self, key: u128, len: u32, repl: u32, guard: &Guard) {
         let lvl = self.level_of(len);
         let mut path: Vec<(&AtomicU32, u32)> = Vec::new();
-        let table: &[AtomicU32] = if lvl == 0 {
-            &self.first
-        } else {
-            let mut slot = &self.first[self.index(key, 0)];
-            let mut g = 0;
-            for l in 1..=lvl {
-                let e = slot.load(Ordering::Relaxed);
-                if e & EXT == 0 {
-                    return; // the prefix was never expanded here: not present
-                }
-                path.push((slot, l));
-                g = e & PAYLOAD;
-                if l < lvl {
-                    slot = &self.group(g)[self.index(key, l)];
-                }
+        let leaves = self.leaves(key, len, lvl, |slot, l| {
+            let e = slot.load(Ordering::Relaxed);
+            if e & EXT == 0 {
+                return None; // the prefix was never expanded here: not present
             }
-            self.group(g)
-        };
-        let at = self.index(key, lvl);
-        let n = 1usize << (self.end(lvl) - len);
-        for slot in &table[at..at + n] {
+            path.push((slot, l));
+            Some(e & PAYLOAD)
+        });
+        let Some(leaves) = leaves else { return };
+        for slot in leaves {
             self.clear_exact(slot, len, repl, lvl, guard);
         }
         for &(slot, l) in path.iter().rev() {

@@ -7,8 +7,6 @@
 //! * [`fib`]: the workers' handle: lock-free lookups, route generation.
 //! * [`rib`]: routes (control side) and the single FIB writer; `ip route`-style dumps.
 //! * [`cache`]: the per-worker route cache validated by the generation.
-//! * [`bgp`]: deterministic synthetic full tables (IPv4 ~1M, IPv6 ~200k prefixes).
-//! * [`mod@bench`]: lookup and update benchmarks for `freeway bench route`.
 //!
 //! Locking context: [`Fib`] lookups and [`RouteCache`] run on workers and never block or write
 //! shared memory (except the rare reference count of a cache refill); [`Rib`] methods run on
@@ -16,8 +14,6 @@
 //! `cache.lookup_v4_in(&fib, &guard, dst, meta.flow_hash)`.
 #![warn(missing_docs)]
 
-pub mod bench;
-pub mod bgp;
 pub mod cache;
 mod dir;
 pub mod epoch;

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use freeway_route::bgp::Rng;
 use freeway_route::nh::{canonical, mix32, pick_index};
 use freeway_route::{epoch, Fib, FibConfig, NextHop, Prefix, Rib, Route, RouteCache};
+use freeway_sync::rng::Rng;
 
 fn via(gw: &str, iface: u16) -> NextHop {
     NextHop::via(gw.parse().unwrap(), iface)

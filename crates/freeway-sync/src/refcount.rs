@@ -147,60 +147,6 @@ impl RcRef {
     }
 }
 
-/// The "before" of [`RcRef`] for `freeway bench refcount`: the classic increment-if-not-zero
-/// with a compare-and-swap loop, counter on its own line too.
-#[derive(Debug)]
-pub struct CasRef {
-    cnt: CachePadded<AtomicU32>,
-}
-
-impl Default for CasRef {
-    fn default() -> Self {
-        CasRef::new()
-    }
-}
-
-impl CasRef {
-    /// A counter holding one reference.
-    pub fn new() -> CasRef {
-        CasRef {
-            cnt: CachePadded::new(AtomicU32::new(1)),
-        }
-    }
-
-    /// Takes a reference unless the count is zero; also returns the CAS retries it took.
-    #[inline]
-    pub fn get(&self) -> (bool, u32) {
-        let mut retries = 0;
-        let mut cur = self.cnt.load(Ordering::Relaxed);
-        loop {
-            if cur == 0 {
-                return (false, retries);
-            }
-            match self
-                .cnt
-                .compare_exchange_weak(cur, cur + 1, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return (true, retries),
-                Err(now) => {
-                    cur = now;
-                    retries += 1;
-                }
-            }
-        }
-    }
-
-    /// Drops a reference; `true` for the last one.
-    #[inline]
-    pub fn put(&self) -> bool {
-        if self.cnt.fetch_sub(1, Ordering::Release) == 1 {
-            crate::atomic::fence(Ordering::Acquire);
-            return true;
-        }
-        false
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -274,14 +220,5 @@ mod tests {
         );
         assert_eq!(r.put(), Put::Last);
         assert_eq!(r.count(), 0);
-    }
-
-    #[test]
-    fn cas_baseline_counts() {
-        let c = CasRef::new();
-        assert_eq!(c.get(), (true, 0));
-        assert!(!c.put());
-        assert!(c.put());
-        assert!(!c.get().0);
     }
 }

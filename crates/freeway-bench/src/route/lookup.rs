@@ -1,6 +1,6 @@
-//! Benchmarks behind `freeway bench route` (the binary prints; nothing here does).
+//! The work behind `freeway bench route` (the command prints; nothing here does).
 //!
-//! * [`build`]: generates the synthetic tables ([`crate::bgp`]) and loads them, timing each
+//! * [`build`]: generates the synthetic tables ([`super::bgp`]) and loads them, timing each
 //!   family and measuring the FIB's memory.
 //! * [`run_lookups`]: lookups per second per thread, IPv4 or IPv6, with destinations drawn
 //!   uniformly from the address space, from routed space, or skewed (a share of lookups to a
@@ -18,13 +18,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::bgp::{self, BgpConfig, Rng};
-use crate::cache::{CacheStats, RouteCache};
-use crate::epoch;
-use crate::fib::{Fib, FibConfig, FibMemory};
-use crate::nh::mix32;
-use crate::prefix::Prefix;
-use crate::rib::{Rib, Route};
+use freeway_route::nh::mix32;
+use freeway_route::prefix::{mask4, mask6};
+use freeway_route::{epoch, CacheStats, Fib, FibConfig, FibMemory, Prefix, Rib, Route, RouteCache};
+
+use super::bgp::{self, BgpConfig, Rng};
 
 /// Loaded tables.
 pub struct Tables {
@@ -153,7 +151,7 @@ impl Default for LookupConfig {
             family: Family::V4,
             pattern: Pattern::Routed,
             cache: false,
-            cache_entries: crate::cache::DEFAULT_ENTRIES,
+            cache_entries: freeway_route::cache::DEFAULT_ENTRIES,
             batch: false,
             threads: 1,
             lookups_per_thread: 20_000_000,
@@ -192,10 +190,10 @@ fn random_in(p: &Prefix, rng: &mut Rng) -> u128 {
     let r = u128::from(rng.next_u64()) << 64 | u128::from(rng.next_u64());
     match p {
         Prefix::V4(p) => {
-            let host = (r as u32) & !crate::prefix::mask4(p.len());
+            let host = (r as u32) & !mask4(p.len());
             u128::from(p.bits() | host)
         }
-        Prefix::V6(p) => p.bits() | (r & !crate::prefix::mask6(p.len())),
+        Prefix::V6(p) => p.bits() | (r & !mask6(p.len())),
     }
 }
 

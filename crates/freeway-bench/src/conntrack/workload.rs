@@ -1,5 +1,5 @@
-//! Benchmark workloads, as library functions (the binary's `freeway bench conntrack` calls
-//! them; `examples/ct_bench.rs` too). They return numbers; nothing here asserts timings.
+//! The conntrack workloads behind `freeway bench conntrack`, `conntrack-churn` and
+//! `conntrack-table`. They return numbers; nothing here asserts timings.
 //!
 //! * [`ovs_workload`]: the Open vSwitch `test-conntrack benchmark N 3000000 32` workload of
 //!   Open vSwitch's `test-conntrack benchmark` (see `ovs_workload`), with a [`Variant::GlobalLock`] baseline (lookup, update and insert behind one
@@ -19,10 +19,8 @@ use freeway_packet::{parse, Packet};
 use freeway_sync::Clock;
 use serde::Serialize;
 
-use crate::frames::{self, Seg};
-use crate::table::pin;
-use crate::timeout::TimeoutClass;
-use crate::{Conntrack, CtConfig, CtState, InvalidReason, TrackFlags};
+use freeway_conntrack::frames::{self, Seg};
+use freeway_conntrack::{pin, Conntrack, CtConfig, CtState, InvalidReason, TimeoutClass, TrackFlags};
 
 /// Which conntrack to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -231,47 +229,23 @@ fn churn_worker(ct: &Conntrack, id: usize, n: usize, teardown: Teardown, barrier
     let srv = IpAddr::V4(Ipv4Addr::new(10, 3, 0, 1));
     let (c, s) = (1000u32, 5000u32);
     // (packet, from client, expected state)
+    let seg = |from_cli: bool, flags: u8, seq: u32, ack: u32, want: CtState| {
+        let (a, b) = if from_cli { (cli, srv) } else { (srv, cli) };
+        (frames::tcp(a, b, 1, 1, Seg::new(flags, seq, ack)), from_cli, want)
+    };
     let mut script: Vec<(Packet, bool, CtState)> = vec![
-        (frames::tcp(cli, srv, 1, 1, Seg::new(tf::SYN, c, 0)), true, CtState::New),
-        (
-            frames::tcp(srv, cli, 1, 1, Seg::new(tf::SYN | tf::ACK, s, c + 1)),
-            false,
-            CtState::Established,
-        ),
-        (
-            frames::tcp(cli, srv, 1, 1, Seg::new(tf::ACK, c + 1, s + 1)),
-            true,
-            CtState::Established,
-        ),
+        seg(true, tf::SYN, c, 0, CtState::New),
+        seg(false, tf::SYN | tf::ACK, s, c + 1, CtState::Established),
+        seg(true, tf::ACK, c + 1, s + 1, CtState::Established),
     ];
     match teardown {
         Teardown::Fin => script.extend([
-            (
-                frames::tcp(cli, srv, 1, 1, Seg::new(tf::FIN | tf::ACK, c + 1, s + 1)),
-                true,
-                CtState::Established,
-            ),
-            (
-                frames::tcp(srv, cli, 1, 1, Seg::new(tf::ACK, s + 1, c + 2)),
-                false,
-                CtState::Established,
-            ),
-            (
-                frames::tcp(srv, cli, 1, 1, Seg::new(tf::FIN | tf::ACK, s + 1, c + 2)),
-                false,
-                CtState::Established,
-            ),
-            (
-                frames::tcp(cli, srv, 1, 1, Seg::new(tf::ACK, c + 2, s + 2)),
-                true,
-                CtState::Established,
-            ),
+            seg(true, tf::FIN | tf::ACK, c + 1, s + 1, CtState::Established),
+            seg(false, tf::ACK, s + 1, c + 2, CtState::Established),
+            seg(false, tf::FIN | tf::ACK, s + 1, c + 2, CtState::Established),
+            seg(true, tf::ACK, c + 2, s + 2, CtState::Established),
         ]),
-        Teardown::Rst => script.push((
-            frames::tcp(cli, srv, 1, 1, Seg::new(tf::RST | tf::ACK, c + 1, s + 1)),
-            true,
-            CtState::Established,
-        )),
+        Teardown::Rst => script.push(seg(true, tf::RST | tf::ACK, c + 1, s + 1, CtState::Established)),
     }
     let flags = TrackFlags {
         commit: true,

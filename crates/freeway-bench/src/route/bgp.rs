@@ -1,4 +1,4 @@
-//! Deterministic synthetic "full tables" for benchmarks and tests.
+//! Deterministic synthetic "full tables" for the route benchmarks.
 //!
 //! Same seed, same table. The prefix-length mixes approximate the public DFZ of 2024-2025
 //! (about 1M IPv4 and 200k IPv6 prefixes), per 100 000 prefixes:
@@ -21,9 +21,8 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::nh::NextHop;
-use crate::prefix::{mask4, mask6, Prefix, Prefix4, Prefix6};
-use crate::rib::Route;
+use freeway_route::prefix::{mask4, mask6};
+use freeway_route::{NextHop, Prefix, Prefix4, Prefix6, Route};
 
 /// IPv4 prefix lengths and their share per 100 000 (the remainder goes to /24).
 pub const V4_LENGTHS: &[(u8, u32)] = &[

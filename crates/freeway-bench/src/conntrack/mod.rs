@@ -1,11 +1,14 @@
 //! `freeway bench conntrack …`: the Open vSwitch `test-conntrack benchmark` workload, and the
-//! churn and large-table benchmarks (the work itself lives in `freeway_conntrack::bench`).
+//! churn and large-table benchmarks ([`workload`] does the work).
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use freeway_conntrack::bench::{churn, large_table, ovs_workload, Teardown, Variant};
 use serde::Serialize;
+
+pub mod workload;
+
+use workload::{churn, large_table, ovs_workload, Teardown, Variant};
 
 use crate::{median, write_json};
 

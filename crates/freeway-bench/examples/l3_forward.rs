@@ -1,7 +1,7 @@
 //! Forwarding cost of the L3 stage on one core: IPv4 and IPv6 UDP frames between two
 //! interfaces with resolved (static) neighbours, batches of 32, a map-based route lookup.
 //!
-//! `cargo run --release -p freeway-l3 --example l3_forward [packets]`
+//! `cargo run --release -p freeway-bench --example l3_forward [packets]`
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;

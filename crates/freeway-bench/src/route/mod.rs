@@ -1,12 +1,16 @@
 //! `freeway bench route`: FIB lookups on a synthetic full BGP table, with and without the
-//! per-worker route cache (the work itself lives in `freeway_route::bench`).
+//! per-worker route cache. [`lookup`] does the work on tables from [`bgp`].
 
 use std::path::PathBuf;
 
 use clap::Args;
-use freeway_route::bench::{build, run_lookups, Family, LookupConfig, LookupResult, Pattern};
-use freeway_route::bgp::BgpConfig;
 use freeway_route::FibConfig;
+
+pub mod bgp;
+pub mod lookup;
+
+use bgp::BgpConfig;
+use lookup::{build, run_lookups, Family, LookupConfig, LookupResult, Pattern};
 
 use crate::{median, write_json};
 
