@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock, Weak};
 use freeway_packet::Packet;
 
 use crate::filter::Filter;
+use crate::ring::ProducerKey;
 use crate::tap::{Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec};
 
 struct Inner {
@@ -50,18 +51,21 @@ impl fmt::Debug for LockedTaps {
 /// A worker's handle on [`LockedTaps`].
 pub struct LockedTapWorker {
     inner: Arc<Inner>,
-    index: usize,
+    /// The claim on this worker's index: the right to push into its rings.
+    key: ProducerKey,
 }
 
 impl fmt::Debug for LockedTapWorker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockedTapWorker").field("index", &self.index).finish()
+        f.debug_struct("LockedTapWorker")
+            .field("index", &self.key.index())
+            .finish()
     }
 }
 
 impl Drop for LockedTapWorker {
     fn drop(&mut self) {
-        self.inner.common.release(self.index);
+        self.inner.common.release(self.key.index());
     }
 }
 
@@ -73,8 +77,7 @@ impl TapPoint for LockedTapWorker {
         }
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
         for e in l.iter() {
-            // SAFETY: this handle holds the claim on worker index `self.index`.
-            unsafe { e.offer_packets(self.index, port, dir, pkts, ts_ns) };
+            e.offer_packets(&mut self.key, port, dir, pkts, ts_ns);
         }
     }
 
@@ -85,8 +88,7 @@ impl TapPoint for LockedTapWorker {
         }
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
         for e in l.iter() {
-            // SAFETY: as in `tap`.
-            unsafe { e.offer_frames(self.index, port, dir, frames, ts_ns) };
+            e.offer_frames(&mut self.key, port, dir, frames, ts_ns);
         }
     }
 
@@ -96,7 +98,7 @@ impl TapPoint for LockedTapWorker {
 
     #[inline]
     fn progress(&mut self, ts_ns: u64) {
-        self.inner.common.progress(self.index, ts_ns);
+        self.inner.common.progress(self.key.index(), ts_ns);
     }
 }
 
@@ -113,14 +115,15 @@ impl TapRegistry for LockedTaps {
     }
 
     fn worker(&self, index: usize) -> Option<LockedTapWorker> {
-        self.inner.common.claim(index).then(|| LockedTapWorker {
+        let key = self.inner.common.claim(index)?;
+        Some(LockedTapWorker {
             inner: self.inner.clone(),
-            index,
+            key,
         })
     }
 
     fn attach(&self, spec: TapSpec, filter: Filter) -> Result<(TapId, TapReader), TapError> {
-        let tap = self.inner.common.new_tap(&spec)?;
+        let (tap, key) = self.inner.common.new_tap(&spec)?;
         let id = tap.id();
         let mut l = self.inner.list.write().unwrap_or_else(|e| e.into_inner());
         l.push(Entry {
@@ -130,7 +133,14 @@ impl TapRegistry for LockedTaps {
         self.inner.common.any.store(l.len(), Ordering::Release);
         drop(l);
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        Ok((id, TapReader { tap, registry: weak }))
+        Ok((
+            id,
+            TapReader {
+                tap,
+                key,
+                registry: weak,
+            },
+        ))
     }
 
     fn replace_filter(&self, id: TapId, filter: Filter) -> Result<(), TapError> {

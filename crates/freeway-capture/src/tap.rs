@@ -6,7 +6,9 @@
 //!   [`TapRegistry::attach`], [`TapRegistry::detach`], [`TapRegistry::replace_filter`].
 //!   Control-plane calls are serialised among themselves by a mutex that **no worker ever
 //!   takes**.
-//! * **Workers** (one [`TapRegistry::Worker`] handle per worker index, claimed once): call
+//! * **Workers** (one [`TapRegistry::Worker`] handle per worker index, claimed once; it
+//!   holds the worker's [`crate::ring::ProducerKey`], the only way to push into the
+//!   worker's ring of any tap): call
 //!   [`TapPoint::tap`] on every batch with the port index, the direction and a timestamp.
 //!   The [`Taps`] variant keeps a counted reference to the list it last read and the list's
 //!   generation: while nothing changes, a batch costs one load of the shared generation
@@ -39,7 +41,7 @@
 //!
 //! A tap is closed (detach, count reached, write error) by setting its `closed` flag; each
 //! worker brackets its pushes into the tap's ring with the ring's `busy` flag (see
-//! [`crate::ring::Ring::enter`]), so once the writer has seen `closed` and then every
+//! [`crate::ring::Producer::enter`]), so once the writer has seen `closed` and then every
 //! ring not busy, nothing more arrives and its final drain is complete:
 //! `matched == written + dropped + discarded` exactly.
 
@@ -54,7 +56,7 @@ use freeway_sync::CachePadded;
 
 use crate::bpf::vm::LANES;
 use crate::filter::Filter;
-use crate::ring::Ring;
+use crate::ring::{Claims, Consumer, ConsumerKey, ProducerKey, Ring, Rings};
 
 /// Which packets of a port a tap sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -146,12 +148,12 @@ pub struct TapShared {
     port: u16,
     dir: Direction,
     snaplen: u32,
-    rings: Box<[Ring]>,
+    /// One ring per worker, and the tap's `closed` flag.
+    rings: Rings,
     /// Each worker's progress mark ([`TapPoint::progress`]), shared by every tap of the
     /// registry.
     marks: Marks,
     lossless: bool,
-    closed: AtomicBool,
     /// Set by the writer while it sleeps waiting for packets ([`TapShared::wake_writer`]).
     parked: AtomicBool,
     /// The writer's thread, registered by [`crate::writer::TapWriter::run`].
@@ -159,21 +161,21 @@ pub struct TapShared {
 }
 
 impl TapShared {
-    fn new(id: TapId, spec: &TapSpec, marks: Marks) -> TapShared {
-        TapShared {
+    /// A tap with one ring per producer index of `claims`, and the key of its consumer.
+    fn new(id: TapId, spec: &TapSpec, claims: &Claims, marks: Marks) -> (TapShared, ConsumerKey) {
+        let (rings, key) = Rings::new(claims, spec.ring_slots, spec.snaplen as usize);
+        let tap = TapShared {
             id,
             port: spec.port,
             dir: spec.dir,
             snaplen: spec.snaplen,
-            rings: (0..marks.len())
-                .map(|_| Ring::new(spec.ring_slots, spec.snaplen as usize))
-                .collect(),
+            rings,
             marks,
             lossless: spec.lossless,
-            closed: AtomicBool::new(false),
             parked: AtomicBool::new(false),
             writer: OnceLock::new(),
-        }
+        };
+        (tap, key)
     }
 
     /// Writer side: registers the calling thread as the one that drains this tap, so that
@@ -206,9 +208,9 @@ impl TapShared {
     }
 
     /// Marks the tap closed (the closer side of the close protocol,
-    /// [`crate::ring::close`]) and wakes its writer so it notices at once.
+    /// [`Rings::close`]) and wakes its writer so it notices at once.
     pub(crate) fn close(&self) {
-        crate::ring::close(&self.closed);
+        self.rings.close();
         if let Some(t) = self.writer.get() {
             t.unpark();
         }
@@ -234,11 +236,6 @@ impl TapShared {
         self.snaplen
     }
 
-    /// The per-worker rings.
-    pub(crate) fn rings(&self) -> &[Ring] {
-        &self.rings
-    }
-
     /// Worker `w`'s progress mark: it will push no packet older than this (`Acquire`: the
     /// pushes it made before setting the mark are visible after reading it). 0 until the
     /// worker first reports, `u64::MAX` once its handle is gone.
@@ -254,22 +251,22 @@ impl TapShared {
     /// Packets run through the tap's filter (matched or not), over all workers: what
     /// tcpdump calls "received by filter".
     pub fn seen(&self) -> u64 {
-        self.rings.iter().map(Ring::seen).sum()
+        self.rings.rings().iter().map(Ring::seen).sum()
     }
 
     /// Packets that matched (pushed or dropped), over all workers.
     pub fn matched(&self) -> u64 {
-        self.rings.iter().map(|r| r.pushed() + r.dropped()).sum()
+        self.rings.rings().iter().map(|r| r.pushed() + r.dropped()).sum()
     }
 
     /// Packets dropped because a ring was full, over all workers.
     pub fn dropped(&self) -> u64 {
-        self.rings.iter().map(Ring::dropped).sum()
+        self.rings.rings().iter().map(Ring::dropped).sum()
     }
 
     /// Whether the tap is closed.
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
+        self.rings.is_closed()
     }
 
     /// Closes the tap and waits until no worker is inside a push section: afterwards no
@@ -277,32 +274,23 @@ impl TapShared {
     /// by one batch), never for a worker to do anything new.
     pub fn close_and_quiesce(&self) {
         self.close();
-        for r in self.rings.iter() {
-            while r.busy() {
-                std::hint::spin_loop();
-                std::thread::yield_now();
-            }
+        while self.rings.busy() {
+            std::hint::spin_loop();
+            std::thread::yield_now();
         }
     }
 
     /// Worker side: runs `filter` over `frames` (at most [`LANES`], one batch run of the
-    /// VM) and copies matches into ring `worker`, each recorded at `ts` and as long on the
-    /// wire as it is.
-    ///
-    /// # Safety
-    /// The caller must be the only producer of ring `worker` (the claimed worker handle).
+    /// VM) and copies matches into the ring of `key`'s worker, each recorded at `ts` and as
+    /// long on the wire as it is.
     #[inline]
-    unsafe fn offer(&self, worker: usize, filter: &Filter, dir: Direction, frames: &[&[u8]], ts: u64) {
+    fn offer(&self, key: &mut ProducerKey, filter: &Filter, dir: Direction, frames: &[&[u8]], ts: u64) {
         let mut keep = [0u32; LANES];
-        // SAFETY: forwarded contract (the only producer).
-        unsafe { self.saw(worker, frames.len()) };
+        self.saw(key, frames.len());
         if filter.program().run_batch(frames, &mut keep) {
-            // SAFETY: forwarded contract.
-            unsafe {
-                self.push_matches(worker, dir, &keep[..frames.len()], |i| {
-                    (frames[i], ts, frames[i].len() as u32)
-                })
-            }
+            self.push_matches(key, dir, &keep[..frames.len()], |i| {
+                (frames[i], ts, frames[i].len() as u32)
+            });
         }
     }
 
@@ -310,95 +298,77 @@ impl TapShared {
     /// frames straight from the packets; each is recorded at its receive time
     /// (`meta.ts_ns`, or `ts` when it has none) with its wire length
     /// ([`Packet::wire_len`]) as the original length.
-    ///
-    /// # Safety
-    /// As [`TapShared::offer`].
     #[inline]
-    unsafe fn offer_packets(&self, worker: usize, filter: &Filter, dir: Direction, pkts: &[Packet], ts: u64) {
+    fn offer_packets(&self, key: &mut ProducerKey, filter: &Filter, dir: Direction, pkts: &[Packet], ts: u64) {
         let mut keep = [0u32; LANES];
-        // SAFETY: forwarded contract (the only producer).
-        unsafe { self.saw(worker, pkts.len()) };
+        self.saw(key, pkts.len());
         if filter.program().run_packets(pkts, &mut keep) {
-            // SAFETY: forwarded contract.
-            unsafe {
-                self.push_matches(worker, dir, &keep[..pkts.len()], |i| {
-                    let p = &pkts[i];
-                    let t = if p.meta.ts_ns != 0 { p.meta.ts_ns } else { ts };
-                    (p.data(), t, p.wire_len())
-                })
-            }
+            self.push_matches(key, dir, &keep[..pkts.len()], |i| {
+                let p = &pkts[i];
+                let t = if p.meta.ts_ns != 0 { p.meta.ts_ns } else { ts };
+                (p.data(), t, p.wire_len())
+            });
         }
     }
 
-    /// Counts `n` packets seen by the filter on ring `worker`.
-    ///
-    /// # Safety
-    /// As [`TapShared::offer`].
+    /// Counts `n` packets seen by the filter on the ring of `key`'s worker.
     #[inline(always)]
-    unsafe fn saw(&self, worker: usize, n: usize) {
-        if let Some(r) = self.rings.get(worker) {
-            // SAFETY: forwarded contract.
-            unsafe { r.saw(n) }
+    fn saw(&self, key: &mut ProducerKey, n: usize) {
+        if let Some(mut p) = self.rings.producer(key) {
+            p.saw(n);
         }
     }
 
     /// Copies packet `i` (`pkt(i)`: its bytes, timestamp and wire length), up to `keep[i]`
-    /// bytes and the snap length, into ring `worker` for every `keep[i]` that is not 0: the
-    /// room is looked up once, the copies are published with one store, and what does not
-    /// fit is counted as dropped at once. A lossless tap instead publishes what fits, wakes
-    /// the writer and waits for room (giving up, and counting the rest as dropped, only if
-    /// the tap closes meanwhile).
-    ///
-    /// # Safety
-    /// As [`TapShared::offer`].
+    /// bytes and the snap length, into the ring of `key`'s worker for every `keep[i]` that
+    /// is not 0: the room is looked up once, the copies are published with one store, and
+    /// what does not fit is counted as dropped at once. A lossless tap instead publishes
+    /// what fits, wakes the writer and waits for room (giving up, and counting the rest as
+    /// dropped, only if the tap closes meanwhile).
     #[cold]
     #[inline(never)]
-    unsafe fn push_matches<'f>(
+    fn push_matches<'f>(
         &self,
-        worker: usize,
+        key: &mut ProducerKey,
         dir: Direction,
         keep: &[u32],
         pkt: impl Fn(usize) -> (&'f [u8], u64, u32),
     ) {
-        let Some(ring) = self.rings.get(worker) else { return };
+        let Some(mut producer) = self.rings.producer(key) else {
+            return;
+        };
         let matched = keep.iter().filter(|&&k| k != 0).count();
         if matched == 0 {
             return;
         }
-        // SAFETY (enter, leave, reserve, fill, commit): the caller is this ring's only
-        // producer, and `r` is this ring's latest reservation.
-        if !unsafe { ring.enter(&self.closed) } {
-            unsafe { ring.leave() };
-            return;
-        }
+        let Some(mut section) = producer.enter() else { return };
         let mut todo = keep.iter().enumerate().filter(|(_, &k)| k != 0);
         let mut left = matched;
         loop {
-            let mut r = unsafe { ring.reserve(left) };
-            for (i, &k) in todo.by_ref().take(r.len()) {
+            let mut b = section.batch(left);
+            for (i, &k) in todo.by_ref().take(b.len()) {
                 let (frame, ts, wire) = pkt(i);
                 let snap = k.min(self.snaplen) as usize;
-                if !unsafe { ring.fill(&mut r, ts, self.port, dir as u8, frame, wire, snap) } {
+                if !b.fill(ts, self.port, dir as u8, frame, wire, snap) {
                     break;
                 }
             }
-            left -= r.filled();
+            left -= b.filled();
             if left == 0 || !self.lossless {
-                unsafe { ring.commit(r, left) };
+                b.commit(left);
                 break;
             }
             // Lossless: publish what fits, let the writer drain, wait for room.
-            unsafe { ring.commit(r, 0) };
+            b.commit(0);
             self.wake_writer();
-            if self.closed.load(Ordering::Acquire) {
-                let r = unsafe { ring.reserve(0) };
-                unsafe { ring.commit(r, left) };
+            if section.is_closed() {
+                section.refuse(left);
                 break;
             }
             std::hint::spin_loop();
             std::thread::yield_now();
         }
-        unsafe { ring.leave() };
+        drop(section);
         self.wake_writer();
     }
 }
@@ -411,32 +381,24 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// Worker side: offers `frames` (any number; run through the filter [`LANES`] at a
-    /// time) if the tap is on this port and direction.
-    ///
-    /// # Safety
-    /// As [`TapShared::offer`].
+    /// Worker side (the worker of `key`): offers `frames` (any number; run through the
+    /// filter [`LANES`] at a time) if the tap is on this port and direction.
     #[inline]
-    pub(crate) unsafe fn offer_frames(&self, worker: usize, port: u16, dir: Direction, frames: &[&[u8]], ts: u64) {
+    pub(crate) fn offer_frames(&self, key: &mut ProducerKey, port: u16, dir: Direction, frames: &[&[u8]], ts: u64) {
         if self.tap.port == port && self.tap.dir.covers(dir) {
             for chunk in frames.chunks(LANES) {
-                // SAFETY: forwarded contract.
-                unsafe { self.tap.offer(worker, &self.filter, dir, chunk, ts) }
+                self.tap.offer(key, &self.filter, dir, chunk, ts);
             }
         }
     }
 
     /// [`Entry::offer_frames`] for packets, [`LANES`] at a time (compiled filters read the
     /// frames straight from the packets). Both registries tap through here.
-    ///
-    /// # Safety
-    /// As [`TapShared::offer`].
     #[inline]
-    pub(crate) unsafe fn offer_packets(&self, worker: usize, port: u16, dir: Direction, pkts: &[Packet], ts: u64) {
+    pub(crate) fn offer_packets(&self, key: &mut ProducerKey, port: u16, dir: Direction, pkts: &[Packet], ts: u64) {
         if self.tap.port == port && self.tap.dir.covers(dir) {
             for chunk in pkts.chunks(LANES) {
-                // SAFETY: forwarded contract.
-                unsafe { self.tap.offer_packets(worker, &self.filter, dir, chunk, ts) }
+                self.tap.offer_packets(key, &self.filter, dir, chunk, ts);
             }
         }
     }
@@ -450,6 +412,8 @@ pub(crate) trait Detach: Send + Sync {
 /// The consumer side of a tap, given to its writer ([`crate::writer::TapWriter`]).
 pub struct TapReader {
     pub(crate) tap: Arc<TapShared>,
+    /// The right to drain the tap's rings (one per tap).
+    pub(crate) key: ConsumerKey,
     pub(crate) registry: Weak<dyn Detach>,
 }
 
@@ -463,6 +427,17 @@ impl TapReader {
     /// The tap.
     pub fn tap(&self) -> &TapShared {
         &self.tap
+    }
+
+    /// The tap and the consumer side of its rings: this reader holds the rings' one
+    /// consumer key (made with them in [`Common::new_tap`]).
+    pub(crate) fn consume(&mut self) -> (&TapShared, Consumer<'_>) {
+        let rings = self
+            .tap
+            .rings
+            .consumer(&mut self.key)
+            .expect("a tap's reader holds the key of the tap's rings");
+        (&self.tap, rings)
     }
 
     /// Closes the tap, detaches it from its registry (if still alive) and waits until no
@@ -539,7 +514,8 @@ pub(crate) struct Common {
     /// tap list; workers revalidate their cached list against it once per batch.
     pub(crate) generation: CachePadded<AtomicU64>,
     pub(crate) next_id: AtomicU64,
-    pub(crate) claimed: Box<[AtomicBool]>,
+    /// The workers' producer keys, one per worker index.
+    pub(crate) claims: Arc<Claims>,
     /// Each worker's progress mark ([`TapPoint::progress`]), shared with every tap.
     pub(crate) marks: Marks,
     pub(crate) workers: usize,
@@ -553,7 +529,7 @@ impl Common {
             any: CachePadded::new(AtomicUsize::new(0)),
             generation: CachePadded::new(AtomicU64::new(0)),
             next_id: AtomicU64::new(1),
-            claimed: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+            claims: Claims::new(workers),
             marks: (0..workers)
                 .map(|_| CachePadded::new(AtomicU64::new(u64::MAX)))
                 .collect(),
@@ -562,21 +538,19 @@ impl Common {
         }
     }
 
-    /// Claims worker handle `index`; its progress mark starts at 0 (no promise yet).
-    pub(crate) fn claim(&self, index: usize) -> bool {
-        let ok = self.claimed.get(index).is_some_and(|c| !c.swap(true, Ordering::AcqRel));
-        if ok {
-            self.marks[index].store(0, Ordering::Release);
-        }
-        ok
+    /// Claims worker handle `index` (its producer key); its progress mark starts at 0 (no
+    /// promise yet).
+    pub(crate) fn claim(&self, index: usize) -> Option<ProducerKey> {
+        let key = self.claims.claim(index)?;
+        self.marks[index].store(0, Ordering::Release);
+        Some(key)
     }
 
-    /// Releases worker handle `index`: a gone worker pushes nothing more, so its mark
-    /// holds no writer back.
+    /// Called as worker handle `index` goes, before its key is dropped (which gives the
+    /// index back): a gone worker pushes nothing more, so its mark holds no writer back.
     pub(crate) fn release(&self, index: usize) {
-        if let Some(c) = self.claimed.get(index) {
-            self.marks[index].store(u64::MAX, Ordering::Release);
-            c.store(false, Ordering::Release);
+        if let Some(m) = self.marks.get(index) {
+            m.store(u64::MAX, Ordering::Release);
         }
     }
 
@@ -589,7 +563,8 @@ impl Common {
         }
     }
 
-    pub(crate) fn new_tap(&self, spec: &TapSpec) -> Result<Arc<TapShared>, TapError> {
+    /// A new tap (checked against the limits) and the key of its consumer.
+    pub(crate) fn new_tap(&self, spec: &TapSpec) -> Result<(Arc<TapShared>, ConsumerKey), TapError> {
         if spec.snaplen == 0 || spec.snaplen > 262_144 {
             return Err(TapError::BadSpec(format!("snaplen {} not in 1..=262144", spec.snaplen)));
         }
@@ -609,7 +584,8 @@ impl Common {
             )));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(TapShared::new(id, spec, self.marks.clone())))
+        let (tap, key) = TapShared::new(id, spec, &self.claims, self.marks.clone());
+        Ok((Arc::new(tap), key))
     }
 }
 
@@ -761,7 +737,8 @@ impl Taps {
 /// change).
 pub struct TapWorker {
     inner: Arc<Inner>,
-    index: usize,
+    /// The claim on this worker's index: the right to push into its rings.
+    key: ProducerKey,
     /// The list this worker taps with.
     list: Arc<TapList>,
     /// The generation `list` was read at.
@@ -770,13 +747,13 @@ pub struct TapWorker {
 
 impl fmt::Debug for TapWorker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TapWorker").field("index", &self.index).finish()
+        f.debug_struct("TapWorker").field("index", &self.key.index()).finish()
     }
 }
 
 impl Drop for TapWorker {
     fn drop(&mut self) {
-        self.inner.common.release(self.index);
+        self.inner.common.release(self.key.index());
     }
 }
 
@@ -792,24 +769,21 @@ impl TapWorker {
         self.generation = g;
     }
 
-    /// The current list (revalidated against the generation).
+    /// Revalidates the cached list against the generation.
     #[inline(always)]
-    fn current(&mut self) -> &TapList {
+    fn revalidate(&mut self) {
         let g = self.inner.common.generation.load(Ordering::Acquire);
         if g != self.generation {
             self.refresh(g);
         }
-        &self.list
     }
 
     /// Offers the batch to the entries of `list` that tap `port`/`dir`, [`LANES`] packets
     /// at a time (compiled filters read the frames straight from the packets).
     #[inline(never)]
-    fn offer(list: &TapList, w: usize, port: u16, dir: Direction, pkts: &[Packet], ts: u64) {
+    fn offer(list: &TapList, key: &mut ProducerKey, port: u16, dir: Direction, pkts: &[Packet], ts: u64) {
         for e in &list.entries {
-            // SAFETY: the caller's handle holds the claim on worker index `w`: the only
-            // producer.
-            unsafe { e.offer_packets(w, port, dir, pkts, ts) };
+            e.offer_packets(key, port, dir, pkts, ts);
         }
     }
 }
@@ -817,24 +791,21 @@ impl TapWorker {
 impl TapPoint for TapWorker {
     #[inline]
     fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
-        let w = self.index;
-        let list = self.current();
-        if !list.may_cover(port, dir) || pkts.is_empty() {
+        self.revalidate();
+        if !self.list.may_cover(port, dir) || pkts.is_empty() {
             return;
         }
-        Self::offer(list, w, port, dir, pkts, ts_ns);
+        Self::offer(&self.list, &mut self.key, port, dir, pkts, ts_ns);
     }
 
     #[inline]
     fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
-        let w = self.index;
-        let list = self.current();
-        if !list.may_cover(port, dir) {
+        self.revalidate();
+        if !self.list.may_cover(port, dir) {
             return;
         }
-        for e in &list.entries {
-            // SAFETY: as in `offer`.
-            unsafe { e.offer_frames(w, port, dir, frames, ts_ns) };
+        for e in &self.list.entries {
+            e.offer_frames(&mut self.key, port, dir, frames, ts_ns);
         }
     }
 
@@ -847,12 +818,12 @@ impl TapPoint for TapWorker {
     }
 
     fn idle(&mut self) {
-        self.current();
+        self.revalidate();
     }
 
     #[inline]
     fn progress(&mut self, ts_ns: u64) {
-        self.inner.common.progress(self.index, ts_ns);
+        self.inner.common.progress(self.key.index(), ts_ns);
     }
 }
 
@@ -864,20 +835,19 @@ impl TapRegistry for Taps {
     }
 
     fn worker(&self, index: usize) -> Option<TapWorker> {
-        self.inner.common.claim(index).then(|| {
-            let mut w = TapWorker {
-                inner: self.inner.clone(),
-                index,
-                list: Arc::default(),
-                generation: 0,
-            };
-            w.refresh(self.inner.common.generation.load(Ordering::Acquire));
-            w
-        })
+        let key = self.inner.common.claim(index)?;
+        let mut w = TapWorker {
+            inner: self.inner.clone(),
+            key,
+            list: Arc::default(),
+            generation: 0,
+        };
+        w.refresh(self.inner.common.generation.load(Ordering::Acquire));
+        Some(w)
     }
 
     fn attach(&self, spec: TapSpec, filter: Filter) -> Result<(TapId, TapReader), TapError> {
-        let tap = self.inner.common.new_tap(&spec)?;
+        let (tap, key) = self.inner.common.new_tap(&spec)?;
         let id = tap.id;
         let entry = Entry {
             tap: tap.clone(),
@@ -885,7 +855,14 @@ impl TapRegistry for Taps {
         };
         self.inner.update(|v| v.push(entry));
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        Ok((id, TapReader { tap, registry: weak }))
+        Ok((
+            id,
+            TapReader {
+                tap,
+                key,
+                registry: weak,
+            },
+        ))
     }
 
     fn replace_filter(&self, id: TapId, filter: Filter) -> Result<(), TapError> {

@@ -157,17 +157,14 @@ impl<W: Write> TapWriter<W> {
     /// documentation; `closed`: nothing more can arrive, so nothing is waited for). Returns
     /// how many; sets `held_since` when it stopped to wait for a worker.
     fn drain(&mut self, max: u64, closed: bool) -> Result<u64, TapError> {
-        let tap = self.reader.tap();
-        let rings = tap.rings();
+        let (tap, mut rings) = self.reader.consume();
         let mut n = 0;
         'next: while n < max {
-            // SAFETY (every ring call): this writer is the only consumer of the tap's rings
-            // (one TapReader per tap, moved into one TapWriter).
             let mut pick: Option<(u64, usize)> = None;
             let mut some_empty = false;
             self.empty.clear();
-            for (i, r) in rings.iter().enumerate() {
-                let head = unsafe { r.peek_ts() };
+            for i in 0..rings.len() {
+                let head = rings.peek_ts(i);
                 self.empty.push(head.is_none());
                 match head {
                     Some(t) if pick.is_none_or(|(p, _)| t < p) => pick = Some((t, i)),
@@ -181,11 +178,11 @@ impl<W: Write> TapWriter<W> {
                 // (read before looking at the ring again: the pushes made before the mark
                 // are then visible) says it will not.
                 let mut wait = false;
-                for (j, r) in rings.iter().enumerate() {
+                for j in 0..rings.len() {
                     if !self.empty[j] || tap.mark(j) >= t {
                         continue;
                     }
-                    if unsafe { r.peek_ts() }.is_some() {
+                    if rings.peek_ts(j).is_some() {
                         // Something arrived meanwhile: pick again.
                         continue 'next;
                     }
@@ -205,13 +202,11 @@ impl<W: Write> TapWriter<W> {
                 self.held_since = None;
             }
             let out = &mut self.out;
-            let res = unsafe {
-                rings[i].pop(|s| {
-                    let inbound = Some(s.dir == Direction::Rx as u8);
-                    out.write_packet(s.ts_ns, s.orig_len, s.data(), inbound)
-                        .map(|_| s.cap_len as u64)
-                })
-            };
+            let res = rings.pop(i, |s| {
+                let inbound = Some(s.dir == Direction::Rx as u8);
+                out.write_packet(s.ts_ns, s.orig_len, s.data(), inbound)
+                    .map(|_| s.cap_len as u64)
+            });
             match res {
                 Some(Ok(bytes)) => {
                     self.stats.written += 1;
@@ -287,10 +282,9 @@ impl<W: Write> TapWriter<W> {
     fn park(&mut self) -> Result<(), TapError> {
         self.out.flush().map_err(TapError::Write)?;
         self.last_flush = Instant::now();
-        let tap = self.reader.tap();
+        let (tap, mut rings) = self.reader.consume();
         tap.set_parked(true);
-        // SAFETY: this writer is the rings' only consumer (as in `drain`).
-        let pending = tap.rings().iter().any(|r| unsafe { r.peek_ts() }.is_some());
+        let pending = (0..rings.len()).any(|i| rings.peek_ts(i).is_some());
         if !pending && !tap.is_closed() {
             std::thread::park_timeout(self.opts.park_timeout);
         }
@@ -313,9 +307,9 @@ impl<W: Write> TapWriter<W> {
             }
         }
         // Whatever is left (count reached, or after an error) is discarded.
-        for ring in self.reader.tap().rings() {
-            // SAFETY: only consumer, as in `drain`.
-            while unsafe { ring.pop(|_| ()) }.is_some() {
+        let (_, mut rings) = self.reader.consume();
+        for i in 0..rings.len() {
+            while rings.pop(i, |_| ()).is_some() {
                 self.stats.discarded += 1;
             }
         }

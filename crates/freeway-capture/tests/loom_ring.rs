@@ -8,8 +8,8 @@
 //! * the consumer sees packets in push order, each one complete (never a half-written
 //!   slot), and a full ring refuses a push instead of overwriting an unread slot;
 //! * pushed + dropped = offered, popped = pushed, also for batches published at once
-//!   (`reserve`/`fill`/`commit`) with each side working from its cached copy of the
-//!   other's index;
+//!   (`Section::batch`, `Batch::fill`, `Batch::commit`) with each side working from its
+//!   cached copy of the other's index;
 //! * once the closer has set `closed` and seen `busy` clear, no packet arrives afterwards,
 //!   so its final drain is complete.
 //! * (a replica of the tap-list cache, `tap_list_generation_cache`) a worker that sees a new
@@ -18,8 +18,7 @@
 
 use std::sync::Arc;
 
-use freeway_capture::ring::Ring;
-use freeway_sync::atomic::AtomicBool;
+use freeway_capture::ring::{Claims, ConsumerKey, ProducerKey, Rings};
 use loom::thread;
 
 // The consumer yields before each pop: without a scheduling point there, loom explored a
@@ -31,24 +30,38 @@ fn frame(i: u8) -> [u8; 4] {
     [i, i.wrapping_mul(3), i ^ 0x5a, 0xff - i]
 }
 
+/// A set of one ring of `capacity` slots of 4 bytes, its producer key and its consumer key.
+fn one_ring(capacity: usize) -> (Arc<Rings>, ProducerKey, ConsumerKey) {
+    let claims = Claims::new(1);
+    let (rings, ck) = Rings::new(&claims, capacity, 4);
+    let pk = claims.claim(0).expect("index 0 is free");
+    (Arc::new(rings), pk, ck)
+}
+
 /// The consumer side of the SPSC models: `pops` pops while the producer runs (yielding
 /// before each: without a scheduling point there loom explored a single execution), then
 /// the rest after it ends; checks every packet complete and in order, popped = pushed and
 /// pushed + dropped = `offered`.
-fn consume_and_check(ring: &Ring, producer: thread::JoinHandle<usize>, pops: usize, offered: u64) {
+fn consume_and_check(
+    rings: &Rings,
+    ck: &mut ConsumerKey,
+    producer: thread::JoinHandle<usize>,
+    pops: usize,
+    offered: u64,
+) {
     let mut seen = Vec::new();
     for _ in 0..pops {
         thread::yield_now();
-        // SAFETY: the only consumer.
-        if let Some(x) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
+        if let Some(x) = rings.consumer(ck).unwrap().pop(0, |s| (s.ts_ns, s.data().to_vec())) {
             seen.push(x);
         }
     }
     let pushed = producer.join().unwrap();
-    // SAFETY: the only consumer (the producer has finished).
-    while let Some(x) = unsafe { ring.pop(|s| (s.ts_ns, s.data().to_vec())) } {
+    let mut c = rings.consumer(ck).unwrap();
+    while let Some(x) = c.pop(0, |s| (s.ts_ns, s.data().to_vec())) {
         seen.push(x);
     }
+    let ring = &rings.rings()[0];
     assert_eq!(seen.len(), pushed);
     assert_eq!(ring.pushed() as usize, pushed);
     assert_eq!(ring.pushed() + ring.dropped(), offered);
@@ -63,23 +76,24 @@ fn consume_and_check(ring: &Ring, producer: thread::JoinHandle<usize>, pops: usi
 #[test]
 fn spsc_order_and_integrity() {
     model(20, || {
-        let ring = Arc::new(Ring::new(2, 4));
-        let r = ring.clone();
+        let (rings, mut pk, mut ck) = one_ring(2);
+        let r = rings.clone();
         let producer = thread::spawn(move || {
             let mut ok = 0;
+            let mut p = r.producer(&mut pk).unwrap();
+            let mut s = p.enter().expect("not closed");
             for i in 0..3u8 {
-                // SAFETY: the only producer.
-                if unsafe { r.push(i as u64, 0, 1, &frame(i), 4) } {
+                if s.push(i as u64, 0, 1, &frame(i), 4) {
                     ok += 1;
                 }
             }
             ok
         });
-        consume_and_check(&ring, producer, 3, 3);
+        consume_and_check(&rings, &mut ck, producer, 3, 3);
     });
 }
 
-/// Batches through `reserve`/`fill`/`commit`, with both sides working from their cached
+/// Batches through `Section::batch`/`Batch::fill`/`Batch::commit`, with both sides working from their cached
 /// copies of the other's index: two batches of two into a ring of two while the consumer
 /// pops. Checked: every popped slot is complete and in order (a producer trusting a stale
 /// `tail_seen` too far, or a consumer a stale `head_seen`, would hand out a slot still
@@ -88,60 +102,60 @@ fn spsc_order_and_integrity() {
 #[test]
 fn spsc_batches_with_cached_indices() {
     model(4, || {
-        let ring = Arc::new(Ring::new(2, 4));
-        let r = ring.clone();
+        let (rings, mut pk, mut ck) = one_ring(2);
+        let r = rings.clone();
         let producer = thread::spawn(move || {
             let mut ok = 0;
+            let mut p = r.producer(&mut pk).unwrap();
+            let mut s = p.enter().expect("not closed");
             for b in 0..2u8 {
-                // SAFETY (all three): the only producer; `res` is the latest reservation.
-                let mut res = unsafe { r.reserve(2) };
+                let mut res = s.batch(2);
                 for i in 0..2u8 {
                     let n = 2 * b + i;
-                    if unsafe { r.fill(&mut res, n as u64, 0, 1, &frame(n), 4, 4) } {
+                    if res.fill(n as u64, 0, 1, &frame(n), 4, 4) {
                         ok += 1;
                     }
                 }
                 let refused = 2 - res.filled();
-                unsafe { r.commit(res, refused) };
+                res.commit(refused);
             }
             ok
         });
-        consume_and_check(&ring, producer, 2, 4);
+        consume_and_check(&rings, &mut ck, producer, 2, 4);
     });
 }
 
 #[test]
 fn close_protocol_final_drain_is_complete() {
     model(50, || {
-        let ring = Arc::new(Ring::new(4, 4));
-        let closed = Arc::new(AtomicBool::new(false));
-        let (r, c) = (ring.clone(), closed.clone());
+        let (rings, mut pk, mut ck) = one_ring(4);
+        let r = rings.clone();
         let worker = thread::spawn(move || {
             let mut pushed = 0;
+            let mut p = r.producer(&mut pk).unwrap();
             for i in 0..2u8 {
-                // SAFETY: the only producer.
-                unsafe {
-                    if r.enter(&c) && r.push(i as u64, 0, 1, &frame(i), 4) {
+                // One section per push; a closed set opens none.
+                if let Some(mut s) = p.enter() {
+                    if s.push(i as u64, 0, 1, &frame(i), 4) {
                         pushed += 1;
                     }
-                    r.leave();
                 }
             }
             pushed
         });
         // The writer closes the tap and waits for in-flight pushes.
-        freeway_capture::ring::close(&closed);
-        while ring.busy() {
+        rings.close();
+        while rings.busy() {
             thread::yield_now();
         }
         let mut drained = 0;
-        // SAFETY: the only consumer.
-        while unsafe { ring.pop(|_| ()) }.is_some() {
+        let mut c = rings.consumer(&mut ck).unwrap();
+        while c.pop(0, |_| ()).is_some() {
             drained += 1;
         }
         let pushed = worker.join().unwrap();
         // Nothing arrived after the final drain.
-        assert!(ring.is_empty(), "a packet arrived after the final drain");
+        assert!(rings.rings()[0].is_empty(), "a packet arrived after the final drain");
         assert_eq!(drained, pushed);
     });
 }
