@@ -1,6 +1,6 @@
 //! The "before" variant of the tap registry for the capture benchmark: the tap list and
 //! every tap's filter live behind one `RwLock`, read-locked by every worker on every batch
-//! that finds a tap attached (the FreeBSD BPF design before seed 002). Same rings, same
+//! that finds a tap attached (the FreeBSD BPF design before its lock-free tap path). Same rings, same
 //! writer, same filter path (`Entry::offer_packets`), same worker-facing API ([`TapPoint`])
 //! as [`crate::tap::Taps`]: the two differ only in how a worker reaches the list.
 //!
