@@ -15,6 +15,7 @@
 use std::time::Duration;
 
 pub mod capture;
+pub mod capture_parts;
 mod cas_ref;
 pub mod churn;
 pub mod conntrack;

@@ -8,7 +8,8 @@
 //! * [`tap`], [`ring`], [`writer`], [`pcap`]: taps on a port and direction, published under
 //!   epoch protection ([`Taps`]); per-worker SPSC rings; a writer thread producing pcap or
 //!   pcapng. [`locked::LockedTaps`] is the same API behind an `RwLock` (benchmark baseline).
-//! * [`bench`](mod@bench): helpers for `freeway bench capture`; [`samples`]: deterministic test frames.
+//! * [`samples`]: deterministic test frames (for this crate's tests, examples and fuzz
+//!   target, and the benchmarks in `freeway-bench`).
 //!
 //! # Filter language
 //!
@@ -56,8 +57,6 @@ pub mod filter;
 pub mod ring;
 pub mod samples;
 
-#[cfg(not(loom))]
-pub mod bench;
 #[cfg(not(loom))]
 pub mod locked;
 #[cfg(not(loom))]

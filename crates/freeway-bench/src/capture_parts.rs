@@ -1,4 +1,5 @@
-//! Benchmark helpers for `freeway bench capture` (library functions, not timed tests).
+//! Capture's parts measured alone (the `capture_bench` example of this crate; library
+//! functions, not timed tests):
 //!
 //! * [`vm_bench`]: ns/packet of the BPF VM for some filters over a fixed set of frames, and
 //!   of libpcap's interpreter (`bpf_filter` through `pcap_offline_filter`) on libpcap's own
@@ -16,10 +17,12 @@ use std::time::{Duration, Instant};
 
 use freeway_packet::Packet;
 
-use crate::filter::{Filter, DEFAULT_SNAPLEN};
-use crate::samples::clean_frames;
-use crate::tap::{Direction, TapPoint, TapRegistry, TapSpec};
-use crate::writer::{TapStats, TapWriter, WriterOptions};
+use freeway_capture::bpf::vm::LANES;
+use freeway_capture::filter::DEFAULT_SNAPLEN;
+use freeway_capture::samples::clean_frames;
+use freeway_capture::{
+    Direction, Filter, FilterError, Program, TapPoint, TapRegistry, TapSpec, TapStats, TapWriter, WriterOptions,
+};
 
 /// Filters measured by default.
 pub const DEFAULT_FILTERS: &[&str] = &[
@@ -41,7 +44,7 @@ pub struct VmBenchResult {
     pub insns: usize,
     /// Our VM, ns per packet, packet by packet.
     pub ns_per_packet: f64,
-    /// Our VM, ns per packet, in batches of 32 ([`crate::Program::run_batch`]).
+    /// Our VM, ns per packet, in batches of 32 ([`Program::run_batch`]).
     pub batch_ns_per_packet: f64,
     /// Packets matched out of `packets`.
     pub matched: usize,
@@ -70,13 +73,13 @@ fn time_per_packet(frames: &[Vec<u8>], passes: usize, mut f: impl FnMut(&[u8]) -
     (ns, matched)
 }
 
-/// ns per packet of [`crate::Program::run_batch`] over `frames` in batches of 32.
-fn time_batches(frames: &[Vec<u8>], passes: usize, prog: &crate::Program) -> f64 {
+/// ns per packet of [`Program::run_batch`] over `frames` in batches of 32.
+fn time_batches(frames: &[Vec<u8>], passes: usize, prog: &Program) -> f64 {
     let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-    let mut out = [0u32; crate::bpf::vm::LANES];
+    let mut out = [0u32; LANES];
     let start = Instant::now();
     for _ in 0..passes {
-        for chunk in refs.chunks(crate::bpf::vm::LANES) {
+        for chunk in refs.chunks(LANES) {
             prog.run_batch(black_box(chunk), &mut out);
             black_box(&out);
         }
@@ -86,7 +89,7 @@ fn time_batches(frames: &[Vec<u8>], passes: usize, prog: &crate::Program) -> f64
 
 /// Times each filter over `n_frames` generated well-formed frames, `passes` times; each
 /// result is the best of 3 runs.
-pub fn vm_bench(filters: &[&str], n_frames: usize, passes: usize) -> Result<Vec<VmBenchResult>, crate::FilterError> {
+pub fn vm_bench(filters: &[&str], n_frames: usize, passes: usize) -> Result<Vec<VmBenchResult>, FilterError> {
     let frames = clean_frames(7, n_frames);
     let mut out = Vec::new();
     for expr in filters {
@@ -115,7 +118,7 @@ pub fn vm_bench(filters: &[&str], n_frames: usize, passes: usize) -> Result<Vec<
         #[cfg(feature = "libpcap-oracle")]
         if let Ok(cap) = pcap::Capture::dead(pcap::Linktype::ETHERNET) {
             if let Ok(lp) = cap.compile(expr, true) {
-                let insns: Vec<crate::Insn> = lp
+                let insns: Vec<freeway_capture::Insn> = lp
                     .get_instructions()
                     .iter()
                     .filter_map(|i| {
@@ -124,7 +127,7 @@ pub fn vm_bench(filters: &[&str], n_frames: usize, passes: usize) -> Result<Vec<
                             .split_whitespace()
                             .filter_map(|x| x.parse().ok())
                             .collect();
-                        (v.len() == 4).then(|| crate::Insn {
+                        (v.len() == 4).then(|| freeway_capture::Insn {
                             code: v[0] as u16,
                             jt: v[1] as u8,
                             jf: v[2] as u8,
@@ -134,7 +137,7 @@ pub fn vm_bench(filters: &[&str], n_frames: usize, passes: usize) -> Result<Vec<
                     .collect();
                 r.libpcap_insns = Some(insns.len());
                 r.libpcap_ns_per_packet = Some(best(&mut |p| lp.filter(p)).0);
-                if let Ok(prog) = crate::Program::new(&insns) {
+                if let Ok(prog) = Program::new(&insns) {
                     r.vm_on_libpcap_program_ns = Some(best(&mut |p| prog.matches(p)).0);
                 }
             }

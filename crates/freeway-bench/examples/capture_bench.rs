@@ -1,8 +1,10 @@
-//! Prints the capture benchmark helpers' numbers:
-//! `cargo run --release -p freeway-capture --features libpcap-oracle --example capture_bench`.
+//! Prints the numbers of capture's parts measured alone (the BPF VM per filter, against
+//! libpcap with the `libpcap-oracle` feature; the worker side of taps, epoch against
+//! `RwLock` registry):
+//! `cargo run --release -p freeway-bench --features libpcap-oracle --example capture_bench`.
 use std::time::Duration;
 
-use freeway_capture::bench::{tap_path_bench, vm_bench, TapBenchConfig, DEFAULT_FILTERS};
+use freeway_bench::capture_parts::{tap_path_bench, vm_bench, TapBenchConfig, DEFAULT_FILTERS};
 use freeway_capture::{LockedTaps, Taps};
 
 fn main() {
