@@ -14,8 +14,9 @@ use std::sync::{Arc, RwLock, Weak};
 use freeway_packet::Packet;
 
 use crate::filter::Filter;
-use crate::ring::ProducerKey;
-use crate::tap::{Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec};
+use crate::tap::{
+    Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, WorkerClaim,
+};
 
 struct Inner {
     common: Common,
@@ -51,21 +52,13 @@ impl fmt::Debug for LockedTaps {
 /// A worker's handle on [`LockedTaps`].
 pub struct LockedTapWorker {
     inner: Arc<Inner>,
-    /// The claim on this worker's index: the right to push into its rings.
-    key: ProducerKey,
+    /// The claim on this worker's index: its producer key and progress mark.
+    claim: WorkerClaim,
 }
 
 impl fmt::Debug for LockedTapWorker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockedTapWorker")
-            .field("index", &self.key.index())
-            .finish()
-    }
-}
-
-impl Drop for LockedTapWorker {
-    fn drop(&mut self) {
-        self.inner.common.release(self.key.index());
+        f.debug_tuple("LockedTapWorker").field(&self.claim).finish()
     }
 }
 
@@ -77,7 +70,7 @@ impl TapPoint for LockedTapWorker {
         }
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
         for e in l.iter() {
-            e.offer_packets(&mut self.key, port, dir, pkts, ts_ns);
+            e.offer_packets(self.claim.key(), port, dir, pkts, ts_ns);
         }
     }
 
@@ -88,7 +81,7 @@ impl TapPoint for LockedTapWorker {
         }
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
         for e in l.iter() {
-            e.offer_frames(&mut self.key, port, dir, frames, ts_ns);
+            e.offer_frames(self.claim.key(), port, dir, frames, ts_ns);
         }
     }
 
@@ -98,7 +91,7 @@ impl TapPoint for LockedTapWorker {
 
     #[inline]
     fn progress(&mut self, ts_ns: u64) {
-        self.inner.common.progress(self.key.index(), ts_ns);
+        self.claim.progress(ts_ns);
     }
 }
 
@@ -115,32 +108,21 @@ impl TapRegistry for LockedTaps {
     }
 
     fn worker(&self, index: usize) -> Option<LockedTapWorker> {
-        let key = self.inner.common.claim(index)?;
+        let claim = self.inner.common.claim(index)?;
         Some(LockedTapWorker {
             inner: self.inner.clone(),
-            key,
+            claim,
         })
     }
 
     fn attach(&self, spec: TapSpec, filter: Filter) -> Result<(TapId, TapReader), TapError> {
-        let (tap, key) = self.inner.common.new_tap(&spec)?;
-        let id = tap.id();
-        let mut l = self.inner.list.write().unwrap_or_else(|e| e.into_inner());
-        l.push(Entry {
-            tap: tap.clone(),
-            filter: Arc::new(filter),
-        });
-        self.inner.common.any.store(l.len(), Ordering::Release);
-        drop(l);
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        Ok((
-            id,
-            TapReader {
-                tap,
-                key,
-                registry: weak,
-            },
-        ))
+        let (entry, reader) = self.inner.common.new_tap(&spec, filter, weak)?;
+        let id = entry.tap.id();
+        let mut l = self.inner.list.write().unwrap_or_else(|e| e.into_inner());
+        l.push(entry);
+        self.inner.common.any.store(l.len(), Ordering::Release);
+        Ok((id, reader))
     }
 
     fn replace_filter(&self, id: TapId, filter: Filter) -> Result<(), TapError> {

@@ -641,8 +641,9 @@ impl Consumer<'_> {
         self.rings.is_empty()
     }
 
-    /// Timestamp of the oldest filled slot of ring `i`, if any.
-    pub fn peek_ts(&mut self, i: usize) -> Option<u64> {
+    /// Ring `i`, its `tail` and the record there, if that slot is filled (telling loom
+    /// that the consumer reads it).
+    fn oldest(&mut self, i: usize) -> Option<(&Ring, usize, *mut u8)> {
         let ring = self.rings.get(i)?;
         let tail = ring.cons.tail.load(Ordering::Relaxed);
         if !ring.filled_at(tail) {
@@ -650,24 +651,23 @@ impl Consumer<'_> {
         }
         let idx = tail % ring.cap;
         ring.cells[idx].with(|_| ());
+        Some((ring, tail, ring.record(idx)))
+    }
+
+    /// Timestamp of the oldest filled slot of ring `i`, if any.
+    pub fn peek_ts(&mut self, i: usize) -> Option<u64> {
+        let (_, _, rec) = self.oldest(i)?;
         // SAFETY: the slot at `tail` was published by the producer (`filled_at` saw it below
         // a head read with Acquire by this consumer, now or when it took `head_seen`) and is
         // not reused until this consumer (the only one: its key is unique and borrowed
         // mutably) advances tail; the record is 64-byte aligned.
-        Some(unsafe { ring.record(idx).cast::<Header>().read().ts_ns })
+        Some(unsafe { rec.cast::<Header>().read().ts_ns })
     }
 
     /// Hands the oldest filled slot of ring `i` to `f`, then frees it. Returns `None` if
     /// empty.
     pub fn pop<R>(&mut self, i: usize, f: impl FnOnce(&Slot<'_>) -> R) -> Option<R> {
-        let ring = self.rings.get(i)?;
-        let tail = ring.cons.tail.load(Ordering::Relaxed);
-        if !ring.filled_at(tail) {
-            return None;
-        }
-        let idx = tail % ring.cap;
-        ring.cells[idx].with(|_| ());
-        let rec = ring.record(idx);
+        let (ring, tail, rec) = self.oldest(i)?;
         // SAFETY: as in `peek_ts`: the slot is published and stays untouched by the
         // producer until tail moves past it, after `f` returns. The record was written whole
         // by `Batch::fill` (header, 64-byte aligned, then `cap_len <= slot_size` bytes inside

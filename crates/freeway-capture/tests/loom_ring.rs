@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use freeway_capture::ring::{Claims, ConsumerKey, ProducerKey, Rings};
+use freeway_capture::ring::{Claims, ConsumerKey, Producer, ProducerKey, Rings};
 use loom::thread;
 
 // The consumer yields before each pop: without a scheduling point there, loom explored a
@@ -36,6 +36,17 @@ fn one_ring(capacity: usize) -> (Arc<Rings>, ProducerKey, ConsumerKey) {
     let (rings, ck) = Rings::new(&claims, capacity, 4);
     let pk = claims.claim(0).expect("index 0 is free");
     (Arc::new(rings), pk, ck)
+}
+
+/// Runs `produce` on a new thread as the producer of `rings`' ring (with `pk`); it returns
+/// how many packets it pushed.
+fn spawn_producer(
+    rings: &Arc<Rings>,
+    mut pk: ProducerKey,
+    produce: impl FnOnce(&mut Producer<'_>) -> usize + Send + 'static,
+) -> thread::JoinHandle<usize> {
+    let r = rings.clone();
+    thread::spawn(move || produce(&mut r.producer(&mut pk).expect("the set's own key")))
 }
 
 /// The consumer side of the SPSC models: `pops` pops while the producer runs (yielding
@@ -76,37 +87,27 @@ fn consume_and_check(
 #[test]
 fn spsc_order_and_integrity() {
     model(20, || {
-        let (rings, mut pk, mut ck) = one_ring(2);
-        let r = rings.clone();
-        let producer = thread::spawn(move || {
-            let mut ok = 0;
-            let mut p = r.producer(&mut pk).unwrap();
+        let (rings, pk, mut ck) = one_ring(2);
+        let producer = spawn_producer(&rings, pk, |p| {
             let mut s = p.enter().expect("not closed");
-            for i in 0..3u8 {
-                if s.push(i as u64, 0, 1, &frame(i), 4) {
-                    ok += 1;
-                }
-            }
-            ok
+            (0..3u8).filter(|&i| s.push(i as u64, 0, 1, &frame(i), 4)).count()
         });
         consume_and_check(&rings, &mut ck, producer, 3, 3);
     });
 }
 
-/// Batches through `Section::batch`/`Batch::fill`/`Batch::commit`, with both sides working from their cached
-/// copies of the other's index: two batches of two into a ring of two while the consumer
-/// pops. Checked: every popped slot is complete and in order (a producer trusting a stale
+/// Batches through `Section::batch`/`Batch::fill`/`Batch::commit`, with both sides working
+/// from their cached copies of the other's index: two batches of two into a ring of two
+/// while the consumer pops. Checked: every popped slot is complete and in order (a producer trusting a stale
 /// `tail_seen` too far, or a consumer a stale `head_seen`, would hand out a slot still
 /// being written: loom reports the race on the slot's cell), and filled + refused =
 /// offered.
 #[test]
 fn spsc_batches_with_cached_indices() {
     model(4, || {
-        let (rings, mut pk, mut ck) = one_ring(2);
-        let r = rings.clone();
-        let producer = thread::spawn(move || {
+        let (rings, pk, mut ck) = one_ring(2);
+        let producer = spawn_producer(&rings, pk, |p| {
             let mut ok = 0;
-            let mut p = r.producer(&mut pk).unwrap();
             let mut s = p.enter().expect("not closed");
             for b in 0..2u8 {
                 let mut res = s.batch(2);
@@ -128,20 +129,12 @@ fn spsc_batches_with_cached_indices() {
 #[test]
 fn close_protocol_final_drain_is_complete() {
     model(50, || {
-        let (rings, mut pk, mut ck) = one_ring(4);
-        let r = rings.clone();
-        let worker = thread::spawn(move || {
-            let mut pushed = 0;
-            let mut p = r.producer(&mut pk).unwrap();
-            for i in 0..2u8 {
-                // One section per push; a closed set opens none.
-                if let Some(mut s) = p.enter() {
-                    if s.push(i as u64, 0, 1, &frame(i), 4) {
-                        pushed += 1;
-                    }
-                }
-            }
-            pushed
+        let (rings, pk, mut ck) = one_ring(4);
+        let worker = spawn_producer(&rings, pk, |p| {
+            // One section per push; a closed set opens none.
+            (0..2u8)
+                .filter(|&i| p.enter().is_some_and(|mut s| s.push(i as u64, 0, 1, &frame(i), 4)))
+                .count()
         });
         // The writer closes the tap and waits for in-flight pushes.
         rings.close();

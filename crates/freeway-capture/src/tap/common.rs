@@ -6,13 +6,15 @@
 //! handle once, store their progress mark once per poll and read `any`/`generation` once per
 //! batch.
 
+use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use freeway_sync::CachePadded;
 
-use super::{Marks, TapError, TapShared, TapSpec, MAX_TAP_MEMORY};
-use crate::ring::{Claims, ConsumerKey, ProducerKey};
+use super::{Detach, Entry, Marks, TapError, TapReader, TapShared, TapSpec, MAX_TAP_MEMORY};
+use crate::filter::Filter;
+use crate::ring::{Claims, ProducerKey};
 
 /// State common to both registry variants.
 #[derive(Debug)]
@@ -24,7 +26,7 @@ pub(crate) struct Common {
     pub(crate) next_id: AtomicU64,
     /// The workers' producer keys, one per worker index.
     pub(crate) claims: Arc<Claims>,
-    /// Each worker's progress mark ([`TapPoint::progress`]), shared with every tap.
+    /// Each worker's progress mark ([`super::TapPoint::progress`]), shared with every tap.
     pub(crate) marks: Marks,
     pub(crate) workers: usize,
     /// Serialises control-plane changes; never taken by a worker.
@@ -48,31 +50,24 @@ impl Common {
 
     /// Claims worker handle `index` (its producer key); its progress mark starts at 0 (no
     /// promise yet).
-    pub(crate) fn claim(&self, index: usize) -> Option<ProducerKey> {
+    pub(crate) fn claim(&self, index: usize) -> Option<WorkerClaim> {
         let key = self.claims.claim(index)?;
         self.marks[index].store(0, Ordering::Release);
-        Some(key)
+        Some(WorkerClaim {
+            key,
+            marks: self.marks.clone(),
+        })
     }
 
-    /// Called as worker handle `index` goes, before its key is dropped (which gives the
-    /// index back): a gone worker pushes nothing more, so its mark holds no writer back.
-    pub(crate) fn release(&self, index: usize) {
-        if let Some(m) = self.marks.get(index) {
-            m.store(u64::MAX, Ordering::Release);
-        }
-    }
-
-    /// Worker `index`'s progress mark (see [`TapPoint::progress`]). `Release`: a writer
-    /// that reads the mark sees every push the worker made before.
-    #[inline(always)]
-    pub(crate) fn progress(&self, index: usize, ts_ns: u64) {
-        if let Some(m) = self.marks.get(index) {
-            m.store(ts_ns, Ordering::Release);
-        }
-    }
-
-    /// A new tap (checked against the limits) and the key of its consumer.
-    pub(crate) fn new_tap(&self, spec: &TapSpec) -> Result<(Arc<TapShared>, ConsumerKey), TapError> {
+    /// A new tap (checked against the limits) with `filter`: the entry for the registry's
+    /// list and the reader for its writer (holding the key of the tap's rings' consumer),
+    /// which detaches the tap through `registry`.
+    pub(crate) fn new_tap(
+        &self,
+        spec: &TapSpec,
+        filter: Filter,
+        registry: Weak<dyn Detach>,
+    ) -> Result<(Entry, TapReader), TapError> {
         if spec.snaplen == 0 || spec.snaplen > 262_144 {
             return Err(TapError::BadSpec(format!("snaplen {} not in 1..=262144", spec.snaplen)));
         }
@@ -93,6 +88,51 @@ impl Common {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tap, key) = TapShared::new(id, spec, &self.claims, self.marks.clone());
-        Ok((Arc::new(tap), key))
+        let tap = Arc::new(tap);
+        let entry = Entry {
+            tap: tap.clone(),
+            filter: Arc::new(filter),
+        };
+        Ok((entry, TapReader { tap, key, registry }))
+    }
+}
+
+/// A worker handle's claim on its index: its producer key (the right to push into its
+/// rings) and its progress mark. When the handle goes, the mark is set to `u64::MAX` first
+/// (a gone worker pushes nothing more, so its mark holds no writer back), then the key
+/// gives the index back.
+pub(crate) struct WorkerClaim {
+    key: ProducerKey,
+    marks: Marks,
+}
+
+impl fmt::Debug for WorkerClaim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "worker {}", self.key.index())
+    }
+}
+
+impl Drop for WorkerClaim {
+    fn drop(&mut self) {
+        if let Some(m) = self.marks.get(self.key.index()) {
+            m.store(u64::MAX, Ordering::Release);
+        }
+    }
+}
+
+impl WorkerClaim {
+    /// The producer key.
+    #[inline(always)]
+    pub(crate) fn key(&mut self) -> &mut ProducerKey {
+        &mut self.key
+    }
+
+    /// Stores the worker's progress mark (see [`super::TapPoint::progress`]). `Release`: a
+    /// writer that reads the mark sees every push the worker made before.
+    #[inline(always)]
+    pub(crate) fn progress(&self, ts_ns: u64) {
+        if let Some(m) = self.marks.get(self.key.index()) {
+            m.store(ts_ns, Ordering::Release);
+        }
     }
 }

@@ -23,7 +23,9 @@ use std::sync::{Arc, Weak};
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use freeway_packet::Packet;
 
-use super::{Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec};
+use super::{
+    Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, WorkerClaim,
+};
 use crate::filter::Filter;
 use crate::ring::ProducerKey;
 
@@ -173,8 +175,8 @@ impl Taps {
 /// change).
 pub struct TapWorker {
     inner: Arc<Inner>,
-    /// The claim on this worker's index: the right to push into its rings.
-    key: ProducerKey,
+    /// The claim on this worker's index: its producer key and progress mark.
+    claim: WorkerClaim,
     /// The list this worker taps with.
     list: Arc<TapList>,
     /// The generation `list` was read at.
@@ -183,13 +185,7 @@ pub struct TapWorker {
 
 impl fmt::Debug for TapWorker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TapWorker").field("index", &self.key.index()).finish()
-    }
-}
-
-impl Drop for TapWorker {
-    fn drop(&mut self) {
-        self.inner.common.release(self.key.index());
+        f.debug_tuple("TapWorker").field(&self.claim).finish()
     }
 }
 
@@ -231,7 +227,7 @@ impl TapPoint for TapWorker {
         if !self.list.may_cover(port, dir) || pkts.is_empty() {
             return;
         }
-        Self::offer(&self.list, &mut self.key, port, dir, pkts, ts_ns);
+        Self::offer(&self.list, self.claim.key(), port, dir, pkts, ts_ns);
     }
 
     #[inline]
@@ -241,7 +237,7 @@ impl TapPoint for TapWorker {
             return;
         }
         for e in &self.list.entries {
-            e.offer_frames(&mut self.key, port, dir, frames, ts_ns);
+            e.offer_frames(self.claim.key(), port, dir, frames, ts_ns);
         }
     }
 
@@ -259,7 +255,7 @@ impl TapPoint for TapWorker {
 
     #[inline]
     fn progress(&mut self, ts_ns: u64) {
-        self.inner.common.progress(self.key.index(), ts_ns);
+        self.claim.progress(ts_ns);
     }
 }
 
@@ -271,10 +267,10 @@ impl TapRegistry for Taps {
     }
 
     fn worker(&self, index: usize) -> Option<TapWorker> {
-        let key = self.inner.common.claim(index)?;
+        let claim = self.inner.common.claim(index)?;
         let mut w = TapWorker {
             inner: self.inner.clone(),
-            key,
+            claim,
             list: Arc::default(),
             generation: 0,
         };
@@ -283,22 +279,11 @@ impl TapRegistry for Taps {
     }
 
     fn attach(&self, spec: TapSpec, filter: Filter) -> Result<(TapId, TapReader), TapError> {
-        let (tap, key) = self.inner.common.new_tap(&spec)?;
-        let id = tap.id;
-        let entry = Entry {
-            tap: tap.clone(),
-            filter: Arc::new(filter),
-        };
-        self.inner.update(|v| v.push(entry));
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        Ok((
-            id,
-            TapReader {
-                tap,
-                key,
-                registry: weak,
-            },
-        ))
+        let (entry, reader) = self.inner.common.new_tap(&spec, filter, weak)?;
+        let id = entry.tap.id;
+        self.inner.update(|v| v.push(entry));
+        Ok((id, reader))
     }
 
     fn replace_filter(&self, id: TapId, filter: Filter) -> Result<(), TapError> {

@@ -55,7 +55,7 @@ pub use epoch::{TapWorker, Taps};
 pub use reader::TapReader;
 pub use shared::TapShared;
 
-pub(crate) use common::Common;
+pub(crate) use common::{Common, WorkerClaim};
 pub(crate) use offer::Entry;
 pub(crate) use reader::Detach;
 
