@@ -116,6 +116,17 @@ fn emit_refuses_invalid_programs() {
 fn edge_cases() {
     let s = Insn::stmt;
     let j = Insn::jump;
+    // A = a, X = x, A = A op X, return A.
+    let a_op_x = |a: u32, x: u32, op: u16| {
+        vec![
+            s(LD | W | IMM, a),
+            s(LDX | W | IMM, x),
+            s(ALU | op | X, 0),
+            s(RET | A, 0),
+        ]
+    };
+    // A = a, then `jump` chooses between returning 1 and 2.
+    let branch = |a: u32, jump: Insn| vec![s(LD | W | IMM, a), jump, s(RET | K, 1), s(RET | K, 2)];
     let pkt: Vec<u8> = (0u8..20).collect();
     let progs: Vec<Vec<Insn>> = vec![
         // loads at the very end and one past it, absolute and indexed
@@ -143,51 +154,16 @@ fn edge_cases() {
         // division and modulo by X = 0 end with 0; by constants
         vec![s(LD | W | IMM, 7), s(ALU | DIV | X, 0), s(RET | K, 5)],
         vec![s(LD | W | IMM, 7), s(ALU | MOD | X, 0), s(RET | K, 5)],
-        vec![
-            s(LD | W | IMM, 7),
-            s(LDX | W | IMM, 2),
-            s(ALU | DIV | X, 0),
-            s(RET | A, 0),
-        ],
-        vec![
-            s(LD | W | IMM, 7),
-            s(LDX | W | IMM, 2),
-            s(ALU | MOD | X, 0),
-            s(RET | A, 0),
-        ],
+        a_op_x(7, 2, DIV),
+        a_op_x(7, 2, MOD),
         vec![s(LD | W | IMM, u32::MAX), s(ALU | DIV | K, 3), s(RET | A, 0)],
         vec![s(LD | W | IMM, u32::MAX), s(ALU | MOD | K, u32::MAX - 1), s(RET | A, 0)],
         // shifts by X at and past 31
-        vec![
-            s(LD | W | IMM, 1),
-            s(LDX | W | IMM, 31),
-            s(ALU | LSH | X, 0),
-            s(RET | A, 0),
-        ],
-        vec![
-            s(LD | W | IMM, 1),
-            s(LDX | W | IMM, 32),
-            s(ALU | LSH | X, 0),
-            s(RET | A, 0),
-        ],
-        vec![
-            s(LD | W | IMM, u32::MAX),
-            s(LDX | W | IMM, 33),
-            s(ALU | RSH | X, 0),
-            s(RET | A, 0),
-        ],
-        vec![
-            s(LD | W | IMM, u32::MAX),
-            s(LDX | W | IMM, 31),
-            s(ALU | RSH | X, 0),
-            s(RET | A, 0),
-        ],
-        vec![
-            s(LD | W | IMM, u32::MAX),
-            s(LDX | W | IMM, 0x100),
-            s(ALU | RSH | X, 0),
-            s(RET | A, 0),
-        ],
+        a_op_x(1, 31, LSH),
+        a_op_x(1, 32, LSH),
+        a_op_x(u32::MAX, 33, RSH),
+        a_op_x(u32::MAX, 31, RSH),
+        a_op_x(u32::MAX, 0x100, RSH),
         // wrap-around and negation, multiplication
         vec![
             s(LD | W | IMM, u32::MAX),
@@ -211,30 +187,10 @@ fn edge_cases() {
             s(RET | A, 0),
         ],
         // unsigned comparisons, jset, jumps with both targets equal or far
-        vec![
-            s(LD | W | IMM, 0x8000_0000),
-            j(JMP | JGT | K, 1, 1, 0),
-            s(RET | K, 1),
-            s(RET | K, 2),
-        ],
-        vec![
-            s(LD | W | IMM, 5),
-            j(JMP | JGE | K, 5, 0, 1),
-            s(RET | K, 1),
-            s(RET | K, 2),
-        ],
-        vec![
-            s(LD | W | IMM, 5),
-            j(JMP | JSET | K, 2, 1, 0),
-            s(RET | K, 1),
-            s(RET | K, 2),
-        ],
-        vec![
-            s(LD | W | IMM, 5),
-            j(JMP | JEQ | K, 5, 1, 1),
-            s(RET | K, 1),
-            s(RET | K, 2),
-        ],
+        branch(0x8000_0000, j(JMP | JGT | K, 1, 1, 0)),
+        branch(5, j(JMP | JGE | K, 5, 0, 1)),
+        branch(5, j(JMP | JSET | K, 2, 1, 0)),
+        branch(5, j(JMP | JEQ | K, 5, 1, 1)),
         vec![
             s(LD | W | IMM, 5),
             s(LDX | W | IMM, 6),

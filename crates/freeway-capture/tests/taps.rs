@@ -138,16 +138,6 @@ fn no_tap_is_one_branch<R: TapRegistry>() {
         .is_err());
 }
 
-#[test]
-fn no_tap_epoch() {
-    no_tap_is_one_branch::<Taps>();
-}
-
-#[test]
-fn no_tap_rwlock() {
-    no_tap_is_one_branch::<LockedTaps>();
-}
-
 /// A writer that found nothing parks; a worker's push wakes it (long before its park
 /// timeout) and so does a detach.
 fn parked_writer_wakes<R: TapRegistry>() {
@@ -183,16 +173,6 @@ fn parked_writer_wakes<R: TapRegistry>() {
         "the detach did not wake the writer"
     );
     assert_eq!((stats.matched, stats.written, stats.dropped), (4, 4, 0));
-}
-
-#[test]
-fn parked_writer_wakes_epoch() {
-    parked_writer_wakes::<Taps>();
-}
-
-#[test]
-fn parked_writer_wakes_rwlock() {
-    parked_writer_wakes::<LockedTaps>();
 }
 
 /// Workers push continuously while the control plane attaches, replaces filters and
@@ -258,16 +238,6 @@ fn churn<R: TapRegistry>() {
         "small rings never dropped: {results:?}"
     );
     assert_eq!(reg.active(), 0);
-}
-
-#[test]
-fn churn_epoch() {
-    churn::<Taps>();
-}
-
-#[test]
-fn churn_rwlock() {
-    churn::<LockedTaps>();
 }
 
 fn frames_for_files() -> Vec<Vec<u8>> {
@@ -369,16 +339,6 @@ fn pcap_round_trip<R: TapRegistry>() {
     assert_eq!(count_pcap(&bytes), 4);
     assert_eq!((stats.written, stats.discarded), (4, 6));
     assert_eq!(stats.matched, stats.written + stats.dropped + stats.discarded);
-}
-
-#[test]
-fn pcap_round_trip_epoch() {
-    pcap_round_trip::<Taps>();
-}
-
-#[test]
-fn pcap_round_trip_rwlock() {
-    pcap_round_trip::<LockedTaps>();
 }
 
 #[test]
@@ -504,16 +464,6 @@ fn write_error_stops_the_tap<R: TapRegistry>() {
 }
 
 #[test]
-fn write_error_epoch() {
-    write_error_stops_the_tap::<Taps>();
-}
-
-#[test]
-fn write_error_rwlock() {
-    write_error_stops_the_tap::<LockedTaps>();
-}
-
-#[test]
 fn direction_filtering() {
     let reg = Taps::new(1);
     let mut w = reg.worker(0).unwrap();
@@ -580,16 +530,6 @@ fn records_keep_packet_time_and_wire_length<R: TapRegistry>() {
     );
 }
 
-#[test]
-fn records_keep_packet_time_and_wire_length_epoch() {
-    records_keep_packet_time_and_wire_length::<Taps>();
-}
-
-#[test]
-fn records_keep_packet_time_and_wire_length_rwlock() {
-    records_keep_packet_time_and_wire_length::<LockedTaps>();
-}
-
 /// The writer merges two workers' rings by timestamp: it does not write a record while
 /// another worker, whose ring is empty, may still push an older one (its progress mark is
 /// behind), and writes it once the mark passes it.
@@ -617,16 +557,6 @@ fn two_workers_merge_by_progress<R: TapRegistry>() {
     let ts: Vec<u32> = pcap_records(&out.bytes()).iter().map(|r| r.1).collect();
     assert_eq!(ts, vec![100, 250, 300]);
     tw.stop().unwrap();
-}
-
-#[test]
-fn two_workers_merge_by_progress_epoch() {
-    two_workers_merge_by_progress::<Taps>();
-}
-
-#[test]
-fn two_workers_merge_by_progress_rwlock() {
-    two_workers_merge_by_progress::<LockedTaps>();
 }
 
 /// Two workers stamping from one clock, reporting their progress as a datapath worker does,
@@ -678,16 +608,6 @@ fn two_workers_capture_in_time_order<R: TapRegistry>() {
     assert_eq!(back, 0, "steps back in time");
 }
 
-#[test]
-fn two_workers_capture_in_time_order_epoch() {
-    two_workers_capture_in_time_order::<Taps>();
-}
-
-#[test]
-fn two_workers_capture_in_time_order_rwlock() {
-    two_workers_capture_in_time_order::<LockedTaps>();
-}
-
 /// A lossless tap makes the worker wait for the writer instead of dropping: 3,000 packets
 /// through a 4-slot ring all arrive; a tap that closes (count reached) while a worker waits
 /// releases it, and the accounting stays exact.
@@ -730,12 +650,32 @@ fn lossless_tap_waits_for_the_writer<R: TapRegistry>() {
     }
 }
 
-#[test]
-fn lossless_tap_waits_for_the_writer_epoch() {
-    lossless_tap_waits_for_the_writer::<Taps>();
+/// Runs each generic test above with both registries, as `NAME::epoch` ([`Taps`]) and
+/// `NAME::rwlock` ([`LockedTaps`]).
+macro_rules! with_both_registries {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn epoch() {
+                super::$name::<super::Taps>();
+            }
+
+            #[test]
+            fn rwlock() {
+                super::$name::<super::LockedTaps>();
+            }
+        }
+    )*};
 }
 
-#[test]
-fn lossless_tap_waits_for_the_writer_rwlock() {
-    lossless_tap_waits_for_the_writer::<LockedTaps>();
-}
+with_both_registries!(
+    no_tap_is_one_branch,
+    parked_writer_wakes,
+    churn,
+    pcap_round_trip,
+    write_error_stops_the_tap,
+    records_keep_packet_time_and_wire_length,
+    two_workers_merge_by_progress,
+    two_workers_capture_in_time_order,
+    lossless_tap_waits_for_the_writer,
+);

@@ -145,54 +145,16 @@ fn vm_semantics() {
         run(&[s(LD | W | IMM, 0), s(ALU | SUB | K, 1), s(RET | A, 0)], &pkt),
         u32::MAX
     );
-    assert_eq!(
-        run(
-            &[
-                s(LD | W | IMM, 7),
-                s(LDX | W | IMM, 0),
-                s(ALU | DIV | X, 0),
-                s(RET_K, 5)
-            ],
-            &pkt
-        ),
-        0
-    );
-    assert_eq!(
-        run(
-            &[
-                s(LD | W | IMM, 7),
-                s(LDX | W | IMM, 0),
-                s(ALU | MOD | X, 0),
-                s(RET_K, 5)
-            ],
-            &pkt
-        ),
-        0
-    );
-    assert_eq!(
-        run(
-            &[
-                s(LD | W | IMM, 7),
-                s(LDX | W | IMM, 2),
-                s(ALU | MOD | X, 0),
-                s(RET | A, 0)
-            ],
-            &pkt
-        ),
-        1
-    );
-    assert_eq!(
-        run(
-            &[
-                s(LD | W | IMM, 1),
-                s(LDX | W | IMM, 40),
-                s(ALU | LSH | X, 0),
-                s(RET | A, 0)
-            ],
-            &pkt
-        ),
-        0
-    );
+    // A = a, X = x, A = A op X, then `ret`.
+    for (a, x, op, ret, want) in [
+        (7, 0, DIV, s(RET_K, 5), 0),
+        (7, 0, MOD, s(RET_K, 5), 0),
+        (7, 2, MOD, s(RET | A, 0), 1),
+        (1, 40, LSH, s(RET | A, 0), 0),
+    ] {
+        let prog = [s(LD | W | IMM, a), s(LDX | W | IMM, x), s(ALU | op | X, 0), ret];
+        assert_eq!(run(&prog, &pkt), want, "{prog:?}");
+    }
     assert_eq!(
         run(&[s(LD | W | IMM, 5), s(ALU | NEG, 0), s(RET | A, 0)], &pkt),
         5u32.wrapping_neg()

@@ -211,58 +211,36 @@ pub fn corpus(n: usize) -> Vec<String> {
     out
 }
 
-/// Every opcode the validator accepts (the VM and JIT tests build programs from them).
-pub const ALL_OPS: &[u16] = &[
-    op::LD | op::W | op::ABS,
-    op::LD | op::H | op::ABS,
-    op::LD | op::B | op::ABS,
-    op::LD | op::W | op::IND,
-    op::LD | op::H | op::IND,
-    op::LD | op::B | op::IND,
-    op::LD | op::W | op::LEN,
-    op::LD | op::W | op::IMM,
-    op::LD | op::W | op::MEM,
-    op::LDX | op::W | op::IMM,
-    op::LDX | op::W | op::MEM,
-    op::LDX | op::W | op::LEN,
-    op::LDX | op::B | op::MSH,
-    op::ST,
-    op::STX,
-    op::ALU | op::ADD | op::K,
-    op::ALU | op::SUB | op::K,
-    op::ALU | op::MUL | op::K,
-    op::ALU | op::DIV | op::K,
-    op::ALU | op::MOD | op::K,
-    op::ALU | op::AND | op::K,
-    op::ALU | op::OR | op::K,
-    op::ALU | op::XOR | op::K,
-    op::ALU | op::LSH | op::K,
-    op::ALU | op::RSH | op::K,
-    op::ALU | op::ADD | op::X,
-    op::ALU | op::SUB | op::X,
-    op::ALU | op::MUL | op::X,
-    op::ALU | op::DIV | op::X,
-    op::ALU | op::MOD | op::X,
-    op::ALU | op::AND | op::X,
-    op::ALU | op::OR | op::X,
-    op::ALU | op::XOR | op::X,
-    op::ALU | op::LSH | op::X,
-    op::ALU | op::RSH | op::X,
-    op::ALU | op::NEG,
-    op::JMP | op::JA,
-    op::JMP | op::JEQ | op::K,
-    op::JMP | op::JGT | op::K,
-    op::JMP | op::JGE | op::K,
-    op::JMP | op::JSET | op::K,
-    op::JMP | op::JEQ | op::X,
-    op::JMP | op::JGT | op::X,
-    op::JMP | op::JGE | op::X,
-    op::JMP | op::JSET | op::X,
-    op::RET | op::K,
-    op::RET | op::A,
-    op::MISC | op::TAX,
-    op::MISC | op::TXA,
-];
+/// Every opcode the validator accepts (the VM and JIT tests build programs from them): the
+/// loads and stores, each ALU operation with a constant then with X, negation, the jumps
+/// (always, then each comparison with a constant, then with X), the returns and the moves.
+pub static ALL_OPS: std::sync::LazyLock<Vec<u16>> = std::sync::LazyLock::new(|| {
+    use op::*;
+    let alu = [ADD, SUB, MUL, DIV, MOD, AND, OR, XOR, LSH, RSH];
+    let cmp = [JEQ, JGT, JGE, JSET];
+    let mut ops = vec![
+        LD | W | ABS,
+        LD | H | ABS,
+        LD | B | ABS,
+        LD | W | IND,
+        LD | H | IND,
+        LD | B | IND,
+        LD | W | LEN,
+        LD | W | IMM,
+        LD | W | MEM,
+        LDX | W | IMM,
+        LDX | W | MEM,
+        LDX | W | LEN,
+        LDX | B | MSH,
+        ST,
+        STX,
+    ];
+    ops.extend([K, X].iter().flat_map(|&src| alu.map(|o| ALU | o | src)));
+    ops.extend([ALU | NEG, JMP | JA]);
+    ops.extend([K, X].iter().flat_map(|&src| cmp.map(|c| JMP | c | src)));
+    ops.extend([RET | K, RET | A, MISC | TAX, MISC | TXA]);
+    ops
+});
 
 /// Turns instruction `pc` of an `n`-instruction program (`code`, operands `k`, `jt`, `jf`,
 /// arbitrary numbers) into one the validator accepts: scratch slots and shift amounts in
