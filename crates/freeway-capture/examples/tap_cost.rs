@@ -18,24 +18,17 @@
 //!
 //! `cargo run --release -p freeway-capture --example tap_cost [filter [threads]]`
 //! `cargo run --release -p freeway-capture --example tap_cost -- --copy [seconds [sink]]`
+mod common;
+
 use std::hint::black_box;
 use std::time::Instant;
 
-use freeway_capture::samples::clean_frames;
 use freeway_capture::{Direction, Filter, TapPoint, TapRegistry, TapSpec, TapWriter, Taps, WriterOptions};
 use freeway_packet::Packet;
 
-fn ns_per_frame(reps: usize, frames: usize, mut f: impl FnMut()) -> f64 {
-    // Best of 5 timings.
-    (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..reps {
-                f();
-            }
-            t.elapsed().as_nanos() as f64 / (reps * frames) as f64
-        })
-        .fold(f64::INFINITY, f64::min)
+/// The best of 5 timings (see [`common::ns_per_frame`]).
+fn ns_per_frame(reps: usize, frames: usize, f: impl FnMut()) -> f64 {
+    common::ns_per_frame(5, reps, frames, f)
 }
 
 fn spec(port: u16) -> TapSpec {
@@ -159,19 +152,13 @@ fn copy_mode(frame: &[u8], secs: f64, sink: bool) {
 fn main() {
     if std::env::args().nth(1).as_deref() == Some("--copy") {
         let secs: f64 = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(2.0);
-        let frame = clean_frames(11, 64)
-            .into_iter()
-            .find(|f| f.len() >= 42 && f[12] == 8 && f[13] == 0 && f[23] == 17)
-            .expect("an IPv4/UDP frame");
+        let frame = common::ipv4_udp_frame();
         copy_mode(&frame, secs, std::env::args().nth(3).as_deref() == Some("sink"));
         return;
     }
     let expr = std::env::args().nth(1).unwrap_or_else(|| "host 198.18.0.1".into());
     let threads: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1);
-    let frame = clean_frames(11, 64)
-        .into_iter()
-        .find(|f| f.len() >= 42 && f[12] == 8 && f[13] == 0 && f[23] == 17)
-        .expect("an IPv4/UDP frame");
+    let frame = common::ipv4_udp_frame();
     let reps = 2_000_000;
     if threads > 1 {
         threads_mode(&expr, &frame, threads, reps);

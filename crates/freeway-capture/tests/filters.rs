@@ -224,18 +224,23 @@ fn lengths_and_arithmetic() {
     check("len > 100", &[&big], &[&small]);
     check("len - 14 >= 46", &[&small, &big], &[]);
     check("ip[2:2] > 500", &[&big], &[&small]);
-    check("ip[0] & 0xf = 5", &[&small], &[]);
-    check("ip[0] >> 4 = 4", &[&small], &[]);
-    check("ip[0] - 0x40 = 5", &[&small], &[]);
-    check("ip[9] * 2 = 34", &[&small], &[]);
-    check("ip[9] / 2 = 8", &[&small], &[]);
-    check("ip[9] % 10 = 7", &[&small], &[]);
-    check("ip[9] | 0x80 = 0x91", &[&small], &[]);
-    check("ip[9] ^ 0x11 = 0", &[&small], &[]);
-    check("ip[9] << 1 = 34", &[&small], &[]);
-    check("-ip[9] = 0xffffffef", &[&small], &[]);
-    check("ether[12:2] = 0x800", &[&small], &[]);
-    check("ip[ip[0] & 0xf] = 0x11 - 0x11", &[&small], &[]);
+    // Every operator, on the small frame's IPv4 header (version 4, length 5, UDP = 17).
+    for expr in [
+        "ip[0] & 0xf = 5",
+        "ip[0] >> 4 = 4",
+        "ip[0] - 0x40 = 5",
+        "ip[9] * 2 = 34",
+        "ip[9] / 2 = 8",
+        "ip[9] % 10 = 7",
+        "ip[9] | 0x80 = 0x91",
+        "ip[9] ^ 0x11 = 0",
+        "ip[9] << 1 = 34",
+        "-ip[9] = 0xffffffef",
+        "ether[12:2] = 0x800",
+        "ip[ip[0] & 0xf] = 0x11 - 0x11",
+    ] {
+        check(expr, &[&small], &[]);
+    }
     // Runtime division by zero rejects the packet.
     check(
         "ip[9] / ip[8] = 0",

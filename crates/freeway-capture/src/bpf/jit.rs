@@ -580,34 +580,19 @@ fn body(a: &mut Asm, prog: &[Insn], facts: &Facts, checked: bool, exit: Exit) {
                     k
                 };
                 // The compare; `cc` holds when the BPF condition does.
-                let cc = match aluop(c) {
-                    JSET => {
-                        if x {
-                            // test eax, ecx
-                            a.b(&[0x85, 0xC8]);
-                        } else {
-                            // test eax, imm32
-                            a.b(&[0xA9]);
-                            a.u32(kk);
-                        }
-                        JNE
-                    }
-                    op => {
-                        if x {
-                            // cmp eax, ecx
-                            a.b(&[0x39, 0xC8]);
-                        } else {
-                            // cmp eax, imm32
-                            a.b(&[0x3D]);
-                            a.u32(kk);
-                        }
-                        match op {
-                            JEQ => JE,
-                            JGT => JA_,
-                            _ => JAE,
-                        }
-                    }
+                // `test` (jset) or `cmp` (the others) of eax with ecx (X) or with imm32 (K).
+                let (with_x, with_k, cc) = match aluop(c) {
+                    JSET => ([0x85, 0xC8], 0xA9, JNE),
+                    JEQ => ([0x39, 0xC8], 0x3D, JE),
+                    JGT => ([0x39, 0xC8], 0x3D, JA_),
+                    _ => ([0x39, 0xC8], 0x3D, JAE),
                 };
+                if x {
+                    a.b(&with_x);
+                } else {
+                    a.b(&[with_k]);
+                    a.u32(kk);
+                }
                 // The inverse condition flips the low bit of the x86 condition code.
                 let inv = cc ^ 1;
                 debug_assert!(matches!((cc, inv), (JE, JNE) | (JNE, JE) | (JA_, JBE) | (JAE, JB)));

@@ -511,6 +511,22 @@ enum N {
     Ret(u32),
 }
 
+impl N {
+    /// The node with its jump targets `i` replaced by `map[i]`.
+    fn retarget(self, map: &[usize]) -> N {
+        match self {
+            N::Cond { code, k, t, f } => N::Cond {
+                code,
+                k,
+                t: map[t],
+                f: map[f],
+            },
+            N::Ja(t) => N::Ja(map[t]),
+            other => other,
+        }
+    }
+}
+
 struct Emit {
     nodes: Vec<N>,
     labels: Vec<usize>,
@@ -930,16 +946,7 @@ fn compact(nodes: &mut Vec<N>) -> bool {
         if !keep[i] {
             continue;
         }
-        out.push(match nodes[i] {
-            N::Cond { code, k, t, f } => N::Cond {
-                code,
-                k,
-                t: map[t],
-                f: map[f],
-            },
-            N::Ja(t) => N::Ja(map[t]),
-            other => other,
-        });
+        out.push(nodes[i].retarget(&map));
     }
     *nodes = out;
     true
@@ -1118,20 +1125,7 @@ pub fn generate(src: &str, expr: Option<&Expr>, opts: CodegenOptions) -> Result<
     e.bind(reject);
     e.nodes.push(N::Ret(0));
     let labels = e.labels;
-    let mut nodes: Vec<N> = e
-        .nodes
-        .into_iter()
-        .map(|n| match n {
-            N::Cond { code, k, t, f } => N::Cond {
-                code,
-                k,
-                t: labels[t],
-                f: labels[f],
-            },
-            N::Ja(t) => N::Ja(labels[t]),
-            other => other,
-        })
-        .collect();
+    let mut nodes: Vec<N> = e.nodes.into_iter().map(|n| n.retarget(&labels)).collect();
     if opts.optimize {
         optimize(&mut nodes);
     } else {

@@ -590,36 +590,21 @@ impl<'a> Parser<'a> {
                 self.pos += 1;
             } else if q.dir.is_none() {
                 // `ether broadcast`, `ip multicast`, ...
-                match (q.proto, k.as_str()) {
-                    (Some(Proto::Ether), "broadcast") => {
-                        self.pos += 1;
-                        self.last_q = None;
-                        return Ok(Prim::EtherBroadcast);
-                    }
-                    (Some(Proto::Ether), "multicast") => {
-                        self.pos += 1;
-                        self.last_q = None;
-                        return Ok(Prim::EtherMulticast);
-                    }
-                    (Some(Proto::Ip), "multicast") => {
-                        self.pos += 1;
-                        self.last_q = None;
-                        return Ok(Prim::IpMulticast);
-                    }
-                    (Some(Proto::Ip6), "multicast") => {
-                        self.pos += 1;
-                        self.last_q = None;
-                        return Ok(Prim::Ip6Multicast);
-                    }
-                    (Some(Proto::Ip), "broadcast") => {
-                        self.pos += 1;
-                        self.last_q = None;
-                        return Ok(Prim::IpBroadcast);
-                    }
+                let prim = match (q.proto, k.as_str()) {
+                    (Some(Proto::Ether), "broadcast") => Some(Prim::EtherBroadcast),
+                    (Some(Proto::Ether), "multicast") => Some(Prim::EtherMulticast),
+                    (Some(Proto::Ip), "multicast") => Some(Prim::IpMulticast),
+                    (Some(Proto::Ip6), "multicast") => Some(Prim::Ip6Multicast),
+                    (Some(Proto::Ip), "broadcast") => Some(Prim::IpBroadcast),
                     (Some(_), "broadcast") => return Err(self.err_here(
                         "only link-layer and IP broadcast filters are supported ('ether broadcast', 'ip broadcast')",
                     )),
-                    _ => {}
+                    _ => None,
+                };
+                if let Some(prim) = prim {
+                    self.pos += 1;
+                    self.last_q = None;
+                    return Ok(prim);
                 }
             }
         }
