@@ -15,7 +15,7 @@ use freeway_packet::Packet;
 
 use crate::filter::Filter;
 use crate::tap::{
-    Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, WorkerClaim,
+    Common, Detach, Direction, Entry, Offer, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, WorkerClaim,
 };
 
 struct Inner {
@@ -62,27 +62,29 @@ impl fmt::Debug for LockedTapWorker {
     }
 }
 
-impl TapPoint for LockedTapWorker {
+impl LockedTapWorker {
+    /// Offers `batch` to every tap, under the read lock, when any tap is attached.
     #[inline]
-    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+    fn offer<B: Offer>(&mut self, port: u16, dir: Direction, batch: B, ts: u64) {
         if self.inner.common.any.load(Ordering::Relaxed) == 0 {
             return;
         }
         let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
         for e in l.iter() {
-            e.offer_packets(self.claim.key(), port, dir, pkts, ts_ns);
+            batch.offer_to(e, self.claim.key(), port, dir, ts);
         }
+    }
+}
+
+impl TapPoint for LockedTapWorker {
+    #[inline]
+    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+        self.offer(port, dir, pkts, ts_ns);
     }
 
     #[inline]
     fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
-        if self.inner.common.any.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let l = self.inner.list.read().unwrap_or_else(|e| e.into_inner());
-        for e in l.iter() {
-            e.offer_frames(self.claim.key(), port, dir, frames, ts_ns);
-        }
+        self.offer(port, dir, frames, ts_ns);
     }
 
     fn any(&self) -> bool {

@@ -700,6 +700,12 @@ mod tests {
         (rings, claims.claim(0).unwrap(), ck)
     }
 
+    /// Runs `f` in a producer section of the ring.
+    fn produce<R>(rings: &Rings, pk: &mut ProducerKey, f: impl FnOnce(&mut Section<'_>) -> R) -> R {
+        f(&mut rings.producer(pk).unwrap().enter().unwrap())
+    }
+
+    /// Pops every slot: (timestamp, bytes).
     fn pop_all(rings: &Rings, ck: &mut ConsumerKey) -> Vec<(u64, Vec<u8>)> {
         let mut c = rings.consumer(ck).unwrap();
         let mut v = Vec::new();
@@ -709,6 +715,12 @@ mod tests {
         v
     }
 
+    /// Pops every slot: the timestamps.
+    fn pop_ts(rings: &Rings, ck: &mut ConsumerKey) -> Vec<u64> {
+        pop_all(rings, ck).into_iter().map(|(t, _)| t).collect()
+    }
+
+    /// Pushed, dropped, filled.
     fn counts(rings: &Rings) -> (u64, u64, usize) {
         let r = &rings.rings()[0];
         (r.pushed(), r.dropped(), r.len())
@@ -717,24 +729,23 @@ mod tests {
     #[test]
     fn batch_reserve_fills_what_fits_and_counts_the_rest() {
         let (rings, mut pk, mut ck) = one_ring(5, 8);
-        let mut p = rings.producer(&mut pk).unwrap();
-        let mut s = p.enter().unwrap();
-        let mut b = s.batch(3);
-        assert_eq!(b.len(), 3);
-        for i in 0..3u8 {
-            assert!(b.fill(u64::from(i), 1, 0, &[i; 10], 10, 4));
-        }
-        // Every reserved slot is filled: a fourth fill writes nothing.
-        assert!(!b.fill(9, 1, 0, &[9; 4], 4, 4));
-        b.commit(0);
-        // Two slots left: of four wanted, two fit, two are refused.
-        let mut b = s.batch(4);
-        assert_eq!(b.len(), 2);
-        for i in 3..5u8 {
-            assert!(b.fill(u64::from(i), 1, 0, &[i; 3], 3, 4));
-        }
-        b.commit(2);
-        drop(s);
+        produce(&rings, &mut pk, |s| {
+            let mut b = s.batch(3);
+            assert_eq!(b.len(), 3);
+            for i in 0..3u8 {
+                assert!(b.fill(u64::from(i), 1, 0, &[i; 10], 10, 4));
+            }
+            // Every reserved slot is filled: a fourth fill writes nothing.
+            assert!(!b.fill(9, 1, 0, &[9; 4], 4, 4));
+            b.commit(0);
+            // Two slots left: of four wanted, two fit, two are refused.
+            let mut b = s.batch(4);
+            assert_eq!(b.len(), 2);
+            for i in 3..5u8 {
+                assert!(b.fill(u64::from(i), 1, 0, &[i; 3], 3, 4));
+            }
+            b.commit(2);
+        });
         assert_eq!(counts(&rings), (5, 2, 5));
         let want: Vec<(u64, Vec<u8>)> = (0..5u8)
             .map(|i| (u64::from(i), vec![i; if i < 3 { 4 } else { 3 }]))
@@ -750,55 +761,45 @@ mod tests {
     fn producer_rereads_the_consumer_index_only_when_full() {
         let (rings, mut pk, mut ck) = one_ring(3, 4);
         for round in 0..10u64 {
-            let mut p = rings.producer(&mut pk).unwrap();
-            let mut s = p.enter().unwrap();
-            // Fill the ring: the producer's copy of tail (from the last look) may say full;
-            // the ring was emptied since, so `batch` must look again and find room.
-            let mut b = s.batch(3);
-            assert_eq!(b.len(), 3, "round {round}");
-            for i in 0..3 {
-                assert!(b.fill(round * 3 + i, 0, 1, &[i as u8; 4], 4, 4));
-            }
-            b.commit(0);
-            // Full now: a push is refused and counted.
-            assert!(!s.push(99, 0, 1, &[0; 4], 4));
-            drop(s);
-            let got: Vec<u64> = pop_all(&rings, &mut ck).into_iter().map(|(t, _)| t).collect();
-            assert_eq!(
-                got,
-                vec![round * 3, round * 3 + 1, round * 3 + 2],
-                "order across the wrap"
-            );
+            produce(&rings, &mut pk, |s| {
+                // Fill the ring: the producer's copy of tail (from the last look) may say
+                // full; the ring was emptied since, so `batch` must look again and find room.
+                let mut b = s.batch(3);
+                assert_eq!(b.len(), 3, "round {round}");
+                for i in 0..3 {
+                    assert!(b.fill(round * 3 + i, 0, 1, &[i as u8; 4], 4, 4));
+                }
+                b.commit(0);
+                // Full now: a push is refused and counted.
+                assert!(!s.push(99, 0, 1, &[0; 4], 4));
+            });
+            let want = vec![round * 3, round * 3 + 1, round * 3 + 2];
+            assert_eq!(pop_ts(&rings, &mut ck), want, "order across the wrap");
         }
-        let r = &rings.rings()[0];
-        assert_eq!((r.pushed(), r.dropped()), (30, 10));
+        assert_eq!(counts(&rings), (30, 10, 0));
     }
 
     #[test]
     fn partly_filled_reservation_publishes_only_the_filled_slots() {
         let (rings, mut pk, mut ck) = one_ring(4, 4);
-        let mut p = rings.producer(&mut pk).unwrap();
-        let mut s = p.enter().unwrap();
-        let mut b = s.batch(4);
-        assert!(b.fill(1, 0, 0, &[1; 4], 4, 4));
-        // Dropping the batch publishes what was filled.
-        drop(b);
-        assert_eq!(rings.rings()[0].len(), 1);
-        // The next reservation starts right after the published slot.
-        let mut b = s.batch(2);
-        assert!(b.fill(2, 0, 0, &[2; 4], 4, 4));
-        assert!(b.fill(3, 0, 0, &[3; 4], 4, 4));
-        b.commit(0);
-        drop(s);
-        let got: Vec<u64> = pop_all(&rings, &mut ck).into_iter().map(|(t, _)| t).collect();
-        assert_eq!(got, vec![1, 2, 3]);
+        produce(&rings, &mut pk, |s| {
+            let mut b = s.batch(4);
+            assert!(b.fill(1, 0, 0, &[1; 4], 4, 4));
+            // Dropping the batch publishes what was filled.
+            drop(b);
+            assert_eq!(rings.rings()[0].len(), 1);
+            // The next reservation starts right after the published slot.
+            let mut b = s.batch(2);
+            assert!(b.fill(2, 0, 0, &[2; 4], 4, 4));
+            assert!(b.fill(3, 0, 0, &[3; 4], 4, 4));
+        });
+        assert_eq!(pop_ts(&rings, &mut ck), vec![1, 2, 3]);
         // An empty reservation publishes nothing.
-        let mut p = rings.producer(&mut pk).unwrap();
-        let mut s = p.enter().unwrap();
-        let b = s.batch(0);
-        assert!(b.is_empty());
-        b.commit(0);
-        drop(s);
+        produce(&rings, &mut pk, |s| {
+            let b = s.batch(0);
+            assert!(b.is_empty());
+            b.commit(0);
+        });
         assert_eq!(counts(&rings), (3, 0, 0));
     }
 
@@ -826,15 +827,11 @@ mod tests {
     #[test]
     fn a_closed_set_opens_no_section() {
         let (rings, mut pk, _ck) = one_ring(2, 4);
-        let mut p = rings.producer(&mut pk).unwrap();
-        {
-            let s = p.enter().unwrap();
-            assert!(rings.busy(), "a section is in flight");
-            drop(s);
-        }
+        produce(&rings, &mut pk, |_| assert!(rings.busy(), "a section is in flight"));
         assert!(!rings.busy());
         rings.close();
         assert!(rings.is_closed());
+        let mut p = rings.producer(&mut pk).unwrap();
         assert!(p.enter().is_none());
         assert!(!rings.busy(), "a refused section leaves at once");
     }

@@ -84,29 +84,34 @@ fn consume_and_check(
     }
 }
 
+/// An SPSC model: `produce` runs as the producer of a ring of `capacity` slots (offering
+/// `offered` packets) while the consumer pops `pops` times, then drains and checks.
+fn spsc(capacity: usize, pops: usize, offered: u64, produce: impl FnOnce(&mut Producer<'_>) -> usize + Send + 'static) {
+    let (rings, pk, mut ck) = one_ring(capacity);
+    let producer = spawn_producer(&rings, pk, produce);
+    consume_and_check(&rings, &mut ck, producer, pops, offered);
+}
+
 #[test]
 fn spsc_order_and_integrity() {
     model(20, || {
-        let (rings, pk, mut ck) = one_ring(2);
-        let producer = spawn_producer(&rings, pk, |p| {
+        spsc(2, 3, 3, |p| {
             let mut s = p.enter().expect("not closed");
             (0..3u8).filter(|&i| s.push(i as u64, 0, 1, &frame(i), 4)).count()
         });
-        consume_and_check(&rings, &mut ck, producer, 3, 3);
     });
 }
 
 /// Batches through `Section::batch`/`Batch::fill`/`Batch::commit`, with both sides working
 /// from their cached copies of the other's index: two batches of two into a ring of two
-/// while the consumer pops. Checked: every popped slot is complete and in order (a producer trusting a stale
-/// `tail_seen` too far, or a consumer a stale `head_seen`, would hand out a slot still
-/// being written: loom reports the race on the slot's cell), and filled + refused =
-/// offered.
+/// while the consumer pops. Checked: every popped slot is complete and in order (a
+/// producer trusting a stale `tail_seen` too far, or a consumer a stale `head_seen`, would
+/// hand out a slot still being written: loom reports the race on the slot's cell), and
+/// filled + refused = offered.
 #[test]
 fn spsc_batches_with_cached_indices() {
     model(4, || {
-        let (rings, pk, mut ck) = one_ring(2);
-        let producer = spawn_producer(&rings, pk, |p| {
+        spsc(2, 2, 4, |p| {
             let mut ok = 0;
             let mut s = p.enter().expect("not closed");
             for b in 0..2u8 {
@@ -122,7 +127,6 @@ fn spsc_batches_with_cached_indices() {
             }
             ok
         });
-        consume_and_check(&rings, &mut ck, producer, 2, 4);
     });
 }
 

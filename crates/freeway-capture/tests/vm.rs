@@ -206,12 +206,28 @@ fn make_valid(raw: &[(usize, u8, u8, u32)]) -> Vec<Insn> {
     prog
 }
 
+/// Arbitrary numbers for [`make_valid`].
+fn raw_prog() -> impl Strategy<Value = Vec<(usize, u8, u8, u32)>> {
+    prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..40)
+}
+
+/// `p` run on the batch `pkts` at once gives each packet's own verdict.
+fn batch_equals_one_by_one(p: &Program, pkts: &[Vec<u8>]) -> Result<(), TestCaseError> {
+    let refs: Vec<&[u8]> = pkts.iter().map(Vec::as_slice).collect();
+    let mut out = [0xdead_beefu32; 32];
+    p.run_batch(&refs, &mut out);
+    for (i, pkt) in pkts.iter().enumerate() {
+        prop_assert_eq!(out[i], p.run(pkt), "packet {} of {}", i, pkts.len());
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
     fn random_valid_programs_never_panic(
-        raw in prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..40),
+        raw in raw_prog(),
         pkt in prop::collection::vec(any::<u8>(), 0..96),
         cut in any::<usize>(),
     ) {
@@ -226,17 +242,12 @@ proptest! {
 
     #[test]
     fn batch_runs_equal_packet_by_packet_runs(
-        raw in prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..40),
+        raw in raw_prog(),
         pkts in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..96), 0..=32),
     ) {
         let prog = make_valid(&raw);
         let p = Program::new(&prog).expect("made valid");
-        let refs: Vec<&[u8]> = pkts.iter().map(Vec::as_slice).collect();
-        let mut out = [0xdead_beefu32; 32];
-        p.run_batch(&refs, &mut out);
-        for (i, pkt) in pkts.iter().enumerate() {
-            prop_assert_eq!(out[i], p.run(pkt), "packet {} of {}", i, pkts.len());
-        }
+        batch_equals_one_by_one(&p, &pkts)?;
     }
 
     /// Batches of a few distinct packets repeated (real traffic: a few flows per batch), so
@@ -244,7 +255,7 @@ proptest! {
     /// exercised; some copies are cut short.
     #[test]
     fn batch_runs_of_repeated_packets_equal_packet_by_packet_runs(
-        raw in prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..40),
+        raw in raw_prog(),
         base in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..96), 1..4),
         picks in prop::collection::vec((any::<usize>(), any::<u8>(), 0..8usize), 2..=32),
     ) {
@@ -265,12 +276,7 @@ proptest! {
                 v
             })
             .collect();
-        let refs: Vec<&[u8]> = pkts.iter().map(Vec::as_slice).collect();
-        let mut out = [0xdead_beefu32; 32];
-        p.run_batch(&refs, &mut out);
-        for (i, pkt) in pkts.iter().enumerate() {
-            prop_assert_eq!(out[i], p.run(pkt), "packet {} of {}", i, pkts.len());
-        }
+        batch_equals_one_by_one(&p, &pkts)?;
     }
 
     #[test]

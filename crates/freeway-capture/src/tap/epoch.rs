@@ -24,7 +24,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use freeway_packet::Packet;
 
 use super::{
-    Common, Detach, Direction, Entry, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, WorkerClaim,
+    Common, Detach, Direction, Entry, Offer, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, WorkerClaim,
 };
 use crate::filter::Filter;
 use crate::ring::ProducerKey;
@@ -210,12 +210,21 @@ impl TapWorker {
         }
     }
 
-    /// Offers the batch to the entries of `list` that tap `port`/`dir`, [`LANES`] packets
-    /// at a time (compiled filters read the frames straight from the packets).
+    /// Offers `batch` to the taps of the current list, if one may tap `port`/`dir`.
+    #[inline(always)]
+    fn offer<B: Offer>(&mut self, port: u16, dir: Direction, batch: B, ts: u64) {
+        self.revalidate();
+        if !self.list.may_cover(port, dir) || batch.is_empty() {
+            return;
+        }
+        Self::offer_all(&self.list, self.claim.key(), port, dir, batch, ts);
+    }
+
+    /// Offers `batch` to every entry of `list` (each checks its port and direction).
     #[inline(never)]
-    fn offer(list: &TapList, key: &mut ProducerKey, port: u16, dir: Direction, pkts: &[Packet], ts: u64) {
+    fn offer_all<B: Offer>(list: &TapList, key: &mut ProducerKey, port: u16, dir: Direction, batch: B, ts: u64) {
         for e in &list.entries {
-            e.offer_packets(key, port, dir, pkts, ts);
+            batch.offer_to(e, key, port, dir, ts);
         }
     }
 }
@@ -223,22 +232,12 @@ impl TapWorker {
 impl TapPoint for TapWorker {
     #[inline]
     fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
-        self.revalidate();
-        if !self.list.may_cover(port, dir) || pkts.is_empty() {
-            return;
-        }
-        Self::offer(&self.list, self.claim.key(), port, dir, pkts, ts_ns);
+        self.offer(port, dir, pkts, ts_ns);
     }
 
     #[inline]
     fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
-        self.revalidate();
-        if !self.list.may_cover(port, dir) {
-            return;
-        }
-        for e in &self.list.entries {
-            e.offer_frames(self.claim.key(), port, dir, frames, ts_ns);
-        }
+        self.offer(port, dir, frames, ts_ns);
     }
 
     /// True while a tap is attached, and while this worker still holds a list with taps

@@ -56,7 +56,7 @@ pub use reader::TapReader;
 pub use shared::TapShared;
 
 pub(crate) use common::{Common, WorkerClaim};
-pub(crate) use offer::Entry;
+pub(crate) use offer::{Entry, Offer};
 pub(crate) use reader::Detach;
 
 /// Which packets of a port a tap sees.

@@ -130,7 +130,7 @@ impl Entry {
     }
 
     /// [`Entry::offer_frames`] for packets, [`LANES`] at a time (compiled filters read the
-    /// frames straight from the packets). Both registries tap through here.
+    /// frames straight from the packets).
     #[inline]
     pub(crate) fn offer_packets(&self, key: &mut ProducerKey, port: u16, dir: Direction, pkts: &[Packet], ts: u64) {
         if self.tap.port == port && self.tap.dir.covers(dir) {
@@ -138,5 +138,39 @@ impl Entry {
                 self.tap.offer_packets(key, &self.filter, dir, chunk, ts);
             }
         }
+    }
+}
+
+/// What a worker offers its taps ([`super::TapPoint::tap`], [`super::TapPoint::tap_frames`]):
+/// packets or raw frames. Both registries walk their lists with it.
+pub(crate) trait Offer: Copy {
+    /// Whether there is nothing to offer.
+    fn is_empty(self) -> bool;
+
+    /// Offers it to `e`'s tap as the worker of `key`.
+    fn offer_to(self, e: &Entry, key: &mut ProducerKey, port: u16, dir: Direction, ts: u64);
+}
+
+impl Offer for &[Packet] {
+    #[inline(always)]
+    fn is_empty(self) -> bool {
+        <[Packet]>::is_empty(self)
+    }
+
+    #[inline(always)]
+    fn offer_to(self, e: &Entry, key: &mut ProducerKey, port: u16, dir: Direction, ts: u64) {
+        e.offer_packets(key, port, dir, self, ts);
+    }
+}
+
+impl Offer for &[&[u8]] {
+    #[inline(always)]
+    fn is_empty(self) -> bool {
+        <[&[u8]]>::is_empty(self)
+    }
+
+    #[inline(always)]
+    fn offer_to(self, e: &Entry, key: &mut ProducerKey, port: u16, dir: Direction, ts: u64) {
+        e.offer_frames(key, port, dir, self, ts);
     }
 }
