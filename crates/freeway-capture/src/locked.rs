@@ -18,6 +18,7 @@ use crate::tap::{
     Common, Detach, Direction, Entry, Offer, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, WorkerClaim,
 };
 
+#[derive(Debug)]
 struct Inner {
     common: Common,
     list: RwLock<Vec<Entry>>,
@@ -50,16 +51,11 @@ impl fmt::Debug for LockedTaps {
 }
 
 /// A worker's handle on [`LockedTaps`].
+#[derive(Debug)]
 pub struct LockedTapWorker {
     inner: Arc<Inner>,
     /// The claim on this worker's index: its producer key and progress mark.
     claim: WorkerClaim,
-}
-
-impl fmt::Debug for LockedTapWorker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("LockedTapWorker").field(&self.claim).finish()
-    }
 }
 
 impl LockedTapWorker {

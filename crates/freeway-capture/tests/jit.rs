@@ -70,7 +70,7 @@ fn check(p: &Program, pkts: &[&[u8]]) -> Result<Vec<u32>, TestCaseError> {
 /// Turns arbitrary numbers into a valid program; `kind` picks the operand's range so that
 /// small offsets (inside and just past packets), X-sized values (shifts by 0..40, division by
 /// 0) and full 32-bit values (offsets past 2^31, wrap-around) all appear.
-fn make_valid(raw: &[(usize, u8, u8, u32, u8)]) -> Vec<Insn> {
+fn valid_program(raw: &[(usize, u8, u8, u32, u8)]) -> Program {
     let n = raw.len() + 1;
     let mut prog: Vec<Insn> = raw
         .iter()
@@ -87,7 +87,7 @@ fn make_valid(raw: &[(usize, u8, u8, u32, u8)]) -> Vec<Insn> {
         })
         .collect();
     prog.push(Insn::stmt(RET | A, 0));
-    prog
+    Program::new(&prog).expect("made valid")
 }
 
 fn raw_prog() -> impl Strategy<Value = Vec<(usize, u8, u8, u32, u8)>> {
@@ -278,8 +278,7 @@ proptest! {
         raw in raw_prog(),
         pkts in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..100), 1..=32),
     ) {
-        let prog = make_valid(&raw);
-        let p = Program::new(&prog).expect("made valid");
+        let p = valid_program(&raw);
         prop_assert_eq!(p.is_jitted(), jit_expected());
         let refs: Vec<&[u8]> = pkts.iter().map(Vec::as_slice).collect();
         check(&p, &refs)?;
@@ -292,8 +291,7 @@ proptest! {
         raw in raw_prog(),
         pkt in prop::collection::vec(any::<u8>(), 0..100),
     ) {
-        let prog = make_valid(&raw);
-        let p = Program::new(&prog).expect("made valid");
+        let p = valid_program(&raw);
         let refs: Vec<&[u8]> = (0..=pkt.len()).rev().step_by(pkt.len() / 31 + 1).take(32).map(|c| &pkt[..c]).collect();
         check(&p, &refs)?;
     }

@@ -192,7 +192,7 @@ fn vm_semantics() {
 }
 
 /// Turns arbitrary numbers into a valid program.
-fn make_valid(raw: &[(usize, u8, u8, u32)]) -> Vec<Insn> {
+fn valid_program(raw: &[(usize, u8, u8, u32)]) -> Program {
     let n = raw.len() + 1;
     let mut prog: Vec<Insn> = raw
         .iter()
@@ -203,10 +203,10 @@ fn make_valid(raw: &[(usize, u8, u8, u32)]) -> Vec<Insn> {
         })
         .collect();
     prog.push(s(RET | A, 0));
-    prog
+    Program::new(&prog).expect("made valid")
 }
 
-/// Arbitrary numbers for [`make_valid`].
+/// Arbitrary numbers for [`valid_program`].
 fn raw_prog() -> impl Strategy<Value = Vec<(usize, u8, u8, u32)>> {
     prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>(), any::<u32>()), 0..40)
 }
@@ -231,8 +231,7 @@ proptest! {
         pkt in prop::collection::vec(any::<u8>(), 0..96),
         cut in any::<usize>(),
     ) {
-        let prog = make_valid(&raw);
-        let p = Program::new(&prog).expect("made valid");
+        let p = valid_program(&raw);
         let a = p.run(&pkt);
         prop_assert_eq!(a, p.run(&pkt));
         let cut = cut % (pkt.len() + 1);
@@ -245,8 +244,7 @@ proptest! {
         raw in raw_prog(),
         pkts in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..96), 0..=32),
     ) {
-        let prog = make_valid(&raw);
-        let p = Program::new(&prog).expect("made valid");
+        let p = valid_program(&raw);
         batch_equals_one_by_one(&p, &pkts)?;
     }
 
@@ -259,8 +257,7 @@ proptest! {
         base in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..96), 1..4),
         picks in prop::collection::vec((any::<usize>(), any::<u8>(), 0..8usize), 2..=32),
     ) {
-        let prog = make_valid(&raw);
-        let p = Program::new(&prog).expect("made valid");
+        let p = valid_program(&raw);
         let pkts: Vec<Vec<u8>> = picks
             .iter()
             .map(|&(i, flip, cut)| {

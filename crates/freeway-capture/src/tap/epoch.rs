@@ -77,6 +77,7 @@ struct Published {
     list: Arc<TapList>,
 }
 
+#[derive(Debug)]
 struct Inner {
     common: Common,
     list: Atomic<Published>,
@@ -173,6 +174,7 @@ impl Taps {
 /// pin an epoch, read the published pointer and swap in the new list's `Arc`. A dropped
 /// old list is freed by whichever holder lets go last (possibly this worker, once per
 /// change).
+#[derive(Debug)]
 pub struct TapWorker {
     inner: Arc<Inner>,
     /// The claim on this worker's index: its producer key and progress mark.
@@ -181,12 +183,6 @@ pub struct TapWorker {
     list: Arc<TapList>,
     /// The generation `list` was read at.
     generation: u64,
-}
-
-impl fmt::Debug for TapWorker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("TapWorker").field(&self.claim).finish()
-    }
 }
 
 impl TapWorker {
