@@ -119,6 +119,14 @@ impl Rig {
         sent
     }
 
+    /// [`Rig::rx`] of `frame` on `port`, which must make the stage emit exactly one packet:
+    /// that packet and its output port.
+    #[track_caller]
+    pub fn answer(&mut self, port: u16, frame: &[u8]) -> (u16, Packet) {
+        self.rx(port, frame);
+        self.sent(1).pop().unwrap()
+    }
+
     pub fn new() -> Rig {
         Rig::with(L3Config::default(), NeighConfig::default())
     }
