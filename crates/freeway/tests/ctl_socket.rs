@@ -3,10 +3,10 @@
 //! the router's own entries protected, and `--ctl PATH` never deleting what is not a stale
 //! socket of its own.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use freeway_datapath::runtime::control::protocol::{encode_request, Request};
