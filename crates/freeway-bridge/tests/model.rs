@@ -86,7 +86,12 @@ impl Emit for Collect {
 
 /// A bridge over [`ports`] with a fresh FDB, a worker context and a collecting emitter.
 fn setup() -> (Fdb<Padded>, FdbWriter<Padded>, Bridge<Padded>, BridgeWorker, Collect) {
-    let (fdb, w) = new_seeded::<Padded>(FdbConfig::default(), 1);
+    setup_with(FdbConfig::default(), 1)
+}
+
+/// [`setup`] with the FDB configured by `cfg`, its hash seeded with `seed`.
+fn setup_with(cfg: FdbConfig, seed: u64) -> (Fdb<Padded>, FdbWriter<Padded>, Bridge<Padded>, BridgeWorker, Collect) {
+    let (fdb, w) = new_seeded::<Padded>(cfg, seed);
     let bridge = Bridge::new(fdb.clone(), ports());
     (fdb, w, bridge, BridgeWorker::default(), Collect::default())
 }
@@ -237,11 +242,8 @@ proptest! {
             age_chunk_buckets: 1 << 20,
             ..Default::default()
         };
-        let (fdb, mut writer) = new_seeded::<Padded>(cfg, 3);
+        let (fdb, mut writer, bridge, mut bw, mut em) = setup_with(cfg, 3);
         let ports = ports();
-        let bridge = Bridge::new(fdb.clone(), ports.clone());
-        let mut bw = BridgeWorker::default();
-        let mut em = Collect::default();
         let mut model = Model::default();
         let mut now = 1u64;
         for (i, o) in ops.into_iter().enumerate() {
@@ -349,11 +351,8 @@ proptest! {
         sizes in proptest::collection::vec(1usize..=32, 1..50),
     ) {
         let cfg = FdbConfig { learn_limit: LEARN_LIMIT, static_limit: STATIC_LIMIT, ..Default::default() };
-        let (fdb, mut writer) = new_seeded::<Padded>(cfg, 5);
+        let (_fdb, mut writer, bridge, mut bw, mut em) = setup_with(cfg, 5);
         let ports = ports();
-        let bridge = Bridge::new(fdb.clone(), ports.clone());
-        let mut bw = BridgeWorker::default();
-        let mut em = Collect::default();
         let mut model = Model::default();
         let mut rest = &frames[..];
         let mut k = 0;

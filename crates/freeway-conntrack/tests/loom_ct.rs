@@ -39,7 +39,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
 use freeway_conntrack::frames;
-use freeway_conntrack::{Conntrack, CtConfig, CtState, Tuple};
+use freeway_conntrack::{Conntrack, CtConfig, CtState, CtWorker, Expirer, Tuple};
 use freeway_packet::Packet;
 use freeway_sync::Clock;
 use loom::thread;
@@ -101,6 +101,22 @@ fn check_invariants(ct: &Conntrack) {
     assert!(ct.is_empty());
 }
 
+/// Tracks `p` through `w` (in a batch of its own) and returns the connection's state.
+fn track(w: &mut CtWorker, p: &Packet) -> CtState {
+    let g = w.pin();
+    w.track_packet(&g, p, 0, true).state
+}
+
+/// A table on a manual clock whose worker has tracked `p`, a new connection: the clock, the
+/// table, its expirer and the worker.
+fn tracked_once(p: &Packet) -> (Clock, Conntrack, Expirer, CtWorker) {
+    let clock = Clock::manual();
+    let (ct, exp) = Conntrack::new(cfg(), clock.clone()).unwrap();
+    let mut w = ct.worker();
+    assert_eq!(track(&mut w, p), CtState::New);
+    (clock, ct, exp, w)
+}
+
 #[test]
 fn insert_races_expiry_of_chain_head() {
     let (old, new) = colliding();
@@ -108,20 +124,11 @@ fn insert_races_expiry_of_chain_head() {
     let outcomes = Outcomes::default();
     let seen = outcomes.clone();
     model(15, move || {
-        let clock = Clock::manual();
-        let (ct, exp) = Conntrack::new(cfg(), clock.clone()).unwrap();
-        let mut w = ct.worker();
-        {
-            let g = w.pin();
-            assert_eq!(w.track_packet(&g, &p_old, 0, true).state, CtState::New);
-        }
+        let (clock, ct, exp, mut w) = tracked_once(&p_old);
         exp.step(); // the old connection is now listed by the expiry side
         clock.set(31_000); // and expired (udp_single = 30 s)
         let p_new = p_new.clone();
-        let t = thread::spawn(move || {
-            let g = w.pin();
-            assert_eq!(w.track_packet(&g, &p_new, 0, true).state, CtState::New);
-        });
+        let t = thread::spawn(move || assert_eq!(track(&mut w, &p_new), CtState::New));
         let e = thread::spawn(move || {
             let removed = exp.step();
             (removed, exp)
@@ -150,20 +157,10 @@ fn packet_races_removal_of_its_own_connection() {
     let outcomes = Outcomes::default();
     let seen = outcomes.clone();
     model(10, move || {
-        let clock = Clock::manual();
-        let (ct, exp) = Conntrack::new(cfg(), clock.clone()).unwrap();
-        let mut w = ct.worker();
-        {
-            let g = w.pin();
-            w.track_packet(&g, &p, 0, true);
-        }
+        let (clock, ct, exp, mut w) = tracked_once(&p);
         clock.set(31_000);
         let p = p.clone();
-        let t = thread::spawn(move || {
-            let g = w.pin();
-            let r = w.track_packet(&g, &p, 0, true);
-            assert_eq!(r.state, CtState::New);
-        });
+        let t = thread::spawn(move || assert_eq!(track(&mut w, &p), CtState::New));
         let e = thread::spawn(move || {
             exp.step();
         });
@@ -201,14 +198,8 @@ fn two_workers_create_the_same_connection_once() {
         let mut w1 = ct.worker();
         let mut w2 = ct.worker();
         let (p, r) = (p.clone(), r.clone());
-        let t = thread::spawn(move || {
-            let g = w1.pin();
-            w1.track_packet(&g, &p, 0, true).state
-        });
-        let t2 = thread::spawn(move || {
-            let g = w2.pin();
-            w2.track_packet(&g, &r, 0, true).state
-        });
+        let t = thread::spawn(move || track(&mut w1, &p));
+        let t2 = thread::spawn(move || track(&mut w2, &r));
         let s1 = t.join().unwrap();
         let s2 = t2.join().unwrap();
         // Whoever came second saw the other's packet as the other direction.

@@ -3,21 +3,19 @@
 //! table, each while known hosts keep talking, and a flood of malformed and TTL-expiring
 //! frames at the router. Everything is counted, memory stays bounded, the good traffic flows.
 
-use std::path::PathBuf;
-
-use freeway_bridge::Padded;
-use freeway_datapath::config;
-use freeway_datapath::runtime::{self, RunOptions};
-
 mod common;
-use common::{write_pcap, LAN_NEIGH, LAN_WAN_INTERFACES, WAN_NEIGH};
+use common::{access, csum, lan_neigh, lan_wan_interfaces, pcap_port, port, run, wan_neigh, write_pcap, TempDir};
 
-const ROUTER: &str = r#"
-[router]
-mac = "02:fe:00:00:00:01"
-icmp_rate = 100
-icmp_burst = 50
-"#;
+/// The router, its ICMP errors limited to a burst of 50 then 100 per second, with the
+/// interfaces lan and wan and both hosts as neighbours.
+fn router() -> String {
+    format!(
+        "\n[router]\nmac = \"02:fe:00:00:00:01\"\nicmp_rate = 100\nicmp_burst = 50\n{}{}{}",
+        lan_wan_interfaces(),
+        lan_neigh(),
+        wan_neigh()
+    )
+}
 
 /// Resident set size of this process, in bytes.
 fn rss() -> u64 {
@@ -37,28 +35,21 @@ fn a_mac_flood_of_a_million_sources_stops_at_the_learning_limit_and_known_hosts_
     const LIMIT: u64 = 4096;
     // One worker, ports polled in order: the two known hosts' first frames (and so their
     // learn requests) come before the flood's.
-    let text = format!(
-        r#"
-workers = 1
-[[port]]
-name = "host-a"
-kind = "gen"
-gen = {{ src_macs = ["02:00:00:00:00:0a"], dst_macs = ["02:00:00:00:00:0b"], count = {GOOD} }}
-[[port]]
-name = "host-b"
-kind = "gen"
-gen = {{ src_macs = ["02:00:00:00:00:0b"], dst_macs = ["02:00:00:00:00:0a"], count = {GOOD} }}
-[[port]]
-name = "attacker"
-kind = "gen"
-gen = {{ src_macs = ["06:00:00:00:00:00"], src_mac_count = {FLOOD}, dst_macs = ["02:00:00:00:00:0a"], flows = 1024, count = {FLOOD} }}
-[bridge]
-learn_limit = {LIMIT}
-"#
+    let host_a = format!(r#"src_macs = ["02:00:00:00:00:0a"], dst_macs = ["02:00:00:00:00:0b"], count = {GOOD}"#);
+    let host_b = format!(r#"src_macs = ["02:00:00:00:00:0b"], dst_macs = ["02:00:00:00:00:0a"], count = {GOOD}"#);
+    let attacker = format!(
+        r#"src_macs = ["06:00:00:00:00:00"], src_mac_count = {FLOOD}, dst_macs = ["02:00:00:00:00:0a"], flows = 1024, count = {FLOOD}"#
     );
-    let cfg = config::parse(&text, "macflood", None).unwrap();
+    let text = [
+        "workers = 1\n".to_string(),
+        port("host-a", "gen", "", &host_a),
+        port("host-b", "gen", "", &host_b),
+        port("attacker", "gen", "", &attacker),
+        format!("[bridge]\nlearn_limit = {LIMIT}\n"),
+    ]
+    .concat();
     let before = rss();
-    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
+    let res = run(&text);
     let grew = rss().saturating_sub(before);
     let s = &res.last;
     assert_eq!(s.fdb_entries as u64, LIMIT, "the FDB stays at its limit: {:?}", s.fdb);
@@ -101,25 +92,23 @@ fn a_syn_flood_fills_the_table_to_its_limit_and_established_traffic_keeps_flowin
     const MAX: u64 = 65_536;
     // One worker: the ports are polled in order, so the LAN host's flow is established
     // (its first request, then the server's first reply) before the flood fills the table.
-    let text = format!(
-        r#"
-workers = 1
-[[port]]
-name = "lan"
-kind = "gen"
-vlan = {{ mode = "access", vlan = 10 }}
-gen = {{ src_macs = ["02:00:00:00:10:05"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.10.5", dst_ip = "10.0.20.7", src_port = 1024, dst_port = 5001, count = {GOOD} }}
-[[port]]
-name = "wan"
-kind = "gen"
-vlan = {{ mode = "access", vlan = 20 }}
-gen = {{ src_macs = ["02:00:00:00:20:07"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.20.7", dst_ip = "10.0.10.5", src_port = 5001, dst_port = 1024, count = {GOOD} }}
-[[port]]
-name = "flood"
-kind = "gen"
-vlan = {{ mode = "access", vlan = 20 }}
-gen = {{ src_macs = ["02:00:00:00:20:66"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.30.1", dst_ip = "10.0.10.5", proto = "tcp", dst_port = 80, flows = {SYNS}, count = {SYNS} }}
-{ROUTER}{LAN_WAN_INTERFACES}{LAN_NEIGH}{WAN_NEIGH}
+    let lan = format!(
+        r#"src_macs = ["02:00:00:00:10:05"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.10.5", dst_ip = "10.0.20.7", src_port = 1024, dst_port = 5001, count = {GOOD}"#
+    );
+    let wan = format!(
+        r#"src_macs = ["02:00:00:00:20:07"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.20.7", dst_ip = "10.0.10.5", src_port = 5001, dst_port = 1024, count = {GOOD}"#
+    );
+    let flood = format!(
+        r#"src_macs = ["02:00:00:00:20:66"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.0.30.1", dst_ip = "10.0.10.5", proto = "tcp", dst_port = 80, flows = {SYNS}, count = {SYNS}"#
+    );
+    let text = [
+        "workers = 1\n".to_string(),
+        port("lan", "gen", &access(10), &lan),
+        port("wan", "gen", &access(20), &wan),
+        port("flood", "gen", &access(20), &flood),
+        router(),
+        format!(
+            r#"
 [[route]]
 dst = "10.0.30.0/24"
 via = "10.0.20.7"
@@ -130,10 +119,11 @@ max = {MAX}
 [firewall]
 allow_new_from = ["lan", "flood"]
 "#
-    );
-    let cfg = config::parse(&text, "synflood", None).unwrap();
+        ),
+    ]
+    .concat();
     let before = rss();
-    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
+    let res = run(&text);
     let grew = rss().saturating_sub(before);
     assert!(grew < RSS_BOUND, "memory grew by {} MiB", grew >> 20);
     eprintln!("SYN flood: {SYNS} SYNs, table max {MAX}, RSS +{} MiB", grew >> 20);
@@ -197,15 +187,7 @@ fn ipv4(ttl: u8, ihl: u8, total_len: u16, good_csum: bool) -> Vec<u8> {
         20,
         7,
     ];
-    let mut sum: u32 = ip.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    let c = if good_csum {
-        !(sum as u16)
-    } else {
-        !(sum as u16) ^ 0x5555
-    };
+    let c = if good_csum { csum(&ip) } else { csum(&ip) ^ 0x5555 };
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     f.extend_from_slice(&ip);
     f.extend_from_slice(&[0x04, 0x00, 0x13, 0x89, 0, 26, 0, 0]);
@@ -216,8 +198,7 @@ fn ipv4(ttl: u8, ihl: u8, total_len: u16, good_csum: bool) -> Vec<u8> {
 #[test]
 fn malformed_and_ttl_expiring_floods_are_counted_rate_limited_and_never_forwarded() {
     const EACH: usize = 2_000;
-    let dir: PathBuf = std::env::temp_dir().join(format!("freeway-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("hostile");
     let good = ipv4(64, 5, 46, true);
     let kinds: Vec<(&str, Vec<u8>)> = vec![
         ("ttl 1", ipv4(1, 5, 46, true)),
@@ -239,31 +220,16 @@ fn malformed_and_ttl_expiring_floods_are_counted_rate_limited_and_never_forwarde
             frames.push(good.clone());
         }
     }
-    let input = dir.join("in.pcap");
-    let wan_out = dir.join("wan.pcap");
-    let lan_out = dir.join("lan.pcap");
+    let [input, wan_out, lan_out] = dir.files(["in.pcap", "wan.pcap", "lan.pcap"]);
     write_pcap(&input, &frames);
     let text = format!(
-        r#"
-workers = 1
-[[port]]
-name = "lan"
-kind = "pcap"
-vlan = {{ mode = "access", vlan = 10 }}
-pcap = {{ read = "{}", write = "{}" }}
-[[port]]
-name = "wan"
-kind = "pcap"
-vlan = {{ mode = "access", vlan = 20 }}
-pcap = {{ write = "{}" }}
-{ROUTER}{LAN_WAN_INTERFACES}{LAN_NEIGH}{WAN_NEIGH}"#,
-        input.display(),
-        lan_out.display(),
-        wan_out.display()
+        "workers = 1\n{}{}{}",
+        pcap_port("lan", &access(10), Some(&input), Some(&lan_out)),
+        pcap_port("wan", &access(20), None, Some(&wan_out)),
+        router()
     );
-    let cfg = config::parse(&text, "hostile", None).unwrap();
     let t = std::time::Instant::now();
-    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
+    let res = run(&text);
     let secs = t.elapsed().as_secs_f64();
     let s = &res.last;
     let l3 = &s.router.as_ref().unwrap().l3;
@@ -296,5 +262,4 @@ pcap = {{ write = "{}" }}
         s.ports[0].tx_packets, l3.icmp_errors_tx,
         "nothing else goes back to lan"
     );
-    std::fs::remove_dir_all(dir).unwrap();
 }

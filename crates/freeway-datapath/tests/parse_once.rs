@@ -5,13 +5,11 @@
 
 use std::net::IpAddr;
 
-use freeway_bridge::Padded;
-use freeway_datapath::config;
-use freeway_datapath::runtime::{self, RunOptions};
+use freeway_datapath::runtime::RunResult;
 use freeway_packet::build::{build_frame, FrameSpec, L4};
 
 mod common;
-use common::{read_pcap, write_pcap, LAN_WAN_INTERFACES, WAN_NEIGH};
+use common::{access, lan_wan_interfaces, pcap_port, read_pcap, run, wan_neigh, write_pcap, TempDir};
 
 fn routed(i: u16, ttl: u8) -> Vec<u8> {
     build_frame(&FrameSpec {
@@ -28,54 +26,37 @@ fn routed(i: u16, ttl: u8) -> Vec<u8> {
     })
 }
 
-fn run(dir: &std::path::Path, frames: &[Vec<u8>], conntrack: bool) -> (runtime::RunResult, usize) {
-    let input = dir.join("lan-in.pcap");
+/// Runs `frames` from lan through the router, with conntrack or without; the result and the
+/// number of frames that left on wan.
+fn run_lan(dir: &TempDir, frames: &[Vec<u8>], conntrack: bool) -> (RunResult, usize) {
+    let [input, lan_out, wan_out] = dir.files(["lan-in.pcap", "lan-out.pcap", "wan.pcap"]);
     write_pcap(&input, frames);
-    let text = format!(
-        r#"
-workers = 1
-[[port]]
-name = "lan"
-kind = "pcap"
-pcap = {{ read = "{}", write = "{}" }}
-vlan = {{ mode = "access", vlan = 10 }}
-[[port]]
-name = "wan"
-kind = "pcap"
-pcap = {{ write = "{}" }}
-vlan = {{ mode = "access", vlan = 20 }}
-[router]
-mac = "02:fe:00:00:00:01"
-{LAN_WAN_INTERFACES}{WAN_NEIGH}
-{}
-"#,
-        input.display(),
-        dir.join("lan-out.pcap").display(),
-        dir.join("wan.pcap").display(),
+    let res = run(&format!(
+        "workers = 1\n{}{}[router]\nmac = \"02:fe:00:00:00:01\"\n{}{}\n{}\n",
+        pcap_port("lan", &access(10), Some(&input), Some(&lan_out)),
+        pcap_port("wan", &access(20), None, Some(&wan_out)),
+        lan_wan_interfaces(),
+        wan_neigh(),
         if conntrack { "[conntrack]\nmax = 1000" } else { "" }
-    );
-    let cfg = config::parse(&text, "test", None).unwrap();
-    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
-    let out = read_pcap(dir.join("wan.pcap")).len();
+    ));
+    let out = read_pcap(&wan_out).len();
     (res, out)
 }
 
 #[test]
 fn a_routed_packet_is_parsed_once() {
-    let dir = std::env::temp_dir().join(format!("freeway-parse-once-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("parse-once");
     let frames: Vec<Vec<u8>> = (0..100).map(|i| routed(i, 64)).collect();
     for conntrack in [false, true] {
-        let (res, forwarded) = run(&dir, &frames, conntrack);
+        let (res, forwarded) = run_lan(&dir, &frames, conntrack);
         assert_eq!(forwarded, 100, "conntrack {conntrack}: every packet routed to the WAN");
         let parses: u64 = res.last.workers.iter().map(|w| w.parses).sum();
         assert_eq!(parses, 100, "conntrack {conntrack}: one parse per routed packet");
     }
     // A frame the router builds (an ICMP time exceeded) was parsed when built: the pipeline
     // does not parse it again on its way out.
-    let (res, forwarded) = run(&dir, &[routed(0, 1)], false);
+    let (res, forwarded) = run_lan(&dir, &[routed(0, 1)], false);
     assert_eq!(forwarded, 0);
     assert_eq!(res.last.ports[0].tx_packets, 1, "the ICMP error went back to the LAN");
     assert_eq!(res.last.workers.iter().map(|w| w.parses).sum::<u64>(), 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }

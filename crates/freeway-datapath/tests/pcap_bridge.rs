@@ -2,12 +2,8 @@
 //! must do: VLAN classification and tagging, flooding, static entries, same-port drops, and
 //! drops of malformed frames and multicast sources.
 
-use freeway_bridge::Padded;
-use freeway_datapath::config;
-use freeway_datapath::runtime::{self, RunOptions};
-
 mod common;
-use common::{read_pcap, write_pcap};
+use common::{access, csum, pcap_port, read_pcap, run, write_pcap, TempDir};
 
 fn mac(last: u8) -> [u8; 6] {
     [0x02, 0, 0, 0, 0, last]
@@ -24,16 +20,7 @@ fn frame(src: [u8; 6], dst: [u8; 6], vlan: Option<u16>, id: u8) -> Vec<u8> {
     }
     f.extend_from_slice(&[0x08, 0x00]);
     let mut ip = [0x45, 0, 0, 46, 0, id, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
-    let sum = {
-        let mut s: u32 = 0;
-        for c in ip.chunks(2) {
-            s += u32::from(u16::from_be_bytes([c[0], c[1]]));
-        }
-        while s > 0xffff {
-            s = (s & 0xffff) + (s >> 16);
-        }
-        !(s as u16)
-    };
+    let sum = csum(&ip);
     ip[10..12].copy_from_slice(&sum.to_be_bytes());
     f.extend_from_slice(&ip);
     f.extend_from_slice(&[0x30, 0x39, 0x00, 0x35, 0, 26, 0, 0]);
@@ -49,8 +36,7 @@ fn untagged(f: &[u8]) -> Vec<u8> {
 
 #[test]
 fn pcap_through_the_bridge_is_forwarded_as_a_bridge_must() {
-    let dir = std::env::temp_dir().join(format!("freeway-pcap-bridge-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("pcap-bridge");
     let (a, b, c, x) = (mac(0xa), mac(0xb), mac(0xc), mac(0x99));
     let bcast = [0xff; 6];
     // Frames as they arrive on the trunk port p0 (VLANs 10 and 20).
@@ -63,48 +49,23 @@ fn pcap_through_the_bridge_is_forwarded_as_a_bridge_must() {
     let f7 = f1[..20].to_vec(); // truncated inside the IPv4 header: parse drop
     let f8 = frame(c, b, Some(30), 8); // VLAN 30 not on the trunk: filtered
     let input = vec![f1.clone(), f2, f3.clone(), f4.clone(), f5, f6, f7, f8];
-    let inp = dir.join("in.pcap");
+    let [inp, p1, p2, p3] = dir.files(["in.pcap", "p1.pcap", "p2.pcap", "p3.pcap"]);
     write_pcap(&inp, &input);
 
-    let text = format!(
-        r#"
-workers = 1
-[[port]]
-name = "p0"
-kind = "pcap"
-pcap = {{ read = "{}" }}
-vlan = {{ mode = "trunk", vlans = ["10", "20"] }}
-[[port]]
-name = "p1"
-kind = "pcap"
-pcap = {{ write = "{}" }}
-vlan = {{ mode = "access", vlan = 10 }}
-[[port]]
-name = "p2"
-kind = "pcap"
-pcap = {{ write = "{}" }}
-vlan = {{ mode = "access", vlan = 20 }}
-[[port]]
-name = "p3"
-kind = "pcap"
-pcap = {{ write = "{}" }}
-vlan = {{ mode = "trunk", vlans = ["10"] }}
-[bridge]
-static = [{{ mac = "02:00:00:00:00:99", vlan = 10, port = "p3" }}]
-"#,
-        inp.display(),
-        dir.join("p1.pcap").display(),
-        dir.join("p2.pcap").display(),
-        dir.join("p3.pcap").display()
-    );
-    let cfg = config::parse(&text, "test", None).unwrap();
-    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
-    assert!(res.close_errors.is_empty(), "{:?}", res.close_errors);
+    let res = run(&[
+        "workers = 1\n".to_string(),
+        pcap_port("p0", r#"{ mode = "trunk", vlans = ["10", "20"] }"#, Some(&inp), None),
+        pcap_port("p1", &access(10), None, Some(&p1)),
+        pcap_port("p2", &access(20), None, Some(&p2)),
+        pcap_port("p3", r#"{ mode = "trunk", vlans = ["10"] }"#, None, Some(&p3)),
+        "[bridge]\nstatic = [{ mac = \"02:00:00:00:00:99\", vlan = 10, port = \"p3\" }]\n".to_string(),
+    ]
+    .concat());
 
-    assert_eq!(read_pcap(dir.join("p1.pcap")), vec![untagged(&f1)]);
-    assert_eq!(read_pcap(dir.join("p2.pcap")), vec![untagged(&f4)]);
+    assert_eq!(read_pcap(&p1), vec![untagged(&f1)]);
+    assert_eq!(read_pcap(&p2), vec![untagged(&f4)]);
     // p3 is a trunk: frames leave tagged, as they came in.
-    assert_eq!(read_pcap(dir.join("p3.pcap")), vec![f1.clone(), f3.clone()]);
+    assert_eq!(read_pcap(&p3), vec![f1.clone(), f3.clone()]);
 
     let s = &res.last;
     assert_eq!(s.ports[0].rx_packets, 8);
@@ -133,33 +94,16 @@ static = [{{ mac = "02:00:00:00:00:99", vlan = 10, port = "p3" }}]
     );
 
     // tcpdump must open what we wrote.
-    match std::process::Command::new("tcpdump")
-        .args(["-n", "-e", "-r"])
-        .arg(dir.join("p3.pcap"))
-        .output()
-    {
-        Ok(out) => {
-            assert!(
-                out.status.success(),
-                "tcpdump failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert_eq!(text.lines().count(), 2, "tcpdump output:\n{text}");
-            assert!(text.contains("vlan 10"), "tcpdump output:\n{text}");
-        }
-        Err(e) => freeway_testkit::skip(format!(
-            "tcpdump cannot run ({e}); pcap output not checked with tcpdump"
-        )),
+    if let Some(text) = freeway_testkit::tcpdump(p3.as_ref(), &["-n", "-e"]) {
+        assert_eq!(text.lines().count(), 2, "tcpdump output:\n{text}");
+        assert!(text.contains("vlan 10"), "tcpdump output:\n{text}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn frames_from_a_group_source_are_dropped_before_conntrack_tracks_them() {
-    let dir = std::env::temp_dir().join(format!("freeway-group-src-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let inp = dir.join("in.pcap");
+    let dir = TempDir::new("group-src");
+    let [inp, p1] = dir.files(["in.pcap", "p1.pcap"]);
     let (a, b) = (mac(0xa), mac(0xb));
     let multicast_src = [0x01, 0x00, 0x5e, 0x00, 0x00, 0x01];
     let bcast = [0xff; 6];
@@ -167,17 +111,8 @@ fn frames_from_a_group_source_are_dropped_before_conntrack_tracks_them() {
     // port 12345 -> 53), then one from a unicast source: only that one is a connection.
     let mut good = frame(a, b, None, 4);
     good[26..30].copy_from_slice(&[10, 0, 0, 9]);
-    let ip_csum = {
-        good[24..26].copy_from_slice(&[0, 0]);
-        let mut s: u32 = good[14..34]
-            .chunks(2)
-            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-            .sum();
-        while s > 0xffff {
-            s = (s & 0xffff) + (s >> 16);
-        }
-        !(s as u16)
-    };
+    good[24..26].copy_from_slice(&[0, 0]);
+    let ip_csum = csum(&good[14..34]);
     good[24..26].copy_from_slice(&ip_csum.to_be_bytes());
     write_pcap(
         &inp,
@@ -188,28 +123,11 @@ fn frames_from_a_group_source_are_dropped_before_conntrack_tracks_them() {
             good,
         ],
     );
-    let text = format!(
-        r#"
-workers = 1
-[[port]]
-name = "p0"
-kind = "pcap"
-pcap = {{ read = "{}" }}
-vlan = {{ mode = "access", vlan = 10 }}
-[[port]]
-name = "p1"
-kind = "pcap"
-pcap = {{ write = "{}" }}
-vlan = {{ mode = "access", vlan = 10 }}
-[conntrack]
-max = 100
-"#,
-        inp.display(),
-        dir.join("p1.pcap").display()
-    );
-    let cfg = config::parse(&text, "test", None).unwrap();
-    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
-    assert!(res.close_errors.is_empty(), "{:?}", res.close_errors);
+    let res = run(&format!(
+        "workers = 1\n{}{}[conntrack]\nmax = 100\n",
+        pcap_port("p0", &access(10), Some(&inp), None),
+        pcap_port("p1", &access(10), None, Some(&p1)),
+    ));
     let s = &res.last;
     assert_eq!(s.ports[0].rx_packets, 4);
     assert_eq!(s.bridge["drop_src_multicast"], 3);
@@ -222,6 +140,5 @@ max = 100
     assert_eq!((ct.connections, ct.created), (1, 1), "{ct:?}");
     let conns: Vec<String> = res.connections.iter().map(|c| c.orig.src.to_string()).collect();
     assert_eq!(conns, ["10.0.0.9"]);
-    assert_eq!(read_pcap(dir.join("p1.pcap")).len(), 1);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(read_pcap(&p1).len(), 1);
 }

@@ -3,16 +3,13 @@
 //! neighbour learning apply inline). Every output is read back and checked byte by byte
 //! against what a router, a stateful firewall and a capture tap must do.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
-
-use freeway_bridge::Padded;
 use freeway_datapath::config;
-use freeway_datapath::runtime::{self, RunOptions, RunResult};
+use freeway_datapath::runtime::RunResult;
 use pcap_file::pcapng::{Block, PcapNgReader};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 mod common;
-use common::{read_pcap, write_pcap};
+use common::{access, csum, interface, lan_neigh, neigh, pcap_port, read_pcap, run, write_pcap, TempDir};
 
 const ROUTER: [u8; 6] = [0x02, 0xfe, 0, 0, 0, 1];
 const LAN_HOST: [u8; 6] = [0x02, 0, 0, 0, 0x10, 0x05];
@@ -25,48 +22,7 @@ const WAN_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 20, 7);
 const INTRUDER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 20, 66);
 const LAN_GW: Ipv4Addr = Ipv4Addr::new(10, 0, 10, 1);
 
-/// A per-test directory under the system temp dir, removed at the end (kept when the test
-/// fails, to look at the pcaps).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("freeway-pipeline-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn file(&self, name: &str) -> String {
-        self.0.join(name).display().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("test files kept in {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 // ---- frames ----
-
-/// The Internet checksum of `data` (RFC 1071), computed here independently of the datapath.
-fn csum(data: &[u8]) -> u16 {
-    let mut s: u32 = 0;
-    for c in data.chunks(2) {
-        let hi = c[0];
-        let lo = c.get(1).copied().unwrap_or(0);
-        s += u32::from(u16::from_be_bytes([hi, lo]));
-    }
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
 
 fn eth(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(14 + payload.len());
@@ -128,35 +84,46 @@ fn payload(id: u16, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Ethernet / IPv4 / UDP with a valid UDP checksum.
-#[allow(clippy::too_many_arguments)]
-fn udp4(
+/// The Ethernet and IPv4 ends of a frame: who sends it, to which MAC, from and to which address.
+#[derive(Clone, Copy)]
+struct Ends {
     smac: [u8; 6],
     dmac: [u8; 6],
     src: Ipv4Addr,
     dst: Ipv4Addr,
-    sport: u16,
-    dport: u16,
-    ttl: u8,
-    id: u16,
-) -> Vec<u8> {
-    let u = udp_seg(sport, dport, &payload(id, 32));
-    let u = l4_checksummed(u.clone(), &pseudo_v4(src, dst, 17, u.len()), 6);
-    eth(dmac, smac, 0x0800, &ipv4(src, dst, 17, ttl, id, &u))
+}
+
+/// A LAN host's frame to the router, for `dst`.
+const fn from_lan(dst: Ipv4Addr) -> Ends {
+    Ends {
+        smac: LAN_HOST,
+        dmac: ROUTER,
+        src: LAN_IP,
+        dst,
+    }
+}
+
+/// The WAN host's frame to the router, for the LAN host.
+const WAN_TO_LAN: Ends = Ends {
+    smac: WAN_HOST,
+    dmac: ROUTER,
+    src: WAN_IP,
+    dst: LAN_IP,
+};
+
+/// Ethernet / IPv4 / `proto` around the segment `seg`, whose checksum (at `csum_at`) is set.
+fn l4_v4(e: Ends, proto: u8, ttl: u8, id: u16, seg: Vec<u8>, csum_at: usize) -> Vec<u8> {
+    let seg = l4_checksummed(seg.clone(), &pseudo_v4(e.src, e.dst, proto, seg.len()), csum_at);
+    eth(e.dmac, e.smac, 0x0800, &ipv4(e.src, e.dst, proto, ttl, id, &seg))
+}
+
+/// Ethernet / IPv4 / UDP with a valid UDP checksum.
+fn udp4(e: Ends, sport: u16, dport: u16, ttl: u8, id: u16) -> Vec<u8> {
+    l4_v4(e, 17, ttl, id, udp_seg(sport, dport, &payload(id, 32)), 6)
 }
 
 /// Ethernet / IPv4 / TCP with `flags` (0x02 = SYN), valid checksum.
-#[allow(clippy::too_many_arguments)]
-fn tcp4(
-    smac: [u8; 6],
-    dmac: [u8; 6],
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    sport: u16,
-    dport: u16,
-    flags: u8,
-    id: u16,
-) -> Vec<u8> {
+fn tcp4(e: Ends, sport: u16, dport: u16, flags: u8, id: u16) -> Vec<u8> {
     let mut t = sport.to_be_bytes().to_vec();
     t.extend_from_slice(&dport.to_be_bytes());
     t.extend_from_slice(&(1000u32 + u32::from(id)).to_be_bytes()); // seq
@@ -164,8 +131,7 @@ fn tcp4(
     t.extend_from_slice(&[0x50, flags]);
     t.extend_from_slice(&64240u16.to_be_bytes()); // window
     t.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent
-    let t = l4_checksummed(t.clone(), &pseudo_v4(src, dst, 6, t.len()), 16);
-    eth(dmac, smac, 0x0800, &ipv4(src, dst, 6, 64, id, &t))
+    l4_v4(e, 6, 64, id, t, 16)
 }
 
 /// Ethernet / IPv6 / UDP with a valid UDP checksum.
@@ -185,14 +151,19 @@ fn udp6(smac: [u8; 6], dmac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, hop: u8, id:
     eth(dmac, smac, 0x86dd, &ip)
 }
 
-/// A broadcast ARP request from `sha`/`spa` for `tpa`.
-fn arp_request(sha: [u8; 6], spa: Ipv4Addr, tpa: Ipv4Addr) -> Vec<u8> {
-    let mut a = vec![0, 1, 0x08, 0, 6, 4, 0, 1];
+/// The 28-byte Ethernet/IPv4 ARP body: `op` 1 = request, 2 = reply.
+fn arp_body(op: u8, sha: [u8; 6], spa: Ipv4Addr, tha: [u8; 6], tpa: Ipv4Addr) -> Vec<u8> {
+    let mut a = vec![0, 1, 0x08, 0, 6, 4, 0, op];
     a.extend_from_slice(&sha);
     a.extend_from_slice(&spa.octets());
-    a.extend_from_slice(&[0; 6]);
+    a.extend_from_slice(&tha);
     a.extend_from_slice(&tpa.octets());
-    eth(BCAST, sha, 0x0806, &a)
+    a
+}
+
+/// A broadcast ARP request from `sha`/`spa` for `tpa`.
+fn arp_request(sha: [u8; 6], spa: Ipv4Addr, tpa: Ipv4Addr) -> Vec<u8> {
+    eth(BCAST, sha, 0x0806, &arp_body(1, sha, spa, [0; 6], tpa))
 }
 
 /// What the router must make of an IPv4 frame it forwards to a neighbour at `next_mac`:
@@ -214,6 +185,20 @@ fn routed_v6(f: &[u8], next_mac: [u8; 6]) -> Vec<u8> {
     g[6..12].copy_from_slice(&ROUTER);
     g[14 + 7] -= 1;
     g
+}
+
+/// `n` frames from the LAN host to the WAN host: every `every`-th a TCP SYN to port 80, the
+/// others UDP to port 5001, each from its own source port.
+fn udp_and_syns(n: u16, every: u16) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            if i % every == every - 1 {
+                tcp4(from_lan(WAN_IP), 2000 + i, 80, 0x02, i)
+            } else {
+                udp4(from_lan(WAN_IP), 1024 + i, 5001, 64, i)
+            }
+        })
+        .collect()
 }
 
 fn is_udp4(f: &[u8]) -> bool {
@@ -239,59 +224,32 @@ fn read_pcapng(path: &str) -> Vec<Vec<u8>> {
 // ---- configs ----
 
 /// The router part shared by the tests: SVIs lan (VLAN 10) and wan (VLAN 20), static
-/// neighbours for both hosts.
-const ROUTER_CFG: &str = r#"
-[router]
-mac = "02:fe:00:00:00:01"
-
-[[interface]]
-name = "lan"
-vlan = 10
-addr = ["10.0.10.1/24", "2001:db8:10::1/64"]
-
-[[interface]]
-name = "wan"
-vlan = 20
-addr = ["10.0.20.1/24", "2001:db8:20::1/64"]
-
-[[neigh]]
-ip = "10.0.20.7"
-mac = "02:00:00:00:20:07"
-dev = "wan"
-
-[[neigh]]
-ip = "2001:db8:20::7"
-mac = "02:00:00:00:20:07"
-dev = "wan"
-"#;
-
-const LAN_NEIGH: &str = r#"
-[[neigh]]
-ip = "10.0.10.5"
-mac = "02:00:00:00:10:05"
-dev = "lan"
-"#;
+/// neighbours for the WAN host.
+fn router_cfg() -> String {
+    [
+        "\n[router]\nmac = \"02:fe:00:00:00:01\"\n".to_string(),
+        interface("lan", 10, &["10.0.10.1/24", "2001:db8:10::1/64"]),
+        interface("wan", 20, &["10.0.20.1/24", "2001:db8:20::1/64"]),
+        neigh("10.0.20.7", "02:00:00:00:20:07", "wan"),
+        neigh("2001:db8:20::7", "02:00:00:00:20:07", "wan"),
+    ]
+    .concat()
+}
 
 /// A pcap `[[port]]` on an access VLAN.
 fn port(name: &str, vlan: u16, read: Option<&str>, write: Option<&str>) -> String {
-    let mut p = Vec::new();
-    if let Some(r) = read {
-        p.push(format!("read = \"{r}\""));
-    }
-    if let Some(w) = write {
-        p.push(format!("write = \"{w}\""));
-    }
-    format!(
-        "[[port]]\nname = \"{name}\"\nkind = \"pcap\"\npcap = {{ {} }}\nvlan = {{ mode = \"access\", vlan = {vlan} }}\n",
-        p.join(", ")
-    )
+    pcap_port(name, &access(vlan), read, write)
 }
 
-fn run(text: &str) -> RunResult {
-    let cfg = config::parse(text, "pipeline.toml", None).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
-    assert!(res.close_errors.is_empty(), "{:?}", res.close_errors);
-    res
+/// Runs one worker with the pcap ports lan (VLAN 10) and wan (VLAN 20), each `[read, write]`,
+/// the router of [`router_cfg`] and `extra` config text after it.
+fn run_lan_wan(lan: [Option<&str>; 2], wan: [Option<&str>; 2], extra: &str) -> RunResult {
+    run(&format!(
+        "workers = 1\n{}{}{}{extra}",
+        port("lan", 10, lan[0], lan[1]),
+        port("wan", 20, wan[0], wan[1]),
+        router_cfg(),
+    ))
 }
 
 fn l3(res: &RunResult) -> &freeway_l3::L3Stats {
@@ -302,23 +260,45 @@ fn neigh_lines(res: &RunResult) -> Vec<String> {
     res.neighbours.iter().map(ToString::to_string).collect()
 }
 
+/// Asserts that `ip neigh`-style `line` is among the run's neighbours.
+fn assert_neigh_line(res: &RunResult, line: &str) {
+    assert!(
+        neigh_lines(res).iter().any(|l| l == line),
+        "{line}: {:?}",
+        neigh_lines(res)
+    );
+}
+
+/// The run's neighbour entry for `ip` (fails, listing them all, when there is none).
+fn neighbour(res: &RunResult, ip: Ipv4Addr) -> &freeway_l3::NeighEntry {
+    res.neighbours
+        .iter()
+        .find(|n| n.dst == IpAddr::V4(ip))
+        .unwrap_or_else(|| panic!("{:?}", neigh_lines(res)))
+}
+
+/// Asserts that the run's route table has a line containing `route`.
+fn assert_route(res: &RunResult, route: &str) {
+    assert!(res.routes_text.contains(route), "{route}: {}", res.routes_text);
+}
+
+/// The counters of the run's tap `i` (fails with the tap's error when it has none).
+fn tap_stats(res: &RunResult, i: usize) -> freeway_capture::TapStats {
+    res.taps[i]
+        .stats
+        .unwrap_or_else(|| panic!("tap {i}: {:?}", res.taps[i].error))
+}
+
 // ---- tests ----
 
 #[test]
 fn ipv4_is_routed_byte_by_byte() {
-    let d = TempDir::new("route4");
+    let d = TempDir::new("pipeline-route4");
     const N: u16 = 40; // more than one batch
-    let input: Vec<Vec<u8>> = (0..N)
-        .map(|i| udp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 1024 + i, 5001, 64, i))
-        .collect();
-    let (inp, lan_out, wan_out) = (d.file("lan-in.pcap"), d.file("lan-out.pcap"), d.file("wan-out.pcap"));
+    let input: Vec<Vec<u8>> = (0..N).map(|i| udp4(from_lan(WAN_IP), 1024 + i, 5001, 64, i)).collect();
+    let [inp, lan_out, wan_out] = d.files(["lan-in.pcap", "lan-out.pcap", "wan-out.pcap"]);
     write_pcap(&inp, &input);
-    let text = format!(
-        "workers = 1\n{}{}{ROUTER_CFG}",
-        port("lan", 10, Some(&inp), Some(&lan_out)),
-        port("wan", 20, None, Some(&wan_out)),
-    );
-    let res = run(&text);
+    let res = run_lan_wan([Some(&inp), Some(&lan_out)], [None, Some(&wan_out)], "");
 
     let out = read_pcap(&wan_out);
     assert_eq!(out.len(), usize::from(N));
@@ -344,29 +324,13 @@ fn ipv4_is_routed_byte_by_byte() {
     assert_eq!(res.last.ports[1].tx_packets, u64::from(N));
     assert!(res.last.drops().is_empty(), "{:?}", res.last.drops());
 
-    assert!(
-        res.routes_text.contains("10.0.20.0/24 dev wan proto kernel scope link"),
-        "{}",
-        res.routes_text
-    );
-    assert!(
-        res.routes_text.contains("10.0.10.0/24 dev lan proto kernel scope link"),
-        "{}",
-        res.routes_text
-    );
-    let n = res
-        .neighbours
-        .iter()
-        .find(|n| n.dst == IpAddr::V4(WAN_IP))
-        .unwrap_or_else(|| panic!("{:?}", neigh_lines(&res)));
+    assert_route(&res, "10.0.20.0/24 dev wan proto kernel scope link");
+    assert_route(&res, "10.0.10.0/24 dev lan proto kernel scope link");
+    let n = neighbour(&res, WAN_IP);
     assert_eq!(n.dev, "wan");
     assert_eq!(n.lladdr.as_deref(), Some("02:00:00:00:20:07"));
     assert_eq!(n.state, vec![freeway_l3::neigh::NeighState::Permanent]);
-    assert!(
-        neigh_lines(&res).contains(&"10.0.20.7 dev wan lladdr 02:00:00:00:20:07 PERMANENT".to_string()),
-        "{:?}",
-        neigh_lines(&res)
-    );
+    assert_neigh_line(&res, "10.0.20.7 dev wan lladdr 02:00:00:00:20:07 PERMANENT");
     // The host was learned by the bridge on lan, in VLAN 10.
     assert!(res
         .fdb
@@ -376,18 +340,13 @@ fn ipv4_is_routed_byte_by_byte() {
 
 #[test]
 fn ipv6_is_routed_byte_by_byte() {
-    let d = TempDir::new("route6");
+    let d = TempDir::new("pipeline-route6");
     const N: u16 = 5;
     let (src, dst): (Ipv6Addr, Ipv6Addr) = ("2001:db8:10::5".parse().unwrap(), "2001:db8:20::7".parse().unwrap());
     let input: Vec<Vec<u8>> = (0..N).map(|i| udp6(LAN_HOST, ROUTER, src, dst, 64, i)).collect();
-    let (inp, wan_out) = (d.file("lan-in.pcap"), d.file("wan-out.pcap"));
+    let [inp, wan_out] = d.files(["lan-in.pcap", "wan-out.pcap"]);
     write_pcap(&inp, &input);
-    let text = format!(
-        "workers = 1\n{}{}{ROUTER_CFG}",
-        port("lan", 10, Some(&inp), None),
-        port("wan", 20, None, Some(&wan_out)),
-    );
-    let res = run(&text);
+    let res = run_lan_wan([Some(&inp), None], [None, Some(&wan_out)], "");
 
     let out = read_pcap(&wan_out);
     assert_eq!(out.len(), usize::from(N));
@@ -399,33 +358,18 @@ fn ipv6_is_routed_byte_by_byte() {
     assert_eq!(s.forwarded_v6, u64::from(N));
     assert_eq!(s.forwarded_v4, 0);
     assert!(s.drops.is_empty(), "{:?}", s.drops);
-    assert!(
-        res.routes_text.contains("2001:db8:20::/64 dev wan proto kernel"),
-        "{}",
-        res.routes_text
-    );
-    assert!(
-        neigh_lines(&res).contains(&"2001:db8:20::7 dev wan lladdr 02:00:00:00:20:07 PERMANENT".to_string()),
-        "{:?}",
-        neigh_lines(&res)
-    );
+    assert_route(&res, "2001:db8:20::/64 dev wan proto kernel");
+    assert_neigh_line(&res, "2001:db8:20::7 dev wan lladdr 02:00:00:00:20:07 PERMANENT");
 }
 
 #[test]
 fn ttl_expiry_sends_icmp_time_exceeded_back_to_the_sender() {
-    let d = TempDir::new("ttl");
+    let d = TempDir::new("pipeline-ttl");
     const N: u16 = 3;
-    let input: Vec<Vec<u8>> = (0..N)
-        .map(|i| udp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 1024, 5001, 1, 100 + i))
-        .collect();
-    let (inp, lan_out, wan_out) = (d.file("lan-in.pcap"), d.file("lan-out.pcap"), d.file("wan-out.pcap"));
+    let input: Vec<Vec<u8>> = (0..N).map(|i| udp4(from_lan(WAN_IP), 1024, 5001, 1, 100 + i)).collect();
+    let [inp, lan_out, wan_out] = d.files(["lan-in.pcap", "lan-out.pcap", "wan-out.pcap"]);
     write_pcap(&inp, &input);
-    let text = format!(
-        "workers = 1\n{}{}{ROUTER_CFG}",
-        port("lan", 10, Some(&inp), Some(&lan_out)),
-        port("wan", 20, None, Some(&wan_out)),
-    );
-    let res = run(&text);
+    let res = run_lan_wan([Some(&inp), Some(&lan_out)], [None, Some(&wan_out)], "");
 
     assert!(
         read_pcap(&wan_out).is_empty(),
@@ -468,22 +412,18 @@ fn ttl_expiry_sends_icmp_time_exceeded_back_to_the_sender() {
 
 #[test]
 fn arp_requests_for_the_router_are_answered_and_flooded() {
-    let d = TempDir::new("arp");
+    let d = TempDir::new("pipeline-arp");
     let other = Ipv4Addr::new(10, 0, 10, 9);
     let for_router = arp_request(LAN_HOST, LAN_IP, LAN_GW);
     let for_other = arp_request(LAN_HOST, LAN_IP, other);
-    let (inp, lan_out, lan2_out, wan_out) = (
-        d.file("lan-in.pcap"),
-        d.file("lan-out.pcap"),
-        d.file("lan2-out.pcap"),
-        d.file("wan-out.pcap"),
-    );
+    let [inp, lan_out, lan2_out, wan_out] = d.files(["lan-in.pcap", "lan-out.pcap", "lan2-out.pcap", "wan-out.pcap"]);
     write_pcap(&inp, &[for_router.clone(), for_other.clone()]);
     let text = format!(
-        "workers = 1\n{}{}{}{ROUTER_CFG}",
+        "workers = 1\n{}{}{}{}",
         port("lan", 10, Some(&inp), Some(&lan_out)),
         port("lan2", 10, None, Some(&lan2_out)),
         port("wan", 20, None, Some(&wan_out)),
+        router_cfg(),
     );
     let res = run(&text);
 
@@ -495,11 +435,7 @@ fn arp_requests_for_the_router_are_answered_and_flooded() {
     let out = read_pcap(&lan_out);
     assert_eq!(out.len(), 1, "{out:02x?}");
     let r = &out[0];
-    let mut body = vec![0, 1, 0x08, 0, 6, 4, 0, 2];
-    body.extend_from_slice(&ROUTER);
-    body.extend_from_slice(&LAN_GW.octets());
-    body.extend_from_slice(&LAN_HOST);
-    body.extend_from_slice(&LAN_IP.octets());
+    let body = arp_body(2, ROUTER, LAN_GW, LAN_HOST, LAN_IP);
     assert_eq!(*r, eth(LAN_HOST, ROUTER, 0x0806, &body), "the whole reply");
     assert_eq!(r[0..6], LAN_HOST, "to the requester");
     assert_eq!(r[6..12], ROUTER, "from the router MAC");
@@ -519,11 +455,7 @@ fn arp_requests_for_the_router_are_answered_and_flooded() {
     assert_eq!(s.arp_replies_tx, 1, "{s:?}");
     assert!(s.drops.is_empty(), "{:?}", s.drops);
     // The requester was learned as a neighbour on lan.
-    let n = res
-        .neighbours
-        .iter()
-        .find(|n| n.dst == IpAddr::V4(LAN_IP))
-        .unwrap_or_else(|| panic!("{:?}", neigh_lines(&res)));
+    let n = neighbour(&res, LAN_IP);
     assert_eq!(n.dev, "lan");
     assert_eq!(n.lladdr.as_deref(), Some("02:00:00:00:10:05"));
     assert_eq!(n.state, vec![freeway_l3::neigh::NeighState::Reachable], "{n}");
@@ -532,38 +464,23 @@ fn arp_requests_for_the_router_are_answered_and_flooded() {
 
 #[test]
 fn packets_wait_for_arp_resolution_and_then_go_out() {
-    let d = TempDir::new("resolve");
+    let d = TempDir::new("pipeline-resolve");
     const N: u16 = 3; // the pending queue keeps 3 per neighbour
     let target = Ipv4Addr::new(10, 0, 20, 8);
     let target_mac = [0x02, 0, 0, 0, 0x20, 0x08];
-    let input: Vec<Vec<u8>> = (0..N)
-        .map(|i| udp4(LAN_HOST, ROUTER, LAN_IP, target, 1024, 5001, 64, i))
-        .collect();
+    let input: Vec<Vec<u8>> = (0..N).map(|i| udp4(from_lan(target), 1024, 5001, 64, i)).collect();
     // The neighbour's answer, read from wan after lan's first batch (lan is port 0).
-    let mut body = vec![0, 1, 0x08, 0, 6, 4, 0, 2];
-    body.extend_from_slice(&target_mac);
-    body.extend_from_slice(&target.octets());
-    body.extend_from_slice(&ROUTER);
-    body.extend_from_slice(&Ipv4Addr::new(10, 0, 20, 1).octets());
+    let body = arp_body(2, target_mac, target, ROUTER, Ipv4Addr::new(10, 0, 20, 1));
     let reply = eth(ROUTER, target_mac, 0x0806, &body);
-    let (lan_in, wan_in, wan_out) = (d.file("lan-in.pcap"), d.file("wan-in.pcap"), d.file("wan-out.pcap"));
+    let [lan_in, wan_in, wan_out] = d.files(["lan-in.pcap", "wan-in.pcap", "wan-out.pcap"]);
     write_pcap(&lan_in, &input);
     write_pcap(&wan_in, &[reply]);
-    let text = format!(
-        "workers = 1\n{}{}{ROUTER_CFG}",
-        port("lan", 10, Some(&lan_in), None),
-        port("wan", 20, Some(&wan_in), Some(&wan_out)),
-    );
-    let res = run(&text);
+    let res = run_lan_wan([Some(&lan_in), None], [Some(&wan_in), Some(&wan_out)], "");
 
     let out = read_pcap(&wan_out);
     assert_eq!(out.len(), 1 + usize::from(N), "{out:02x?}");
     // First the broadcast request, from the wan interface's address.
-    let mut req = vec![0, 1, 0x08, 0, 6, 4, 0, 1];
-    req.extend_from_slice(&ROUTER);
-    req.extend_from_slice(&Ipv4Addr::new(10, 0, 20, 1).octets());
-    req.extend_from_slice(&[0; 6]);
-    req.extend_from_slice(&target.octets());
+    let req = arp_body(1, ROUTER, Ipv4Addr::new(10, 0, 20, 1), [0; 6], target);
     assert_eq!(out[0][0..6], BCAST);
     assert_eq!(out[0][6..12], ROUTER);
     assert_eq!(out[0][12..14], [0x08, 0x06]);
@@ -578,26 +495,31 @@ fn packets_wait_for_arp_resolution_and_then_go_out() {
     assert_eq!(s.pending_queued, u64::from(N), "{s:?}");
     assert_eq!(s.pending_sent, u64::from(N), "{s:?}");
     assert_eq!(s.forwarded_v4, u64::from(N), "{s:?}");
-    assert!(
-        neigh_lines(&res).contains(&"10.0.20.8 dev wan lladdr 02:00:00:00:20:08 REACHABLE".to_string()),
-        "{:?}",
-        neigh_lines(&res)
-    );
+    assert_neigh_line(&res, "10.0.20.8 dev wan lladdr 02:00:00:00:20:08 REACHABLE");
 }
 
 #[test]
 fn firewall_lets_replies_in_and_keeps_intruders_out() {
-    let d = TempDir::new("fw");
+    let d = TempDir::new("pipeline-fw");
     const REQ: u16 = 10;
     const SYN: u16 = 4;
-    let requests: Vec<Vec<u8>> = (0..REQ)
-        .map(|i| udp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 1024, 5001, 64, i))
-        .collect();
-    let replies: Vec<Vec<u8>> = (0..REQ)
-        .map(|i| udp4(WAN_HOST, ROUTER, WAN_IP, LAN_IP, 5001, 1024, 64, 500 + i))
-        .collect();
+    let requests: Vec<Vec<u8>> = (0..REQ).map(|i| udp4(from_lan(WAN_IP), 1024, 5001, 64, i)).collect();
+    let replies: Vec<Vec<u8>> = (0..REQ).map(|i| udp4(WAN_TO_LAN, 5001, 1024, 64, 500 + i)).collect();
     let syns: Vec<Vec<u8>> = (0..SYN)
-        .map(|i| tcp4(INTRUDER, ROUTER, INTRUDER_IP, LAN_IP, 40000 + i, 22, 0x02, 900 + i))
+        .map(|i| {
+            tcp4(
+                Ends {
+                    smac: INTRUDER,
+                    dmac: ROUTER,
+                    src: INTRUDER_IP,
+                    dst: LAN_IP,
+                },
+                40000 + i,
+                22,
+                0x02,
+                900 + i,
+            )
+        })
         .collect();
     // The wan file interleaves replies and SYNs: r, r, s, r, r, s, ...
     let mut wan_in_frames = Vec::new();
@@ -612,22 +534,19 @@ fn firewall_lets_replies_in_and_keeps_intruders_out() {
         wan_in_frames.extend([a, b, c].into_iter().flatten().cloned());
     }
     assert_eq!(wan_in_frames.len(), usize::from(REQ + SYN));
-    let (lan_in, lan_out, wan_in, wan_out) = (
-        d.file("lan-in.pcap"),
-        d.file("lan-out.pcap"),
-        d.file("wan-in.pcap"),
-        d.file("wan-out.pcap"),
-    );
+    let [lan_in, lan_out, wan_in, wan_out] = d.files(["lan-in.pcap", "lan-out.pcap", "wan-in.pcap", "wan-out.pcap"]);
     write_pcap(&lan_in, &requests);
     write_pcap(&wan_in, &wan_in_frames);
     // lan is port 0, so with one worker its first batch (which creates the connection) is
     // processed before anything is read from wan: every reply finds the connection.
-    let text = format!(
-        "workers = 1\n{}{}{ROUTER_CFG}{LAN_NEIGH}\n[conntrack]\nmax = 1000\n\n[firewall]\nallow_new_from = [\"lan\"]\n",
-        port("lan", 10, Some(&lan_in), Some(&lan_out)),
-        port("wan", 20, Some(&wan_in), Some(&wan_out)),
+    let res = run_lan_wan(
+        [Some(&lan_in), Some(&lan_out)],
+        [Some(&wan_in), Some(&wan_out)],
+        &format!(
+            "{}\n[conntrack]\nmax = 1000\n\n[firewall]\nallow_new_from = [\"lan\"]\n",
+            lan_neigh()
+        ),
     );
-    let res = run(&text);
 
     // The requests went out of wan, the replies out of lan, routed; no SYN anywhere.
     let wan: Vec<Vec<u8>> = requests.iter().map(|f| routed_v4(f, WAN_HOST)).collect();
@@ -667,29 +586,15 @@ fn firewall_lets_replies_in_and_keeps_intruders_out() {
 
 #[test]
 fn capture_taps_write_what_the_port_sends() {
-    let d = TempDir::new("taps");
+    let d = TempDir::new("pipeline-taps");
     const N: u16 = 24;
     // Two in three UDP, the rest TCP (forwarded too: no firewall here).
-    let input: Vec<Vec<u8>> = (0..N)
-        .map(|i| {
-            if i % 3 == 2 {
-                tcp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 2000 + i, 80, 0x02, i)
-            } else {
-                udp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 1024 + i, 5001, 64, i)
-            }
-        })
-        .collect();
-    let (inp, wan_out) = (d.file("lan-in.pcap"), d.file("wan-out.pcap"));
-    let (t_pcap, t_ng, t_three, t_in) = (
-        d.file("wan.pcap"),
-        d.file("wan.pcapng"),
-        d.file("three.pcap"),
-        d.file("lan-rx.pcap"),
-    );
+    let input = udp_and_syns(N, 3);
+    let [inp, wan_out] = d.files(["lan-in.pcap", "wan-out.pcap"]);
+    let [t_pcap, t_ng, t_three, t_in] = d.files(["wan.pcap", "wan.pcapng", "three.pcap", "lan-rx.pcap"]);
     write_pcap(&inp, &input);
-    let text = format!(
-        r#"workers = 1
-{}{}{ROUTER_CFG}
+    let taps = format!(
+        r#"
 [[tap]]
 port = "wan"
 direction = "out"
@@ -712,11 +617,9 @@ count = 3
 port = "lan"
 direction = "in"
 write = "{t_in}"
-"#,
-        port("lan", 10, Some(&inp), None),
-        port("wan", 20, None, Some(&wan_out)),
+"#
     );
-    let res = run(&text);
+    let res = run_lan_wan([Some(&inp), None], [None, Some(&wan_out)], &taps);
 
     let wan = read_pcap(&wan_out);
     assert_eq!(wan.len(), usize::from(N));
@@ -731,11 +634,7 @@ write = "{t_in}"
     assert_eq!(read_pcap(&t_in), input, "ingress tap sees frames as received");
 
     assert_eq!(res.taps.len(), 4);
-    let st = |i: usize| {
-        res.taps[i]
-            .stats
-            .unwrap_or_else(|| panic!("tap {i}: {:?}", res.taps[i].error))
-    };
+    let st = |i: usize| tap_stats(&res, i);
     for i in 0..2 {
         assert_eq!(res.taps[i].tap.port, "wan");
         assert_eq!(res.taps[i].tap.direction, "out");
@@ -751,7 +650,7 @@ write = "{t_in}"
 
 #[test]
 fn bad_router_and_tap_configs_name_the_line() {
-    let d = TempDir::new("cfg");
+    let d = TempDir::new("pipeline-cfg");
     let base = format!(
         "workers = 1\n{}{}",
         port("lan", 10, None, Some(&d.file("a.pcap"))),
@@ -760,7 +659,10 @@ fn bad_router_and_tap_configs_name_the_line() {
     let lines = |s: &str| s.lines().count();
 
     // A gateway on no interface's subnet: the error points at `via`.
-    let text = format!("{base}{ROUTER_CFG}[[route]]\ndst = \"198.51.100.0/24\"\nvia = \"192.168.99.1\"\n");
+    let text = format!(
+        "{base}{}[[route]]\ndst = \"198.51.100.0/24\"\nvia = \"192.168.99.1\"\n",
+        router_cfg()
+    );
     let via_line = lines(&text);
     let e = config::parse(&text, "t.toml", None).expect_err("gateway on no subnet");
     assert_eq!(e.line, Some(via_line), "{e}");
@@ -798,26 +700,18 @@ fn bad_router_and_tap_configs_name_the_line() {
 
 #[test]
 fn gratuitous_arp_moves_a_known_neighbour_to_its_new_mac() {
-    let d = TempDir::new("garp");
+    let d = TempDir::new("pipeline-garp");
     let new_mac = [0x02, 0, 0, 0, 0x10, 0x99];
     // The host asks for the router (so the router learns it), then announces a new MAC
     // (failover: sender = target = its own address); then traffic comes for it.
     let req = arp_request(LAN_HOST, LAN_IP, LAN_GW);
     let garp = arp_request(new_mac, LAN_IP, LAN_IP);
-    let pkt = udp4(WAN_HOST, ROUTER, WAN_IP, LAN_IP, 5001, 1024, 64, 1);
-    let (i, o, w) = (d.file("lan-in.pcap"), d.file("lan-out.pcap"), d.file("wan-in.pcap"));
+    let pkt = udp4(WAN_TO_LAN, 5001, 1024, 64, 1);
+    let [i, o, w] = d.files(["lan-in.pcap", "lan-out.pcap", "wan-in.pcap"]);
     write_pcap(&i, &[req, garp]);
     write_pcap(&w, std::slice::from_ref(&pkt));
-    let res = run(&format!(
-        "workers = 1\n{}{}{ROUTER_CFG}",
-        port("lan", 10, Some(&i), Some(&o)),
-        port("wan", 20, Some(&w), None)
-    ));
-    let n = res
-        .neighbours
-        .iter()
-        .find(|n| n.dst == IpAddr::V4(LAN_IP))
-        .unwrap_or_else(|| panic!("{:?}", neigh_lines(&res)));
+    let res = run_lan_wan([Some(&i), Some(&o)], [Some(&w), None], "");
+    let n = neighbour(&res, LAN_IP);
     assert_eq!(n.lladdr.as_deref(), Some("02:00:00:00:10:99"), "{n}");
     let out = read_pcap(&o);
     let routed: Vec<&Vec<u8>> = out.iter().filter(|f| is_udp4(f)).collect();
@@ -847,25 +741,11 @@ fn read_pcap_raw(path: &str) -> (u32, Vec<(u32, u32, Vec<u8>, u32)>) {
 /// every packet the filter saw.
 #[test]
 fn offline_capture_is_lossless_and_keeps_the_input_times() {
-    let d = TempDir::new("offline-capture");
+    let d = TempDir::new("pipeline-offline-capture");
     const N: u32 = 3410;
-    let input: Vec<Vec<u8>> = (0..N)
-        .map(|i| {
-            let i = i as u16;
-            if i % 5 == 4 {
-                tcp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 2000 + i, 80, 0x02, i)
-            } else {
-                udp4(LAN_HOST, ROUTER, LAN_IP, WAN_IP, 1024 + i % 4000, 5001, 64, i)
-            }
-        })
-        .collect();
+    let input = udp_and_syns(N as u16, 5);
     let time = |i: u32| (1_700_000_000 + i / 1000, (i % 1000) * 1000 + 7);
-    let (inp, wan_out, tap_in, tap_udp) = (
-        d.file("lan-in.pcap"),
-        d.file("wan-out.pcap"),
-        d.file("lan-rx.pcap"),
-        d.file("wan-udp.pcap"),
-    );
+    let [inp, wan_out, tap_in, tap_udp] = d.files(["lan-in.pcap", "wan-out.pcap", "lan-rx.pcap", "wan-udp.pcap"]);
     {
         let mut w = pcap_file::pcap::PcapWriter::new(std::fs::File::create(&inp).unwrap()).unwrap();
         for (i, f) in input.iter().enumerate() {
@@ -875,9 +755,8 @@ fn offline_capture_is_lossless_and_keeps_the_input_times() {
                 .unwrap();
         }
     }
-    let text = format!(
-        r#"workers = 1
-{}{}{ROUTER_CFG}
+    let taps = format!(
+        r#"
 [[tap]]
 port = "lan"
 direction = "in"
@@ -889,16 +768,10 @@ port = "wan"
 direction = "out"
 filter = "udp"
 write = "{tap_udp}"
-"#,
-        port("lan", 10, Some(&inp), None),
-        port("wan", 20, None, Some(&wan_out)),
+"#
     );
-    let res = run(&text);
-    let st = |i: usize| {
-        res.taps[i]
-            .stats
-            .unwrap_or_else(|| panic!("tap {i}: {:?}", res.taps[i].error))
-    };
+    let res = run_lan_wan([Some(&inp), None], [None, Some(&wan_out)], &taps);
+    let st = |i: usize| tap_stats(&res, i);
     let udp = input.iter().filter(|f| is_udp4(f)).count() as u64;
     assert_eq!(
         (st(0).seen, st(0).matched, st(0).written, st(0).dropped),

@@ -2,13 +2,11 @@
 //! big for its buffer, read from a pcap file, shows up in the stats table's drops, in the
 //! snapshot's JSON (`freeway run -j`) and in the Prometheus text (`--metrics`).
 
-use freeway_bridge::Padded;
-use freeway_datapath::config;
 use freeway_datapath::report;
-use freeway_datapath::runtime::{self, RunOptions};
+use freeway_datapath::runtime;
 
 mod common;
-use common::write_pcap;
+use common::{pcap_port, run, write_pcap, TempDir};
 
 /// A broadcast Ethernet frame of `len` bytes.
 fn frame(len: usize, id: u8) -> Vec<u8> {
@@ -21,27 +19,14 @@ fn frame(len: usize, id: u8) -> Vec<u8> {
 
 #[test]
 fn a_pcap_frame_too_big_for_its_buffer_is_a_visible_drop() {
-    let dir = std::env::temp_dir().join(format!("freeway-port-drops-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let inp = dir.join("in.pcap");
+    let dir = TempDir::new("port-drops");
+    let [inp, out] = dir.files(["in.pcap", "out.pcap"]);
     write_pcap(&inp, &[frame(60, 1), frame(9000, 2), frame(60, 3)]);
-    let text = format!(
-        r#"
-workers = 1
-[[port]]
-name = "wan"
-kind = "pcap"
-pcap = {{ read = "{}" }}
-[[port]]
-name = "lan"
-kind = "pcap"
-pcap = {{ write = "{}" }}
-"#,
-        inp.display(),
-        dir.join("out.pcap").display(),
-    );
-    let cfg = config::parse(&text, "test", None).unwrap();
-    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
+    let res = run(&format!(
+        "workers = 1\n{}{}",
+        pcap_port("wan", "", Some(&inp), None),
+        pcap_port("lan", "", None, Some(&out)),
+    ));
     let s = &res.last;
     assert_eq!(s.ports[0].rx_packets, 2, "the two small frames reached the worker");
     assert_eq!(s.ports[0].rx_dropped, 1);
@@ -70,5 +55,4 @@ pcap = {{ write = "{}" }}
             .any(|l| l.starts_with("freeway_drops_total{") && l.contains("port:wan:too_big") && l.ends_with(" 1")),
         "metrics:\n{m}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,16 +6,15 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::path::Path;
 
 use freeway_bridge::Padded;
 use freeway_datapath::config;
-use freeway_datapath::runtime::{self, RunOptions};
+use freeway_datapath::runtime;
 use freeway_packet::build::{build_frame, tcp_flags, FrameSpec, L4};
 use freeway_packet::{parse, Packet, NO_VLAN};
 
 mod common;
-use common::{read_pcap, write_pcap, LAN_NEIGH, LAN_WAN_INTERFACES, WAN_NEIGH};
+use common::{lan_neigh, lan_wan_interfaces, pcap_port, read_pcap, run, wan_neigh, write_pcap, TempDir};
 
 const PORTS: [&str; 4] = ["h1", "h2", "trunk", "intruder"];
 const ROUTER: [u8; 6] = [0x02, 0xfe, 0, 0, 0, 1];
@@ -31,7 +30,7 @@ struct Verdict {
     dropped: Option<String>,
 }
 
-fn config_text(dir: &Path, input: Option<(&str, &Path)>) -> String {
+fn config_text(dir: &TempDir, input: Option<(&str, &str)>) -> String {
     let mut t = String::from("workers = 1\n");
     for (name, vlan) in [
         ("h1", r#"{ mode = "access", vlan = 10 }"#),
@@ -39,14 +38,8 @@ fn config_text(dir: &Path, input: Option<(&str, &Path)>) -> String {
         ("trunk", r#"{ mode = "trunk", vlans = ["10", "30"] }"#),
         ("intruder", r#"{ mode = "access", vlan = 20 }"#),
     ] {
-        let read = match input {
-            Some((p, f)) if p == name => format!("read = \"{}\", ", f.display()),
-            _ => String::new(),
-        };
-        t.push_str(&format!(
-            "[[port]]\nname = \"{name}\"\nkind = \"pcap\"\npcap = {{ {read}write = \"{}\" }}\nvlan = {vlan}\n",
-            dir.join(format!("{name}.pcap")).display()
-        ));
+        let read = input.filter(|(p, _)| *p == name).map(|(_, f)| f);
+        t.push_str(&pcap_port(name, vlan, read, Some(&dir.file(&format!("{name}.pcap")))));
     }
     t.push_str(
         r#"
@@ -60,8 +53,8 @@ static = [
 mac = "02:fe:00:00:00:01"
 "#,
     );
-    for part in [LAN_WAN_INTERFACES, LAN_NEIGH, WAN_NEIGH] {
-        t.push_str(part);
+    for part in [lan_wan_interfaces(), lan_neigh(), wan_neigh()] {
+        t.push_str(&part);
     }
     t.push_str(
         r#"
@@ -86,15 +79,13 @@ fn output(port: &str, frame: &[u8]) -> String {
 }
 
 /// What the datapath does with `frame` on `in_port`: an offline run over pcap files.
-fn datapath(dir: &Path, in_port: &str, frame: &[u8]) -> Verdict {
-    let input = dir.join("input.pcap");
+fn datapath(dir: &TempDir, in_port: &str, frame: &[u8]) -> Verdict {
+    let input = dir.file("input.pcap");
     write_pcap(&input, &[frame.to_vec()]);
-    let cfg = config::parse(&config_text(dir, Some((in_port, &input))), "test", None).unwrap();
-    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
-    assert!(res.close_errors.is_empty(), "{:?}", res.close_errors);
+    let res = run(&config_text(dir, Some((in_port, &input))));
     let mut outputs = BTreeSet::new();
     for port in PORTS {
-        for f in read_pcap(dir.join(format!("{port}.pcap"))) {
+        for f in read_pcap(dir.file(&format!("{port}.pcap"))) {
             outputs.insert(output(port, &f));
         }
     }
@@ -107,7 +98,7 @@ fn datapath(dir: &Path, in_port: &str, frame: &[u8]) -> Verdict {
 }
 
 /// What `freeway ctl trace` answers for `frame` on `in_port`, on the same tables.
-fn trace(dir: &Path, in_port: &str, frame: &[u8]) -> Verdict {
+fn trace(dir: &TempDir, in_port: &str, frame: &[u8]) -> Verdict {
     let cfg = config::parse(&config_text(dir, None), "test", None).unwrap();
     let port = PORTS.iter().position(|p| *p == in_port).unwrap() as u16;
     let t = runtime::trace_config::<Padded>(&cfg, port, frame.to_vec()).unwrap();
@@ -150,8 +141,7 @@ fn qinq(f: Vec<u8>, inner: u16) -> Vec<u8> {
 
 #[test]
 fn trace_verdicts_equal_the_datapaths() {
-    let dir = std::env::temp_dir().join(format!("freeway-trace-matches-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("trace-matches");
     let bcast = [0xff; 6];
     let unknown = [0x02, 0, 0, 0, 0x99, 0x99];
     let syn = |src, dst, sip: &str, dip: &str| {
@@ -264,7 +254,6 @@ fn trace_verdicts_equal_the_datapaths() {
             failures.push(format!("{what}: datapath {d:?}, trace {t:?}"));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         failures.is_empty(),
         "trace differs from the datapath:\n{}",

@@ -148,6 +148,18 @@ fn veth(ns: &str, queues: usize, mtu: u32) {
     }
 }
 
+/// Runs `f` in a fresh namespace (skipped, see [`netns`], where none can be made) on a thread
+/// inside it, after [`veth`] made the pair there with `queues` queues and MTU `mtu`; `f` gets
+/// the namespace's name.
+fn on_veth(queues: usize, mtu: u32, f: impl FnOnce(&str) + Send + 'static) {
+    let Some(ns) = netns() else { return };
+    let name = ns.name.clone();
+    in_netns(&ns, move || {
+        veth(&name, queues, mtu);
+        f(&name)
+    });
+}
+
 /// A plain raw packet socket bound to one interface: the independent end of the pair.
 struct Raw {
     fd: OwnedFd,
@@ -306,15 +318,12 @@ const LINGER: Duration = Duration::from_millis(100);
 /// and the counters add up.
 #[test]
 fn rx_tx_vlan_and_counters() {
-    let Some(ns) = netns() else { return };
-    let name = ns.name.clone();
-    in_netns(&ns, move || {
-        veth(&name, 1, 1500);
+    on_veth(1, 1500, |name| {
         let mut port = AfPacketPort::new(AfPacketConfig::new("fwa")).unwrap();
         let mut q = port.open(1).unwrap();
         assert_eq!(port.mtu(), Some(1500));
         assert_eq!(port.fanout_group(), None, "one worker: no fanout");
-        assert_eq!(promiscuity(&name, "fwa"), 1, "promiscuous while open");
+        assert_eq!(promiscuity(name, "fwa"), 1, "promiscuous while open");
         let peer = Raw::new("fwb");
 
         // What we inject: untagged IPv4 and IPv6, a tagged frame with PCP and DEI bits, a
@@ -433,7 +442,7 @@ fn rx_tx_vlan_and_counters() {
         port.close().unwrap();
         other.close().unwrap();
         drop((q, oq));
-        assert_eq!(promiscuity(&name, "fwa"), 0, "promiscuous mode left with the sockets");
+        assert_eq!(promiscuity(name, "fwa"), 0, "promiscuous mode left with the sockets");
     });
 }
 
@@ -441,10 +450,7 @@ fn rx_tx_vlan_and_counters() {
 /// every frame is accounted for.
 #[test]
 fn fanout_keeps_flows_on_one_queue() {
-    let Some(ns) = netns() else { return };
-    let name = ns.name.clone();
-    in_netns(&ns, move || {
-        veth(&name, 2, 1500);
+    on_veth(2, 1500, |_| {
         let mut port = AfPacketPort::new(AfPacketConfig::new("fwa")).unwrap();
         let mut q = port.open(2).unwrap();
         assert_eq!((q.rx.len(), q.tx.len()), (2, 2));
@@ -504,10 +510,7 @@ fn fanout_keeps_flows_on_one_queue() {
 /// cut short; the frames around them still arrive.
 #[test]
 fn oversized_frames_are_counted_not_truncated() {
-    let Some(ns) = netns() else { return };
-    let name = ns.name.clone();
-    in_netns(&ns, move || {
-        veth(&name, 1, 9000);
+    on_veth(1, 9000, |_| {
         let cfg = AfPacketConfig {
             block_size: 8192,
             ring_blocks: 8,
@@ -550,13 +553,10 @@ fn oversized_frames_are_counted_not_truncated() {
 /// with a partial checksum; the port completes it.
 #[test]
 fn partial_checksums_from_the_local_stack_are_completed() {
-    let Some(ns) = netns() else { return };
-    let name = ns.name.clone();
-    in_netns(&ns, move || {
-        veth(&name, 1, 1500);
-        ip(&name, &["addr", "add", "10.9.0.2/24", "dev", "fwb"]);
+    on_veth(1, 1500, |name| {
+        ip(name, &["addr", "add", "10.9.0.2/24", "dev", "fwb"]);
         ip(
-            &name,
+            name,
             &[
                 "neigh",
                 "replace",

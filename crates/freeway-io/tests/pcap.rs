@@ -338,24 +338,9 @@ fn relative_paths_are_rebased() {
 
 /// tcpdump must read what we wrote (skipped, loudly, when tcpdump is not installed).
 fn tcpdump_reads(path: &Path, frames: usize) {
-    match std::process::Command::new("tcpdump")
-        .args(["-n", "-e", "-r"])
-        .arg(path)
-        .output()
-    {
-        Ok(out) => {
-            assert!(
-                out.status.success(),
-                "tcpdump failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert_eq!(text.lines().count(), frames, "tcpdump output:\n{text}");
-            assert!(text.contains("vlan 7"), "tcpdump output:\n{text}");
-        }
-        Err(e) => freeway_testkit::skip(format!(
-            "tcpdump cannot run ({e}); pcap output not checked with tcpdump"
-        )),
+    if let Some(text) = freeway_testkit::tcpdump(path, &["-n", "-e"]) {
+        assert_eq!(text.lines().count(), frames, "tcpdump output:\n{text}");
+        assert!(text.contains("vlan 7"), "tcpdump output:\n{text}");
     }
 }
 
@@ -380,26 +365,7 @@ fn raw_pcap(name: &str, snaplen: u32, records: &[(u32, u32, Vec<u8>, u32)]) -> P
 /// Runs tcpdump with `args` on `path`; its output lines. `None` (loudly skipped; a failure
 /// when CI is set) without tcpdump.
 fn tcpdump_lines(path: &Path, args: &[&str]) -> Option<Vec<String>> {
-    match std::process::Command::new("tcpdump")
-        .arg("-r")
-        .arg(path)
-        .args(args)
-        .output()
-    {
-        Ok(out) => {
-            assert!(
-                out.status.success(),
-                "tcpdump: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Some(String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect())
-        }
-        Err(_) => {
-            assert!(std::env::var_os("CI").is_none(), "tcpdump is needed in CI");
-            eprintln!("\n*** SKIPPED: tcpdump is not installed; not compared with tcpdump ***\n");
-            None
-        }
-    }
+    freeway_testkit::tcpdump(path, args).map(|t| t.lines().map(String::from).collect())
 }
 
 /// A record longer than the file's snap length is read as libpcap reads it (cut to the snap

@@ -18,10 +18,7 @@ use smoltcp::wire::{NdiscNeighborFlags, NdiscRepr};
 fn arp_request_for_our_address_gets_a_correct_reply_and_teaches_us_the_requester() {
     let mut r = Rig::new();
     let req = build_arp_request(H1, None, v4("10.0.1.5"), v4("10.0.1.1"));
-    r.rx(1, &req);
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
-    let (port, p) = &sent[0];
+    let (port, p) = &r.answer(1, &req);
     assert_eq!(*port, 1);
     let f = p.data();
     assert_eq!(&f[0..6], &H1, "unicast to the requester");
@@ -63,11 +60,9 @@ fn arp_request_for_our_address_gets_a_correct_reply_and_teaches_us_the_requester
 fn arp_on_a_tagged_interface_keeps_the_tag_and_requests_for_others_get_nothing() {
     let mut r = Rig::new();
     let req = build_arp_request(H2, Some(20), v4("10.0.2.7"), v4("10.0.2.1"));
-    r.rx(2, &req);
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
-    let f = sent[0].1.data();
-    assert_eq!(sent[0].0, 2);
+    let answer = r.answer(2, &req);
+    let f = answer.1.data();
+    assert_eq!(answer.0, 2);
     assert_eq!(&f[12..16], &[0x81, 0x00, 0x00, 20]);
     assert_eq!(&f[16..18], &[0x08, 0x06]);
     assert_eq!(&f[18 + 14..18 + 18], &[10, 0, 2, 1], "sender protocol address is ours");
@@ -122,10 +117,8 @@ fn neighbour_solicitation_gets_an_advertisement_with_a_valid_checksum() {
     probe.meta.in_port = 1;
     parse(&mut probe).unwrap();
     assert_eq!(r.w.interfaces().wants(&probe), Wants::Copy(0));
-    r.rx(1, &ns);
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
-    let f = sent[0].1.data();
+    let answer = r.answer(1, &ns);
+    let f = answer.1.data();
     assert_eq!(&f[0..6], &H1);
     assert_eq!(&f[6..12], &R1);
     let ip6 = Ipv6Packet::new_checked(&f[14..]).unwrap();
@@ -170,8 +163,7 @@ fn link_local_solicitation_and_dad_are_handled_safely() {
     let mut p = Packet::new();
     assert!(nd::build_ns(&mut p, H2, Some(20), v6("fe80::7"), ll, None));
     r.rx(2, p.data());
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
+    let sent = r.sent(1);
     let f = sent[0].1.data();
     assert_eq!(&f[12..16], &[0x81, 0, 0, 20]);
     let ip6 = Ipv6Packet::new_checked(&f[18..]).unwrap();

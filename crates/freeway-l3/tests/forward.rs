@@ -113,8 +113,7 @@ fn unresolved_neighbour_is_resolved_by_arp_then_the_packet_goes_out() {
     assert!(r.out.sent.is_empty());
     r.service();
     r.w.poll(r.now, &mut r.out);
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
+    let sent = r.sent(1);
     let o = sent[0].1.data();
     assert_eq!(&o[0..12], &[H2, R2].concat()[..]);
     assert_eq!(o[18 + 8], 63);
@@ -127,8 +126,7 @@ fn unresolved_neighbour_is_resolved_by_arp_then_the_packet_goes_out() {
 fn unresolved_v6_gateway_is_resolved_by_ns_then_na() {
     let mut r = Rig::new();
     r.rx(1, &udp(H1, R1, None, "2001:db8:1::5", "2001:db8:99::1", 64, 100));
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
+    let sent = r.sent(1);
     let d = sent[0].1.data();
     assert_eq!(
         &d[0..6],
@@ -155,8 +153,7 @@ fn unresolved_v6_gateway_is_resolved_by_ns_then_na() {
     r.service();
     r.now += 1;
     r.w.poll(r.now, &mut r.out);
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
+    let sent = r.sent(1);
     let o = sent[0].1.data();
     assert_eq!(&o[0..12], &[GW, R2].concat()[..]);
     assert_eq!(o[18 + 7], 63);
@@ -164,20 +161,18 @@ fn unresolved_v6_gateway_is_resolved_by_ns_then_na() {
 
 #[test]
 fn pending_queue_is_bounded_and_times_out() {
-    let cfg = L3Config {
-        pending_per_neigh: 3,
-        pending_total: 5,
-        ..Default::default()
-    };
-    let mut r = Rig::with(cfg, NeighConfig::default());
-    for _ in 0..4 {
-        r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 60));
-    }
+    let mut r = Rig::with(
+        L3Config {
+            pending_per_neigh: 3,
+            pending_total: 5,
+            ..Default::default()
+        },
+        NeighConfig::default(),
+    );
+    r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 60), 4);
     assert_eq!(r.w.pending_len(), 3);
     assert_eq!(r.out.dropped, vec![L3Drop::PendingOverflow], "oldest made room");
-    for _ in 0..3 {
-        r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.8", 64, 60));
-    }
+    r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.8", 64, 60), 3);
     assert_eq!(r.w.pending_len(), 5, "total bound");
     assert_eq!(r.stats().drop_count(L3Drop::PendingOverflow), 2);
     let reqs = r.out.take().len();
@@ -226,9 +221,7 @@ fn failed_neighbour_gets_host_unreachable_and_stale_is_probed() {
     r.writer.learn(ip("10.0.2.8"), 1, H2, true, r.now);
     r.now += ncfg.reachable_ms;
     r.service();
-    for _ in 0..3 {
-        r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.8", 64, 60));
-    }
+    r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.8", 64, 60), 3);
     let sent = r.out.take();
     assert_eq!(sent.len(), 4, "three forwarded + one probe");
     let probes: Vec<_> = sent.iter().filter(|(_, p)| p.data()[16..18] == [0x08, 0x06]).collect();

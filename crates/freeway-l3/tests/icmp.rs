@@ -17,15 +17,34 @@ fn ipv4_of(p: &Packet) -> Ipv4Packet<&[u8]> {
     ip
 }
 
+/// A fresh rig that received H1's UDP frames (hop limit 64) to the IPv4 then the IPv6
+/// destination, each given as (address, frame length); the rig and what the stage emitted,
+/// which must be two packets.
+fn from_h1_v4_and_v6(to4: (&str, usize), to6: (&str, usize)) -> (Rig, Vec<(u16, Packet)>) {
+    let mut r = Rig::new();
+    r.rx(1, &udp(H1, R1, None, "10.0.1.5", to4.0, 64, to4.1));
+    r.rx(1, &udp(H1, R1, None, "2001:db8:1::5", to6.0, 64, to6.1));
+    let sent = r.sent(2);
+    (r, sent)
+}
+
+/// The ICMP messages of `sent`, an ICMPv4 error then an ICMPv6 one, their checksums (and the
+/// IPv4 header's) verified.
+fn v4_and_v6_errors(sent: &[(u16, Packet)]) -> (Icmpv4Packet<&[u8]>, Icmpv6Packet<&[u8]>) {
+    let icmp = Icmpv4Packet::new_checked(ipv4_of(&sent[0].1).payload()).unwrap();
+    assert!(icmp.verify_checksum());
+    let ip6 = Ipv6Packet::new_checked(&sent[1].1.data()[14..]).unwrap();
+    let icmp6 = Icmpv6Packet::new_checked(ip6.payload()).unwrap();
+    assert!(icmp6.verify_checksum(&ip6.src_addr(), &ip6.dst_addr()));
+    (icmp, icmp6)
+}
+
 #[test]
 fn echo_v4_is_answered_from_the_address_pinged() {
     let mut r = Rig::new();
     // Ping the p2 address through p1 (weak host model: any of our addresses).
     let req = ping(H1, R1, None, "10.0.1.5", "10.0.2.1", 64);
-    r.rx(1, &req);
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
-    let (port, p) = &sent[0];
+    let (port, p) = &r.answer(1, &req);
     assert_eq!(*port, 1);
     assert_eq!(&p.data()[0..12], &[H1, R1].concat()[..]);
     let ip = ipv4_of(p);
@@ -52,10 +71,8 @@ fn echo_v4_is_answered_from_the_address_pinged() {
 fn echo_v6_is_answered_with_a_valid_checksum() {
     let mut r = Rig::new();
     let req = ping(H2, R2, Some(20), "2001:db8:2::7", "2001:db8:2::1", 64);
-    r.rx(2, &req);
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
-    let f = sent[0].1.data();
+    let answer = r.answer(2, &req);
+    let f = answer.1.data();
     assert_eq!(&f[12..16], &[0x81, 0, 0, 20]);
     let ip = Ipv6Packet::new_checked(&f[18..]).unwrap();
     assert_eq!(
@@ -73,10 +90,7 @@ fn echo_v6_is_answered_with_a_valid_checksum() {
 fn ttl_1_gets_time_exceeded_quoting_the_original() {
     let mut r = Rig::new();
     let orig = udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 1, 200);
-    r.rx(1, &orig);
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
-    let (port, p) = &sent[0];
+    let (port, p) = &r.answer(1, &orig);
     assert_eq!(*port, 1, "back out of the ingress interface");
     assert_eq!(&p.data()[0..12], &[H1, R1].concat()[..], "to the previous hop");
     let ip = ipv4_of(p);
@@ -102,10 +116,8 @@ fn ttl_1_gets_time_exceeded_quoting_the_original() {
 fn hop_limit_1_gets_time_exceeded_v6() {
     let mut r = Rig::new();
     let orig = udp(H1, R1, None, "2001:db8:1::5", "2001:db8:2::7", 1, 1500);
-    r.rx(1, &orig);
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 1);
-    let f = sent[0].1.data();
+    let answer = r.answer(1, &orig);
+    let f = answer.1.data();
     let ip = Ipv6Packet::new_checked(&f[14..]).unwrap();
     assert_eq!(
         (ip.src_addr(), ip.dst_addr()),
@@ -127,42 +139,31 @@ fn hop_limit_1_gets_time_exceeded_v6() {
 
 #[test]
 fn errors_are_rate_limited_with_a_burst() {
-    let cfg = L3Config {
-        icmp_rate: 10,
-        icmp_burst: 5,
-        ..Default::default()
-    };
-    let mut r = Rig::with(cfg, Default::default());
-    for _ in 0..20 {
-        r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 1, 60));
-    }
+    let mut r = Rig::with(
+        L3Config {
+            icmp_rate: 10,
+            icmp_burst: 5,
+            ..Default::default()
+        },
+        Default::default(),
+    );
+    r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 1, 60), 20);
     let s = r.stats();
     assert_eq!((s.icmp_errors_tx, s.icmp_rate_limited), (5, 15));
     assert_eq!(s.drop_count(L3Drop::TtlExpired), 20, "every packet is still dropped");
     r.out.take();
     // 10/s: one more token after 100 ms.
     r.now += 100;
-    for _ in 0..3 {
-        r.rx(1, &udp(H1, R1, None, "2001:db8:1::5", "2001:db8:2::7", 1, 80));
-    }
+    r.rx_times(1, &udp(H1, R1, None, "2001:db8:1::5", "2001:db8:2::7", 1, 80), 3);
     let s = r.stats();
     assert_eq!((s.icmp_errors_tx, s.icmp_rate_limited), (6, 17));
 }
 
 #[test]
 fn no_route_gets_net_unreachable_v4_and_v6() {
-    let mut r = Rig::new();
-    r.rx(1, &udp(H1, R1, None, "10.0.1.5", "172.16.0.1", 64, 60));
-    r.rx(1, &udp(H1, R1, None, "2001:db8:1::5", "2001:db8:77::1", 64, 80));
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 2);
-    let ip = ipv4_of(&sent[0].1);
-    let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
-    assert!(icmp.verify_checksum());
+    let (r, sent) = from_h1_v4_and_v6(("172.16.0.1", 60), ("2001:db8:77::1", 80));
+    let (icmp, icmp6) = v4_and_v6_errors(&sent);
     assert_eq!((icmp.msg_type(), icmp.msg_code()), (Icmpv4Message::DstUnreachable, 0));
-    let ip6 = Ipv6Packet::new_checked(&sent[1].1.data()[14..]).unwrap();
-    let icmp6 = Icmpv6Packet::new_checked(ip6.payload()).unwrap();
-    assert!(icmp6.verify_checksum(&ip6.src_addr(), &ip6.dst_addr()));
     assert_eq!((icmp6.msg_type(), icmp6.msg_code()), (Icmpv6Message::DstUnreachable, 0));
     assert_eq!(r.out.dropped, vec![L3Drop::NoRoute, L3Drop::NoRoute]);
 }
@@ -224,18 +225,11 @@ fn never_an_error_about_an_error_a_group_or_a_fragment() {
 
 #[test]
 fn too_big_gets_frag_needed_or_packet_too_big() {
-    let mut r = Rig::new();
     // The builder sets DF; 1600-byte frame = 1586-byte datagram > 1500.
-    r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 1600));
-    r.rx(1, &udp(H1, R1, None, "2001:db8:1::5", "2001:db8:2::7", 64, 1600));
-    let sent = r.out.take();
-    assert_eq!(sent.len(), 2);
-    let ip = ipv4_of(&sent[0].1);
-    let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
+    let (r, sent) = from_h1_v4_and_v6(("10.0.2.7", 1600), ("2001:db8:2::7", 1600));
+    let (icmp, icmp6) = v4_and_v6_errors(&sent);
     assert_eq!((icmp.msg_type(), icmp.msg_code()), (Icmpv4Message::DstUnreachable, 4));
-    assert_eq!(&ip.payload()[6..8], &1500u16.to_be_bytes());
-    let ip6 = Ipv6Packet::new_checked(&sent[1].1.data()[14..]).unwrap();
-    let icmp6 = Icmpv6Packet::new_checked(ip6.payload()).unwrap();
+    assert_eq!(&icmp.as_ref()[6..8], &1500u16.to_be_bytes());
     assert_eq!(icmp6.msg_type(), Icmpv6Message::PktTooBig);
     assert_eq!(icmp6.pkt_too_big_mtu(), 1500);
     assert_eq!(r.out.dropped, vec![L3Drop::TooBig, L3Drop::TooBig]);

@@ -1,7 +1,7 @@
 //! The frame builders, checked with smoltcp's views (which also exercises the re-exported
 //! header views on valid and truncated frames).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 
 use freeway_packet::build::*;
 use freeway_packet::wire::*;
@@ -128,14 +128,9 @@ fn defaults_give_a_60_byte_udp_frame() {
 
 #[test]
 fn every_protocol_family_and_tagging() {
-    let v4 = (
-        IpAddr::from(Ipv4Addr::new(10, 1, 1, 1)),
-        IpAddr::from(Ipv4Addr::new(10, 1, 1, 2)),
-    );
-    let v6 = (
-        IpAddr::from(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
-        IpAddr::from(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2)),
-    );
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let v4 = (ip("10.1.1.1"), ip("10.1.1.2"));
+    let v6 = (ip("2001:db8::1"), ip("fe80::2"));
     for (src_ip, dst_ip) in [v4, v6, (v4.0, v6.1)] {
         for proto in [
             L4::Udp,

@@ -346,12 +346,13 @@ fn ipv6_extension_headers() {
     assert_eq!((m.l4_off, m.ip_proto), (NO_OFFSET, 59));
 }
 
-/// Every prefix of a valid frame either parses (if the headers still fit) or fails with the
-/// error for the layer that was cut, and never panics.
-fn check_truncations(f: &[u8], expect: impl Fn(usize) -> Option<ParseError>) {
+/// Cuts `f` at every length and checks the parse: a cut before the end of a layer, the first
+/// `(end, error)` of `layers` whose `end` is past the cut, fails with that layer's error; a cut
+/// past them all gives `rest` (`None`: parses). It never panics.
+fn check_truncations(f: &[u8], layers: &[(usize, ParseError)], rest: Option<ParseError>) {
     for n in 0..f.len() {
         let r = parsed(&f[..n]);
-        match expect(n) {
+        match layers.iter().find(|(end, _)| n < *end).map(|(_, e)| *e).or(rest) {
             Some(e) => assert_eq!(r, Err(e), "cut at {n}"),
             None => assert!(r.is_ok(), "cut at {n}: {r:?}"),
         }
@@ -360,40 +361,22 @@ fn check_truncations(f: &[u8], expect: impl Fn(usize) -> Option<ParseError>) {
 
 #[test]
 fn truncated_at_every_offset() {
+    use ParseError::*;
     // A length field that exceeds the cut frame is a length error for IP.
     let f = build_frame(&v4(L4::Udp));
-    check_truncations(&f, |n| {
-        Some(match n {
-            0..14 => ParseError::Runt,
-            14..34 => ParseError::TruncatedIpv4,
-            _ => ParseError::BadIpv4Length,
-        })
-    });
+    check_truncations(&f, &[(14, Runt), (34, TruncatedIpv4)], Some(BadIpv4Length));
     let mut s = v4(L4::Tcp { flags: 0 });
     s.vlan = Some(9);
     let f = add_tag(&build_frame(&s), ETHERTYPE_QINQ, 10);
-    check_truncations(&f, |n| {
-        Some(match n {
-            0..14 => ParseError::Runt,
-            14..22 => ParseError::TruncatedVlan,
-            22..42 => ParseError::TruncatedIpv4,
-            _ => ParseError::BadIpv4Length,
-        })
-    });
+    check_truncations(
+        &f,
+        &[(14, Runt), (22, TruncatedVlan), (42, TruncatedIpv4)],
+        Some(BadIpv4Length),
+    );
     let f = build_frame(&v6(L4::Icmp));
-    check_truncations(&f, |n| {
-        Some(match n {
-            0..14 => ParseError::Runt,
-            14..54 => ParseError::TruncatedIpv6,
-            _ => ParseError::BadIpv6Length,
-        })
-    });
+    check_truncations(&f, &[(14, Runt), (54, TruncatedIpv6)], Some(BadIpv6Length));
     let f = build_arp_request([2, 0, 0, 0, 0, 1], None, V4A, V4B);
-    check_truncations(&f, |n| match n {
-        0..14 => Some(ParseError::Runt),
-        14..42 => Some(ParseError::TruncatedArp),
-        _ => None,
-    });
+    check_truncations(&f, &[(14, Runt), (42, TruncatedArp)], None);
 }
 
 #[test]

@@ -73,37 +73,22 @@ fn reference(model: &BTreeMap<Prefix, Vec<NextHop>>, a: IpAddr) -> Option<(Prefi
         .map(|(p, h)| (*p, h.clone()))
 }
 
+/// Both ends of the block of addresses `lo..=lo | host` (`host`: the host bits), one past
+/// each (wrapping, as the family's width is taken back from these) and its middle.
+fn edges(lo: u128, host: u128) -> [u128; 5] {
+    let hi = lo | host;
+    [lo, hi, lo.wrapping_sub(1), hi.wrapping_add(1), lo | (host >> 1)]
+}
+
 /// Addresses at and around the edges of a prefix.
 fn boundaries(p: &Prefix) -> Vec<IpAddr> {
     match p {
-        Prefix::V4(p) => {
-            let lo = p.bits();
-            let hi = lo | !mask4(p.len());
-            [
-                lo,
-                hi,
-                lo.wrapping_sub(1),
-                hi.wrapping_add(1),
-                lo | (!mask4(p.len()) >> 1),
-            ]
-            .into_iter()
-            .map(|x| IpAddr::V4(Ipv4Addr::from(x)))
-            .collect()
-        }
-        Prefix::V6(p) => {
-            let lo = p.bits();
-            let hi = lo | !mask6(p.len());
-            [
-                lo,
-                hi,
-                lo.wrapping_sub(1),
-                hi.wrapping_add(1),
-                lo | (!mask6(p.len()) >> 1),
-            ]
-            .into_iter()
+        Prefix::V4(p) => edges(p.bits().into(), (!mask4(p.len())).into())
+            .map(|x| IpAddr::V4(Ipv4Addr::from(x as u32)))
+            .into(),
+        Prefix::V6(p) => edges(p.bits(), !mask6(p.len()))
             .map(|x| IpAddr::V6(Ipv6Addr::from(x)))
-            .collect()
-        }
+            .into(),
     }
 }
 

@@ -14,10 +14,16 @@
 //! * When the environment variable `CI` is set (to anything but `0` or `false`), a skip
 //!   panics instead: CI provides what the tests need, and a test that cannot run there
 //!   fails.
+//!
+//! # Reading captures back
+//!
+//! [`tcpdump`] runs `tcpdump` on a file a test wrote, and skips (as above) where it cannot
+//! run.
 #![warn(missing_docs)]
 
 use std::fmt::Display;
 use std::io::Write;
+use std::path::Path;
 
 /// Whether the environment variable `CI` asks skips to fail: set, and not empty, `0` or
 /// `false`.
@@ -44,4 +50,34 @@ pub fn skip(why: impl Display) {
     // Written to the stream, past libtest's capture of `eprintln!`, in one write so that
     // parallel tests do not interleave within it.
     let _ = std::io::stderr().write_all(format!("\n{line}\n\n").as_bytes());
+}
+
+/// Runs `tcpdump -r path args…` (options such as `-n`, then any filter expression) and
+/// returns what it printed: one line a packet. tcpdump must succeed on the file. Where
+/// tcpdump cannot run, [`skip`]s the check (a failure under CI) and returns `None`.
+#[track_caller]
+pub fn tcpdump(path: &Path, args: &[&str]) -> Option<String> {
+    match std::process::Command::new("tcpdump")
+        .arg("-r")
+        .arg(path)
+        .args(args)
+        .output()
+    {
+        Ok(out) => {
+            assert!(
+                out.status.success(),
+                "tcpdump -r {} {args:?} failed: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Err(e) => {
+            skip(format!(
+                "tcpdump cannot run ({e}); {} not checked with tcpdump",
+                path.display()
+            ));
+            None
+        }
+    }
 }

@@ -2,10 +2,10 @@
 //! and the tcpdump-shaped capture command writing pcap to a file and to standard output.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output};
 
 mod common;
-use common::{ctl, freeway, ok, raw, spawn_run, stop};
+use common::{ctl, freeway, ok, raw, signal, spawn_run, stop};
 
 /// The router demo written to a temporary file, with a short duration.
 fn router_config(tag: &str) -> (PathBuf, PathBuf) {
@@ -49,6 +49,12 @@ fn pcap_frames(bytes: &[u8]) -> Vec<Vec<u8>> {
         v.push(p.expect("a whole pcap record").data.into_owned());
     }
     v
+}
+
+/// `freeway capture` from `source` (`--config FILE` or `--ctl SOCKET`) with `args`; it must
+/// succeed.
+fn capture(source: [&str; 2], args: &[&str]) -> Output {
+    ok(&[&["capture"][..], &source, args].concat())
 }
 
 #[test]
@@ -132,24 +138,24 @@ fn capture_writes_what_tcpdump_reads_to_a_file_and_to_stdout() {
     let cfg = cfg.to_str().unwrap();
     // To a file: the routed UDP frames leaving on wan, rewritten by the router.
     let file = dir.join("wan.pcap");
-    let o = ok(&[
-        "capture",
-        "--config",
-        cfg,
-        "-i",
-        "wan",
-        "-Q",
-        "out",
-        "-c",
-        "5",
-        "-w",
-        file.to_str().unwrap(),
-        "udp",
-        "and",
-        "dst",
-        "port",
-        "5001",
-    ]);
+    let o = capture(
+        ["--config", cfg],
+        &[
+            "-i",
+            "wan",
+            "-Q",
+            "out",
+            "-c",
+            "5",
+            "-w",
+            file.to_str().unwrap(),
+            "udp",
+            "and",
+            "dst",
+            "port",
+            "5001",
+        ],
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("5 packets captured"), "{err}");
     let frames = pcap_frames(&std::fs::read(&file).unwrap());
@@ -161,18 +167,10 @@ fn capture_writes_what_tcpdump_reads_to_a_file_and_to_stdout() {
         assert_eq!(&f[26..30], &[10, 0, 10, 5]);
     }
     // To standard output, as `freeway capture ... -w - | tcpdump -r -` uses it.
-    let o = ok(&[
-        "capture",
-        "--config",
-        cfg,
-        "-i",
-        "lan",
-        "-c",
-        "3",
-        "-w",
-        "-",
-        "udp src port 5001",
-    ]);
+    let o = capture(
+        ["--config", cfg],
+        &["-i", "lan", "-c", "3", "-w", "-", "udp src port 5001"],
+    );
     let frames = pcap_frames(&o.stdout);
     assert_eq!(frames.len(), 3);
     for f in &frames {
@@ -180,17 +178,10 @@ fn capture_writes_what_tcpdump_reads_to_a_file_and_to_stdout() {
     }
     // pcapng by extension.
     let file = dir.join("lan.pcapng");
-    ok(&[
-        "capture",
-        "--config",
-        cfg,
-        "-i",
-        "lan",
-        "-c",
-        "2",
-        "-w",
-        file.to_str().unwrap(),
-    ]);
+    capture(
+        ["--config", cfg],
+        &["-i", "lan", "-c", "2", "-w", file.to_str().unwrap()],
+    );
     let bytes = std::fs::read(&file).unwrap();
     assert_eq!(&bytes[0..4], &[0x0a, 0x0d, 0x0d, 0x0a], "a pcapng section header block");
     std::fs::remove_dir_all(dir).unwrap();
@@ -232,11 +223,7 @@ fn sigterm_stops_a_run_cleanly_with_final_statistics_and_a_whole_capture_file() 
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let t0 = std::time::Instant::now();
-    assert!(Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
+    signal(&child, "TERM");
     let out = child.wait_with_output().unwrap();
     assert!(t0.elapsed().as_secs() < 10, "stopped promptly");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -369,11 +356,7 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
     let text = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
     assert_eq!(text.lines().count(), 8, "5 routes + the ECMP route's 3 lines: {text}");
 
-    assert!(Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
+    signal(&child, "INT");
     let out = std::mem::replace(&mut child, Command::new("true").spawn().unwrap())
         .wait_with_output()
         .unwrap();
@@ -454,36 +437,15 @@ fn capture_attaches_to_a_running_datapath_through_the_control_socket() {
     let s = sock.to_str().unwrap();
     // To a file, with a count: the routed requests leaving on wan.
     let file = dir.join("live.pcap");
-    ok(&[
-        "capture",
-        "--ctl",
-        s,
-        "-i",
-        "wan",
-        "-Q",
-        "out",
-        "-c",
-        "5",
-        "-w",
-        file.to_str().unwrap(),
-        "udp",
-    ]);
+    capture(
+        ["--ctl", s],
+        &["-i", "wan", "-Q", "out", "-c", "5", "-w", file.to_str().unwrap(), "udp"],
+    );
     let frames = pcap_frames(&std::fs::read(&file).unwrap());
     assert_eq!(frames.len(), 5);
     assert!(frames.iter().all(|f| f[22] == 63 && f[26..30] == [10, 0, 10, 5]));
     // To standard output.
-    let o = ok(&[
-        "capture",
-        "--ctl",
-        s,
-        "-i",
-        "lan",
-        "-c",
-        "3",
-        "-w",
-        "-",
-        "udp src port 5001",
-    ]);
+    let o = capture(["--ctl", s], &["-i", "lan", "-c", "3", "-w", "-", "udp src port 5001"]);
     let frames = pcap_frames(&o.stdout);
     assert_eq!(frames.len(), 3);
     // Refusals are clear and leave the datapath serving.
@@ -659,6 +621,15 @@ fn trace_shows_each_stage_and_changes_nothing() {
     stop(child, dir);
 }
 
+/// The row of the tap `id` in a `ctl capture list` reply (it must be listed).
+fn tap_row(list: &serde_json::Value, id: u64) -> serde_json::Value {
+    let rows = list["data"].as_array().unwrap();
+    rows.iter()
+        .find(|x| x["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("tap {id} is not listed: {list}"))
+}
+
 #[test]
 fn captures_are_started_listed_and_stopped_through_the_control_socket() {
     let (dir, sock, child) = running_with_ctl("ctlcap");
@@ -671,8 +642,7 @@ fn captures_are_started_listed_and_stopped_through_the_control_socket() {
     assert_eq!(r["ok"], true, "{r}");
     let id = r["data"]["id"].as_u64().unwrap();
     let list = ctl(&["capture", "list"]);
-    let rows = list["data"].as_array().unwrap();
-    let row = rows.iter().find(|x| x["id"] == id).expect("the new tap is listed");
+    let row = tap_row(&list, id);
     assert_eq!(row["port"], "wan");
     assert_eq!(row["direction"], "out");
     assert_eq!(row["filter"], "udp and dst port 5001");
@@ -689,14 +659,7 @@ fn captures_are_started_listed_and_stopped_through_the_control_socket() {
     assert!(frames
         .iter()
         .all(|x| x[0..6] == [2, 0, 0, 0, 0x20, 7] && x[22] == 63 && x[36..38] == [0x13, 0x89]));
-    let list = ctl(&["capture", "list"]);
-    let row = list["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["id"] == id)
-        .cloned()
-        .unwrap();
+    let row = tap_row(&ctl(&["capture", "list"]), id);
     assert!(row["state"].as_str().unwrap().starts_with("stopped"), "{row}");
 
     // Bad requests change nothing.
@@ -737,14 +700,7 @@ fn a_capture_whose_disk_is_full_stops_with_a_logged_error_while_forwarding_goes_
     // The writer fails at its first flush; the tap ends and says why.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let state = loop {
-        let l = ctl(&["capture", "list"]);
-        let row = l["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["id"] == id)
-            .cloned()
-            .unwrap();
+        let row = tap_row(&ctl(&["capture", "list"]), id);
         let st = row["state"].as_str().unwrap().to_string();
         if st != "running" || std::time::Instant::now() > deadline {
             break st;
@@ -762,11 +718,7 @@ fn a_capture_whose_disk_is_full_stops_with_a_logged_error_while_forwarding_goes_
     assert_eq!(ctl(&["route", "add", "10.77.0.0/16", "via", "10.0.20.7"])["ok"], true);
     assert_eq!(ctl(&["route", "add", "10.77.0.0/16", "via", "10.0.20.7"])["ok"], false);
 
-    assert!(Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
+    signal(&child, "TERM");
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     // Structured logs: one JSON object per line, with the events that matter.

@@ -3,17 +3,17 @@
 //! the router's own entries protected, and `--ctl PATH` never deleting what is not a stale
 //! socket of its own.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use freeway_datapath::runtime::control::protocol::{encode_request, Request};
 use serde_json::Value;
 
 mod common;
-use common::{ctl, freeway, raw, spawn_run, stop};
+use common::{ctl, freeway, interrupt, raw, reply_line, spawn_run, stop};
 
 /// A fresh directory for one test.
 fn test_dir(tag: &str) -> PathBuf {
@@ -42,14 +42,6 @@ fn running(tag: &str, extra: &str) -> (PathBuf, PathBuf, Child) {
         std::thread::sleep(Duration::from_millis(50));
     }
     (dir, sock, child)
-}
-
-/// Reads one reply line from a connection (waiting up to 30 s).
-fn reply_line(s: &UnixStream) -> Value {
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line).unwrap();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
 }
 
 /// Polls `ctl clients` until `f` holds of its data (up to a minute).
@@ -215,62 +207,40 @@ fn the_router_s_own_mac_and_addresses_cannot_be_taken_by_static_entries() {
             .any(|e| e["mac"] == "02:fe:00:00:00:01" && e["vlan"] == 10 && e["port"] == "(router)")
     };
     assert!(router_entry(&sock));
-    for (w, kind, msg) in [
+    for (kind, msg, requests) in [
         (
-            vec!["fdb", "del", "02:fe:00:00:00:01", "vlan", "10"],
             "refused",
             "router's own MAC",
+            &["fdb del 02:fe:00:00:00:01 vlan 10", "fdb add 02:fe:00:00:00:01 dev lan"][..],
         ),
         (
-            vec!["fdb", "add", "02:fe:00:00:00:01", "dev", "lan"],
-            "refused",
-            "router's own MAC",
-        ),
-        (
-            vec!["fdb", "add", "00:00:00:00:00:00", "dev", "lan"],
             "invalid",
             "not a unicast",
+            &[
+                "fdb add 00:00:00:00:00:00 dev lan",
+                "fdb add ff:ff:ff:ff:ff:ff dev lan",
+                "fdb add 01:00:5e:00:00:01 dev lan",
+            ],
         ),
         (
-            vec!["fdb", "add", "ff:ff:ff:ff:ff:ff", "dev", "lan"],
-            "invalid",
-            "not a unicast",
-        ),
-        (
-            vec!["fdb", "add", "01:00:5e:00:00:01", "dev", "lan"],
-            "invalid",
-            "not a unicast",
-        ),
-        (
-            vec!["route", "add", "10.9.0.0/24", "via", "10.0.20.1"],
             "refused",
             "router's own address",
-        ),
-        (
-            vec!["route", "replace", "10.9.0.0/24", "via", "10.0.20.7,10.0.20.1"],
-            "refused",
-            "router's own address",
-        ),
-        (
-            vec!["route", "add", "2001:db8:9::/48", "via", "2001:db8:20::1"],
-            "refused",
-            "router's own address",
-        ),
-        (
-            vec!["neigh", "add", "10.0.20.1", "lladdr", "02:00:00:00:20:01", "dev", "wan"],
-            "refused",
-            "router's own address",
-        ),
-        (
-            vec!["neigh", "add", "10.0.10.1", "lladdr", "02:00:00:00:20:01", "dev", "wan"],
-            "refused",
-            "router's own address",
+            &[
+                "route add 10.9.0.0/24 via 10.0.20.1",
+                "route replace 10.9.0.0/24 via 10.0.20.7,10.0.20.1",
+                "route add 2001:db8:9::/48 via 2001:db8:20::1",
+                "neigh add 10.0.20.1 lladdr 02:00:00:00:20:01 dev wan",
+                "neigh add 10.0.10.1 lladdr 02:00:00:00:20:01 dev wan",
+            ],
         ),
     ] {
-        let r = ctl(&sock, &w);
-        assert_eq!(r["ok"], false, "{w:?}: {r}");
-        assert_eq!(r["kind"], kind, "{w:?}: {r}");
-        assert!(r["error"].as_str().unwrap().contains(msg), "{w:?}: {r}");
+        for request in requests {
+            let w: Vec<&str> = request.split(' ').collect();
+            let r = ctl(&sock, &w);
+            assert_eq!(r["ok"], false, "{w:?}: {r}");
+            assert_eq!(r["kind"], kind, "{w:?}: {r}");
+            assert!(r["error"].as_str().unwrap().contains(msg), "{w:?}: {r}");
+        }
     }
     // Nothing changed.
     assert!(router_entry(&sock));
@@ -348,13 +318,7 @@ fn at_exit_only_the_socket_this_run_created_is_removed() {
     // Someone replaces the socket file while the datapath runs.
     std::fs::remove_file(&sock).unwrap();
     std::fs::write(&sock, "not yours").unwrap();
-    assert!(Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let mut child = child;
-    assert!(child.wait().unwrap().success());
+    interrupt(child);
     assert_eq!(std::fs::read_to_string(&sock).unwrap(), "not yours");
     std::fs::remove_dir_all(dir).unwrap();
 }

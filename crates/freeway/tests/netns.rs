@@ -225,6 +225,22 @@ impl Bed {
         Some(!c.stdout.is_empty() && c.stdout == s.stdout)
     }
 
+    /// [`Bed::tcp_transfer`], which must connect and deliver every byte intact.
+    fn transfer_intact(&self, from: &str, to: &str, port: u16, mb: usize) {
+        assert_eq!(
+            self.tcp_transfer(from, to, port, mb),
+            Some(true),
+            "{mb} MiB intact {from} -> {to}"
+        );
+    }
+
+    /// Runs `cmd` with `sh -c` in the namespace of `n`; it must succeed.
+    fn sh_ok(&self, n: &str, cmd: &str) -> Output {
+        let o = self.sh(n, cmd);
+        assert!(o.status.success(), "{cmd}: {}", String::from_utf8_lossy(&o.stderr));
+        o
+    }
+
     fn addr_of(&self, h: &str) -> String {
         let o = self.sh(h, "ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1");
         String::from_utf8(o.stdout).unwrap().trim().to_string()
@@ -244,20 +260,15 @@ impl Drop for Bed {
 
 /// The router between the test bed's subnets: interfaces v10 (VLAN 10, 10.1.0.1/24) and v20
 /// (VLAN 20, 10.2.0.1/24).
-const ROUTER_V10_V20: &str = r#"
-[router]
-mac = "02:fe:00:00:00:01"
-
-[[interface]]
-name = "v10"
-vlan = 10
-addr = ["10.1.0.1/24"]
-
-[[interface]]
-name = "v20"
-vlan = 20
-addr = ["10.2.0.1/24"]
-"#;
+fn router_v10_v20() -> String {
+    let mut s = String::from("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
+    for n in [1, 2] {
+        s.push_str(&format!(
+            "\n[[interface]]\nname = \"v{n}0\"\nvlan = {n}0\naddr = [\"10.{n}.0.1/24\"]\n"
+        ));
+    }
+    s
+}
 
 fn ports(workers: usize, vlans: &[(&str, u16)]) -> String {
     let mut s = format!("workers = {workers}\n");
@@ -307,11 +318,7 @@ fn bridge_carries_ping_and_tcp_between_namespaces() {
     bed.start(&ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]));
     assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
     assert!(bed.ping("h3", "10.0.0.1"), "h3 pings h1 through the bridge");
-    assert_eq!(
-        bed.tcp_transfer("h1", "h2", 5001, 4),
-        Some(true),
-        "4 MiB intact h1 -> h2"
-    );
+    bed.transfer_intact("h1", "h2", 5001, 4);
     let j = bed.stop();
     let learned = j["fdb"]["learned"].as_u64().unwrap();
     assert!(learned >= 3, "the three hosts' MACs were learned: {j}");
@@ -324,17 +331,16 @@ fn router_firewall_and_capture_between_two_subnets() {
     let mut bed = Bed::up("rt");
     // h1 in 10.1.0.0/24 (VLAN 10), h2 in 10.2.0.0/24 (VLAN 20), the router between them.
     for (h, net) in [("h1", 1), ("h2", 2)] {
-        let o = bed.sh(
+        bed.sh_ok(
             h,
             &format!(
                 "ip addr flush dev eth0 && ip addr add 10.{net}.0.2/24 dev eth0 && ip route add default via 10.{net}.0.1"
             ),
         );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let pcap = bed.dir.join("h2-out.pcap");
     let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
-    cfg.push_str(ROUTER_V10_V20);
+    cfg.push_str(&router_v10_v20());
     cfg.push_str(&format!(
         r#"
 [conntrack]
@@ -354,12 +360,8 @@ write = "{}"
     bed.start(&cfg);
     assert!(bed.ping("h1", "10.2.0.2"), "h1 pings h2 across the router");
     assert!(bed.ping("h1", "10.1.0.1"), "h1 pings the router's own address");
-    assert_eq!(
-        bed.tcp_transfer("h1", "h2", 5002, 2),
-        Some(true),
-        "2 MiB intact h1 -> h2, routed"
-    );
-    // h2 may answer but not start: its connection attempt to h1 is dropped by the firewall.
+    bed.transfer_intact("h1", "h2", 5002, 2); // routed
+                                              // h2 may answer but not start: its connection attempt to h1 is dropped by the firewall.
     assert_eq!(bed.tcp_transfer("h2", "h1", 5003, 1), None, "h2 -> h1 must be refused");
     let j = bed.stop();
     let fw = &j["firewall"];
@@ -368,25 +370,11 @@ write = "{}"
     assert!(j["router"]["l3"]["forwarded_v4"].as_u64().unwrap() > 100, "{j}");
 
     // The capture: ICMP leaving on h2, readable by tcpdump.
-    if Command::new("sh")
-        .args(["-c", "command -v tcpdump"])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        let o = Command::new("tcpdump").args(["-nr"]).arg(&pcap).output().unwrap();
-        let text = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success(),
-            "tcpdump reads the file: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+    if let Some(text) = freeway_testkit::tcpdump(&pcap, &["-n"]) {
         assert!(
             text.contains("10.1.0.2 > 10.2.0.2: ICMP echo request"),
             "routed echo requests captured: {text}"
         );
-    } else {
-        eprintln!("\n*** tcpdump not installed: the capture file is not read back (CI installs it) ***\n");
     }
 }
 
@@ -407,15 +395,14 @@ fn route_and_fdb_changes_through_ctl_while_traffic_flows() {
             "ip addr flush dev eth0 && ip addr add 10.2.0.3/24 dev eth0 && ip route add default via 10.2.0.1 && ip addr add 10.9.0.1/32 dev lo",
         ),
     ] {
-        let o = bed.sh(h, cmd);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        bed.sh_ok(h, cmd);
     }
     let h3_mac = String::from_utf8(bed.sh("h3", "cat /sys/class/net/eth0/address").stdout)
         .unwrap()
         .trim()
         .to_string();
     let mut cfg = ports(2, &[("h1", 10), ("h2", 20), ("h3", 20)]);
-    cfg.push_str(ROUTER_V10_V20);
+    cfg.push_str(&router_v10_v20());
     cfg.push_str(
         r#"
 [[route]]

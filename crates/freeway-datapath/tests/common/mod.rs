@@ -1,11 +1,103 @@
-//! Helpers shared by the integration tests: pcap files in and out, and the config text of
-//! the two-subnet router most tests route through.
+//! Helpers shared by the integration tests: a scratch directory, pcap files in and out, the
+//! config text of ports and of the two-subnet router most tests route through, and one
+//! offline run of a config.
 
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use freeway_bridge::Padded;
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, RunOptions, RunResult};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+
+/// A per-test directory under the system temp dir, removed at the end (kept when the test
+/// fails, to look at the pcaps).
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh, empty `freeway-{name}-{pid}`.
+    pub fn new(name: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("freeway-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    /// The directory itself.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The path of the file `name` in the directory.
+    pub fn file(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+
+    /// The paths of the files `names` in the directory.
+    pub fn files<const N: usize>(&self, names: [&str; N]) -> [String; N] {
+        names.map(|n| self.file(n))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test files kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// The Internet checksum of `data` (RFC 1071), computed here independently of the datapath.
+pub fn csum(data: &[u8]) -> u16 {
+    let mut s: u32 = 0;
+    for c in data.chunks(2) {
+        let hi = c[0];
+        let lo = c.get(1).copied().unwrap_or(0);
+        s += u32::from(u16::from_be_bytes([hi, lo]));
+    }
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// The port config value of an access port in VLAN `vlan`.
+pub fn access(vlan: u16) -> String {
+    format!(r#"{{ mode = "access", vlan = {vlan} }}"#)
+}
+
+/// A `[[port]]` of `kind`, with `vlan` (a port config value such as [`access`]'s, or "" for
+/// the default) and the kind's own table `table` (without its braces, "" for none).
+pub fn port(name: &str, kind: &str, vlan: &str, table: &str) -> String {
+    let mut p = format!("[[port]]\nname = \"{name}\"\nkind = \"{kind}\"\n");
+    if !table.is_empty() {
+        p.push_str(&format!("{kind} = {{ {table} }}\n"));
+    }
+    if !vlan.is_empty() {
+        p.push_str(&format!("vlan = {vlan}\n"));
+    }
+    p
+}
+
+/// A pcap `[[port]]` reading the file `read` and writing `write` (either may be absent).
+pub fn pcap_port(name: &str, vlan: &str, read: Option<&str>, write: Option<&str>) -> String {
+    let files: Vec<String> = [("read", read), ("write", write)]
+        .into_iter()
+        .filter_map(|(k, f)| f.map(|f| format!("{k} = \"{f}\"")))
+        .collect();
+    port(name, "pcap", vlan, &files.join(", "))
+}
+
+/// Parses `text` and runs it offline to the end; no port may fail to close.
+pub fn run(text: &str) -> RunResult {
+    let cfg = config::parse(text, "test.toml", None).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let res = runtime::run::<Padded>(&cfg, RunOptions::default()).unwrap();
+    assert!(res.close_errors.is_empty(), "{:?}", res.close_errors);
+    res
+}
 
 /// Writes `frames` as a classic pcap file, one millisecond apart.
 pub fn write_pcap(path: impl AsRef<Path>, frames: &[Vec<u8>]) {
@@ -33,30 +125,31 @@ pub fn read_pcap(path: impl AsRef<Path>) -> Vec<Vec<u8>> {
     v
 }
 
+/// A router `[[interface]]` on VLAN `vlan` with the addresses `addrs`.
+pub fn interface(name: &str, vlan: u16, addrs: &[&str]) -> String {
+    let addrs: Vec<String> = addrs.iter().map(|a| format!("\"{a}\"")).collect();
+    format!(
+        "[[interface]]\nname = \"{name}\"\nvlan = {vlan}\naddr = [{}]\n",
+        addrs.join(", ")
+    )
+}
+
 /// The router's interfaces lan (VLAN 10, 10.0.10.1/24) and wan (VLAN 20, 10.0.20.1/24).
-pub const LAN_WAN_INTERFACES: &str = r#"
-[[interface]]
-name = "lan"
-vlan = 10
-addr = ["10.0.10.1/24"]
-[[interface]]
-name = "wan"
-vlan = 20
-addr = ["10.0.20.1/24"]
-"#;
+pub fn lan_wan_interfaces() -> String {
+    interface("lan", 10, &["10.0.10.1/24"]) + &interface("wan", 20, &["10.0.20.1/24"])
+}
+
+/// A permanent neighbour `[[neigh]]`: `ip` at `mac` on the interface `dev`.
+pub fn neigh(ip: &str, mac: &str, dev: &str) -> String {
+    format!("[[neigh]]\nip = \"{ip}\"\nmac = \"{mac}\"\ndev = \"{dev}\"\n")
+}
 
 /// The LAN host 10.0.10.5 as a permanent neighbour.
-pub const LAN_NEIGH: &str = r#"
-[[neigh]]
-ip = "10.0.10.5"
-mac = "02:00:00:00:10:05"
-dev = "lan"
-"#;
+pub fn lan_neigh() -> String {
+    neigh("10.0.10.5", "02:00:00:00:10:05", "lan")
+}
 
 /// The WAN host 10.0.20.7 as a permanent neighbour.
-pub const WAN_NEIGH: &str = r#"
-[[neigh]]
-ip = "10.0.20.7"
-mac = "02:00:00:00:20:07"
-dev = "wan"
-"#;
+pub fn wan_neigh() -> String {
+    neigh("10.0.20.7", "02:00:00:00:20:07", "wan")
+}

@@ -111,6 +111,22 @@ pub struct Rig {
 }
 
 impl Rig {
+    /// What the stage emitted since the last look, which must be `n` packets.
+    #[track_caller]
+    pub fn sent(&mut self, n: usize) -> Vec<(u16, Packet)> {
+        let sent = self.out.take();
+        assert_eq!(sent.len(), n, "emitted {n}? dropped: {:?}", self.out.dropped);
+        sent
+    }
+
+    /// [`Rig::rx`] of `frame` on `port`, which must make the stage emit exactly one packet:
+    /// that packet and its output port.
+    #[track_caller]
+    pub fn answer(&mut self, port: u16, frame: &[u8]) -> (u16, Packet) {
+        self.rx(port, frame);
+        self.sent(1).pop().unwrap()
+    }
+
     pub fn new() -> Rig {
         Rig::with(L3Config::default(), NeighConfig::default())
     }
@@ -129,6 +145,13 @@ impl Rig {
     }
 
     /// Runs one frame (arriving on `port`) through the stage.
+    /// [`Rig::rx`] of the same `frame` on `port`, `n` times.
+    pub fn rx_times(&mut self, port: u16, frame: &[u8], n: usize) {
+        for _ in 0..n {
+            self.rx(port, frame);
+        }
+    }
+
     pub fn rx(&mut self, port: u16, frame: &[u8]) {
         let mut p = Packet::from_frame(frame).unwrap();
         p.meta.in_port = port;

@@ -48,14 +48,24 @@ pub fn spawn_run(cfg: &Path, sock: &Path, extra: &[&str], stderr: Stdio) -> Chil
         .unwrap()
 }
 
-/// Stops a running datapath with SIGINT, checks it exits cleanly and removes its directory.
-pub fn stop(mut child: Child, dir: PathBuf) {
+/// Sends the signal `sig` (`INT`, `TERM`) to `child`.
+pub fn signal(child: &Child, sig: &str) {
     assert!(Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([&format!("-{sig}"), &child.id().to_string()])
         .status()
         .unwrap()
         .success());
+}
+
+/// Stops a running datapath with SIGINT and checks it exits cleanly.
+pub fn interrupt(mut child: Child) {
+    signal(&child, "INT");
     assert!(child.wait().unwrap().success());
+}
+
+/// Stops a running datapath with SIGINT, checks it exits cleanly and removes its directory.
+pub fn stop(child: Child, dir: PathBuf) {
+    interrupt(child);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -69,8 +79,13 @@ pub fn ctl(sock: &Path, w: &[&str]) -> Value {
 /// and returns the reply line as JSON (waiting up to 30 s).
 pub fn raw(sock: &Path, bytes: &[u8]) -> Value {
     let mut s = UnixStream::connect(sock).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let _ = s.write_all(bytes);
+    reply_line(&s)
+}
+
+/// Reads one reply line from a connection, as JSON (waiting up to 30 s).
+pub fn reply_line(s: &UnixStream) -> Value {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line).unwrap();
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
