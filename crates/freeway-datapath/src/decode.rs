@@ -103,31 +103,23 @@ fn ip(s: &mut String, f: &[u8], m: &freeway_packet::Meta) {
     let l3 = usize::from(m.l3_off);
     let l4 = usize::from(m.l4_off);
     let is4 = m.ethertype == 0x0800;
-    let (src, dst, ttl, end) = if is4 {
-        let Some(h) = f.get(l3..l3 + 20) else {
-            s.push_str("IP [|ip]");
-            return;
-        };
-        let tot = usize::from(u16::from_be_bytes([h[2], h[3]]));
-        (
-            v4(&h[12..16]).to_string(),
-            v4(&h[16..20]).to_string(),
-            h[8],
-            (l3 + tot).min(f.len()),
-        )
+    // The two headers' layouts: length, where the length field counts from (IPv4 counts the
+    // header, IPv6 not), the TTL / hop limit, the addresses.
+    let (hlen, counted, ttl_at, addr, short) = if is4 {
+        (20, 0, 8, 12, "IP [|ip]")
     } else {
-        let Some(h) = f.get(l3..l3 + 40) else {
-            s.push_str("IP6 [|ip6]");
-            return;
-        };
-        let plen = usize::from(u16::from_be_bytes([h[4], h[5]]));
-        (
-            v6(&h[8..24]).to_string(),
-            v6(&h[24..40]).to_string(),
-            h[7],
-            (l3 + 40 + plen).min(f.len()),
-        )
+        (40, 40, 7, 8, "IP6 [|ip6]")
     };
+    let Some(h) = f.get(l3..l3 + hlen) else {
+        s.push_str(short);
+        return;
+    };
+    let len_at = if is4 { 2 } else { 4 };
+    let len = usize::from(u16::from_be_bytes([h[len_at], h[len_at + 1]]));
+    let alen = (hlen - addr) / 2;
+    let text = |a: &[u8]| if is4 { v4(a).to_string() } else { v6(a).to_string() };
+    let (src, dst) = (text(&h[addr..addr + alen]), text(&h[addr + alen..hlen]));
+    let (ttl, end) = (h[ttl_at], (l3 + counted + len).min(f.len()));
     s.push_str(if is4 { "IP " } else { "IP6 " });
     let has_l4 = m.l4_off != freeway_packet::NO_OFFSET;
     let payload = |hl: usize| end.saturating_sub(l4 + hl);

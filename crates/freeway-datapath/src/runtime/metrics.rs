@@ -97,6 +97,13 @@ fn labelled<'a>(key: &'static str, rows: impl IntoIterator<Item = (&'a str, u64)
     rows.into_iter().map(|(k, v)| (vec![(key, k.to_string())], v)).collect()
 }
 
+/// `[("name", s.name), ...]`: counters labelled with their field names.
+macro_rules! fields {
+    ($s:ident: $($f:ident),+ $(,)?) => {
+        [$((stringify!($f), $s.$f)),+]
+    };
+}
+
 /// Renders a snapshot in the OpenMetrics text format.
 pub(crate) fn render(s: &Snapshot) -> String {
     let mut r = Registry::with_prefix("freeway");
@@ -216,16 +223,7 @@ fn conntrack(r: &mut Registry, c: &CtStats) {
         r,
         "conntrack_packets",
         "Packets tracked, by state",
-        labelled(
-            "state",
-            [
-                ("new", c.new),
-                ("established", c.established),
-                ("related", c.related),
-                ("untracked", c.untracked),
-                ("invalid", c.invalid),
-            ],
-        ),
+        labelled("state", fields!(c: new, established, related, untracked, invalid)),
     );
     counters(r, "conntrack_created", "Connections created", [(vec![], c.created)]);
     counters(r, "conntrack_expired", "Connections expired", [(vec![], c.expired)]);
@@ -239,15 +237,8 @@ fn firewall(r: &mut Registry, f: &FwStats) {
         "Firewall verdicts by reason",
         labelled(
             "verdict",
-            [
-                ("accept_new", f.accept_new),
-                ("accept_established", f.accept_established),
-                ("accept_related", f.accept_related),
-                ("accept_untracked", f.accept_untracked),
-                ("drop_invalid", f.drop_invalid),
-                ("drop_limit", f.drop_limit),
-                ("drop_new_not_allowed", f.drop_new_not_allowed),
-            ],
+            fields!(f: accept_new, accept_established, accept_related, accept_untracked,
+                drop_invalid, drop_limit, drop_new_not_allowed),
         ),
     );
 }

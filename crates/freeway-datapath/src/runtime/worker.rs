@@ -37,6 +37,22 @@ pub(crate) struct BridgeCtx<'a, 'w, L: Layout, T: TapPoint> {
     pub(crate) learning: &'a mut Learning<'w, L>,
 }
 
+impl<'a, 'w, L: Layout, T: TapPoint> BridgeCtx<'a, 'w, L, T> {
+    fn new(
+        tx: &'a mut Tx<T>,
+        bridge: &'a Bridge<L>,
+        bw: &'a mut BridgeWorker,
+        learning: &'a mut Learning<'w, L>,
+    ) -> Self {
+        BridgeCtx {
+            tx,
+            bridge,
+            bw,
+            learning,
+        }
+    }
+}
+
 /// How a worker learns: inline into the FDB writer it owns (offline runs), else through the
 /// FDB thread's queue.
 fn learning_of<L: Layout>(fdb: Option<&mut FdbWriter<L>>) -> Learning<'_, L> {
@@ -151,15 +167,7 @@ pub(crate) fn poll_router<L: Layout, T: TapPoint>(w: &mut Worker<L, T>, now: Tic
     } = w;
     let Some(r) = router.as_mut() else { return };
     let learning = &mut learning_of(inline.and_then(|i| i.fdb.as_mut()));
-    r.poll(
-        now,
-        &mut BridgeCtx {
-            tx,
-            bridge,
-            bw,
-            learning,
-        },
-    );
+    r.poll(now, &mut BridgeCtx::new(tx, bridge, bw, learning));
     tx.flush_all();
 }
 
@@ -222,16 +230,7 @@ pub(crate) fn process_batch<L: Layout, T: TapPoint>(
     let learning = &mut learning_of(fdb_w);
     bridge.process(bw, batch, now, tx, learning);
     if let Some(r) = router.as_mut() {
-        r.run(
-            now,
-            &mut BridgeCtx {
-                tx,
-                bridge,
-                bw,
-                learning,
-            },
-            scratch,
-        );
+        r.run(now, &mut BridgeCtx::new(tx, bridge, bw, learning), scratch);
         if let Some(nw) = neigh_w {
             // Offline: neighbour updates apply at once, so the output is deterministic.
             nw.service(now);

@@ -344,87 +344,69 @@ impl Reply {
     }
 }
 
-/// Why a request was not done, with a machine-readable kind (serialized as
-/// `{"kind":"not_found","message":"..."}`) and a message for people (its `Display`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", content = "message", rename_all = "snake_case")]
-pub enum CtlError {
-    /// The line is not a request object (bad JSON, missing or misspelled fields, bad values).
-    Malformed(String),
-    /// The line is longer than [`MAX_REQUEST`].
-    TooLong(String),
-    /// The request is of a protocol version this datapath does not speak.
-    UnsupportedVersion(String),
-    /// The request names a command this datapath does not know.
-    UnknownCommand(String),
-    /// The command's words are wrong (`freeway ctl` refuses them before sending).
-    Usage(String),
-    /// A value is out of range or of the wrong kind (a VLAN, a prefix, an address family).
-    Invalid(String),
-    /// Something named does not exist (a port, an interface, a route, an entry, a tap).
-    NotFound(String),
-    /// The change conflicts with the state (a route that exists, a tap already stopped).
-    Conflict(String),
-    /// The change would break the datapath's own forwarding (its own MAC or addresses).
-    Refused(String),
-    /// This datapath does not have what the request needs (no router, no conntrack, an
-    /// offline run).
-    Unavailable(String),
-    /// Too many clients, or a table's writer is busy: nothing done, try again.
-    Busy(String),
-    /// The client's user may not send this request (see `--ctl-group`).
-    Forbidden(String),
-    /// The request did not arrive whole in time.
-    Timeout(String),
-    /// The request was accepted but failed (a file that cannot be written, a writer thread
-    /// that stopped).
-    Failed(String),
-    /// The client could not reach the datapath or read its reply.
-    Unreachable(String),
+/// Declares [`CtlError`] from one list of variants and their kinds: the enum (serialized
+/// with the kind as its tag), `kind` and `message`.
+macro_rules! ctl_errors {
+    ($($(#[$doc:meta])* $v:ident => $kind:literal,)+) => {
+        /// Why a request was not done, with a machine-readable kind (serialized as
+        /// `{"kind":"not_found","message":"..."}`) and a message for people (its `Display`).
+        #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(tag = "kind", content = "message", rename_all = "snake_case")]
+        pub enum CtlError {
+            $($(#[$doc])* $v(String),)+
+        }
+
+        impl CtlError {
+            /// The machine-readable kind, as serialized.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(CtlError::$v(_) => $kind,)+
+                }
+            }
+
+            /// The message.
+            pub fn message(&self) -> &str {
+                match self {
+                    $(CtlError::$v(m))|+ => m,
+                }
+            }
+        }
+    };
 }
 
-impl CtlError {
-    /// The machine-readable kind, as serialized.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            CtlError::Malformed(_) => "malformed",
-            CtlError::TooLong(_) => "too_long",
-            CtlError::UnsupportedVersion(_) => "unsupported_version",
-            CtlError::UnknownCommand(_) => "unknown_command",
-            CtlError::Usage(_) => "usage",
-            CtlError::Invalid(_) => "invalid",
-            CtlError::NotFound(_) => "not_found",
-            CtlError::Conflict(_) => "conflict",
-            CtlError::Refused(_) => "refused",
-            CtlError::Unavailable(_) => "unavailable",
-            CtlError::Busy(_) => "busy",
-            CtlError::Forbidden(_) => "forbidden",
-            CtlError::Timeout(_) => "timeout",
-            CtlError::Failed(_) => "failed",
-            CtlError::Unreachable(_) => "unreachable",
-        }
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        match self {
-            CtlError::Malformed(m)
-            | CtlError::TooLong(m)
-            | CtlError::UnsupportedVersion(m)
-            | CtlError::UnknownCommand(m)
-            | CtlError::Usage(m)
-            | CtlError::Invalid(m)
-            | CtlError::NotFound(m)
-            | CtlError::Conflict(m)
-            | CtlError::Refused(m)
-            | CtlError::Unavailable(m)
-            | CtlError::Busy(m)
-            | CtlError::Forbidden(m)
-            | CtlError::Timeout(m)
-            | CtlError::Failed(m)
-            | CtlError::Unreachable(m) => m,
-        }
-    }
+ctl_errors! {
+    /// The line is not a request object (bad JSON, missing or misspelled fields, bad values).
+    Malformed => "malformed",
+    /// The line is longer than [`MAX_REQUEST`].
+    TooLong => "too_long",
+    /// The request is of a protocol version this datapath does not speak.
+    UnsupportedVersion => "unsupported_version",
+    /// The request names a command this datapath does not know.
+    UnknownCommand => "unknown_command",
+    /// The command's words are wrong (`freeway ctl` refuses them before sending).
+    Usage => "usage",
+    /// A value is out of range or of the wrong kind (a VLAN, a prefix, an address family).
+    Invalid => "invalid",
+    /// Something named does not exist (a port, an interface, a route, an entry, a tap).
+    NotFound => "not_found",
+    /// The change conflicts with the state (a route that exists, a tap already stopped).
+    Conflict => "conflict",
+    /// The change would break the datapath's own forwarding (its own MAC or addresses).
+    Refused => "refused",
+    /// This datapath does not have what the request needs (no router, no conntrack, an
+    /// offline run).
+    Unavailable => "unavailable",
+    /// Too many clients, or a table's writer is busy: nothing done, try again.
+    Busy => "busy",
+    /// The client's user may not send this request (see `--ctl-group`).
+    Forbidden => "forbidden",
+    /// The request did not arrive whole in time.
+    Timeout => "timeout",
+    /// The request was accepted but failed (a file that cannot be written, a writer thread
+    /// that stopped).
+    Failed => "failed",
+    /// The client could not reach the datapath or read its reply.
+    Unreachable => "unreachable",
 }
 
 impl fmt::Display for CtlError {
@@ -670,6 +652,14 @@ mod tests {
         let line = Response::line(Err(e.clone()));
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["error"]["kind"], "not_found");
+        for e in [
+            CtlError::TooLong("x".into()),
+            CtlError::UnsupportedVersion("x".into()),
+            CtlError::Forbidden("x".into()),
+        ] {
+            let j = serde_json::to_value(&e).unwrap();
+            assert_eq!(j["kind"], e.kind(), "the serialized tag is the kind");
+        }
         assert_eq!(v["error"]["message"], "no route for 10.6.0.0/16");
         assert_eq!(Response::decode(&line).unwrap_err(), e);
         // An error kind this build does not know is still shown.
