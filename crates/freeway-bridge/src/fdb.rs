@@ -32,7 +32,7 @@ use crate::layout::{Layout, Padded};
 use crate::mac::Mac;
 use crate::table::{key, pin, unkey, Guard, Node, Table};
 
-/// Ageing never runs more often than this (DESIGN law 3).
+/// Ageing never runs more often than this (ARCHITECTURE.md, fast-path rule 3).
 pub const MIN_AGE_INTERVAL_MS: u64 = 10;
 
 /// FDB settings (the `[bridge]` section of the config).

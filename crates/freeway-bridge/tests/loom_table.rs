@@ -18,7 +18,7 @@
 //! (`Outcomes`). The writer and the reader both run in spawned threads (the main thread
 //! only sets up, joins and checks), which lets loom 0.7 explore more interleavings than with
 //! the writer on the main thread (13 executions instead of 8 for the first model, 70 instead
-//! of 35 for the second), cf. tokio-rs/loom#392 and `loom_ct.rs`. Loom explores them properly
+//! of 35 for the second); see `loom_ct.rs`. Loom explores them properly
 //! only with a preemption bound (the bounded search adds backtracking points the unbounded
 //! one misses): without `LOOM_MAX_PREEMPTIONS` it stops after 3 executions each, and the
 //! guard fails.
@@ -37,7 +37,7 @@ use freeway_bridge::table::{key, unkey};
 use freeway_bridge::{Mac, Padded};
 use loom::thread;
 
-use freeway_sync::loom_model::{model, Outcomes};
+use freeway_sync::loom_model::{explore, model};
 
 const SEED: u64 = 99;
 
@@ -82,9 +82,7 @@ fn find_colliding() -> [u64; 3] {
 #[test]
 fn reader_sees_inserted_entry_fully_initialised() {
     let [a, _, _] = colliding_keys();
-    let outcomes = Outcomes::default();
-    let seen = outcomes.clone();
-    model(5, move || {
+    explore(5, move |seen| {
         let (fdb, mut w) = new_seeded::<Padded>(small(), SEED);
         let reader = fdb.clone();
         let r = thread::spawn(move || {
@@ -102,16 +100,14 @@ fn reader_sees_inserted_entry_fully_initialised() {
         });
         seen.saw(r.join().unwrap());
         wt.join().unwrap();
-    });
-    outcomes.expect(&["the reader missed the key", "the reader found the key"]);
+    })
+    .expect(&["the reader missed the key", "the reader found the key"]);
 }
 
 #[test]
 fn stable_key_is_always_found_while_its_chain_changes() {
     let [a, b, c] = colliding_keys();
-    let outcomes = Outcomes::default();
-    let seen = outcomes.clone();
-    model(25, move || {
+    explore(25, move |seen| {
         let (fdb, mut w) = new_seeded::<Padded>(small(), SEED);
         w.learn(a, 1, 0);
         w.learn(b, 2, 0);
@@ -139,8 +135,8 @@ fn stable_key_is_always_found_while_its_chain_changes() {
         assert!(fdb.table().lookup(b, &g).is_none());
         assert_eq!(fdb.table().lookup(c, &g).map(|n| n.port()), Some(3));
         assert_eq!(fdb.len(), 2);
-    });
-    outcomes.expect(&[
+    })
+    .expect(&[
         "the reader missed the key being removed",
         "the reader found the key being removed",
     ]);
@@ -183,9 +179,7 @@ fn a_static_entry_replaced_is_never_missing() {
     // static): a reader finds the old entry or the new one, never none (which would flood
     // the frame to every port of the VLAN). Found by the churn oracle.
     let [a, b, _] = colliding_keys();
-    let outcomes = Outcomes::default();
-    let seen = outcomes.clone();
-    model(6, move || {
+    explore(6, move |seen| {
         let (fdb, mut w) = new_seeded::<Padded>(small(), SEED);
         let (mac, vlan) = unkey(a);
         w.add_static(Mac(mac), vlan, 1, 0).unwrap();
@@ -216,6 +210,6 @@ fn a_static_entry_replaced_is_never_missing() {
         let g = fdb.pin();
         assert_eq!(fdb.table().lookup(a, &g).map(|n| n.port()), Some(2));
         assert_eq!(fdb.len(), 2);
-    });
-    outcomes.expect(&["the reader found the old entry", "the reader found the new entry"]);
+    })
+    .expect(&["the reader found the old entry", "the reader found the new entry"]);
 }

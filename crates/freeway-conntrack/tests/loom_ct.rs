@@ -16,7 +16,7 @@
 //! Guarded against vacuity: each model must explore a minimum number of executions
 //! (`freeway_sync::loom_model::model`) and reach each of the outcomes it names (`Outcomes`). Both sides of each race
 //! run in spawned threads (the main thread only sets up, joins and checks). With the expiry
-//! round on the main thread, loom 0.7 (cf. tokio-rs/loom#392) explored 11 and 6 executions
+//! round on the main thread, loom 0.7 explored 11 and 6 executions
 //! of the first two models, but never one where the worker's packet came before the round:
 //! the insert never went in front of the connection being unlinked, and the second model's
 //! assertion rejected the outcome where the packet refreshes the connection first, which it
@@ -44,7 +44,7 @@ use freeway_packet::Packet;
 use freeway_sync::Clock;
 use loom::thread;
 
-use freeway_sync::loom_model::{model, Outcomes};
+use freeway_sync::loom_model::explore;
 
 const SEED: u64 = 42;
 
@@ -121,9 +121,7 @@ fn tracked_once(p: &Packet) -> (Clock, Conntrack, Expirer, CtWorker) {
 fn insert_races_expiry_of_chain_head() {
     let (old, new) = colliding();
     let (p_old, p_new) = (udp(old), udp(new));
-    let outcomes = Outcomes::default();
-    let seen = outcomes.clone();
-    model(15, move || {
+    explore(15, move |seen| {
         let (clock, ct, exp, mut w) = tracked_once(&p_old);
         exp.step(); // the old connection is now listed by the expiry side
         clock.set(31_000); // and expired (udp_single = 30 s)
@@ -147,16 +145,14 @@ fn insert_races_expiry_of_chain_head() {
         assert!(ct.get(&tuple(new), 0).is_some());
         assert!(ct.get(&tuple(old), 0).is_none());
         check_invariants(&ct);
-    });
-    outcomes.expect(&["the insert came before the round", "the round came before the insert"]);
+    })
+    .expect(&["the insert came before the round", "the round came before the insert"]);
 }
 
 #[test]
 fn packet_races_removal_of_its_own_connection() {
     let p = udp(7);
-    let outcomes = Outcomes::default();
-    let seen = outcomes.clone();
-    model(10, move || {
+    explore(10, move |seen| {
         let (clock, ct, exp, mut w) = tracked_once(&p);
         clock.set(31_000);
         let p = p.clone();
@@ -179,8 +175,8 @@ fn packet_races_removal_of_its_own_connection() {
             _ => panic!("{st:?}"),
         });
         check_invariants(&ct);
-    });
-    outcomes.expect(&[
+    })
+    .expect(&[
         "the packet refreshed it first",
         "the round removed it",
         "the packet re-created it",
@@ -191,9 +187,7 @@ fn packet_races_removal_of_its_own_connection() {
 fn two_workers_create_the_same_connection_once() {
     let p = udp(9);
     let r = frames::udp(b(), a(), 53, 9, 0);
-    let outcomes = Outcomes::default();
-    let seen = outcomes.clone();
-    model(20, move || {
+    explore(20, move |seen| {
         let (ct, exp) = Conntrack::new(cfg(), Clock::manual()).unwrap();
         let mut w1 = ct.worker();
         let mut w2 = ct.worker();
@@ -212,6 +206,6 @@ fn two_workers_create_the_same_connection_once() {
         assert_eq!(ct.stats().created, 1);
         exp.step();
         check_invariants(&ct);
-    });
-    outcomes.expect(&["`w1` created it", "`w2` created it"]);
+    })
+    .expect(&["`w1` created it", "`w2` created it"]);
 }

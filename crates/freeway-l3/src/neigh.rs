@@ -11,7 +11,7 @@
 //! * **The neighbour writer** ([`NeighWriter`], exactly one, not `Clone`) is the only thread
 //!   that changes the table: it applies updates (enforcing the bound, counting refusals),
 //!   adds and deletes static entries, flushes, and ages entries in bounded chunks at least
-//!   [`MIN_AGE_INTERVAL_MS`] apart. Lookups never check expiry (DESIGN law 3).
+//!   [`MIN_AGE_INTERVAL_MS`] apart. Lookups never check expiry (ARCHITECTURE.md, fast-path rule 3).
 //!
 //! # The table
 //!
@@ -25,7 +25,7 @@
 //! worker always reads a consistent (MAC, state) pair, and the writer changes a MAC or a state
 //! in place with one store, without republishing the node. The "last confirmed" tick is a
 //! second atomic written only by the writer. Workers write nothing in the table: no shared
-//! write on the fast path at all (DESIGN law 2).
+//! write on the fast path at all (ARCHITECTURE.md, fast-path rule 2).
 //!
 //! # States (as iproute2 shows them)
 //!
@@ -57,7 +57,7 @@ use serde::{Deserialize, Serialize};
 use crate::iface::Interfaces;
 use freeway_packet::Mac;
 
-/// Ageing never runs more often than this (DESIGN law 3).
+/// Ageing never runs more often than this (ARCHITECTURE.md, fast-path rule 3).
 pub const MIN_AGE_INTERVAL_MS: u64 = 10;
 
 /// Neighbour table settings.

@@ -36,7 +36,7 @@ use freeway_l3::neigh::{new_seeded, NeighConfig};
 use freeway_l3::NeighState;
 use loom::thread;
 
-use freeway_sync::loom_model::{model, Outcomes};
+use freeway_sync::loom_model::explore;
 
 const SEED: u64 = 77;
 const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
@@ -80,9 +80,7 @@ fn colliding() -> [IpAddr; 4] {
 #[test]
 fn reader_sees_inserted_entry_fully_initialised() {
     let [a, ..] = colliding();
-    let outcomes = Outcomes::default();
-    let seen = outcomes.clone();
-    model(5, move || {
+    explore(5, move |seen| {
         let (n, mut w) = new_seeded(small(), SEED);
         let reader = n.clone();
         let r = thread::spawn(move || {
@@ -98,8 +96,8 @@ fn reader_sees_inserted_entry_fully_initialised() {
         });
         seen.saw(r.join().unwrap());
         wt.join().unwrap();
-    });
-    outcomes.expect(&["the worker missed the entry", "the worker found the entry"]);
+    })
+    .expect(&["the worker missed the entry", "the worker found the entry"]);
 }
 
 /// `b` is unlinked from the middle of the chain, then `d` from its head, with as successor
@@ -108,9 +106,7 @@ fn reader_sees_inserted_entry_fully_initialised() {
 #[test]
 fn stable_entry_is_always_found_while_its_chain_changes() {
     let [a, b, c, d] = colliding();
-    let outcomes = Outcomes::default();
-    let seen = outcomes.clone();
-    model(120, move || {
+    explore(120, move |seen| {
         let (n, mut w) = new_seeded(small(), SEED);
         w.learn(a, 0, A, true, 0);
         w.learn(b, 0, B, true, 0);
@@ -138,8 +134,8 @@ fn stable_entry_is_always_found_while_its_chain_changes() {
         assert!(n.lookup(d, 0, &g).is_none());
         assert_eq!(n.lookup(c, 0, &g).map(|v| v.state), Some(NeighState::Incomplete));
         assert_eq!(n.len(), 2);
-    });
-    outcomes.expect(&[
+    })
+    .expect(&[
         "the worker missed the entry being removed",
         "the worker found the entry being removed",
     ]);
@@ -148,9 +144,7 @@ fn stable_entry_is_always_found_while_its_chain_changes() {
 #[test]
 fn mac_and_state_change_together() {
     let [a, ..] = colliding();
-    let outcomes = Outcomes::default();
-    let seen = outcomes.clone();
-    model(60, move || {
+    explore(60, move |seen| {
         let (n, mut w) = new_seeded(small(), SEED);
         w.resolve(a, 0, 0);
         let reader = n.clone();
@@ -174,8 +168,8 @@ fn mac_and_state_change_together() {
         });
         seen.saw(r.join().unwrap());
         wt.join().unwrap();
-    });
-    outcomes.expect(&[
+    })
+    .expect(&[
         "the worker saw it incomplete",
         "the worker saw it reachable",
         "the worker saw it permanent",

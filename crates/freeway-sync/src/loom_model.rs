@@ -2,11 +2,11 @@
 //!
 //! loom 0.7 can explore far fewer interleavings than a model needs and still pass: when the
 //! main thread of a model runs to its `join` without a scheduling point another thread could
-//! take over at (cf. tokio-rs/loom#392), or when no preemption bound is set (the bounded
-//! search adds backtracking points the unbounded one misses). Until stop 15 the capture
-//! ring's two SPSC models explored one execution each and passed with a `Relaxed` publish;
-//! models of the bridge table, the neighbour table and conntrack explored 6–90 but several
-//! caught no weakened ordering, or never reached the interleaving they were written for.
+//! take over at, or when no preemption bound is set (the bounded search adds backtracking
+//! points the unbounded one misses). Before these guards the capture ring's two SPSC models
+//! explored one execution each and passed with a `Relaxed` publish; models of the bridge
+//! table, the neighbour table and conntrack explored 6–90 but several caught no weakened
+//! ordering, or never reached the interleaving they were written for.
 //!
 //! [`model`] fails a model that explores fewer executions than it is known to need;
 //! [`Outcomes`] fails one that never reaches an outcome it names. Run the models with
@@ -33,6 +33,16 @@ pub fn model(min: usize, f: impl Fn() + Sync + Send + 'static) {
         "loom explored {n} executions, expected at least {min}: the model is vacuous \
          (is LOOM_MAX_PREEMPTIONS set? CI runs the models with 3)"
     );
+}
+
+/// [`model`] for a model whose executions report their outcomes: `f` records each
+/// execution's outcome in the [`Outcomes`] it is given, returned for the test to
+/// [`Outcomes::expect`] the ones it was written to reach.
+pub fn explore(min: usize, f: impl Fn(&Outcomes) + Sync + Send + 'static) -> Outcomes {
+    let outcomes = Outcomes::default();
+    let seen = outcomes.clone();
+    model(min, move || f(&seen));
+    outcomes
 }
 
 /// The outcomes a model's executions ended in, recorded outside loom (std types), so that a
