@@ -87,6 +87,9 @@ counters! {
         drop_flood_empty,
         /// Copies dropped: no room to add a VLAN tag.
         drop_no_headroom,
+        /// IEEE 802.1D link-local control frames (to 01:80:c2:00:00:00–0f: STP BPDUs, PAUSE,
+        /// LACP, LLDP, 802.1X) that the ingress port does not forward (its group_fwd_mask).
+        drop_link_local,
         /// Learn requests sent to the FDB writer.
         learn_requests,
         /// Learn requests dropped because the queue was full (retried on a later frame).
@@ -118,10 +121,23 @@ impl Default for BridgeWorker {
     }
 }
 
+/// The link-local groups a bridge never forwards, whatever a port's mask says: STP BPDUs
+/// (01:80:c2:00:00:00), PAUSE (…:01) and LACP/slow protocols (…:02), as 802.1D requires.
+pub const GROUP_FWD_RESTRICTED: u16 = 0x0007;
+
+/// Whether `dst` is one of IEEE 802.1D's reserved link-local groups, 01:80:c2:00:00:00–0f,
+/// which a bridge consumes instead of forwarding.
+#[inline]
+pub fn is_link_local(dst: &[u8; 6]) -> bool {
+    matches!(dst, [0x01, 0x80, 0xc2, 0, 0, low] if *low <= 0x0f)
+}
+
 /// The bridge: its FDB and the VLAN tables of its ports. Shared read-only by all workers.
 pub struct Bridge<L: Layout = Padded> {
     fdb: Fdb<L>,
     ports: Box<[PortVlan]>,
+    /// Per port: which link-local groups (bit N for 01:80:c2:00:00:0N) it forwards.
+    group_fwd: Box<[u16]>,
     /// For each VLAN, its member ports.
     members: Box<[Box<[u16]>]>,
 }
@@ -140,9 +156,36 @@ impl<L: Layout> Bridge<L> {
             .into_boxed_slice();
         Bridge {
             fdb,
+            group_fwd: vec![0; ports.len()].into_boxed_slice(),
             ports: ports.into_boxed_slice(),
             members,
         }
+    }
+
+    /// Lets `port` forward the link-local groups of `mask` (bit N for 01:80:c2:00:00:0N), as
+    /// Linux's `group_fwd_mask`: 802.1X (bit 3) or LLDP (bit 14) across a transparent
+    /// bridge. STP, PAUSE and LACP ([`GROUP_FWD_RESTRICTED`]) are never forwarded: such a
+    /// mask, or an unknown port, is refused.
+    pub fn set_group_fwd_mask(&mut self, port: u16, mask: u16) -> Result<(), String> {
+        if mask & GROUP_FWD_RESTRICTED != 0 {
+            return Err(format!(
+                "group_fwd_mask {mask:#06x}: bits 0-2 (STP, PAUSE, LACP: {GROUP_FWD_RESTRICTED:#06x}) are never forwarded"
+            ));
+        }
+        let slot = self
+            .group_fwd
+            .get_mut(usize::from(port))
+            .ok_or_else(|| format!("no port {port}"))?;
+        *slot = mask;
+        Ok(())
+    }
+
+    /// Whether a frame to the link-local group `01:80:c2:00:00:0{low}` received on `port`
+    /// goes on (the group is in the port's mask).
+    #[inline]
+    fn forwards_link_local(&self, port: u16, low: u8) -> bool {
+        let mask = self.group_fwd.get(usize::from(port)).copied().unwrap_or(0);
+        low < 16 && mask & (1 << low) != 0
     }
 
     /// The FDB.
@@ -266,6 +309,10 @@ impl<L: Layout> Bridge<L> {
                     continue;
                 }
                 c.unknown_unicast.inc();
+            } else if is_link_local(&dst) && !self.forwards_link_local(in_port, dst[5]) {
+                c.drop_link_local.inc();
+                uniform = false;
+                continue;
             }
             fate[i] = FLOOD;
             flood_vid[i] = (vid, tag);

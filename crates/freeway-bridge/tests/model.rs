@@ -1,5 +1,6 @@
 //! The bridge checked against a simple reference model with property tests: learning, MAC
-//! moves, ageing, static entries, the learning limit, VLAN filtering and isolation, flooding.
+//! moves, ageing, static entries, the learning limit, VLAN filtering and isolation, flooding,
+//! and the IEEE 802.1D link-local groups (never flooded unless a port's group_fwd_mask says).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -30,10 +31,17 @@ fn ports() -> Vec<PortVlan> {
     ]
 }
 
+/// Per port: the link-local groups it forwards (port 3: 802.1X, port 4: LLDP).
+const GROUP_FWD: [u16; 5] = [0, 0, 0, 1 << 3, 1 << 0xe];
+
 fn mac(i: u8) -> Mac {
     match i {
         6 => Mac([0x01, 0x00, 0x5e, 0, 0, 1]),
         7 => Mac::BROADCAST,
+        8 => Mac([0x01, 0x80, 0xc2, 0, 0, 0]),     // STP BPDU
+        9 => Mac([0x01, 0x80, 0xc2, 0, 0, 0x0e]),  // LLDP
+        10 => Mac([0x01, 0x80, 0xc2, 0, 0, 0x03]), // 802.1X
+        11 => Mac([0x01, 0x80, 0xc2, 0, 0, 0x10]), // just past the reserved range: flooded
         _ => Mac([0x02, 0, 0, 0, 0, i]),
     }
 }
@@ -92,7 +100,10 @@ fn setup() -> (Fdb<Padded>, FdbWriter<Padded>, Bridge<Padded>, BridgeWorker, Col
 /// [`setup`] with the FDB configured by `cfg`, its hash seeded with `seed`.
 fn setup_with(cfg: FdbConfig, seed: u64) -> (Fdb<Padded>, FdbWriter<Padded>, Bridge<Padded>, BridgeWorker, Collect) {
     let (fdb, w) = new_seeded::<Padded>(cfg, seed);
-    let bridge = Bridge::new(fdb.clone(), ports());
+    let mut bridge = Bridge::new(fdb.clone(), ports());
+    for (port, mask) in GROUP_FWD.iter().enumerate() {
+        bridge.set_group_fwd_mask(port as u16, *mask).unwrap();
+    }
     (fdb, w, bridge, BridgeWorker::default(), Collect::default())
 }
 
@@ -141,6 +152,10 @@ impl Model {
                     self.learned += 1;
                 }
             }
+        }
+        let [a, b, c, d, e, low] = dst.0;
+        if [a, b, c, d, e] == [0x01, 0x80, 0xc2, 0, 0] && low < 16 && GROUP_FWD[inp as usize] & (1 << low) == 0 {
+            return vec![];
         }
         let targets: Vec<u16> = match (dst.is_multicast(), self.fdb.get(&(dst, vid))) {
             (false, Some(e)) if e.0 == inp => vec![],
@@ -221,7 +236,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0u8..8, 0u8..8, 0u16..5, prop_oneof![Just(None), Just(Some(0)), (1u16..4).prop_map(Some), Just(Some(7))])
+        8 => (0u8..8, 0u8..12, 0u16..5, prop_oneof![Just(None), Just(Some(0)), (1u16..4).prop_map(Some), Just(Some(7))])
             .prop_map(|(src, dst, port, tag)| Op::Frame { src, dst, port, tag }),
         1 => (0u8..6, 1u16..4, 0u16..5).prop_map(|(mac, vlan, port)| Op::Static { mac, vlan, port }),
         1 => (0u8..6, 1u16..4).prop_map(|(mac, vlan)| Op::Delete { mac, vlan }),
@@ -375,4 +390,34 @@ proptest! {
             prop_assert_eq!(&em.out, &want);
         }
     }
+}
+
+/// A BPDU is never flooded, whatever a port's mask (bits 0-2 cannot be set); LLDP and 802.1X
+/// go on only from the ports that forward them; all are counted when dropped.
+#[test]
+fn link_local_groups_stay_on_their_link() {
+    let (_fdb, _w, mut bridge, mut bw, mut em) = setup();
+    for (dst, port, floods) in [
+        (8, 4, false),
+        (8, 0, false),
+        (9, 4, true),
+        (9, 3, false),
+        (10, 3, true),
+        (10, 0, false),
+        (11, 0, true),
+    ] {
+        let mut b = Batch::new();
+        push(
+            &mut b,
+            port,
+            frame(mac(1), mac(dst), if port >= 3 { Some(1) } else { None }, 0),
+        );
+        em.out.clear();
+        bridge.process(&mut bw, &mut b, 1, &mut em, &mut Learning::ReadOnly);
+        assert_eq!(!em.out.is_empty(), floods, "{} from port {port}", mac(dst));
+    }
+    assert_eq!(bw.counters.drop_link_local.get(), 4);
+    let e = bridge.set_group_fwd_mask(0, 0x0001).unwrap_err();
+    assert!(e.contains("never forwarded"), "{e}");
+    assert!(bridge.set_group_fwd_mask(9, 0x4000).is_err(), "no port 9");
 }

@@ -125,3 +125,17 @@ fn durations_take_the_command_line_syntax_and_out_of_range_ones_are_refused_clea
         &["duration"],
     );
 }
+
+/// A port may forward link-local groups such as LLDP (`group_fwd_mask`), never STP, PAUSE
+/// or LACP: such a mask is refused at its line.
+#[test]
+fn group_fwd_mask_cannot_open_stp_pause_or_lacp() {
+    let ok = config::parse(&format!("{PORT}group_fwd_mask = 0x4008\n"), "t", None).unwrap();
+    assert_eq!(ok.ports[0].group_fwd_mask, 0x4008);
+    refused(
+        &format!("{PORT}group_fwd_mask = 0x0001\n"),
+        Some(4),
+        &["group_fwd_mask", "STP"],
+    );
+    refused(&format!("{PORT}group_fwd_mask = 0x10000\n"), Some(4), &[]);
+}

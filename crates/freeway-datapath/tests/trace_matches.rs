@@ -174,6 +174,23 @@ fn trace_verdicts_equal_the_datapaths() {
             udp(T1, bcast, Some(10), "10.0.10.33", "10.0.10.255", 64),
         ),
         (
+            "STP BPDU group (a link-local group, never forwarded)",
+            "h1",
+            udp(H1, [0x01, 0x80, 0xc2, 0, 0, 0], None, "10.0.10.5", "10.0.10.9", 64),
+        ),
+        (
+            "LLDP group on the trunk (not in its group_fwd_mask)",
+            "trunk",
+            udp(
+                T1,
+                [0x01, 0x80, 0xc2, 0, 0, 0x0e],
+                Some(10),
+                "10.0.10.33",
+                "10.0.10.9",
+                64,
+            ),
+        ),
+        (
             "802.1ad tag on the trunk",
             "trunk",
             s_tagged(udp(T1, H1, Some(10), "10.0.10.33", "10.0.10.5", 64)),

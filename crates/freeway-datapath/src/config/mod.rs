@@ -14,6 +14,7 @@
 //! kind = "gen"                        # gen | pcap | sink
 //! vlan = { mode = "access", vlan = 1 } # or { mode = "trunk", vlans = ["10", "20-30"], native = 1 }
 //! gen = { src_macs = ["02:00:00:00:00:01"], dst_macs = ["02:00:00:00:00:02"] }
+//! group_fwd_mask = 0x4000              # forward LLDP (01:80:c2:00:00:0e); STP/PAUSE/LACP never
 //!
 //! [bridge]
 //! learn_limit = 65536
@@ -138,6 +139,11 @@ pub struct PortConfig {
     /// Conntrack zone of frames received here (default 0).
     #[serde(default)]
     pub zone: Option<u16>,
+    /// Link-local groups (01:80:c2:00:00:0N, bit N) that frames received here are forwarded
+    /// to, as Linux's `group_fwd_mask` (e.g. 0x4008: LLDP and 802.1X). Default 0: none; STP,
+    /// PAUSE and LACP (bits 0-2) are never forwarded.
+    #[serde(default)]
+    pub group_fwd_mask: Option<Spanned<u16>>,
 }
 
 /// `[bridge]`: FDB bounds and ageing (defaults in [`FdbConfig`]) and static entries.
@@ -217,6 +223,8 @@ pub struct PortSpec {
     pub afpacket: Option<freeway_io::afpacket::AfPacketConfig>,
     /// Conntrack zone of received frames.
     pub zone: u16,
+    /// Link-local groups forwarded from this port (see [`PortConfig::group_fwd_mask`]).
+    pub group_fwd_mask: u16,
 }
 
 /// A checked configuration.
@@ -474,6 +482,19 @@ fn check_port(
         }
         None => None,
     };
+    let group_fwd_mask = match &p.group_fwd_mask {
+        Some(m) if m.get_ref() & freeway_bridge::GROUP_FWD_RESTRICTED != 0 => {
+            return Err(at.err(
+                Some(m.span()),
+                format!(
+                    "port {name:?}: group_fwd_mask {:#06x}: bits 0-2 (STP, PAUSE, LACP) are never forwarded",
+                    m.get_ref()
+                ),
+            ))
+        }
+        Some(m) => *m.get_ref(),
+        None => 0,
+    };
     Ok(PortSpec {
         name,
         kind,
@@ -482,6 +503,7 @@ fn check_port(
         pcap,
         afpacket,
         zone: p.zone.unwrap_or(0),
+        group_fwd_mask,
     })
 }
 

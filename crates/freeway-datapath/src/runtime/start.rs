@@ -430,7 +430,13 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock) -> Result<Ta
                 .map_err(|e| RunError(format!("router interface {}: {e}", i.name)))?;
         }
     }
-    let bridge = Arc::new(Bridge::new(fdb_r.clone(), port_vlans));
+    let mut bridge = Bridge::new(fdb_r.clone(), port_vlans);
+    for (i, p) in cfg.ports.iter().enumerate() {
+        bridge
+            .set_group_fwd_mask(i as u16, p.group_fwd_mask)
+            .map_err(|e| RunError(format!("port {:?}: {e}", p.name)))?;
+    }
+    let bridge = Arc::new(bridge);
     let stateful = Stateful::start(
         cfg.conntrack.as_ref(),
         cfg.firewall.as_ref(),

@@ -368,6 +368,11 @@ impl<L: Layout> Tables<'_, L> {
         let result = match (drop, &words) {
             (Some("src_multicast"), _) => "drop: multicast source address (bridge:src_multicast)".to_string(),
             (Some("bad_port"), _) => "drop: no such bridge port (bridge:bad_port)".to_string(),
+            (Some("link_local"), _) => {
+                "drop: an IEEE 802.1D link-local control frame (01:80:c2:00:00:0X), not forwarded \
+                 from this port (bridge:link_local; group_fwd_mask opens the ones that may be)"
+                    .to_string()
+            }
             (Some("vlan_filtered"), _) => format!(
                 "drop: {} not admitted on this port (bridge:vlan_filtered)",
                 tag.map_or("untagged frame".into(), |v| format!("vlan {v}"))
