@@ -6,7 +6,7 @@
 #   BEFORE=/path/to/freeway-643ae32 AFTER=/path/to/freeway-HEAD benchmarks/refactor-2026-11-24-run.sh [ROUNDS]
 set -euo pipefail
 rounds=${1:-3}
-out=benchmarks/refactor-2026-11-24
+out=${OUT:-benchmarks/refactor-2026-11-24}
 mkdir -p "$out"
 for r in $(seq 1 "$rounds"); do
     for which in before after; do
