@@ -18,4 +18,4 @@ mkdir -p "$assets/man" "$assets/completions"
 "$bin" completions fish > "$assets/completions/freeway.fish"
 "$bin" default-config > "$assets/freeway.toml.example"
 "$bin" default-config --router > "$assets/router.toml.example"
-cargo deb -p freeway --no-build --no-strip 2>&1 | tail -1
+cargo deb -p freeway --no-build --no-strip --quiet | tail -1
