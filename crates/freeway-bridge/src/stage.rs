@@ -87,6 +87,8 @@ counters! {
         drop_flood_empty,
         /// Copies dropped: no room to add a VLAN tag.
         drop_no_headroom,
+        /// Frames between two isolated ports.
+        drop_isolated,
         /// IEEE 802.1D link-local control frames (to 01:80:c2:00:00:00–0f: STP BPDUs, PAUSE,
         /// LACP, LLDP, 802.1X) that the ingress port does not forward (its group_fwd_mask).
         drop_link_local,
@@ -132,12 +134,64 @@ pub fn is_link_local(dst: &[u8; 6]) -> bool {
     matches!(dst, [0x01, 0x80, 0xc2, 0, 0, low] if *low <= 0x0f)
 }
 
+/// A port's bridge flags, with the Linux bridge's names and meanings (`bridge link set dev
+/// PORT flood off ...`). The flood flags are egress flags: they decide whether flooded frames
+/// of that class leave by the port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortFlags {
+    /// Learn the source addresses of frames received here (and refresh or move their
+    /// entries); off, the port's stations are reached only by flooding or static entries.
+    pub learning: bool,
+    /// Unknown-unicast frames are flooded out of this port.
+    pub flood: bool,
+    /// Multicast frames (group destinations other than broadcast) are flooded out of it.
+    pub mcast_flood: bool,
+    /// Broadcast frames are flooded out of it.
+    pub bcast_flood: bool,
+    /// An isolated port talks only to non-isolated ports: nothing goes from one isolated
+    /// port to another, flooded or not.
+    pub isolated: bool,
+}
+
+impl Default for PortFlags {
+    fn default() -> Self {
+        PortFlags {
+            learning: true,
+            flood: true,
+            mcast_flood: true,
+            bcast_flood: true,
+            isolated: false,
+        }
+    }
+}
+
+/// What kind of frame is flooded: decides which egress flag applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FloodClass {
+    Unknown,
+    Multicast,
+    Broadcast,
+}
+
+impl PortFlags {
+    #[inline]
+    fn floods(&self, class: FloodClass) -> bool {
+        match class {
+            FloodClass::Unknown => self.flood,
+            FloodClass::Multicast => self.mcast_flood,
+            FloodClass::Broadcast => self.bcast_flood,
+        }
+    }
+}
+
 /// The bridge: its FDB and the VLAN tables of its ports. Shared read-only by all workers.
 pub struct Bridge<L: Layout = Padded> {
     fdb: Fdb<L>,
     ports: Box<[PortVlan]>,
     /// Per port: which link-local groups (bit N for 01:80:c2:00:00:0N) it forwards.
     group_fwd: Box<[u16]>,
+    /// Per port: its flags.
+    flags: Box<[PortFlags]>,
     /// For each VLAN, its member ports.
     members: Box<[Box<[u16]>]>,
 }
@@ -157,6 +211,7 @@ impl<L: Layout> Bridge<L> {
         Bridge {
             fdb,
             group_fwd: vec![0; ports.len()].into_boxed_slice(),
+            flags: vec![PortFlags::default(); ports.len()].into_boxed_slice(),
             ports: ports.into_boxed_slice(),
             members,
         }
@@ -178,6 +233,22 @@ impl<L: Layout> Bridge<L> {
             .ok_or_else(|| format!("no port {port}"))?;
         *slot = mask;
         Ok(())
+    }
+
+    /// Sets `port`'s flags; an unknown port is refused.
+    pub fn set_port_flags(&mut self, port: u16, flags: PortFlags) -> Result<(), String> {
+        let slot = self
+            .flags
+            .get_mut(usize::from(port))
+            .ok_or_else(|| format!("no port {port}"))?;
+        *slot = flags;
+        Ok(())
+    }
+
+    /// The flags of `port` (defaults for an unknown one).
+    #[inline]
+    pub fn port_flags(&self, port: u16) -> PortFlags {
+        self.flags.get(usize::from(port)).copied().unwrap_or_default()
     }
 
     /// Whether a frame to the link-local group `01:80:c2:00:00:0{low}` received on `port`
@@ -225,7 +296,7 @@ impl<L: Layout> Bridge<L> {
         c.rx.add(batch.len() as u64);
         // Per packet: the output port, or DROP / FLOOD; for floods, the VLAN and original tag.
         let mut fate = [DROP; MAX_BATCH];
-        let mut flood_vid = [(0u16, None::<u16>); MAX_BATCH];
+        let mut flood_vid = [(0u16, None::<u16>, FloodClass::Unknown); MAX_BATCH];
         let mut uniform = true;
         let read_only = matches!(learning, Learning::ReadOnly);
         for (i, p) in batch.as_mut_slice().iter_mut().enumerate() {
@@ -256,9 +327,10 @@ impl<L: Layout> Bridge<L> {
             };
 
             // Learn the source.
+            let in_flags = self.port_flags(in_port);
             let sk = key(src, vid);
             match table.lookup(sk, &guard) {
-                _ if read_only => {}
+                _ if read_only || !in_flags.learning => {}
                 Some(n) => {
                     if n.port() != in_port {
                         if n.move_to(in_port) {
@@ -298,6 +370,9 @@ impl<L: Layout> Bridge<L> {
                     if o == in_port {
                         c.drop_same_port.inc();
                         uniform = false;
+                    } else if in_flags.isolated && self.port_flags(o).isolated {
+                        c.drop_isolated.inc();
+                        uniform = false;
                     } else if self.egress_prepare(p, o, vid, tag) {
                         c.forwarded.inc();
                         fate[i] = o;
@@ -314,8 +389,15 @@ impl<L: Layout> Bridge<L> {
                 uniform = false;
                 continue;
             }
+            let class = if dst == [0xff; 6] {
+                FloodClass::Broadcast
+            } else if dst[0] & 1 != 0 {
+                FloodClass::Multicast
+            } else {
+                FloodClass::Unknown
+            };
             fate[i] = FLOOD;
-            flood_vid[i] = (vid, tag);
+            flood_vid[i] = (vid, tag, class);
             uniform = false;
         }
 
@@ -327,18 +409,35 @@ impl<L: Layout> Bridge<L> {
             match fate[i] {
                 DROP => out.pool().put(p),
                 FLOOD => {
-                    let (vid, tag) = flood_vid[i];
+                    let (vid, tag, class) = flood_vid[i];
                     let in_port = p.meta.in_port;
-                    self.flood(p, in_port, vid, tag, c, out);
+                    self.flood(p, in_port, (vid, tag, class), c, out);
                 }
                 o => out.emit(o, p),
             }
         }
     }
 
-    fn flood<E: Emit>(&self, p: Packet, in_port: u16, vid: u16, tag: Option<u16>, c: &BridgeCounters, out: &mut E) {
+    /// Sends copies of `p` to the members of its VLAN that take this class of flooded frame
+    /// (their egress flags), except `in_port` and, from an isolated port, the isolated ones.
+    fn flood<E: Emit>(
+        &self,
+        p: Packet,
+        in_port: u16,
+        (vid, tag, class): (u16, Option<u16>, FloodClass),
+        c: &BridgeCounters,
+        out: &mut E,
+    ) {
         let members = self.members(vid);
-        let mut targets = members.iter().copied().filter(|m| *m != in_port).peekable();
+        let isolated = self.port_flags(in_port).isolated;
+        let mut targets = members
+            .iter()
+            .copied()
+            .filter(|&m| {
+                let f = self.port_flags(m);
+                m != in_port && f.floods(class) && !(isolated && f.isolated)
+            })
+            .peekable();
         if targets.peek().is_none() {
             c.drop_flood_empty.inc();
             out.pool().put(p);

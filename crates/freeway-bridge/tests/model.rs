@@ -1,11 +1,14 @@
 //! The bridge checked against a simple reference model with property tests: learning, MAC
 //! moves, ageing, static entries, the learning limit, VLAN filtering and isolation, flooding,
-//! and the IEEE 802.1D link-local groups (never flooded unless a port's group_fwd_mask says).
+//! the IEEE 802.1D link-local groups (never flooded unless a port's group_fwd_mask says), and
+//! the ports' flags (learning, flood, mcast_flood, bcast_flood, isolated).
 
 use std::collections::{BTreeMap, HashMap};
 
 use freeway_bridge::fdb::{new_seeded, FdbConfig};
-use freeway_bridge::{Bridge, BridgeWorker, Emit, Fdb, FdbWriter, Learning, Mac, Padded, PortVlan, PortVlanConfig};
+use freeway_bridge::{
+    Bridge, BridgeWorker, Emit, Fdb, FdbWriter, Learning, Mac, Padded, PortFlags, PortVlan, PortVlanConfig,
+};
 use freeway_packet::{Batch, Packet, PacketPool, NO_VLAN};
 use proptest::prelude::*;
 
@@ -113,8 +116,27 @@ fn push(b: &mut Batch, port: u16, mut p: Packet) {
     b.push(p).unwrap();
 }
 
+/// Flags for the ports in the flags property test: 0 and 1 isolated (from each other, not
+/// from the rest), 2 does not learn, 3 takes no unknown unicast, 4 no multicast or broadcast.
+fn flag_set() -> Vec<PortFlags> {
+    let d = PortFlags::default();
+    vec![
+        PortFlags { isolated: true, ..d },
+        PortFlags { isolated: true, ..d },
+        PortFlags { learning: false, ..d },
+        PortFlags { flood: false, ..d },
+        PortFlags {
+            mcast_flood: false,
+            bcast_flood: false,
+            ..d
+        },
+    ]
+}
+
 #[derive(Default)]
 struct Model {
+    /// Per port (empty: every port has the default flags).
+    flags: Vec<PortFlags>,
     fdb: HashMap<(Mac, u16), (u16, bool, u64)>,
     learned: usize,
     statics: usize,
@@ -139,7 +161,10 @@ impl Model {
         let Some(vid) = ports[inp as usize].classify(tag) else {
             return vec![];
         };
+        let flags = |p: u16| self.flags.get(p as usize).copied().unwrap_or_default();
+        let (learns, isolated) = (flags(inp).learning, flags(inp).isolated);
         match self.fdb.get_mut(&(src, vid)) {
+            _ if !learns => {}
             Some(e) => {
                 if !e.1 {
                     e.0 = inp;
@@ -157,11 +182,19 @@ impl Model {
         if [a, b, c, d, e] == [0x01, 0x80, 0xc2, 0, 0] && low < 16 && GROUP_FWD[inp as usize] & (1 << low) == 0 {
             return vec![];
         }
+        let flags = |p: u16| self.flags.get(p as usize).copied().unwrap_or_default();
+        let floods = |p: u16| match dst {
+            Mac::BROADCAST => flags(p).bcast_flood,
+            d if d.is_multicast() => flags(p).mcast_flood,
+            _ => flags(p).flood,
+        };
         let targets: Vec<u16> = match (dst.is_multicast(), self.fdb.get(&(dst, vid))) {
             (false, Some(e)) if e.0 == inp => vec![],
+            (false, Some(e)) if isolated && flags(e.0).isolated => vec![],
             (false, Some(e)) => vec![e.0],
             _ => (0..ports.len() as u16)
                 .filter(|p| *p != inp && ports[*p as usize].is_member(vid))
+                .filter(|p| floods(*p) && !(isolated && flags(*p).isolated))
                 .collect(),
         };
         targets
@@ -249,7 +282,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
     #[test]
-    fn bridge_matches_reference_model(ops in proptest::collection::vec(op(), 1..120)) {
+    fn bridge_matches_reference_model(ops in proptest::collection::vec(op(), 1..120), with_flags in any::<bool>()) {
         let cfg = FdbConfig {
             learn_limit: LEARN_LIMIT,
             static_limit: STATIC_LIMIT,
@@ -257,9 +290,15 @@ proptest! {
             age_chunk_buckets: 1 << 20,
             ..Default::default()
         };
-        let (fdb, mut writer, bridge, mut bw, mut em) = setup_with(cfg, 3);
+        let (fdb, mut writer, mut bridge, mut bw, mut em) = setup_with(cfg, 3);
         let ports = ports();
         let mut model = Model::default();
+        if with_flags {
+            model.flags = flag_set();
+            for (p, f) in model.flags.iter().enumerate() {
+                bridge.set_port_flags(p as u16, *f).unwrap();
+            }
+        }
         let mut now = 1u64;
         for (i, o) in ops.into_iter().enumerate() {
             match o {

@@ -142,3 +142,44 @@ fn frames_from_a_group_source_are_dropped_before_conntrack_tracks_them() {
     assert_eq!(conns, ["10.0.0.9"]);
     assert_eq!(read_pcap(&p1).len(), 1);
 }
+
+/// Isolated ports and IEEE link-local groups, pcap in to pcap out: from an isolated port a
+/// broadcast reaches only the non-isolated port, unicast to a station behind another
+/// isolated port is dropped (`bridge:isolated`), to one behind the non-isolated port it
+/// goes; a frame to the STP group goes nowhere (`bridge:link_local`), and one to LLDP goes
+/// only from a port whose `group_fwd_mask` allows it.
+#[test]
+fn isolated_ports_and_link_local_groups() {
+    let dir = TempDir::new("pcap-isolated");
+    let [in0, in2, out1, out2] = dir.files(["in0.pcap", "in2.pcap", "out1.pcap", "out2.pcap"]);
+    let (a, b, c) = (mac(0xa), mac(0xb), mac(0xc));
+    let (stp, lldp) = ([0x01, 0x80, 0xc2, 0, 0, 0], [0x01, 0x80, 0xc2, 0, 0, 0x0e]);
+    let from_p0 = [
+        frame(a, [0xff; 6], None, 1), // broadcast: p2 only (p1 is isolated too)
+        frame(a, b, None, 2),         // to B, static on isolated p1: dropped
+        frame(a, c, None, 3),         // to C, static on p2: forwarded
+        frame(a, stp, None, 4),       // STP group: never forwarded
+        frame(a, lldp, None, 5),      // LLDP: p0 has no group_fwd_mask: dropped
+    ];
+    let from_p2 = [frame(c, lldp, None, 6)]; // LLDP from p2 (mask 0x4000): to p1 and p0
+    write_pcap(&in0, &from_p0);
+    write_pcap(&in2, &from_p2);
+    let text = format!(
+        "{}isolated = true\n{}isolated = true\n{}group_fwd_mask = 0x4000\n[bridge]\nstatic = [\
+         {{ mac = \"02:00:00:00:00:0b\", vlan = 1, port = \"p1\" }}, \
+         {{ mac = \"02:00:00:00:00:0c\", vlan = 1, port = \"p2\" }}]\n",
+        pcap_port("p0", "", Some(&in0), None),
+        pcap_port("p1", "", None, Some(&out1)),
+        pcap_port("p2", "", Some(&in2), Some(&out2)),
+    );
+    let res = run(&text);
+    assert_eq!(read_pcap(&out2), vec![from_p0[0].clone(), from_p0[2].clone()]);
+    assert_eq!(
+        read_pcap(&out1),
+        vec![from_p2[0].clone()],
+        "only the LLDP frame p2 may forward"
+    );
+    let drops = res.last.drops();
+    assert_eq!(drops.get("bridge:isolated"), Some(&1), "{drops:?}");
+    assert_eq!(drops.get("bridge:link_local"), Some(&2), "{drops:?}");
+}

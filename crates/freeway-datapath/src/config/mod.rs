@@ -15,6 +15,7 @@
 //! vlan = { mode = "access", vlan = 1 } # or { mode = "trunk", vlans = ["10", "20-30"], native = 1 }
 //! gen = { src_macs = ["02:00:00:00:00:01"], dst_macs = ["02:00:00:00:00:02"] }
 //! group_fwd_mask = 0x4000              # forward LLDP (01:80:c2:00:00:0e); STP/PAUSE/LACP never
+//! isolated = false                     # and learning, flood, mcast_flood, bcast_flood (true)
 //!
 //! [bridge]
 //! learn_limit = 65536
@@ -144,6 +145,22 @@ pub struct PortConfig {
     /// PAUSE and LACP (bits 0-2) are never forwarded.
     #[serde(default)]
     pub group_fwd_mask: Option<Spanned<u16>>,
+    /// Learn source addresses of frames received here (default true), as the Linux bridge's
+    /// port flag of that name; likewise the next four.
+    #[serde(default)]
+    pub learning: Option<bool>,
+    /// Unknown-unicast frames are flooded out of this port (default true).
+    #[serde(default)]
+    pub flood: Option<bool>,
+    /// Multicast frames are flooded out of this port (default true).
+    #[serde(default)]
+    pub mcast_flood: Option<bool>,
+    /// Broadcast frames are flooded out of this port (default true).
+    #[serde(default)]
+    pub bcast_flood: Option<bool>,
+    /// Nothing goes between two isolated ports (default false).
+    #[serde(default)]
+    pub isolated: Option<bool>,
 }
 
 /// `[bridge]`: FDB bounds and ageing (defaults in [`FdbConfig`]) and static entries.
@@ -225,6 +242,8 @@ pub struct PortSpec {
     pub zone: u16,
     /// Link-local groups forwarded from this port (see [`PortConfig::group_fwd_mask`]).
     pub group_fwd_mask: u16,
+    /// The port's bridge flags (learning, flooding, isolation).
+    pub flags: freeway_bridge::PortFlags,
 }
 
 /// A checked configuration.
@@ -504,7 +523,20 @@ fn check_port(
         afpacket,
         zone: p.zone.unwrap_or(0),
         group_fwd_mask,
+        flags: port_flags(p),
     })
+}
+
+/// A port's bridge flags: its keys, or the defaults.
+fn port_flags(p: &PortConfig) -> freeway_bridge::PortFlags {
+    let d = freeway_bridge::PortFlags::default();
+    freeway_bridge::PortFlags {
+        learning: p.learning.unwrap_or(d.learning),
+        flood: p.flood.unwrap_or(d.flood),
+        mcast_flood: p.mcast_flood.unwrap_or(d.mcast_flood),
+        bcast_flood: p.bcast_flood.unwrap_or(d.bcast_flood),
+        isolated: p.isolated.unwrap_or(d.isolated),
+    }
 }
 
 /// A port's settings table for `owner` (`gen`, `pcap`, `afpacket`): refused on a port of

@@ -434,6 +434,7 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock) -> Result<Ta
     for (i, p) in cfg.ports.iter().enumerate() {
         bridge
             .set_group_fwd_mask(i as u16, p.group_fwd_mask)
+            .and_then(|()| bridge.set_port_flags(i as u16, p.flags))
             .map_err(|e| RunError(format!("port {:?}: {e}", p.name)))?;
     }
     let bridge = Arc::new(bridge);
