@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use freeway_route::nh::{canonical, mix32, pick_index};
-use freeway_route::{epoch, Fib, FibConfig, NextHop, Prefix, Rib, Route, RouteCache};
+use freeway_route::{epoch, Fib, FibConfig, NextHop, Prefix, Rib, Route, RouteCache, RouteError};
 use freeway_sync::rng::Rng;
 
 fn via(gw: &str, iface: u16) -> NextHop {
@@ -363,12 +363,25 @@ fn recycled_groups_never_leak_answers_across_prefixes() {
     let b2 = via("192.0.2.12", 2);
     let t = Instant::now();
     let mut rounds = 0;
+    // An add may find the group pool full while the groups retired by the previous rounds
+    // wait out a grace period longer than the writer's bounded wait (a reader descheduled on
+    // a loaded machine): refused cleanly, and the round goes on. What this test checks is
+    // what readers see.
+    let mut full = 0u32;
+    let mut churn = |prefix: &str, hop| match rib.add(Route::new(p(prefix), vec![hop])) {
+        Ok(()) => {
+            rib.delete(p(prefix)).unwrap();
+        }
+        Err(RouteError::FibFull(_) | RouteError::NextHopTableFull) => full += 1,
+        Err(e) => panic!("{prefix}: {e}"),
+    };
     while t.elapsed() < Duration::from_millis(1500) {
-        rib.add(Route::new(p("10.0.1.128/25"), vec![a2])).unwrap();
-        rib.delete(p("10.0.1.128/25")).unwrap();
-        rib.add(Route::new(p("10.0.2.0/25"), vec![b2])).unwrap();
-        rib.delete(p("10.0.2.0/25")).unwrap();
+        churn("10.0.1.128/25", a2);
+        churn("10.0.2.0/25", b2);
         rounds += 1;
+    }
+    if full > 0 {
+        eprintln!("{full} adds found the pool full while retired groups waited for readers");
     }
     stop.store(true, Ordering::Relaxed);
     let total: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
