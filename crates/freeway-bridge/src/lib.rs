@@ -26,5 +26,8 @@ pub use fdb::{Fdb, FdbConfig, FdbEntry, FdbError, FdbStats, FdbWriter, LearnRequ
 pub use freeway_packet::mac;
 pub use freeway_packet::Mac;
 pub use layout::{Layout, Naive, Padded};
-pub use stage::{is_link_local, Bridge, BridgeCounters, BridgeWorker, Emit, Learning, PortFlags, GROUP_FWD_RESTRICTED};
+pub use stage::{
+    check_group_fwd_mask, is_link_local, Bridge, BridgeCounters, BridgeWorker, Emit, Learning, PortFlags,
+    GROUP_FWD_RESTRICTED,
+};
 pub use vlan::{PortVlan, PortVlanConfig, VlanSet};

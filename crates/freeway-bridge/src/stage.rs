@@ -127,6 +127,17 @@ impl Default for BridgeWorker {
 /// (01:80:c2:00:00:00), PAUSE (…:01) and LACP/slow protocols (…:02), as 802.1D requires.
 pub const GROUP_FWD_RESTRICTED: u16 = 0x0007;
 
+/// Refuses a `group_fwd_mask` that would forward STP, PAUSE or LACP
+/// ([`GROUP_FWD_RESTRICTED`]), naming them.
+pub fn check_group_fwd_mask(mask: u16) -> Result<(), String> {
+    if mask & GROUP_FWD_RESTRICTED != 0 {
+        return Err(format!(
+            "group_fwd_mask {mask:#06x}: bits 0-2 (STP, PAUSE, LACP: {GROUP_FWD_RESTRICTED:#06x}) are never forwarded"
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `dst` is one of IEEE 802.1D's reserved link-local groups, 01:80:c2:00:00:00–0f,
 /// which a bridge consumes instead of forwarding.
 #[inline]
@@ -232,11 +243,7 @@ impl<L: Layout> Bridge<L> {
     /// bridge. STP, PAUSE and LACP ([`GROUP_FWD_RESTRICTED`]) are never forwarded: such a
     /// mask, or an unknown port, is refused.
     pub fn set_group_fwd_mask(&mut self, port: u16, mask: u16) -> Result<(), String> {
-        if mask & GROUP_FWD_RESTRICTED != 0 {
-            return Err(format!(
-                "group_fwd_mask {mask:#06x}: bits 0-2 (STP, PAUSE, LACP: {GROUP_FWD_RESTRICTED:#06x}) are never forwarded"
-            ));
-        }
+        check_group_fwd_mask(mask)?;
         self.port_mut(port)?.group_fwd = mask;
         Ok(())
     }

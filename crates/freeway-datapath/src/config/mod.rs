@@ -502,16 +502,11 @@ fn check_port(
         None => None,
     };
     let group_fwd_mask = match &p.group_fwd_mask {
-        Some(m) if m.get_ref() & freeway_bridge::GROUP_FWD_RESTRICTED != 0 => {
-            return Err(at.err(
-                Some(m.span()),
-                format!(
-                    "port {name:?}: group_fwd_mask {:#06x}: bits 0-2 (STP, PAUSE, LACP) are never forwarded",
-                    m.get_ref()
-                ),
-            ))
+        Some(m) => {
+            freeway_bridge::check_group_fwd_mask(*m.get_ref())
+                .map_err(|e| at.err(Some(m.span()), format!("port {name:?}: {e}")))?;
+            *m.get_ref()
         }
-        Some(m) => *m.get_ref(),
         None => 0,
     };
     Ok(PortSpec {
