@@ -41,6 +41,8 @@ pub mod v4 {
     pub const CODE_NET: u8 = 0;
     /// Unreachable code: host.
     pub const CODE_HOST: u8 = 1;
+    /// Unreachable code: port.
+    pub const CODE_PORT: u8 = 3;
     /// Unreachable code: fragmentation needed and DF set.
     pub const CODE_FRAG_NEEDED: u8 = 4;
     /// Time exceeded code: TTL expired in transit.
@@ -73,6 +75,8 @@ pub mod v6 {
     pub const CODE_NO_ROUTE: u8 = 0;
     /// Unreachable code: address unreachable.
     pub const CODE_ADDR: u8 = 3;
+    /// Unreachable code: port unreachable.
+    pub const CODE_PORT: u8 = 4;
     /// Time exceeded code: hop limit exceeded in transit.
     pub const CODE_HOP_LIMIT: u8 = 0;
 }

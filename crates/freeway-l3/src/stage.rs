@@ -23,6 +23,10 @@
 //!   the start of every batch) sends what has resolved and drops, counted, what waited longer
 //!   than `pending_timeout_ms` (with ICMP host unreachable).
 //!
+//! The firewall is asked ([`L3Out::filter`], see [`crate::filter`]) at the input hook, before a
+//! packet for our addresses is answered, and at the forward hook, after the TTL and MTU checks
+//! and before neighbour resolution; a drop or reject is counted as `filtered`.
+//!
 //! ICMP errors go back out of the ingress interface to the frame's source MAC (the previous
 //! hop), from the ingress interface's address, through the worker's token bucket; the rules of
 //! [`crate::icmp`] decide whether one may be sent at all.
@@ -43,6 +47,7 @@ use freeway_packet::{meta_flags, Batch, Packet, PacketPool, NO_OFFSET};
 use freeway_sync::{CachePadded, Counter, Tick};
 use serde::{Deserialize, Serialize};
 
+use crate::filter::{build_tcp_reset, FilterHook, FilterVerdict, Reject};
 use crate::frame::{is_group, set_egress_tag};
 use crate::icmp::{
     self, addr6, v4, v4_error_allowed, v4_unicast_source, v6, v6_error_allowed, v6_upper, TokenBucket, L2,
@@ -99,6 +104,14 @@ pub trait L3Out {
     fn drop(&mut self, pkt: Packet, reason: L3Drop) {
         let _ = reason;
         self.pool().put(pkt);
+    }
+    /// The firewall's verdict on `pkt` at `hook`: it arrived on router interface `iif` and,
+    /// at [`FilterHook::Forward`], leaves by `oif` (at [`FilterHook::Input`], `oif == iif`).
+    /// The default accepts everything.
+    #[inline(always)]
+    fn filter(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16) -> FilterVerdict {
+        let _ = (hook, pkt, iif, oif);
+        FilterVerdict::Accept
     }
 }
 
@@ -176,6 +189,8 @@ drops! {
     PendingOverflow => "pending_overflow",
     /// Waited longer than `pending_timeout_ms` for the neighbour.
     PendingTimeout => "pending_timeout",
+    /// Dropped or rejected by the firewall at the input or forward hook.
+    Filtered => "filtered",
 }
 
 impl std::fmt::Display for L3Drop {
@@ -284,6 +299,8 @@ counters! {
     icmp_suppressed,
     /// ICMP errors not sent: the interface has no address to send them from.
     icmp_no_source,
+    /// TCP resets sent by the firewall's `reject`.
+    tcp_resets_tx,
     /// Packets queued while their neighbour resolves.
     pending_queued,
     /// Pending packets sent after resolution.
@@ -313,6 +330,8 @@ enum IcmpErr {
     NoRoute,
     HostUnreachable,
     TooBig(u16),
+    /// A firewall's reject: destination unreachable with these ICMP and ICMPv6 codes.
+    Rejected(u8, u8),
 }
 
 impl IcmpErr {
@@ -331,6 +350,7 @@ impl IcmpErr {
                 0,
             ),
             IcmpErr::HostUnreachable => ([v4::DEST_UNREACH, v4::CODE_HOST], [v6::DEST_UNREACH, v6::CODE_ADDR], 0),
+            IcmpErr::Rejected(c4, c6) => ([v4::DEST_UNREACH, c4], [v6::DEST_UNREACH, c6], 0),
             IcmpErr::TooBig(mtu) => (
                 [v4::DEST_UNREACH, v4::CODE_FRAG_NEEDED],
                 [v6::PACKET_TOO_BIG, 0],
@@ -568,7 +588,11 @@ impl State {
             if frag & 0x3fff != 0 {
                 return self.drop(out, pkt, L3Drop::LocalFragment);
             }
-            if proto == IPPROTO_ICMP && f.get(l3 + hl) == Some(&v4::ECHO_REQUEST) {
+            let echo = proto == IPPROTO_ICMP && f.get(l3 + hl) == Some(&v4::ECHO_REQUEST);
+            let Some(mut pkt) = self.hook(cx, FilterHook::Input, pkt, iif, iif, out) else {
+                return;
+            };
+            if echo {
                 if icmp::echo_reply_v4(&mut pkt, l3, it.mac) {
                     self.c.echo_replies_v4.inc();
                     pkt.meta.vlan = it.vlan.unwrap_or(freeway_packet::NO_VLAN);
@@ -696,7 +720,7 @@ impl State {
     fn local_v6(
         &mut self,
         cx: &Ctx,
-        mut pkt: Packet,
+        pkt: Packet,
         iif: u16,
         l3: usize,
         end: usize,
@@ -711,6 +735,9 @@ impl State {
         if up.fragment {
             return self.drop(out, pkt, L3Drop::LocalFragment);
         }
+        let Some(mut pkt) = self.hook(cx, FilterHook::Input, pkt, iif, iif, out) else {
+            return;
+        };
         if up.proto != IPPROTO_ICMPV6 {
             return self.drop(out, pkt, L3Drop::Local);
         }
@@ -780,6 +807,9 @@ impl State {
     // ---- Neighbours, pending queue, transmit ----
 
     fn forward(&mut self, cx: &Ctx, pkt: Packet, iif: u16, oif: u16, nh: IpAddr, out: &mut impl L3Out) {
+        let Some(pkt) = self.hook(cx, FilterHook::Forward, pkt, iif, oif, out) else {
+            return;
+        };
         match cx.neigh.lookup(nh, oif, cx.g) {
             Some(v) if v.state.usable() => {
                 if v.state == NeighState::Stale {
@@ -948,6 +978,62 @@ impl State {
         }
         self.probes[slot] = (ip, oif, cx.now);
         self.solicit(cx, oif, ip, Some(mac), out);
+    }
+
+    /// Asks the firewall about `pkt` at `hook`: gives it back if accepted; otherwise drops it
+    /// (counted as `filtered`), after answering its sender for a reject.
+    #[inline(always)]
+    fn hook(
+        &mut self,
+        cx: &Ctx,
+        hook: FilterHook,
+        pkt: Packet,
+        iif: u16,
+        oif: u16,
+        out: &mut impl L3Out,
+    ) -> Option<Packet> {
+        match out.filter(hook, &pkt, iif, oif) {
+            FilterVerdict::Accept => return Some(pkt),
+            FilterVerdict::Drop => {}
+            FilterVerdict::Reject(Reject::Unreachable { v4, v6 }) => {
+                self.icmp_error(cx, &pkt, iif, IcmpErr::Rejected(v4, v6), out)
+            }
+            FilterVerdict::Reject(Reject::TcpReset) => self.tcp_reset(cx, &pkt, iif, out),
+        }
+        self.drop(out, pkt, L3Drop::Filtered);
+        None
+    }
+
+    /// Answers `orig` (as received on `iif`) with a TCP reset through the ICMP token bucket;
+    /// a packet that is not a TCP segment gets ICMP port unreachable instead.
+    fn tcp_reset(&mut self, cx: &Ctx, orig: &Packet, iif: u16, out: &mut impl L3Out) {
+        if orig.meta.ip_proto != freeway_packet::wire::IPPROTO_TCP {
+            return self.icmp_error(cx, orig, iif, IcmpErr::Rejected(v4::CODE_PORT, v6::CODE_PORT), out);
+        }
+        let Some(it) = cx.ifaces.get(iif) else { return };
+        let f = orig.data();
+        let l3 = usize::from(orig.meta.l3_off);
+        if orig.meta.l3_off == NO_OFFSET || f.len() < 14 || is_group(&f[0..6]) {
+            self.c.icmp_suppressed.inc();
+            return;
+        }
+        if !self.icmp.take(cx.now) {
+            self.c.icmp_rate_limited.inc();
+            return;
+        }
+        let l2 = L2 {
+            dst: mac_at(f, 6),
+            src: it.mac,
+            vlan: it.vlan,
+        };
+        let mut p = out.pool().get();
+        if !build_tcp_reset(&mut p, l2, &f[l3..], orig.meta.ethertype == ETHERTYPE_IPV6) {
+            self.c.icmp_suppressed.inc();
+            return out.pool().put(p);
+        }
+        self.c.tcp_resets_tx.inc();
+        p.meta.in_port = it.port;
+        out.emit(it.port, p);
     }
 
     /// Sends an ICMP/ICMPv6 error about `orig` (as received on `iif`) back to its sender, if

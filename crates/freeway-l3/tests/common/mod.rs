@@ -6,7 +6,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use freeway_l3::neigh::{new_seeded, NeighConfig};
-use freeway_l3::{Interface, Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, NeighWriter, NextHop, PrefixList};
+use freeway_l3::{
+    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, NeighWriter, NextHop,
+    PrefixList,
+};
 use freeway_packet::build::{build_frame, FrameSpec, L4};
 use freeway_packet::{parse, Batch, Packet, PacketPool};
 
@@ -80,6 +83,10 @@ pub struct Sink {
     pub pool: PacketPool,
     pub sent: Vec<(u16, Packet)>,
     pub dropped: Vec<L3Drop>,
+    /// The firewall: `None` accepts everything; otherwise its verdicts, and every call seen
+    /// as (hook, ingress interface, egress interface).
+    pub filter: Option<fn(FilterHook, &Packet) -> FilterVerdict>,
+    pub judged: Vec<(FilterHook, u16, u16)>,
 }
 
 impl L3Out for Sink {
@@ -92,6 +99,10 @@ impl L3Out for Sink {
     fn drop(&mut self, pkt: Packet, reason: L3Drop) {
         self.dropped.push(reason);
         self.pool.put(pkt);
+    }
+    fn filter(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16) -> FilterVerdict {
+        self.judged.push((hook, iif, oif));
+        self.filter.map_or(FilterVerdict::Accept, |f| f(hook, pkt))
     }
 }
 
