@@ -91,6 +91,20 @@ pub mod meta_flags {
     /// The IPv4 header checksum was verified on this buffer, and every change since kept it
     /// valid (the TTL decrement's incremental update does).
     pub const IPV4_CSUM_OK: u8 = 2;
+    /// The connection tracking state the tracker found for this packet (bits 2–4): one of
+    /// the `CT_*` values below under this mask, 0 when the packet was not tracked. Set on
+    /// ingress by the tracker; the firewall's `ct state` reads it.
+    pub const CT_MASK: u8 = 0b111 << 2;
+    /// A packet that would start a connection not yet in the table.
+    pub const CT_NEW: u8 = 1 << 2;
+    /// A packet of an established connection.
+    pub const CT_ESTABLISHED: u8 = 2 << 2;
+    /// An ICMP error about a tracked connection.
+    pub const CT_RELATED: u8 = 3 << 2;
+    /// A packet the tracker found invalid.
+    pub const CT_INVALID: u8 = 4 << 2;
+    /// A packet the tracker does not track (not IP, neighbour discovery).
+    pub const CT_UNTRACKED: u8 = 5 << 2;
 }
 
 impl Default for Meta {

@@ -323,6 +323,7 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
     let (conntrack, firewall) = stateful::check(
         cfg.conntrack.as_ref(),
         cfg.firewall.as_ref(),
+        base,
         port_index,
         freeway_conntrack::Timeouts::is_name,
         &freeway_conntrack::Timeouts::names(),

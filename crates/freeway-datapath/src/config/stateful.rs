@@ -21,6 +21,9 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::path::Path;
+
+use freeway_firewall::ast::Ruleset;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -58,6 +61,10 @@ pub struct FirewallConfig {
     /// Port names where new connections may start.
     #[serde(default)]
     pub allow_new_from: Vec<Spanned<String>>,
+    /// An nftables ruleset file (relative to the configuration's directory).
+    pub ruleset: Option<Spanned<String>>,
+    /// An nftables ruleset written inline.
+    pub rules: Option<Spanned<String>>,
 }
 
 /// Checked conntrack settings.
@@ -76,6 +83,34 @@ pub struct ConntrackSpec {
 pub struct FirewallSpec {
     /// Port indexes where new connections may start.
     pub allow_new_from: Vec<u16>,
+    /// The nftables ruleset, parsed, with where it came from (a file name or "inline").
+    pub ruleset: Option<(String, freeway_firewall::ast::Ruleset)>,
+}
+
+/// Reads and parses the nftables ruleset of `[firewall]`, if it names one: `(where it came
+/// from, the ruleset)`. A parse error names the ruleset's line and column.
+fn load_ruleset(f: &FirewallConfig, base: Option<&Path>) -> Result<Option<(String, Ruleset)>, Err> {
+    let (name, text, span) = match (&f.ruleset, &f.rules) {
+        (Some(_), Some(r)) => {
+            return Err((
+                Some(r.span()),
+                "firewall: give either `ruleset` (a file) or `rules` (inline), not both".into(),
+            ))
+        }
+        (Some(p), None) => {
+            let path = match base {
+                Some(b) => b.join(p.get_ref()),
+                None => Path::new(p.get_ref()).to_path_buf(),
+            };
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| (Some(p.span()), format!("firewall.ruleset: cannot read {}: {e}", path.display())))?;
+            (path.display().to_string(), text, p.span())
+        }
+        (None, Some(r)) => ("inline rules".to_string(), r.get_ref().clone(), r.span()),
+        (None, None) => return Ok(None),
+    };
+    let rs = freeway_firewall::parse(&text).map_err(|e| (Some(span), format!("firewall: {name}:{e}")))?;
+    Ok(Some((name, rs)))
 }
 
 /// Most connections a config may ask for.
@@ -87,6 +122,7 @@ type Err = (Option<Range<usize>>, String);
 pub fn check(
     ct: Option<&ConntrackConfig>,
     fw: Option<&FirewallConfig>,
+    base: Option<&Path>,
     port: impl Fn(&str) -> Option<u16>,
     timeout_ok: impl Fn(&str) -> bool,
     timeout_names: &str,
@@ -105,7 +141,17 @@ pub fn check(
                     ports.push(i);
                 }
             }
-            Some(FirewallSpec { allow_new_from: ports })
+            let ruleset = load_ruleset(f, base)?;
+            if ruleset.is_some() && !ports.is_empty() {
+                return Err((
+                    f.allow_new_from.first().map(|p| p.span()),
+                    "firewall: `allow_new_from` and a ruleset cannot be combined: write the policy in the ruleset (`iifname \"lan\" ct state new accept`)".into(),
+                ));
+            }
+            Some(FirewallSpec {
+                allow_new_from: ports,
+                ruleset,
+            })
         }
         None => None,
     };

@@ -37,6 +37,7 @@
 
 pub mod access;
 pub mod cli;
+mod nft;
 pub mod protocol;
 
 use std::io::{Read, Write};
@@ -223,6 +224,8 @@ pub(crate) struct Control<L: Layout> {
     pub ended: Vec<(freeway_capture::TapId, super::capture::TapDesc, String)>,
     /// The firewall's policy (for traces).
     pub fw: Option<freeway_conntrack::Firewall>,
+    /// The nftables firewall (with a ruleset).
+    pub nft: Option<super::firewall::FirewallShared>,
     /// Conntrack zone of each port (for traces).
     pub zones: Arc<[u16]>,
     /// The L3 stage's settings (for traces).
@@ -935,6 +938,10 @@ impl<L: Layout> Control<L> {
             Request::CaptureStart { tap, write } => self.capture_start(tap, write),
             Request::Capture(_) => Err(CtlError::Failed("a capture needs its connection".into())),
             Request::Trace { fields } => self.trace(fields),
+            Request::FirewallList => nft::list(self.nft()?),
+            Request::FirewallLoad { path } => nft::load(self.nft()?, path),
+            Request::SetAdd { set, elements } => nft::set_change(self.nft()?, set, elements, true),
+            Request::SetDel { set, elements } => nft::set_change(self.nft()?, set, elements, false),
             Request::ConntrackList => self.conntrack_list(),
             Request::ConntrackFlush { zone } => self.conntrack_flush(*zone),
         }
@@ -1106,6 +1113,16 @@ impl<L: Layout> Control<L> {
         Ok(Reply::new(text, data))
     }
 
+    /// The nftables firewall, or why there is none.
+    fn nft(&self) -> Result<&super::firewall::FirewallShared, CtlError> {
+        self.nft.as_ref().ok_or_else(|| {
+            CtlError::Unavailable(
+                "this datapath has no nftables ruleset (`[firewall] ruleset = \"FILE.nft\"` in its config, with a [router])"
+                    .into(),
+            )
+        })
+    }
+
     /// `conntrack list`.
     fn conntrack_list(&self) -> Result<Reply, CtlError> {
         let ct = self.ct.as_ref().ok_or_else(no_ct)?;
@@ -1223,6 +1240,9 @@ capture list                            the capture taps (config and started her
 capture start -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] -w /ABS/FILE [FILTER...]
                                         a tap writing a pcap (.pcapng: pcapng) file
 capture stop ID                         detach a tap (its file is completed)
+firewall list                           the nftables ruleset with its counters (nft list ruleset)
+firewall load FILE                      replace the ruleset, atomically (a bad file changes nothing)
+set add|del SET ELEMENT[, ELEMENT...]   elements of a named set (SET: NAME or TABLE/NAME)
 trace in_port=PORT FIELD...             what the datapath does with one packet, stage by stage
                                         (nothing is sent or changed). Fields, OVS style:
                                         dl_src= dl_dst= dl_vlan= ip|ipv6|arp nw_src= nw_dst=

@@ -27,6 +27,7 @@
 
 mod capture;
 pub mod control;
+mod firewall;
 mod metrics;
 mod router;
 mod start;

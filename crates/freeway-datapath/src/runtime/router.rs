@@ -24,11 +24,14 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use freeway_l3::neigh::{NeighConfig, NeighWriter};
-use freeway_l3::{Interface, Interfaces, L3Config, L3Out, L3Worker, Neigh, RouteLookup, Wants};
+use freeway_l3::{
+    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Out, L3Worker, Neigh, RouteLookup, Wants,
+};
 use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, MAX_BATCH};
 use freeway_route::{Fib, FibConfig, Guard, NextHop, Prefix, Rib, Route, RouteCache};
 use freeway_sync::Tick;
 
+use super::firewall::FwHook;
 use super::RunError;
 use crate::config::l3::RouterSpec;
 
@@ -140,10 +143,12 @@ impl RouteLookup for Lookup<'_> {
     }
 }
 
-/// Where the L3 stage's output goes: back into the bridge, from the router port.
+/// Where the L3 stage's output goes: back into the bridge, from the router port; and the
+/// firewall it asks at its hooks.
 struct ToBridge<'a> {
     pool: &'a mut PacketPool,
     out: &'a mut Vec<Packet>,
+    fw: Option<&'a mut FwHook>,
 }
 
 impl L3Out for ToBridge<'_> {
@@ -155,6 +160,14 @@ impl L3Out for ToBridge<'_> {
     #[inline]
     fn emit(&mut self, _port: u16, pkt: Packet) {
         self.out.push(pkt);
+    }
+
+    #[inline]
+    fn filter(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16) -> FilterVerdict {
+        match self.fw.as_deref_mut() {
+            Some(fw) => fw.judge(hook, pkt, iif, oif),
+            None => FilterVerdict::Accept,
+        }
     }
 }
 
@@ -168,6 +181,8 @@ pub(crate) struct RouterWorker {
     /// Frames the router emitted, to be bridged from the router port.
     outbox: Vec<Packet>,
     batch: Batch,
+    /// The nftables firewall, when a ruleset is loaded.
+    fw: Option<FwHook>,
 }
 
 /// What the router hands back to the pipeline between its steps.
@@ -183,8 +198,8 @@ pub(crate) trait Bridging {
 }
 
 impl RouterWorker {
-    /// A worker's router over `shared`.
-    pub fn new(shared: &RouterShared) -> RouterWorker {
+    /// A worker's router over `shared`, judging with `fw` when a ruleset is loaded.
+    pub fn new(shared: &RouterShared, fw: Option<FwHook>) -> RouterWorker {
         RouterWorker {
             l3: L3Worker::new(shared.ifaces.clone(), shared.neigh.clone(), shared.l3.clone()),
             cache: RouteCache::new(ROUTE_CACHE_ENTRIES, shared.cache),
@@ -193,6 +208,7 @@ impl RouterWorker {
             port: shared.port,
             outbox: Vec::with_capacity(4 * MAX_BATCH),
             batch: Batch::default(),
+            fw,
         }
     }
 
@@ -224,6 +240,7 @@ impl RouterWorker {
             &mut ToBridge {
                 pool: br.pool(),
                 out: &mut self.outbox,
+                fw: None,
             },
         );
         self.bridge_out(now, br);
@@ -231,6 +248,9 @@ impl RouterWorker {
 
     fn route(&mut self, now: Tick, pool: &mut PacketPool, inbox: &mut Vec<Packet>) {
         let guard = Fib::pin();
+        if let Some(fw) = self.fw.as_mut() {
+            fw.refresh(now);
+        }
         let mut it = inbox.drain(..);
         loop {
             for p in it.by_ref() {
@@ -262,6 +282,7 @@ impl RouterWorker {
                 &mut ToBridge {
                     pool,
                     out: &mut self.outbox,
+                    fw: self.fw.as_mut(),
                 },
             );
         }

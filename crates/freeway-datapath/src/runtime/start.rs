@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::capture::RunningTap;
 use super::control::{Control, FdbOp, NeighOp, Op};
 use super::router::{RouterShared, RouterWorker};
+use super::firewall::FirewallShared;
 use super::stateful::Stateful;
 use super::stats::{PortCounters, Snapper, WorkerStats};
 use super::tx::{Next, Tx};
@@ -114,6 +115,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         fdb_w,
         stateful,
         bridge,
+        firewall,
     } = tables;
     let (router_shared, rib, neigh_w) = match router {
         Some((s, r, n)) => (Some(s), Some(r), Some(n)),
@@ -148,6 +150,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 rib: rib.take(),
                 router: router_shared.as_ref(),
                 stateful: stateful.as_ref(),
+                firewall: firewall.as_ref(),
                 writers: &writers,
                 taps: &taps,
                 nworkers,
@@ -295,6 +298,7 @@ pub(crate) struct ShareCtl<'a, L: Layout, R: TapRegistry> {
     rib: Option<Rib>,
     router: Option<&'a RouterShared>,
     stateful: Option<&'a Stateful>,
+    firewall: Option<&'a FirewallShared>,
     writers: &'a Writers<L>,
     taps: &'a R,
     nworkers: usize,
@@ -341,6 +345,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
             .collect(),
         ended: Vec::new(),
         fw: x.stateful.and_then(|s| s.fw.clone()),
+        nft: x.firewall.cloned(),
         zones: x
             .stateful
             .as_ref()
@@ -393,6 +398,8 @@ pub(crate) struct Tables<L: Layout> {
     pub(crate) bridge: Arc<Bridge<L>>,
     /// Conntrack and the firewall (when configured).
     pub(crate) stateful: Option<Stateful>,
+    /// The nftables firewall (with `[firewall] ruleset`).
+    pub(crate) firewall: Option<FirewallShared>,
 }
 
 /// The VLANs of the router's internal bridge port: a trunk of its interfaces' VLANs.
@@ -444,13 +451,46 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock) -> Result<Ta
         cfg.ports.iter().map(|p| p.zone).collect(),
         clock.clone(),
     )?;
+    let firewall = build_firewall(cfg, router.as_ref().map(|r| &r.0), stateful.as_ref())?;
     Ok(Tables {
         router,
         fdb_r,
         fdb_w,
         bridge,
         stateful,
+        firewall,
     })
+}
+
+/// Compiles the nftables ruleset of `[firewall]`, if there is one: it judges routed packets,
+/// so it needs the router; each router interface's conntrack zone is that of the ports on
+/// its VLAN, which must agree.
+fn build_firewall(
+    cfg: &Checked,
+    router: Option<&RouterShared>,
+    stateful: Option<&Stateful>,
+) -> Result<Option<FirewallShared>, RunError> {
+    let Some((source, rs)) = cfg.firewall.as_ref().and_then(|f| f.ruleset.as_ref()) else {
+        return Ok(None);
+    };
+    let (Some(router), Some(st), Some(spec)) = (router, stateful, cfg.router.as_ref()) else {
+        return Err(RunError(
+            "firewall: a ruleset judges routed packets: it needs a [router] with interfaces".into(),
+        ));
+    };
+    let mut zones = Vec::new();
+    for i in &spec.interfaces {
+        let members: Vec<_> = cfg.ports.iter().filter(|p| p.vlan.is_member(i.vlan)).collect();
+        if let Some(b) = members.iter().find(|p| p.zone != members[0].zone) {
+            let a = members[0];
+            return Err(RunError(format!(
+                "firewall: router interface {:?} (VLAN {}) has ports in conntrack zones {} ({:?}) and {} ({:?}): with a ruleset, the ports of a routed VLAN share one zone",
+                i.name, i.vlan, a.zone, a.name, b.zone, b.name
+            )));
+        }
+        zones.push(members.first().map_or(0, |p| p.zone));
+    }
+    FirewallShared::new(rs.clone(), source, &router.ifaces, zones, cfg.workers, st.ct.clone()).map(Some)
 }
 
 /// The ports of a run, open, with their queues dealt out to workers.
@@ -524,7 +564,8 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
     let mut all_stats = Vec::new();
     for (id, (rx, txq)) in rx_of.into_iter().zip(tx_of).enumerate() {
         let bw = BridgeWorker::default();
-        let rw = tables.router.as_ref().map(|(shared, _, _)| RouterWorker::new(shared));
+        let fw = tables.firewall.as_ref().map(|f| f.worker(id));
+        let rw = tables.router.as_ref().map(|(shared, _, _)| RouterWorker::new(shared, fw));
         let stats = Arc::new(CachePadded::new(WorkerStats {
             packets: Counter::new(),
             batches: Counter::new(),

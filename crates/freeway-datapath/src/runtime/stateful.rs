@@ -7,16 +7,25 @@
 //! are dropped; without it, tracking only counts, and drops nothing but new connections
 //! refused by a limit. Non-IP frames (ARP) and neighbour discovery are untracked and pass.
 //!
+//! With an nftables ruleset (`[firewall] ruleset`) tracking decides nothing here: it looks
+//! the packet's connection up without creating it and records the state in the packet's
+//! metadata (`meta_flags::CT_*`); the router's input and forward hooks judge the packet by
+//! the ruleset and create the connection when they accept a new one
+//! (`runtime/firewall.rs`), as Linux confirms a connection only once its first packet passed
+//! every hook. Bridged frames are then not tracked into the table, as in Linux without
+//! bridge netfilter.
+//!
 //! Threads: a [`CtStage`] per worker, on that worker's thread; the table is lock-free and
 //! the expiry thread (`fw-ct-expiry`) removes expired connections in bounded chunks.
 
 use std::sync::Arc;
 
 use freeway_conntrack::{
-    Conntrack, CtConfig, CtWorker, ExpiryThread, Firewall, FirewallPolicy, FwWorker, Timeouts, Verdict,
+    Conntrack, CtConfig, CtResult, CtState, CtWorker, ExpiryThread, Firewall, FirewallPolicy, FwWorker, Timeouts,
+    Verdict,
 };
 use freeway_packet::wire::ETHERTYPE_IPV4;
-use freeway_packet::{meta_flags, Batch, PacketPool};
+use freeway_packet::{meta_flags, Batch, Packet, PacketPool};
 use freeway_sync::Clock;
 
 use super::RunError;
@@ -30,6 +39,8 @@ pub(crate) struct Stateful {
     pub fw: Option<Firewall>,
     /// Conntrack zone of each port (by port index; the router port is zone 0).
     pub zones: Arc<[u16]>,
+    /// An nftables ruleset judges packets in the router: tracking only records states.
+    pub record_only: bool,
     expiry: Option<ExpiryThread>,
 }
 
@@ -60,7 +71,8 @@ impl Stateful {
             cfg.timeouts = t;
         }
         let (table, expirer) = Conntrack::new(cfg, clock).map_err(|e| RunError(format!("conntrack: {e}")))?;
-        let fw = fw.map(|f| {
+        let record_only = fw.is_some_and(|f| f.ruleset.is_some());
+        let fw = fw.filter(|_| !record_only).map(|f| {
             Firewall::new(&FirewallPolicy {
                 allow_new_from: f.allow_new_from.clone(),
                 allow_new_zones: Vec::new(),
@@ -70,6 +82,7 @@ impl Stateful {
             ct: table,
             fw,
             zones: zones.into(),
+            record_only,
             expiry: Some(expirer.spawn()),
         }))
     }
@@ -80,6 +93,7 @@ impl Stateful {
             ct: self.ct.worker(),
             fw: self.fw.as_ref().map(Firewall::worker),
             zones: self.zones.clone(),
+            record_only: self.record_only,
         }
     }
 
@@ -102,6 +116,7 @@ pub(crate) struct CtStage {
     ct: CtWorker,
     fw: Option<FwWorker>,
     zones: Arc<[u16]>,
+    record_only: bool,
 }
 
 impl CtStage {
@@ -115,19 +130,43 @@ impl CtStage {
         }
         // Reads the tracker's clock once for the batch.
         let g = self.ct.pin();
-        let CtStage { ct, fw, zones } = self;
+        if self.record_only {
+            let CtStage { ct, zones, .. } = self;
+            for p in batch.as_mut_slice() {
+                let zone = zones.get(usize::from(p.meta.in_port)).copied().unwrap_or(0);
+                let r = ct.track_packet(&g, p, zone, false);
+                record(p, &r);
+            }
+            return;
+        }
+        let CtStage { ct, fw, zones, .. } = self;
         batch.retain_or_recycle(pool, |p| {
             let port = p.meta.in_port;
             let zone = zones.get(usize::from(port)).copied().unwrap_or(0);
             let r = ct.track_packet(&g, p, zone, fw.as_ref().is_none_or(|f| f.allows_new(port, zone)));
-            if p.meta.ethertype == ETHERTYPE_IPV4 && r.ipv4_csum_checked() {
-                // The router trusts this and does not verify the header again.
-                p.meta.flags |= meta_flags::IPV4_CSUM_OK;
-            }
+            // The router trusts the checksum mark and does not verify the header again.
+            record(p, &r);
             match fw {
                 Some(f) => f.verdict(port, zone, &r) == Verdict::Accept,
                 None => !r.over_limit(),
             }
         });
     }
+}
+
+/// Records in `p`'s metadata what tracking found (the state for `ct state`, and a verified
+/// IPv4 header checksum).
+#[inline]
+pub(crate) fn record(p: &mut Packet, r: &CtResult) {
+    if p.meta.ethertype == ETHERTYPE_IPV4 && r.ipv4_csum_checked() {
+        p.meta.flags |= meta_flags::IPV4_CSUM_OK;
+    }
+    let state = match r.state {
+        CtState::New => meta_flags::CT_NEW,
+        CtState::Established => meta_flags::CT_ESTABLISHED,
+        CtState::Related => meta_flags::CT_RELATED,
+        CtState::Invalid(_) => meta_flags::CT_INVALID,
+        CtState::Untracked => meta_flags::CT_UNTRACKED,
+    };
+    p.meta.flags = (p.meta.flags & !meta_flags::CT_MASK) | state;
 }

@@ -116,6 +116,18 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: Option<ConntrackCmd>,
     },
+    /// The firewall's nftables ruleset: list | load FILE.
+    Firewall {
+        /// The subcommand (default: list).
+        #[command(subcommand)]
+        cmd: Option<FirewallCmd>,
+    },
+    /// Named sets of the firewall's ruleset: add | del NAME ELEMENT...
+    Set {
+        /// The subcommand.
+        #[command(subcommand)]
+        cmd: SetCmd,
+    },
     /// Capture taps: list | start | stop.
     Capture {
         /// The subcommand (default: show or list).
@@ -355,6 +367,25 @@ impl CtlCmd {
                 }
                 Some(CaptureCmd::Stop { id }) => Request::CaptureStop { id: *id },
             },
+            CtlCmd::Firewall { cmd } => match cmd {
+                None | Some(FirewallCmd::List) => Request::FirewallList,
+                Some(FirewallCmd::Load { file }) => Request::FirewallLoad {
+                    // The datapath reads the file: it gets the path from the client's
+                    // working directory.
+                    path: std::path::absolute(file)
+                        .map_err(|e| CtlError::Usage(format!("{}: {e}", file.display())))?,
+                },
+            },
+            CtlCmd::Set { cmd } => match cmd {
+                SetCmd::Add { set, elements: e } => Request::SetAdd {
+                    set: set.clone(),
+                    elements: elements(e),
+                },
+                SetCmd::Del { set, elements: e } => Request::SetDel {
+                    set: set.clone(),
+                    elements: elements(e),
+                },
+            },
             CtlCmd::Trace { fields } => Request::Trace { fields: fields.clone() },
             CtlCmd::Unknown(words) => {
                 return Err(CtlError::UnknownCommand(format!(
@@ -364,6 +395,53 @@ impl CtlCmd {
             }
         })
     }
+}
+
+/// `freeway ctl firewall ...`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum FirewallCmd {
+    /// The ruleset with its counters, as `nft list ruleset` prints it.
+    #[command(visible_alias = "show")]
+    List,
+    /// Replaces the ruleset with an nftables file, atomically (a bad file changes nothing).
+    Load {
+        /// The file (`nft -f` syntax).
+        file: PathBuf,
+    },
+}
+
+/// `freeway ctl set ...`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum SetCmd {
+    /// Adds elements to a named set.
+    Add {
+        /// The set (`NAME`, or `TABLE/NAME` where several tables have a set of that name).
+        set: String,
+        /// Elements, in nftables syntax: `10.0.0.5`, `10.0.1.0/24`, `10.0.0.5 . 22`, or
+        /// several as `{ a, b }`.
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        elements: Vec<String>,
+    },
+    /// Deletes elements from a named set.
+    #[command(visible_alias = "delete")]
+    Del {
+        /// The set.
+        set: String,
+        /// Elements, as for `add`.
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        elements: Vec<String>,
+    },
+}
+
+/// Set elements given as words: joined, with one pair of braces around them removed.
+fn elements(words: &[String]) -> String {
+    let s = words.join(" ");
+    let t = s.trim();
+    t.strip_prefix('{')
+        .and_then(|x| x.strip_suffix('}'))
+        .unwrap_or(t)
+        .trim()
+        .to_string()
 }
 
 /// `freeway ctl`'s words alone (for [`parse_words`]).
@@ -424,6 +502,10 @@ mod tests {
             "conntrack flush zone 3",
             "capture list",
             "capture stop 4",
+            "firewall list",
+            "firewall load /etc/freeway/rules.nft",
+            "set add allowed { 10.0.0.5, 10.0.1.0/24 }",
+            "set del filter/allowed { 10.0.0.5 . 22 }",
             "trace in_port=lan udp tp_dst=53",
         ] {
             let r = req(w).unwrap_or_else(|e| panic!("{w}: {e}"));
@@ -438,6 +520,14 @@ mod tests {
         assert_eq!(req("conntrack -L").unwrap(), Request::ConntrackList);
         assert_eq!(req("conntrack -F").unwrap(), Request::ConntrackFlush { zone: None });
         assert_eq!(req("capture").unwrap(), Request::CaptureList);
+        assert_eq!(req("firewall").unwrap(), Request::FirewallList);
+        assert_eq!(
+            req("set add allowed 10.0.0.7").unwrap(),
+            Request::SetAdd {
+                set: "allowed".into(),
+                elements: "10.0.0.7".into()
+            }
+        );
         assert_eq!(
             req("route delete 10.6.0.0/16").unwrap(),
             Request::RouteDel {

@@ -158,6 +158,28 @@ pub enum Request {
     },
     /// A capture streamed back on this connection after the reply (`freeway capture --ctl`).
     Capture(TapOptions),
+    /// The firewall's ruleset, with its counters (`nft list ruleset`).
+    FirewallList,
+    /// Replaces the firewall's ruleset with an nftables file, atomically: a file that does
+    /// not parse or compile changes nothing.
+    FirewallLoad {
+        /// The file (an absolute path: the datapath reads it).
+        path: PathBuf,
+    },
+    /// Adds elements to a named set of the ruleset (`nft add element`).
+    SetAdd {
+        /// The set's name (`allowed`, or `TABLE NAME` where several tables have one).
+        set: String,
+        /// The elements, in nftables syntax (`10.0.0.5, 10.0.1.0/24` or `10.0.0.5 . 22`).
+        elements: String,
+    },
+    /// Deletes elements from a named set (`nft delete element`).
+    SetDel {
+        /// The set's name.
+        set: String,
+        /// The elements, as for [`Request::SetAdd`].
+        elements: String,
+    },
     /// What the datapath does with one packet, stage by stage (nothing is sent or changed).
     Trace {
         /// The packet, in OVS-style fields (`in_port=lan`, `nw_dst=10.0.20.7`, `hex=...`).
@@ -189,6 +211,10 @@ impl Request {
         "capture_start",
         "capture_stop",
         "capture",
+        "firewall_list",
+        "firewall_load",
+        "set_add",
+        "set_del",
         "trace",
     ];
 
@@ -216,6 +242,10 @@ impl Request {
             Request::CaptureStart { .. } => "capture_start",
             Request::CaptureStop { .. } => "capture_stop",
             Request::Capture(_) => "capture",
+            Request::FirewallList => "firewall_list",
+            Request::FirewallLoad { .. } => "firewall_load",
+            Request::SetAdd { .. } => "set_add",
+            Request::SetDel { .. } => "set_del",
             Request::Trace { .. } => "trace",
         }
     }
@@ -236,6 +266,9 @@ impl Request {
                 | Request::ConntrackFlush { .. }
                 | Request::CaptureStart { .. }
                 | Request::CaptureStop { .. }
+                | Request::FirewallLoad { .. }
+                | Request::SetAdd { .. }
+                | Request::SetDel { .. }
         )
     }
 }
@@ -310,6 +343,10 @@ impl fmt::Display for Request {
                 f.write_str("capture")?;
                 tap(f, t)
             }
+            Request::FirewallList => f.write_str("firewall list"),
+            Request::FirewallLoad { path } => write!(f, "firewall load {}", path.display()),
+            Request::SetAdd { set, elements } => write!(f, "set add {set} {{ {elements} }}"),
+            Request::SetDel { set, elements } => write!(f, "set del {set} {{ {elements} }}"),
             Request::Trace { fields } => write!(f, "trace {}", fields.join(" ")),
         }
     }
@@ -595,6 +632,18 @@ mod tests {
             },
             Request::CaptureStop { id: 7 },
             Request::Capture(tap),
+            Request::FirewallList,
+            Request::FirewallLoad {
+                path: "/etc/freeway/rules.nft".into(),
+            },
+            Request::SetAdd {
+                set: "allowed".into(),
+                elements: "10.0.0.5, 10.0.1.0/24".into(),
+            },
+            Request::SetDel {
+                set: "filter allowed".into(),
+                elements: "10.0.0.5".into(),
+            },
             Request::Trace {
                 fields: vec!["in_port=lan".into(), "udp".into()],
             },

@@ -1,0 +1,222 @@
+//! The nftables firewall in the datapath: the published ruleset, its replacement, and each
+//! worker's hook in the router.
+//!
+//! A ruleset (`[firewall] ruleset`, or `freeway ctl firewall load`) is compiled
+//! ([`freeway_firewall::Firewall`]) against the router interfaces' names and published in a
+//! [`Slot`]: the compiled form behind an `Arc`, and a generation number. Each worker's
+//! [`FwHook`] holds its own `Arc` of the ruleset it judges with and, once per batch, compares
+//! the slot's generation with its own (one relaxed load of a line nobody writes while the
+//! ruleset stays); only when they differ does it take the slot's mutex to fetch the new
+//! ruleset. So a packet is judged by one whole ruleset, old or new, never half of each, and
+//! workers never wait on the control thread: a replacement waits at most for the mutex's
+//! short critical sections.
+//!
+//! The router's L3 stage asks the hook at its input and forward hooks
+//! ([`freeway_l3::FilterHook`]). The packet's connection state comes from its metadata (the
+//! tracker recorded it on ingress without creating the connection); when the ruleset accepts
+//! a packet whose state is `new`, the hook creates its connection (tracks it again, with
+//! commit), in the conntrack zone of its ingress interface.
+//!
+//! Interfaces are named by the router interfaces' names: `iifname "lan"` is a router
+//! interface called `lan`, as in Linux, where routed traffic meets the IP stack's interfaces.
+//!
+//! Threads: [`FirewallShared`] lives with the control thread (which replaces rulesets) and is
+//! cloned into each worker's [`FwHook`]; a hook is owned by one worker.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use freeway_conntrack::{Conntrack, CtWorker};
+use freeway_firewall::ast::{RejectWith, Ruleset};
+use freeway_firewall::{Action, Fields, Firewall, FwState, Strategy};
+use freeway_l3::{FilterHook, FilterVerdict, Interfaces, Reject};
+use freeway_packet::{meta_flags, Packet};
+use freeway_sync::Tick;
+
+use super::RunError;
+
+/// The kernel's `ct state` bits, by the tracker's state recorded in a packet's metadata.
+fn ct_state_bits(flags: u8) -> u8 {
+    match flags & meta_flags::CT_MASK {
+        meta_flags::CT_INVALID => 1,
+        meta_flags::CT_ESTABLISHED => 2,
+        meta_flags::CT_RELATED => 4,
+        meta_flags::CT_NEW => 8,
+        meta_flags::CT_UNTRACKED => 64,
+        _ => 0,
+    }
+}
+
+/// What the router's stage sends back for a reject.
+fn reject_of(w: RejectWith) -> Reject {
+    match w {
+        RejectWith::Default => Reject::Unreachable { v4: 3, v6: 4 },
+        RejectWith::TcpReset => Reject::TcpReset,
+        RejectWith::Icmp(c) => Reject::Unreachable { v4: c, v6: 4 },
+        RejectWith::Icmpv6(c) => Reject::Unreachable { v4: 3, v6: c },
+        // nft's icmpx codes: no-route, port-unreachable, host-unreachable, admin-prohibited.
+        RejectWith::Icmpx(c) => match c {
+            0 => Reject::Unreachable { v4: 0, v6: 0 },
+            2 => Reject::Unreachable { v4: 1, v6: 3 },
+            3 => Reject::Unreachable { v4: 13, v6: 1 },
+            _ => Reject::Unreachable { v4: 3, v6: 4 },
+        },
+    }
+}
+
+/// The published ruleset.
+struct Slot {
+    /// Bumped after every replacement.
+    gen: AtomicU64,
+    /// The current ruleset (with the generation it was published at).
+    current: Mutex<(u64, Arc<Firewall>)>,
+}
+
+/// The firewall's shared side: the published ruleset and what compiling one needs.
+#[derive(Clone)]
+pub(crate) struct FirewallShared {
+    slot: Arc<Slot>,
+    /// Router interface names and their ids (the interface index).
+    names: Arc<[(String, u32)]>,
+    workers: usize,
+    ct: Conntrack,
+    /// Conntrack zone of each router interface.
+    zones: Arc<[u16]>,
+    /// Where the current ruleset came from.
+    source: Arc<Mutex<String>>,
+}
+
+impl FirewallShared {
+    /// Compiles `rs` (from `source`) for `workers` workers against the router's interfaces;
+    /// `zones` gives each interface's conntrack zone.
+    pub fn new(
+        rs: Ruleset,
+        source: &str,
+        ifaces: &Interfaces,
+        zones: Vec<u16>,
+        workers: usize,
+        ct: Conntrack,
+    ) -> Result<FirewallShared, RunError> {
+        let names: Arc<[(String, u32)]> = (0..ifaces.len())
+            .filter_map(|i| ifaces.get(i as u16).map(|it| (it.name.clone(), i as u32)))
+            .collect();
+        let fw = Firewall::new(rs, &names, workers, Strategy::Compiled)
+            .map_err(|e| RunError(format!("firewall: {source}:{e}")))?;
+        Ok(FirewallShared {
+            slot: Arc::new(Slot {
+                gen: AtomicU64::new(1),
+                current: Mutex::new((1, Arc::new(fw))),
+            }),
+            names,
+            workers,
+            ct,
+            zones: zones.into(),
+            source: Arc::new(Mutex::new(source.to_string())),
+        })
+    }
+
+    /// The ruleset workers judge with now.
+    pub fn current(&self) -> Arc<Firewall> {
+        self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+    }
+
+    /// Where the current ruleset came from.
+    pub fn source(&self) -> String {
+        self.source.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Compiles `rs` and publishes it: workers switch to it at their next batch. A ruleset
+    /// that does not compile changes nothing.
+    pub fn replace(&self, rs: Ruleset, source: &str) -> Result<(), String> {
+        let fw = Firewall::new(rs, &self.names, self.workers, Strategy::Compiled).map_err(|e| e.to_string())?;
+        let mut cur = self.slot.current.lock().unwrap_or_else(|e| e.into_inner());
+        let gen = cur.0 + 1;
+        *cur = (gen, Arc::new(fw));
+        // Published under the mutex: a worker that sees `gen` finds this ruleset.
+        self.slot.gen.store(gen, Ordering::Release);
+        drop(cur);
+        *self.source.lock().unwrap_or_else(|e| e.into_inner()) = source.to_string();
+        Ok(())
+    }
+
+    /// Worker `index`'s hook.
+    pub fn worker(&self, index: usize) -> FwHook {
+        let (gen, fw) = self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        FwHook {
+            st: fw.worker(index),
+            fw,
+            gen,
+            slot: self.slot.clone(),
+            index,
+            ct: self.ct.worker(),
+            zones: self.zones.clone(),
+            now: 0,
+        }
+    }
+}
+
+/// One worker's firewall: the ruleset it judges with, its state (counters, limits), and a
+/// tracker handle to create the connections the ruleset accepts.
+pub(crate) struct FwHook {
+    fw: Arc<Firewall>,
+    st: FwState,
+    gen: u64,
+    slot: Arc<Slot>,
+    index: usize,
+    ct: CtWorker,
+    zones: Arc<[u16]>,
+    now: Tick,
+}
+
+impl FwHook {
+    /// Once per batch: takes up a replaced ruleset, and the batch's clock.
+    #[inline]
+    pub fn refresh(&mut self, now: Tick) {
+        self.now = now;
+        if self.slot.gen.load(Ordering::Acquire) == self.gen {
+            return;
+        }
+        let (gen, fw) = self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        self.st = fw.worker(self.index);
+        self.fw = fw;
+        self.gen = gen;
+    }
+
+    /// The verdict on `pkt` at `hook`, from router interface `iif` (to `oif`).
+    #[inline]
+    pub fn judge(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16) -> FilterVerdict {
+        let (hook, oif) = match hook {
+            FilterHook::Forward => (freeway_firewall::ast::Hook::Forward, u32::from(oif)),
+            FilterHook::Input => (freeway_firewall::ast::Hook::Input, freeway_firewall::NO_IF),
+        };
+        let mut f = Fields::from_packet(pkt.data(), &pkt.meta);
+        if !self.fw.has_hook(f.nfproto, hook) {
+            return self.accepted(pkt, iif);
+        }
+        f.iif = u32::from(iif);
+        f.oif = oif;
+        f.ct_state = ct_state_bits(pkt.meta.flags);
+        f.ct_zone = self.zone(iif);
+        let d = self.fw.judge(hook, &f, &mut self.st, self.now);
+        match d.action {
+            Action::Accept => self.accepted(pkt, iif),
+            Action::Drop => FilterVerdict::Drop,
+            Action::Reject(w) => FilterVerdict::Reject(reject_of(w)),
+        }
+    }
+
+    fn zone(&self, iif: u16) -> u16 {
+        self.zones.get(usize::from(iif)).copied().unwrap_or(0)
+    }
+
+    /// An accepted packet of a new connection creates it.
+    #[inline]
+    fn accepted(&mut self, pkt: &Packet, iif: u16) -> FilterVerdict {
+        if pkt.meta.flags & meta_flags::CT_MASK == meta_flags::CT_NEW {
+            let zone = self.zone(iif);
+            let g = self.ct.pin();
+            let _ = self.ct.track_packet(&g, pkt, zone, true);
+        }
+        FilterVerdict::Accept
+    }
+}
