@@ -215,16 +215,28 @@ enum Show {
     Capture,
 }
 
+/// Set by SIGINT and SIGTERM: they stop the run (a second one ends the process at once); see
+/// [`reload_flag`] for SIGHUP.
 fn stop_flag() -> Arc<AtomicBool> {
     static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
     FLAG.get_or_init(|| {
         let f = Arc::new(AtomicBool::new(false));
-        let g = f.clone();
-        // If a handler cannot be installed, Ctrl-C simply kills the process.
-        let _ = ctrlc::set_handler(move || {
-            tracing::info!("stop requested (signal): draining and shutting down");
-            g.store(true, Ordering::Relaxed)
-        });
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            // If a handler cannot be installed, the signal simply kills the process.
+            let _ = signal_hook::flag::register_conditional_shutdown(sig, 1, f.clone());
+            let _ = signal_hook::flag::register(sig, f.clone());
+        }
+        f
+    })
+    .clone()
+}
+
+/// Set by SIGHUP: the run reads its configuration again and applies what can change live.
+fn reload_flag() -> Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let f = Arc::new(AtomicBool::new(false));
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, f.clone());
         f
     })
     .clone()
@@ -268,6 +280,11 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
     };
     let mut printer = report::LivePrinter::default();
     let mut cb = |s: &runtime::Snapshot| printer.print(s);
+    let config_path = args.config.clone();
+    let mut read_again = || match &config_path {
+        Some(p) => config::load(p).map_err(|e| e.to_string()),
+        None => Err("the built-in demo configuration has no file to read again".to_string()),
+    };
     let opts = RunOptions {
         duration: args.duration,
         workers: args.workers,
@@ -279,6 +296,8 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
         metrics: args.metrics.clone(),
         ctl_access: args.ctl_access()?,
         on_ready: Some(&mut notify_ready),
+        reload: Some(reload_flag()),
+        reload_config: Some(&mut read_again),
     };
     if tables {
         let src = args

@@ -18,6 +18,19 @@
 //! or related, or when it is new and arrived on a port of `allow_new_from`; invalid packets
 //! and new connections from other ports are dropped and counted. Without `[firewall]`,
 //! `[conntrack]` tracks and counts but drops nothing (except new connections over a limit).
+//!
+//! The firewall's policy can instead be an nftables ruleset, as `nft -f` reads it:
+//!
+//! ```toml
+//! [firewall]
+//! ruleset = "rules.nft"                  # relative to this file's directory
+//! # rules = """ table inet filter { ... } """   # or inline
+//! ```
+//!
+//! Its `ip`, `ip6` and `inet` tables' `input` and `forward` base chains judge routed packets
+//! (so it needs a `[router]`), as Linux's do: bridged traffic is not filtered by them.
+//! `iifname`/`oifname` name router interfaces. A ruleset that does not parse is an error
+//! naming its line and column; `freeway ctl firewall load FILE` replaces it live.
 
 use std::collections::BTreeMap;
 use std::ops::Range;

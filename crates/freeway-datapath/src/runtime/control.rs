@@ -1103,6 +1103,8 @@ impl<L: Layout> Control<L> {
             now: self.clock.now(),
             ct: self.ct.as_ref(),
             fw: self.fw.as_ref(),
+            nft: self.nft.as_ref().map(|f| f.current()),
+            ct_state: Default::default(),
             zones: &self.zones,
             router: match (&self.rib, &self.l3) {
                 (Some((rib, ifaces, neigh)), Some(l3)) => Some(super::trace::RouterView { rib, ifaces, neigh, l3 }),

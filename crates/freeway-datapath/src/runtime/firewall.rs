@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use freeway_conntrack::{Conntrack, CtWorker};
-use freeway_firewall::ast::{RejectWith, Ruleset};
-use freeway_firewall::{Action, Fields, Firewall, FwState, Strategy};
+use freeway_firewall::ast::{ChainType, Family, Hook, RejectWith, Ruleset};
+use freeway_firewall::{Action, Fields, Firewall, FwState, LogLine, Strategy};
 use freeway_l3::{FilterHook, FilterVerdict, Interfaces, Reject};
 use freeway_packet::{meta_flags, Packet};
 use freeway_sync::Tick;
@@ -36,7 +36,7 @@ use freeway_sync::Tick;
 use super::RunError;
 
 /// The kernel's `ct state` bits, by the tracker's state recorded in a packet's metadata.
-fn ct_state_bits(flags: u8) -> u8 {
+pub(crate) fn ct_state_bits(flags: u8) -> u8 {
     match flags & meta_flags::CT_MASK {
         meta_flags::CT_INVALID => 1,
         meta_flags::CT_ESTABLISHED => 2,
@@ -48,7 +48,7 @@ fn ct_state_bits(flags: u8) -> u8 {
 }
 
 /// What the router's stage sends back for a reject.
-fn reject_of(w: RejectWith) -> Reject {
+pub(crate) fn reject_of(w: RejectWith) -> Reject {
     match w {
         RejectWith::Default => Reject::Unreachable { v4: 3, v6: 4 },
         RejectWith::TcpReset => Reject::TcpReset,
@@ -62,6 +62,41 @@ fn reject_of(w: RejectWith) -> Reject {
             _ => Reject::Unreachable { v4: 3, v6: 4 },
         },
     }
+}
+
+/// Refuses what the datapath does not run yet, rather than loading a policy that would be
+/// silently ignored: bridge tables, NAT chains, and base chains on hooks other than `input`
+/// and `forward`.
+fn check_runnable(rs: &Ruleset) -> Result<(), String> {
+    for t in &rs.tables {
+        if t.family == Family::Bridge {
+            return Err(format!(
+                "{}: Error: table bridge {}: bridge tables are not run by Freeway yet (its ip, ip6 and inet tables judge routed packets)",
+                t.span, t.name
+            ));
+        }
+        for c in &t.chains {
+            let Some(b) = c.base else { continue };
+            if b.kind == ChainType::Nat {
+                return Err(format!("{}: Error: chain {}: NAT chains are not run by Freeway yet", c.span, c.name));
+            }
+            if !matches!(b.hook, Hook::Input | Hook::Forward) {
+                return Err(format!(
+                    "{}: Error: chain {}: hook {} is not run by Freeway yet (input and forward are)",
+                    c.span,
+                    c.name,
+                    b.hook.name()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks and compiles a ruleset.
+fn compile(rs: Ruleset, names: &[(String, u32)], workers: usize) -> Result<Firewall, String> {
+    check_runnable(&rs)?;
+    Firewall::new(rs, names, workers, Strategy::Compiled).map_err(|e| e.to_string())
 }
 
 /// The published ruleset.
@@ -100,8 +135,7 @@ impl FirewallShared {
         let names: Arc<[(String, u32)]> = (0..ifaces.len())
             .filter_map(|i| ifaces.get(i as u16).map(|it| (it.name.clone(), i as u32)))
             .collect();
-        let fw = Firewall::new(rs, &names, workers, Strategy::Compiled)
-            .map_err(|e| RunError(format!("firewall: {source}:{e}")))?;
+        let fw = compile(rs, &names, workers).map_err(|e| RunError(format!("firewall: {source}:{e}")))?;
         Ok(FirewallShared {
             slot: Arc::new(Slot {
                 gen: AtomicU64::new(1),
@@ -128,7 +162,7 @@ impl FirewallShared {
     /// Compiles `rs` and publishes it: workers switch to it at their next batch. A ruleset
     /// that does not compile changes nothing.
     pub fn replace(&self, rs: Ruleset, source: &str) -> Result<(), String> {
-        let fw = Firewall::new(rs, &self.names, self.workers, Strategy::Compiled).map_err(|e| e.to_string())?;
+        let fw = compile(rs, &self.names, self.workers)?;
         let mut cur = self.slot.current.lock().unwrap_or_else(|e| e.into_inner());
         let gen = cur.0 + 1;
         *cur = (gen, Arc::new(fw));
@@ -151,6 +185,7 @@ impl FirewallShared {
             ct: self.ct.worker(),
             zones: self.zones.clone(),
             now: 0,
+            logs: Vec::new(),
         }
     }
 }
@@ -166,13 +201,20 @@ pub(crate) struct FwHook {
     ct: CtWorker,
     zones: Arc<[u16]>,
     now: Tick,
+    /// Log lines of `log` statements, moved out of the state once per batch.
+    logs: Vec<LogLine>,
 }
 
 impl FwHook {
-    /// Once per batch: takes up a replaced ruleset, and the batch's clock.
+    /// Once per batch: writes the previous batch's log lines (each worker keeps at most a
+    /// few per second), takes up a replaced ruleset, and the batch's clock.
     #[inline]
     pub fn refresh(&mut self, now: Tick) {
         self.now = now;
+        self.st.take_logs(&mut self.logs);
+        if !self.logs.is_empty() {
+            self.write_logs();
+        }
         if self.slot.gen.load(Ordering::Acquire) == self.gen {
             return;
         }
@@ -186,8 +228,8 @@ impl FwHook {
     #[inline]
     pub fn judge(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16) -> FilterVerdict {
         let (hook, oif) = match hook {
-            FilterHook::Forward => (freeway_firewall::ast::Hook::Forward, u32::from(oif)),
-            FilterHook::Input => (freeway_firewall::ast::Hook::Input, freeway_firewall::NO_IF),
+            FilterHook::Forward => (Hook::Forward, u32::from(oif)),
+            FilterHook::Input => (Hook::Input, freeway_firewall::NO_IF),
         };
         let mut f = Fields::from_packet(pkt.data(), &pkt.meta);
         if !self.fw.has_hook(f.nfproto, hook) {
@@ -202,6 +244,22 @@ impl FwHook {
             Action::Accept => self.accepted(pkt, iif),
             Action::Drop => FilterVerdict::Drop,
             Action::Reject(w) => FilterVerdict::Reject(reject_of(w)),
+        }
+    }
+
+    #[cold]
+    fn write_logs(&mut self) {
+        let rs = self.fw.ruleset();
+        for l in self.logs.drain(..) {
+            let chain = rs
+                .tables
+                .get(usize::from(l.rule.table))
+                .and_then(|t| t.chains.get(usize::from(l.rule.chain)).map(|c| (t, c)));
+            let (table, chain, line) = chain.map_or((String::new(), String::new(), 0), |(t, c)| {
+                let line = c.rules.get(l.rule.rule as usize).map_or(0, |r| r.span.line);
+                (format!("{} {}", t.family.name(), t.name), c.name.clone(), line)
+            });
+            tracing::info!(target: "freeway::firewall", table = %table, chain = %chain, line, "{l}");
         }
     }
 

@@ -128,6 +128,12 @@ pub struct RunOptions<'a> {
     /// Called once every thread runs and the control and metrics sockets listen: the
     /// datapath is forwarding (a service manager's "ready").
     pub on_ready: Option<&'a mut dyn FnMut()>,
+    /// A reload is asked for when set (`SIGHUP`): the run clears it, reads the configuration
+    /// again with `reload_config` and applies what can change live (the firewall's
+    /// ruleset); everything else waits for a restart, and says so in the log.
+    pub reload: Option<Arc<AtomicBool>>,
+    /// Reads the configuration again, for `reload`.
+    pub reload_config: Option<&'a mut dyn FnMut() -> Result<Checked, String>>,
 }
 
 impl Default for RunOptions<'_> {
@@ -143,6 +149,8 @@ impl Default for RunOptions<'_> {
             metrics: None,
             ctl_access: Default::default(),
             on_ready: None,
+            reload: None,
+            reload_config: None,
         }
     }
 }

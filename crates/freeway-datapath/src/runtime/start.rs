@@ -165,7 +165,15 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     if let Some(ready) = opts.on_ready.as_mut() {
         ready();
     }
-    wait(cfg, &mut opts, start, &snapper, &running_taps, &worker_handles);
+    wait(
+        cfg,
+        &mut opts,
+        start,
+        &snapper,
+        &running_taps,
+        &worker_handles,
+        firewall.as_ref(),
+    );
     let threads = Threads {
         stop,
         writer_stop,
@@ -375,6 +383,8 @@ pub fn trace_config<L: Layout>(cfg: &Checked, in_port: u16, frame: Vec<u8>) -> R
         now: clock.now(),
         ct: tables.stateful.as_ref().map(|s| &s.ct),
         fw: tables.stateful.as_ref().and_then(|s| s.fw.as_ref()),
+        nft: tables.firewall.as_ref().map(|f| f.current()),
+        ct_state: Default::default(),
         zones: tables.stateful.as_ref().map_or(&no_zones, |s| &s.zones),
         router: tables.router.as_ref().map(|(sh, rib, _)| super::trace::RouterView {
             rib,
@@ -723,6 +733,7 @@ pub(crate) fn wait<L: Layout, T>(
     snapper: &Snapper<L>,
     running_taps: &[RunningTap],
     workers: &[JoinHandle<T>],
+    firewall: Option<&FirewallShared>,
 ) {
     let endless = cfg
         .ports
@@ -742,6 +753,11 @@ pub(crate) fn wait<L: Layout, T>(
             }
             next_report += opts.interval;
         }
+        if opts.reload.as_ref().is_some_and(|r| r.swap(false, Ordering::Relaxed)) {
+            if let Some(read) = opts.reload_config.as_mut() {
+                reload(read(), firewall);
+            }
+        }
         let external = opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
         let taps_done =
             opts.stop_when_taps_done && !running_taps.is_empty() && running_taps.iter().all(|t| t.is_finished());
@@ -749,6 +765,27 @@ pub(crate) fn wait<L: Layout, T>(
             break;
         }
     }
+}
+
+/// Applies a configuration read again (`SIGHUP`): the firewall's ruleset is replaced
+/// atomically when the run has one; the rest of a changed configuration takes effect at the
+/// next start. Every outcome is logged; a configuration with an error changes nothing.
+fn reload(new: Result<Checked, String>, firewall: Option<&FirewallShared>) {
+    let new = match new {
+        Ok(c) => c,
+        Err(e) => return tracing::error!(error = %e, "reload: the configuration has an error; nothing changed"),
+    };
+    let ruleset = new.firewall.as_ref().and_then(|f| f.ruleset.as_ref());
+    match (firewall, ruleset) {
+        (Some(fw), Some((source, rs))) => match fw.replace(rs.clone(), source) {
+            Ok(()) => tracing::info!(ruleset = %source, "reload: firewall ruleset replaced"),
+            Err(e) => tracing::error!(error = %e, ruleset = %source, "reload: the ruleset does not compile; nothing changed"),
+        },
+        (None, Some(_)) => tracing::warn!("reload: a ruleset was added: it takes effect at the next start"),
+        (Some(_), None) => tracing::warn!("reload: the ruleset was removed: the current one stays until the next start"),
+        (None, None) => {}
+    }
+    tracing::info!("reload: done; changes other than the firewall's ruleset take effect at the next start");
 }
 
 /// Every thread of a running datapath.

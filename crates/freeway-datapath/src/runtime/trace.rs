@@ -29,9 +29,11 @@ use freeway_bridge::{Bridge, BridgeWorker, Emit, Fdb, Layout, Learning, Mac, Por
 use freeway_conntrack::extract::{classify, Class, L4Info};
 use freeway_conntrack::{Conntrack, CtConfig, Firewall};
 use freeway_l3::neigh::NeighConfig;
-use freeway_l3::{Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, RouteLookup, Wants};
+use freeway_l3::{
+    FilterHook, FilterVerdict, Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, RouteLookup, Wants,
+};
 use freeway_packet::build::{build_arp_request, build_frame, tcp_flags, FrameSpec, L4};
-use freeway_packet::{parse, Batch, Packet, PacketPool, NO_VLAN};
+use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, NO_VLAN};
 use freeway_route::{Fib, NextHop, Rib};
 use freeway_sync::Tick;
 use serde::Serialize;
@@ -72,8 +74,24 @@ pub(crate) struct Tables<'a, L: Layout> {
     pub now: Tick,
     pub ct: Option<&'a Conntrack>,
     pub fw: Option<&'a Firewall>,
+    /// The nftables ruleset, when the run has one (it replaces `fw`).
+    pub nft: Option<Arc<freeway_firewall::Firewall>>,
     pub zones: &'a [u16],
     pub router: Option<RouterView<'a>>,
+    /// The connection state conntrack found for the traced frame, as the datapath records it
+    /// in the packet's metadata (`meta_flags::CT_*`).
+    pub ct_state: std::cell::Cell<u8>,
+}
+
+/// The metadata flag of a connection state, by its name in the trace.
+fn ct_flags(state: &str) -> u8 {
+    match state {
+        "new" => meta_flags::CT_NEW,
+        "established" => meta_flags::CT_ESTABLISHED,
+        "related" => meta_flags::CT_RELATED,
+        "invalid" => meta_flags::CT_INVALID,
+        _ => meta_flags::CT_UNTRACKED,
+    }
 }
 
 /// The router's side, for traces.
@@ -298,6 +316,11 @@ impl<L: Layout> Tables<'_, L> {
             at: format!("{at} zone {zone}"),
             result: format!("{state}: {detail}"),
         });
+        if self.nft.is_some() {
+            // The ruleset judges at the router's hooks (see `route`), with this state.
+            self.ct_state.set(ct_flags(state));
+            return true;
+        }
         let (pass, why) = match (self.fw.is_some(), state) {
             (_, "established" | "related" | "untracked") => (true, format!("accept ({state})")),
             (true, "new") if allows_new => (
@@ -497,6 +520,14 @@ impl<L: Layout> Tables<'_, L> {
             pool: PacketPool::new(freeway_packet::MAX_FRAME, 0, 8),
             emitted: Vec::new(),
             dropped: None,
+            nft: self.nft.clone().map(|fw| NftTrace {
+                st: fw.scratch_state(),
+                fw,
+                ct_flags: self.ct_state.get(),
+                now: self.now,
+                said: Vec::new(),
+            }),
+            ifaces: Some(r.ifaces.clone()),
         };
         let (dst, route) = dest(&p)
             .map(|d| {
@@ -540,6 +571,13 @@ impl<L: Layout> Tables<'_, L> {
             result.push_str(&format!("; destination {} is the router's", dst.expect("local")));
         } else if let Some(d) = dst {
             result.push_str(&format!("; destination {d}: {route}"));
+        }
+        for said in rec.nft.iter().flat_map(|n| &n.said) {
+            t.steps.push(Step {
+                stage: "firewall",
+                at: at.clone(),
+                result: said.clone(),
+            });
         }
         t.steps.push(Step {
             stage: "router",
@@ -586,11 +624,80 @@ impl Emit for Emitted {
     }
 }
 
-/// The L3 stage's output, kept.
+/// The L3 stage's output, kept; and the firewall's verdicts at its hooks, in words.
 struct Record {
     pool: PacketPool,
     emitted: Vec<Packet>,
     dropped: Option<L3Drop>,
+    /// The router's interfaces (for the firewall's words).
+    ifaces: Option<Arc<Interfaces>>,
+    /// The ruleset, a private state (its counters are not the workers'), the connection
+    /// state conntrack found, the interfaces' names, and the verdicts given.
+    nft: Option<NftTrace>,
+}
+
+/// The firewall as a trace runs it.
+struct NftTrace {
+    fw: Arc<freeway_firewall::Firewall>,
+    st: freeway_firewall::FwState,
+    ct_flags: u8,
+    now: Tick,
+    said: Vec<String>,
+}
+
+impl NftTrace {
+    /// Judges `pkt` at `hook` with the real ruleset and puts the verdict in words: which
+    /// chain and rule (with its line) decided.
+    fn judge(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16, ifs: &Interfaces) -> FilterVerdict {
+        let mut f = freeway_firewall::Fields::from_packet(pkt.data(), &pkt.meta);
+        let (h, oif_id) = match hook {
+            FilterHook::Forward => (freeway_firewall::ast::Hook::Forward, u32::from(oif)),
+            FilterHook::Input => (freeway_firewall::ast::Hook::Input, freeway_firewall::NO_IF),
+        };
+        f.iif = u32::from(iif);
+        f.oif = oif_id;
+        f.ct_state = super::firewall::ct_state_bits(self.ct_flags);
+        let d = self.fw.judge(h, &f, &mut self.st, self.now);
+        let rs = self.fw.ruleset();
+        let chain = |t: u16, c: u16| {
+            rs.tables.get(usize::from(t)).map_or_else(String::new, |t| {
+                let name = t.chains.get(usize::from(c)).map_or("?", |c| c.name.as_str());
+                format!("{} {} {name}", t.family.name(), t.name)
+            })
+        };
+        let by = match (d.by, d.policy_of) {
+            (Some(r), _) => {
+                let line = rs
+                    .tables
+                    .get(usize::from(r.table))
+                    .and_then(|t| t.chains.get(usize::from(r.chain)))
+                    .and_then(|c| c.rules.get(r.rule as usize))
+                    .map_or(0, |x| x.span.line);
+                format!("rule {} of chain {} (line {line})", r.rule + 1, chain(r.table, r.chain))
+            }
+            (None, Some((t, c))) => format!("the policy of chain {}", chain(t, c)),
+            (None, None) => "no base chain on this hook".into(),
+        };
+        let (word, v) = match d.action {
+            freeway_firewall::Action::Accept => ("accept".to_string(), FilterVerdict::Accept),
+            freeway_firewall::Action::Drop => ("drop".to_string(), FilterVerdict::Drop),
+            freeway_firewall::Action::Reject(w) => (
+                format!("reject ({w:?})"),
+                FilterVerdict::Reject(super::firewall::reject_of(w)),
+            ),
+        };
+        let hook_name = h.name();
+        let out = if hook == FilterHook::Forward {
+            format!(" to {}", if_name(ifs, oif))
+        } else {
+            String::new()
+        };
+        self.said.push(format!(
+            "{hook_name} from {}{out}: {word} by {by}",
+            if_name(ifs, iif)
+        ));
+        v
+    }
 }
 
 impl L3Out for Record {
@@ -602,6 +709,12 @@ impl L3Out for Record {
     }
     fn drop(&mut self, _pkt: Packet, reason: L3Drop) {
         self.dropped.get_or_insert(reason);
+    }
+    fn filter(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16) -> FilterVerdict {
+        match (self.nft.as_mut(), self.ifaces.as_ref()) {
+            (Some(n), Some(ifs)) => n.judge(hook, pkt, iif, oif, ifs),
+            _ => FilterVerdict::Accept,
+        }
     }
 }
 
