@@ -139,3 +139,51 @@ fn group_fwd_mask_cannot_open_stp_pause_or_lacp() {
     );
     refused(&format!("{PORT}group_fwd_mask = 0x10000\n"), Some(4), &[]);
 }
+
+/// A ruleset with an error is refused at the config's `ruleset`/`rules` line, and the
+/// message names the ruleset's own line and column; a file that cannot be read names it.
+#[test]
+fn a_bad_nftables_ruleset_names_its_line_and_column() {
+    let rules = "table inet filter {\n\tchain forward {\n\t\ttype filter hook forward priority 0; policy drop;\n\t\ttcp dport 99999 accept\n\t}\n}\n";
+    let text = format!("{PORT}[firewall]\nrules = '''\n{rules}'''\n");
+    let (at, msg) = err(&text);
+    assert_eq!(at, Some(5), "{msg}");
+    assert!(msg.contains("inline rules:4:"), "the ruleset's line 4: {msg}");
+    refused(
+        &format!("{PORT}[firewall]\nruleset = \"/nonexistent/rules.nft\"\n"),
+        Some(5),
+        &["/nonexistent/rules.nft", "cannot read"],
+    );
+    refused(
+        &format!("{PORT}[firewall]\nruleset = \"a.nft\"\nrules = \"\"\n"),
+        Some(6),
+        &["not both"],
+    );
+    refused(
+        &format!("{PORT}[firewall]\nallow_new_from = [\"a\"]\nrules = \"table inet t {{ }}\"\n"),
+        Some(5),
+        &["allow_new_from", "ruleset"],
+    );
+}
+
+/// A good ruleset is read from a file relative to the configuration's directory.
+#[test]
+fn a_ruleset_file_is_read_relative_to_the_config() {
+    let dir = std::env::temp_dir().join(format!("freeway-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("r.nft"),
+        "table inet filter {\n\tchain forward {\n\t\ttype filter hook forward priority 0; policy drop;\n\t\tct state established,related accept\n\t}\n}\n",
+    )
+    .unwrap();
+    let c = config::parse(
+        &format!("{PORT}[firewall]\nruleset = \"r.nft\"\n"),
+        "t.toml",
+        Some(dir.as_path()),
+    )
+    .unwrap();
+    let (source, rs) = c.firewall.unwrap().ruleset.unwrap();
+    assert!(source.ends_with("r.nft"), "{source}");
+    assert_eq!(rs.tables[0].chains[0].rules.len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

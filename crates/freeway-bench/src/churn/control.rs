@@ -53,6 +53,12 @@ pub struct Ops {
     pub tap_replace: u64,
     /// Taps detached.
     pub tap_detach: u64,
+    /// Remote prefixes added to the firewall's `blocked` set (`set add`).
+    pub set_add: u64,
+    /// Remote prefixes deleted from it (`set del`).
+    pub set_del: u64,
+    /// Whole rulesets loaded (`firewall load`, the same policy: a new generation).
+    pub fw_load: u64,
 }
 
 impl Ops {
@@ -72,6 +78,9 @@ impl Ops {
             + self.tap_attach
             + self.tap_replace
             + self.tap_detach
+            + self.set_add
+            + self.set_del
+            + self.fw_load
     }
 }
 
@@ -95,6 +104,8 @@ pub(super) struct Control {
     pub(super) routes6: [u8; NX6],
     /// Per family (IPv4, IPv6), per gateway: the pool MAC of its neighbour entry.
     pub(super) neigh: [[u8; NG]; 2],
+    /// Which remote IPv4 prefixes the firewall's `blocked` set holds.
+    pub(super) blocked: [bool; NX],
     pub(super) taps: Vec<LiveTap>,
     pub(super) ops: Ops,
     pub(super) tap_stats: Vec<TapStats>,
@@ -269,8 +280,34 @@ impl Control {
         Ok(())
     }
 
+    /// Adds remote prefix `j` to the firewall's `blocked` set, or deletes it from there.
+    fn churn_blocked(&mut self, j: usize) -> Result<(), String> {
+        let now = !self.blocked[j];
+        self.blocked[j] = now;
+        let verb = if now { "add" } else { "del" };
+        let w = Self::words(&format!("set {verb} blocked 10.100.{j}.0/24"));
+        self.op(&[(key_b(j), u8::from(now))], |c| c.ctl(&w))?;
+        if now {
+            self.ops.set_add += 1;
+        } else {
+            self.ops.set_del += 1;
+        }
+        Ok(())
+    }
+
+    /// Loads the whole ruleset again from a file (with the set as it is): nothing changes
+    /// but the ruleset's generation, which every worker must take up.
+    fn reload_ruleset(&mut self) -> Result<(), String> {
+        let path = self.sock.with_extension("nft");
+        std::fs::write(&path, super::ruleset_text(&self.blocked)).map_err(|e| format!("{}: {e}", path.display()))?;
+        let w = vec!["firewall".to_string(), "load".to_string(), path.display().to_string()];
+        self.op(&[], |c| c.ctl(&w))?;
+        self.ops.fw_load += 1;
+        Ok(())
+    }
+
     fn step(&mut self) -> Result<(), String> {
-        match self.rng.below(24) {
+        match self.rng.below(27) {
             0..=4 => {
                 let t = self.rng.below(NT);
                 self.churn_fdb(key_t(t), t_mac(t), 10, &V10_PORTS, 2)?;
@@ -306,6 +343,11 @@ impl Control {
                 self.op(&[], |c| c.ctl(&Self::words("conntrack flush")))?;
                 self.ops.ct_flush += 1;
             }
+            20 | 21 => {
+                let j = self.rng.below(NX);
+                self.churn_blocked(j)?;
+            }
+            22 => self.reload_ruleset()?,
             _ => self.tap_step()?,
         }
         Ok(())

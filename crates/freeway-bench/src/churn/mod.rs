@@ -8,9 +8,10 @@
 //! on six ports of this module's own kind ([`ChurnPort`]): `lan0..lan2` (access VLAN 10),
 //! `wan0`, `wan1` (access VLAN 20) and `trunk0`, a trunk carrying both VLANs tagged (hosts of
 //! VLAN 10 and the WAN side of VLAN 20 behind it); a router with one interface on each VLAN,
-//! each with an IPv4 and an IPv6 address; connection tracking and a firewall that lets new
-//! connections start only from the LAN access ports and the trunk (whose VLAN 10 hosts start
-//! flows too). Each port's receive queues generate
+//! each with an IPv4 and an IPv6 address; connection tracking and an nftables ruleset
+//! ([`ruleset_text`]) that lets new connections start only from the `lan` interface (the
+//! LAN access ports and the trunk's VLAN 10 hosts) and drops everything to the remote IPv4
+//! prefixes of its named set `blocked`, even on established connections. Each port's receive queues generate
 //! traffic; its transmit queues are where the oracle looks at every frame the datapath sends.
 //!
 //! Traffic, each frame carrying a tag in its UDP payload (worker, sequence number, class,
@@ -30,12 +31,12 @@
 //!   and are deleted.
 //! * `REPLY`, `REPLY6`: the remote side answering a `FWD`/`FWD6` flow, from a VLAN 20 port:
 //!   forwarded only while the connection exists (the control side flushes the connection
-//!   table), or when it enters on the trunk (where connections may start).
+//!   table).
 //! * `UNSOL`, `UNSOL6`: unsolicited frames from the WAN access ports: never forwarded.
 //!
 //! The control thread works through the control socket (`fdb add/del/flush`, `route
-//! replace/del` for both families, `neigh add/del`, `conntrack flush`: the path `freeway ctl`
-//! takes) and attaches, re-filters and detaches capture taps on the run's tap registry, one
+//! replace/del` for both families, `neigh add/del`, `conntrack flush`, `set add/del blocked`
+//! and `firewall load` of the whole ruleset again: the path `freeway ctl` takes) and attaches, re-filters and detaches capture taps on the run's tap registry, one
 //! operation at a time. Every few dozen operations it *settles*: it adds a neighbour entry for
 //! every gateway that has none, then issues nothing until every worker has routed a frame
 //! generated after that (see below); at the end it does the same before the datapath stops.
@@ -52,7 +53,10 @@
 //! leaves from the router's MAC with its TTL or hop limit decremented (and the IPv4 checksum
 //! right), to a MAC that the neighbour entry of a gateway of some route version of its window
 //! held in some version of that window, on a port that MAC's FDB entry allowed in the window
-//! (or flooded over VLAN 20 when some version had none). A frame never reaches a port twice;
+//! (or flooded over VLAN 20 when some version had none); a routed IPv4 frame's prefix was
+//! out of the `blocked` set in some version of its window, and one that was dropped may
+//! have been blocked. Every frame is judged by one whole ruleset: a replacement (a new set,
+//! a reloaded file) never shows half of one. A frame never reaches a port twice;
 //! a flood reaches exactly the flood set, and only when some version had no entry; a frame
 //! that reached no port must have been droppable in its window, and the number of such frames
 //! must equal the drops the datapath counted. Capture taps are checked the same way: a
@@ -273,8 +277,33 @@ fn config_text(workers: usize) -> String {
     }
     // The traffic has a few thousand flows at most: a small table (quick to set up, also
     // under valgrind).
-    t += "[conntrack]\nmax = 16384\n[firewall]\nallow_new_from = [\"lan0\", \"lan1\", \"lan2\", \"trunk0\"]\n";
+    t += &format!(
+        "[conntrack]\nmax = 16384\n[firewall]\nrules = '''\n{}'''\n",
+        ruleset_text(&[false; NX])
+    );
     t
+}
+
+/// The firewall's nftables ruleset, with the remote prefixes `blocked` marks in its
+/// `blocked` set: traffic to a blocked prefix is dropped, even that of an established
+/// connection; new connections start only from the `lan` interface (VLAN 10: the LAN access
+/// ports and the trunk's VLAN 10 hosts); replies pass while their connection exists.
+pub(super) fn ruleset_text(blocked: &[bool; NX]) -> String {
+    let elems: Vec<String> = (0..NX)
+        .filter(|&j| blocked[j])
+        .map(|j| format!("10.100.{j}.0/24"))
+        .collect();
+    let elements = if elems.is_empty() {
+        String::new()
+    } else {
+        format!("\t\telements = {{ {} }}\n", elems.join(", "))
+    };
+    format!(
+        "table inet churn {{\n\tset blocked {{\n\t\ttype ipv4_addr\n\t\tflags interval\n{elements}\t}}\n\
+         \tchain forward {{\n\t\ttype filter hook forward priority filter; policy drop;\n\
+         \t\tip daddr @blocked drop\n\t\tct state established,related accept\n\
+         \t\tiifname \"lan\" accept\n\t}}\n}}\n"
+    )
 }
 
 fn socket_path() -> PathBuf {
@@ -305,6 +334,9 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
     for a in 0..NG {
         init[key_n(a, false)] = a as u8;
         init[key_n(a, true)] = a as u8;
+    }
+    for j in 0..NX {
+        init[key_b(j)] = 0;
     }
     let shared = Arc::new(Shared::new(&init, workers));
     let books: Vec<Arc<Mutex<Book>>> = (0..workers)
@@ -341,6 +373,7 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
         routes: std::array::from_fn(control::init_route),
         routes6: std::array::from_fn(control::init_route),
         neigh: [std::array::from_fn(|a| a as u8); 2],
+        blocked: [false; NX],
         taps: Vec::new(),
         ops: Ops::default(),
         tap_stats: Vec::new(),

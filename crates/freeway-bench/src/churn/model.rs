@@ -126,7 +126,12 @@ pub(super) fn key_x6(j: usize) -> usize {
 pub(super) fn key_n(a: usize, v6: bool) -> usize {
     NT + NM + NX + NX6 + a + if v6 { NG } else { 0 }
 }
-pub(super) const NKEYS: usize = NT + NM + NX + NX6 + 2 * NG;
+/// History key of IPv4 prefix `j`'s membership of the firewall's `blocked` set (value 1:
+/// member, 0: not).
+pub(super) fn key_b(j: usize) -> usize {
+    NT + NM + NX + NX6 + 2 * NG + j
+}
+pub(super) const NKEYS: usize = NT + NM + NX + NX6 + 2 * NG + NX;
 
 /// The generator's SplitMix64, with indexes.
 #[derive(Clone, Debug)]

@@ -232,6 +232,14 @@ impl Shared {
                 if !routed_ok {
                     return Err(format!("routed frame badly rewritten: src {} ttl {ttl}", mac_text(src)));
                 }
+                if !hd.v6 {
+                    let Some(b) = h.seen(key_b(j), tag.lo, hi) else {
+                        return Ok(false);
+                    };
+                    if b & bit(0) == 0 {
+                        return Err(format!("prefix {j} forwarded while every version of the ruleset blocked it"));
+                    }
+                }
                 let Some(m) = (0..NM).find(|&m| gw_mac(m) == dst) else {
                     return Err(format!("routed to {}, no gateway's MAC", mac_text(dst)));
                 };
@@ -278,8 +286,8 @@ impl Shared {
                 } else {
                     &self.fwd_seen[hh * NX + j]
                 };
-                // The trunk may start connections: there a reply needs no request.
-                if tag.in_port != TRUNK && !seen.load(SeqCst) {
+                // New connections start only from the LAN: a reply needs its request.
+                if !seen.load(SeqCst) {
                     return Err(format!(
                         "reply of flow ({hh},{j}) passed the firewall before any request"
                     ));
@@ -457,10 +465,16 @@ pub(super) fn close(s: &Shared, h: &History, r: &Rec, hi: u64) {
                 .map(|v| v & (1 << t.in_port) != 0),
             Class::L2H => Some(false),
             Class::Fwd | Class::Fwd6 => {
-                // No route, or a next hop without a usable neighbour entry (dropped by the
-                // router, or queued and then dropped: timed out or pushed out).
+                // Blocked by the firewall, no route, or a next hop without a usable neighbour
+                // entry (dropped by the router, or queued and then dropped: timed out or
+                // pushed out).
                 let v6 = t.class.v6();
-                h.gateways(v6, usize::from(t.a), t.lo, hi).and_then(|(gws, none)| {
+                let j = usize::from(t.a);
+                let blocked = !v6 && h.seen(key_b(j), t.lo, hi).is_some_and(|b| b & bit(1) != 0);
+                if blocked {
+                    Some(true)
+                } else {
+                    h.gateways(v6, j, t.lo, hi).and_then(|(gws, none)| {
                     let mut unresolved = Some(none);
                     for a in (0..NG).filter(|a| gws & (1 << a) != 0) {
                         match h.seen(key_n(a, v6), t.lo, hi) {
@@ -471,6 +485,7 @@ pub(super) fn close(s: &Shared, h: &History, r: &Rec, hi: u64) {
                     }
                     unresolved
                 })
+                }
             }
             Class::Reply | Class::Unsol | Class::Reply6 | Class::Unsol6 => Some(true),
         };
