@@ -27,7 +27,7 @@ pub use freeway_packet::mac;
 pub use freeway_packet::Mac;
 pub use layout::{Layout, Naive, Padded};
 pub use stage::{
-    check_group_fwd_mask, is_link_local, Bridge, BridgeCounters, BridgeWorker, Emit, Learning, PortFlags,
+    check_group_fwd_mask, is_link_local, Bridge, BridgeCounters, BridgeWorker, Emit, Learning, PortFlags, StormControl,
     GROUP_FWD_RESTRICTED,
 };
 pub use vlan::{PortVlan, PortVlanConfig, VlanSet};

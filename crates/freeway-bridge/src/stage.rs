@@ -11,6 +11,16 @@
 //! a known unicast destination (drop if that is the ingress port), or flood broadcast,
 //! multicast and unknown unicast to every other member port of the VLAN; tag or untag each
 //! copy for its egress port.
+//!
+//! Two protections for a real LAN, as switches have them: **BPDU guard** (a port flag): an
+//! STP BPDU received on a guarded port, where no switch should be, disables the port (every
+//! frame from or to it is dropped and counted) until the control plane enables it again;
+//! the flag is one store by the worker that saw the BPDU, read from the port's own line by
+//! every worker. **Storm control**: per port, broadcast, multicast and unknown-unicast
+//! frames received beyond a rate are dropped and counted, by token buckets each worker keeps
+//! for itself (no shared write; each worker gets an even share of the rate).
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use freeway_packet::bytes::{rd16, wr16};
 use freeway_packet::{vlan_pop, vlan_push, Batch, Packet, PacketPool, MAX_BATCH, NO_VLAN};
@@ -92,6 +102,13 @@ counters! {
         /// IEEE 802.1D link-local control frames (to 01:80:c2:00:00:00–0f: STP BPDUs, PAUSE,
         /// LACP, LLDP, 802.1X) that the ingress port does not forward (its group_fwd_mask).
         drop_link_local,
+        /// STP BPDUs received on a port with BPDU guard: each disabled the port.
+        bpdu_guard,
+        /// Frames from or to a port disabled by its BPDU guard.
+        drop_port_disabled,
+        /// Broadcast, multicast and unknown-unicast frames over their port's storm-control
+        /// rate.
+        drop_storm,
         /// Learn requests sent to the FDB writer.
         learn_requests,
         /// Learn requests dropped because the queue was full (retried on a later frame).
@@ -108,6 +125,36 @@ pub struct BridgeWorker {
     /// Counters; read by the stats thread.
     pub counters: std::sync::Arc<CachePadded<BridgeCounters>>,
     recent: Box<[(u64, Tick); RECENT]>,
+    /// Storm control's buckets, per port and class (made on the first frame that needs one).
+    storm: Vec<[StormBucket; 3]>,
+}
+
+/// One storm-control token bucket: frames allowed now, and when it was last filled.
+#[derive(Clone, Copy, Debug, Default)]
+struct StormBucket {
+    /// Frames allowed, in thousandths (a rate below 1,000 frames a second still refills).
+    milli: u64,
+    last: Tick,
+}
+
+impl StormBucket {
+    /// Takes one frame's worth at `rate` frames a second (a burst of one second's worth):
+    /// `false` when the bucket is empty.
+    #[inline]
+    fn take(&mut self, rate: u32, now: Tick) -> bool {
+        let cap = u64::from(rate) * 1000;
+        let dt = now.saturating_sub(self.last);
+        if dt > 0 {
+            self.milli = (self.milli + dt.saturating_mul(u64::from(rate))).min(cap);
+            self.last = now;
+        }
+        if self.milli >= 1000 {
+            self.milli -= 1000;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 const RECENT: usize = 256;
@@ -119,6 +166,7 @@ impl Default for BridgeWorker {
         BridgeWorker {
             counters: Default::default(),
             recent: Box::new([(u64::MAX, 0); RECENT]),
+            storm: Vec::new(),
         }
     }
 }
@@ -162,6 +210,38 @@ pub struct PortFlags {
     /// An isolated port talks only to non-isolated ports: nothing goes from one isolated
     /// port to another, flooded or not.
     pub isolated: bool,
+    /// BPDU guard: an STP BPDU received here disables the port ([`Bridge::port_disabled`])
+    /// until [`Bridge::enable_port`].
+    pub bpdu_guard: bool,
+}
+
+/// Storm control of one port: the most broadcast, multicast and unknown-unicast frames a
+/// second it takes in, for each worker (0: no limit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StormControl {
+    /// Broadcast frames a second.
+    pub broadcast: u32,
+    /// Multicast frames a second (group destinations other than broadcast).
+    pub multicast: u32,
+    /// Unknown-unicast frames a second (flooded because the destination is not known).
+    pub unknown_unicast: u32,
+}
+
+impl StormControl {
+    /// The limit of a class of flooded frame (0: none).
+    #[inline]
+    fn rate(&self, class: FloodClass) -> u32 {
+        match class {
+            FloodClass::Broadcast => self.broadcast,
+            FloodClass::Multicast => self.multicast,
+            FloodClass::Unknown => self.unknown_unicast,
+        }
+    }
+
+    /// Whether any class is limited.
+    pub fn is_set(&self) -> bool {
+        self.broadcast != 0 || self.multicast != 0 || self.unknown_unicast != 0
+    }
 }
 
 impl Default for PortFlags {
@@ -172,6 +252,7 @@ impl Default for PortFlags {
             mcast_flood: true,
             bcast_flood: true,
             isolated: false,
+            bpdu_guard: false,
         }
     }
 }
@@ -201,6 +282,11 @@ struct BridgePort {
     flags: PortFlags,
     /// Which link-local groups (bit N for 01:80:c2:00:00:0N) it forwards.
     group_fwd: u16,
+    /// Per-worker storm-control rates.
+    storm: StormControl,
+    /// Disabled by its BPDU guard: written once by the worker that saw the BPDU, cleared
+    /// by the control plane.
+    disabled: AtomicBool,
 }
 
 /// The bridge: its FDB and the VLAN tables of its ports. Shared read-only by all workers.
@@ -232,6 +318,8 @@ impl<L: Layout> Bridge<L> {
                     vlan,
                     flags: PortFlags::default(),
                     group_fwd: 0,
+                    storm: StormControl::default(),
+                    disabled: AtomicBool::new(false),
                 })
                 .collect(),
             members,
@@ -252,6 +340,29 @@ impl<L: Layout> Bridge<L> {
     pub fn set_port_flags(&mut self, port: u16, flags: PortFlags) -> Result<(), String> {
         self.port_mut(port)?.flags = flags;
         Ok(())
+    }
+
+    /// Sets `port`'s storm control: the rates each worker lets in (the caller divides a
+    /// port's rate among its workers); an unknown port is refused.
+    pub fn set_storm_control(&mut self, port: u16, storm: StormControl) -> Result<(), String> {
+        self.port_mut(port)?.storm = storm;
+        Ok(())
+    }
+
+    /// Whether `port` was disabled by its BPDU guard.
+    pub fn port_disabled(&self, port: u16) -> bool {
+        self.ports
+            .get(usize::from(port))
+            .is_some_and(|p| p.disabled.load(Ordering::Relaxed))
+    }
+
+    /// Enables `port` again after its BPDU guard disabled it; `Ok(true)` if it was disabled.
+    pub fn enable_port(&self, port: u16) -> Result<bool, String> {
+        let p = self
+            .ports
+            .get(usize::from(port))
+            .ok_or_else(|| format!("no port {port}"))?;
+        Ok(p.disabled.swap(false, Ordering::Relaxed))
     }
 
     fn port_mut(&mut self, port: u16) -> Result<&mut BridgePort, String> {
@@ -305,7 +416,11 @@ impl<L: Layout> Bridge<L> {
     ) {
         let guard = self.fdb.pin();
         let table = self.fdb.table();
-        let BridgeWorker { counters, recent } = w;
+        let BridgeWorker {
+            counters,
+            recent,
+            storm,
+        } = w;
         let c: &BridgeCounters = counters;
         c.rx.add(batch.len() as u64);
         // Per packet: the output port, or DROP / FLOOD; for floods, the VLAN and original tag.
@@ -333,6 +448,11 @@ impl<L: Layout> Bridge<L> {
                 uniform = false;
                 continue;
             };
+            if bp.disabled.load(Ordering::Relaxed) {
+                c.drop_port_disabled.inc();
+                uniform = false;
+                continue;
+            }
             let tag = (p.meta.vlan_depth > 0 && p.meta.vlan != NO_VLAN).then_some(p.meta.vlan);
             let Some(vid) = bp.vlan.classify(tag) else {
                 c.drop_vlan_filtered.inc();
@@ -384,6 +504,9 @@ impl<L: Layout> Bridge<L> {
                     if o == in_port {
                         c.drop_same_port.inc();
                         uniform = false;
+                    } else if self.port_disabled(o) {
+                        c.drop_port_disabled.inc();
+                        uniform = false;
                     } else if in_flags.isolated && self.port_flags(o).isolated {
                         c.drop_isolated.inc();
                         uniform = false;
@@ -399,6 +522,11 @@ impl<L: Layout> Bridge<L> {
                 }
                 c.unknown_unicast.inc();
             } else if is_link_local(&dst) && !Self::forwards_link_local(bp.group_fwd, dst[5]) {
+                if dst[5] == 0 && in_flags.bpdu_guard && !read_only {
+                    // An STP BPDU where no switch should be: the port goes down.
+                    bp.disabled.store(true, Ordering::Relaxed);
+                    c.bpdu_guard.inc();
+                }
                 c.drop_link_local.inc();
                 uniform = false;
                 continue;
@@ -410,6 +538,18 @@ impl<L: Layout> Bridge<L> {
             } else {
                 FloodClass::Unknown
             };
+            let rate = bp.storm.rate(class);
+            if rate != 0 && !read_only {
+                let port = usize::from(in_port);
+                if storm.len() <= port {
+                    storm.resize(self.ports.len().max(port + 1), [StormBucket::default(); 3]);
+                }
+                if !storm[port][class as usize].take(rate, now) {
+                    c.drop_storm.inc();
+                    uniform = false;
+                    continue;
+                }
+            }
             fate[i] = FLOOD;
             flood_vid[i] = (vid, tag, class);
             uniform = false;
@@ -449,7 +589,7 @@ impl<L: Layout> Bridge<L> {
             .copied()
             .filter(|&m| {
                 let f = self.port_flags(m);
-                m != in_port && f.floods(class) && !(isolated && f.isolated)
+                m != in_port && f.floods(class) && !(isolated && f.isolated) && !self.port_disabled(m)
             })
             .peekable();
         if targets.peek().is_none() {

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use freeway_bridge::fdb::{new_seeded, FdbConfig};
 use freeway_bridge::{
     Bridge, BridgeWorker, Emit, Fdb, FdbWriter, Learning, Mac, Padded, PortFlags, PortVlan, PortVlanConfig,
+    StormControl,
 };
 use freeway_packet::{Batch, Packet, PacketPool, NO_VLAN};
 use proptest::prelude::*;
@@ -459,4 +460,94 @@ fn link_local_groups_stay_on_their_link() {
     let e = bridge.set_group_fwd_mask(0, 0x0001).unwrap_err();
     assert!(e.contains("never forwarded"), "{e}");
     assert!(bridge.set_group_fwd_mask(9, 0x4000).is_err(), "no port 9");
+}
+
+/// Runs one frame from `src` to `dst` in through `port` (untagged: ports 0-2), learning
+/// inline, and returns the ports it left by.
+fn one(
+    bridge: &Bridge<Padded>,
+    bw: &mut BridgeWorker,
+    w: &mut FdbWriter<Padded>,
+    port: u16,
+    src: u8,
+    dst: u8,
+    now: u64,
+) -> Vec<u16> {
+    let mut em = Collect::default();
+    let mut b = Batch::new();
+    push(&mut b, port, frame(mac(src), mac(dst), None, 0));
+    bridge.process(bw, &mut b, now, &mut em, &mut Learning::Inline(w));
+    em.out.iter().map(|o| o.0).collect()
+}
+
+/// A BPDU on a guarded port disables it: nothing comes in or goes out by it (counted) until
+/// it is enabled again; the same BPDU on an unguarded port is only dropped.
+#[test]
+fn bpdu_guard_disables_the_port_until_enabled() {
+    let (_fdb, mut w, mut bridge, mut bw, _em) = setup();
+    let d = PortFlags::default();
+    bridge.set_port_flags(1, PortFlags { bpdu_guard: true, ..d }).unwrap();
+    assert_eq!(
+        one(&bridge, &mut bw, &mut w, 1, 2, 7, 1),
+        vec![0, 3, 4],
+        "a broadcast from port 1"
+    );
+    assert_eq!(
+        one(&bridge, &mut bw, &mut w, 0, 1, 8, 2),
+        Vec::<u16>::new(),
+        "a BPDU on port 0"
+    );
+    assert!(!bridge.port_disabled(0), "port 0 has no guard");
+    assert_eq!(one(&bridge, &mut bw, &mut w, 1, 2, 8, 3), Vec::<u16>::new());
+    assert!(bridge.port_disabled(1));
+    assert_eq!(bw.counters.bpdu_guard.get(), 1);
+    // In: dropped. Out: a known station behind it is unreachable, and floods skip it.
+    assert_eq!(one(&bridge, &mut bw, &mut w, 1, 2, 7, 4), Vec::<u16>::new());
+    assert_eq!(
+        one(&bridge, &mut bw, &mut w, 0, 1, 2, 5),
+        Vec::<u16>::new(),
+        "mac 2 lives on port 1"
+    );
+    assert_eq!(one(&bridge, &mut bw, &mut w, 0, 1, 7, 6), vec![3, 4]);
+    assert_eq!(bw.counters.drop_port_disabled.get(), 2);
+    assert_eq!(bridge.enable_port(1), Ok(true));
+    assert_eq!(bridge.enable_port(1), Ok(false), "already enabled");
+    assert_eq!(one(&bridge, &mut bw, &mut w, 0, 1, 2, 7), vec![1]);
+    assert!(bridge.enable_port(9).is_err());
+}
+
+/// Storm control lets in a port's rate of each flooded class (a second's worth as burst),
+/// counts the rest, refills with time, and never limits known unicast.
+#[test]
+fn storm_control_limits_each_flooded_class_per_port() {
+    let (_fdb, mut w, mut bridge, mut bw, _em) = setup();
+    let sc = StormControl {
+        broadcast: 3,
+        multicast: 0,
+        unknown_unicast: 2,
+    };
+    bridge.set_storm_control(0, sc).unwrap();
+    let passed = |bridge: &Bridge<Padded>, bw: &mut BridgeWorker, w: &mut FdbWriter<Padded>, src: u8, dst: u8, now| {
+        (0..10)
+            .filter(|_| !one(bridge, bw, w, 0, src, dst, now).is_empty())
+            .count()
+    };
+    // Buckets start empty at time 0 and fill with time.
+    assert_eq!(passed(&bridge, &mut bw, &mut w, 1, 7, 1000), 3, "broadcast: 3 a second");
+    assert_eq!(passed(&bridge, &mut bw, &mut w, 1, 6, 1000), 10, "multicast: no limit");
+    assert_eq!(
+        passed(&bridge, &mut bw, &mut w, 1, 20, 1000),
+        2,
+        "unknown unicast: 2 a second"
+    );
+    assert_eq!(bw.counters.drop_storm.get(), 15);
+    assert_eq!(
+        passed(&bridge, &mut bw, &mut w, 1, 7, 1500),
+        1,
+        "half a second refills 1.5"
+    );
+    // Known unicast is never limited; other ports are not.
+    one(&bridge, &mut bw, &mut w, 1, 2, 7, 3000);
+    assert_eq!(passed(&bridge, &mut bw, &mut w, 1, 2, 3000), 10);
+    assert!(bridge.set_storm_control(9, sc).is_err());
 }

@@ -187,3 +187,29 @@ fn a_ruleset_file_is_read_relative_to_the_config() {
     assert_eq!(rs.tables[0].chains[0].rules.len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `bpdu_guard` and `storm_control` reach the port's settings; an unknown storm class is
+/// refused at its line.
+#[test]
+fn bpdu_guard_and_storm_control_are_port_settings() {
+    let c = config::parse(
+        &format!("{PORT}bpdu_guard = true\nstorm_control = {{ broadcast = 100, unknown_unicast = 50 }}\n"),
+        "t",
+        None,
+    )
+    .unwrap();
+    assert!(c.ports[0].flags.bpdu_guard);
+    assert_eq!(
+        c.ports[0].storm,
+        freeway_bridge::StormControl {
+            broadcast: 100,
+            multicast: 0,
+            unknown_unicast: 50
+        }
+    );
+    refused(
+        &format!("{PORT}storm_control = {{ anycast = 1 }}\n"),
+        Some(4),
+        &["anycast"],
+    );
+}

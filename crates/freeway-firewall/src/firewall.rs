@@ -239,6 +239,14 @@ impl Firewall {
         }
     }
 
+    /// A state whose counters are its own, summed nowhere: judging with it changes nothing
+    /// that [`Firewall::counters`] reports (what `freeway ctl trace` needs).
+    pub fn scratch_state(&self) -> FwState {
+        let mut st = self.worker(0);
+        st.block = (0..st.block.len()).map(|_| Line::default()).collect();
+        st
+    }
+
     /// Judges one IP packet at `hook`: the base chains of the `ip`/`ip6`/`inet` tables that
     /// see its family. A packet that is neither IPv4 nor IPv6 is accepted (no chain).
     /// `now_ms` drives `limit`.

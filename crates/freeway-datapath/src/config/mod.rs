@@ -16,6 +16,8 @@
 //! gen = { src_macs = ["02:00:00:00:00:01"], dst_macs = ["02:00:00:00:00:02"] }
 //! group_fwd_mask = 0x4000              # forward LLDP (01:80:c2:00:00:0e); STP/PAUSE/LACP never
 //! isolated = false                     # and learning, flood, mcast_flood, bcast_flood (true)
+//! bpdu_guard = false                   # an STP BPDU received here disables the port
+//! storm_control = { broadcast = 1000, multicast = 1000, unknown_unicast = 1000 }  # frames/s in
 //!
 //! [bridge]
 //! learn_limit = 65536
@@ -161,6 +163,26 @@ pub struct PortConfig {
     /// Nothing goes between two isolated ports (default false).
     #[serde(default)]
     pub isolated: Option<bool>,
+    /// An STP BPDU received here disables the port until `freeway ctl link set dev PORT up`
+    /// (default false).
+    #[serde(default)]
+    pub bpdu_guard: Option<bool>,
+    /// Most broadcast, multicast and unknown-unicast frames a second taken in (each key
+    /// optional; none: no limit).
+    #[serde(default)]
+    pub storm_control: Option<StormConfig>,
+}
+
+/// `storm_control = { ... }` of a `[[port]]`: frames a second, by class.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StormConfig {
+    /// Broadcast frames a second.
+    pub broadcast: Option<u32>,
+    /// Multicast frames a second.
+    pub multicast: Option<u32>,
+    /// Unknown-unicast frames a second.
+    pub unknown_unicast: Option<u32>,
 }
 
 /// `[bridge]`: FDB bounds and ageing (defaults in [`FdbConfig`]) and static entries.
@@ -242,8 +264,10 @@ pub struct PortSpec {
     pub zone: u16,
     /// Link-local groups forwarded from this port (see [`PortConfig::group_fwd_mask`]).
     pub group_fwd_mask: u16,
-    /// The port's bridge flags (learning, flooding, isolation).
+    /// The port's bridge flags (learning, flooding, isolation, BPDU guard).
     pub flags: freeway_bridge::PortFlags,
+    /// The port's storm control, for the whole port (the datapath shares it among workers).
+    pub storm: freeway_bridge::StormControl,
 }
 
 /// A checked configuration.
@@ -520,6 +544,11 @@ fn check_port(
         zone: p.zone.unwrap_or(0),
         group_fwd_mask,
         flags: port_flags(p),
+        storm: p.storm_control.as_ref().map_or_else(Default::default, |s| freeway_bridge::StormControl {
+            broadcast: s.broadcast.unwrap_or(0),
+            multicast: s.multicast.unwrap_or(0),
+            unknown_unicast: s.unknown_unicast.unwrap_or(0),
+        }),
     })
 }
 
@@ -532,6 +561,7 @@ fn port_flags(p: &PortConfig) -> freeway_bridge::PortFlags {
         mcast_flood: p.mcast_flood.unwrap_or(d.mcast_flood),
         bcast_flood: p.bcast_flood.unwrap_or(d.bcast_flood),
         isolated: p.isolated.unwrap_or(d.isolated),
+        bpdu_guard: p.bpdu_guard.unwrap_or(d.bpdu_guard),
     }
 }
 

@@ -938,6 +938,8 @@ impl<L: Layout> Control<L> {
             Request::CaptureStart { tap, write } => self.capture_start(tap, write),
             Request::Capture(_) => Err(CtlError::Failed("a capture needs its connection".into())),
             Request::Trace { fields } => self.trace(fields),
+            Request::LinkShow => Ok(self.link_show()),
+            Request::LinkUp { port } => self.link_up(port),
             Request::FirewallList => nft::list(self.nft()?),
             Request::FirewallLoad { path } => nft::load(self.nft()?, path),
             Request::SetAdd { set, elements } => nft::set_change(self.nft()?, set, elements, true),
@@ -1115,6 +1117,57 @@ impl<L: Layout> Control<L> {
         Ok(Reply::new(text, data))
     }
 
+    /// `link show`: every port's state and bridge flags, in `bridge link show`'s words.
+    fn link_show(&self) -> Reply {
+        let mut text = String::new();
+        let mut data = Vec::new();
+        for (i, name) in self.port_names.iter().enumerate().take(self.nports) {
+            let p = i as u16;
+            let f = self.bridge.port_flags(p);
+            let state = if self.bridge.port_disabled(p) { "disabled" } else { "forwarding" };
+            let on = |b: bool| if b { "on" } else { "off" };
+            text.push_str(&format!(
+                "{}: {name}: state {state} learning {} flood {} mcast_flood {} bcast_flood {} isolated {} guard {}\n",
+                i + 1,
+                on(f.learning),
+                on(f.flood),
+                on(f.mcast_flood),
+                on(f.bcast_flood),
+                on(f.isolated),
+                on(f.bpdu_guard)
+            ));
+            data.push(json!({
+                "ifindex": i + 1,
+                "ifname": name,
+                "state": state,
+                "learning": f.learning,
+                "flood": f.flood,
+                "mcast_flood": f.mcast_flood,
+                "bcast_flood": f.bcast_flood,
+                "isolated": f.isolated,
+                "guard": f.bpdu_guard,
+            }));
+        }
+        Reply::new(text, Value::Array(data))
+    }
+
+    /// `link set dev PORT up`: enables a port its BPDU guard disabled.
+    fn link_up(&self, port: &str) -> Result<Reply, CtlError> {
+        let i = self
+            .port_names
+            .iter()
+            .take(self.nports)
+            .position(|n| n == port)
+            .ok_or_else(|| CtlError::NotFound(format!("no port named {port:?}")))?;
+        let was = self.bridge.enable_port(i as u16).map_err(CtlError::Invalid)?;
+        let text = if was {
+            format!("{port}: enabled (its BPDU guard had disabled it)\n")
+        } else {
+            format!("{port}: already forwarding\n")
+        };
+        Ok(Reply::new(text, json!({"ifname": port, "was_disabled": was})))
+    }
+
     /// The nftables firewall, or why there is none.
     fn nft(&self) -> Result<&super::firewall::FirewallShared, CtlError> {
         self.nft.as_ref().ok_or_else(|| {
@@ -1242,6 +1295,8 @@ capture list                            the capture taps (config and started her
 capture start -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] -w /ABS/FILE [FILTER...]
                                         a tap writing a pcap (.pcapng: pcapng) file
 capture stop ID                         detach a tap (its file is completed)
+link show                               the bridge ports: state (forwarding, disabled) and flags
+link set dev PORT up                    enable a port its BPDU guard disabled
 firewall list                           the nftables ruleset with its counters (nft list ruleset)
 firewall load FILE                      replace the ruleset, atomically (a bad file changes nothing)
 set add|del SET ELEMENT[, ELEMENT...]   elements of a named set (SET: NAME or TABLE/NAME)

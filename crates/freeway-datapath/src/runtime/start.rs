@@ -85,7 +85,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let nworkers = worker_count(cfg, &opts);
     let (clock, _ticker) = Clock::start();
     let taps = taps.unwrap_or_else(|| R::with_workers(nworkers));
-    let tables = build_tables::<L>(cfg, &clock)?;
+    let tables = build_tables::<L>(cfg, &clock, nworkers)?;
     let OpenPorts { ports, rx_of, tx_of } = open_ports(cfg, given, nworkers)?;
     let ports = Arc::new(Mutex::new(ports));
     let offline = is_offline(cfg, nworkers);
@@ -367,7 +367,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
 /// what `freeway ctl trace` answers on a run of `cfg` that has seen nothing yet.
 pub fn trace_config<L: Layout>(cfg: &Checked, in_port: u16, frame: Vec<u8>) -> Result<super::Trace, RunError> {
     let (clock, _ticker) = Clock::start();
-    let mut tables = build_tables::<L>(cfg, &clock)?;
+    let mut tables = build_tables::<L>(cfg, &clock, cfg.workers)?;
     if let Some((_, _, nw)) = tables.router.as_mut() {
         nw.service(clock.now());
     }
@@ -427,7 +427,7 @@ fn router_vlans(cfg: &Checked) -> Option<PortVlan> {
 
 /// Builds the router (one more, internal, port of the bridge), the FDB with its static
 /// entries, the bridge and the connection table.
-pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock) -> Result<Tables<L>, RunError> {
+pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock, nworkers: usize) -> Result<Tables<L>, RunError> {
     let nports = cfg.ports.len();
     let router = match &cfg.router {
         Some(spec) => Some(router::build(spec, nports as u16, clock.now())?),
@@ -452,6 +452,7 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock) -> Result<Ta
         bridge
             .set_group_fwd_mask(i as u16, p.group_fwd_mask)
             .and_then(|()| bridge.set_port_flags(i as u16, p.flags))
+            .and_then(|()| bridge.set_storm_control(i as u16, per_worker(p.storm, nworkers)))
             .map_err(|e| RunError(format!("port {:?}: {e}", p.name)))?;
     }
     let bridge = Arc::new(bridge);
@@ -461,7 +462,7 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock) -> Result<Ta
         cfg.ports.iter().map(|p| p.zone).collect(),
         clock.clone(),
     )?;
-    let firewall = build_firewall(cfg, router.as_ref().map(|r| &r.0), stateful.as_ref())?;
+    let firewall = build_firewall(cfg, router.as_ref().map(|r| &r.0), stateful.as_ref(), nworkers)?;
     Ok(Tables {
         router,
         fdb_r,
@@ -472,6 +473,17 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock) -> Result<Ta
     })
 }
 
+/// A port's storm control as each of `workers` workers applies it: an even share of every
+/// rate, rounded up (a limited class stays limited).
+fn per_worker(s: freeway_bridge::StormControl, workers: usize) -> freeway_bridge::StormControl {
+    let share = |r: u32| if r == 0 { 0 } else { r.div_ceil(workers.max(1) as u32) };
+    freeway_bridge::StormControl {
+        broadcast: share(s.broadcast),
+        multicast: share(s.multicast),
+        unknown_unicast: share(s.unknown_unicast),
+    }
+}
+
 /// Compiles the nftables ruleset of `[firewall]`, if there is one: it judges routed packets,
 /// so it needs the router; each router interface's conntrack zone is that of the ports on
 /// its VLAN, which must agree.
@@ -479,6 +491,7 @@ fn build_firewall(
     cfg: &Checked,
     router: Option<&RouterShared>,
     stateful: Option<&Stateful>,
+    nworkers: usize,
 ) -> Result<Option<FirewallShared>, RunError> {
     let Some((source, rs)) = cfg.firewall.as_ref().and_then(|f| f.ruleset.as_ref()) else {
         return Ok(None);
@@ -500,7 +513,7 @@ fn build_firewall(
         }
         zones.push(members.first().map_or(0, |p| p.zone));
     }
-    FirewallShared::new(rs.clone(), source, &router.ifaces, zones, cfg.workers, st.ct.clone()).map(Some)
+    FirewallShared::new(rs.clone(), source, &router.ifaces, zones, nworkers, st.ct.clone()).map(Some)
 }
 
 /// The ports of a run, open, with their queues dealt out to workers.

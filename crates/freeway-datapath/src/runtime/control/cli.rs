@@ -116,6 +116,12 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: Option<ConntrackCmd>,
     },
+    /// The bridge ports: show | set dev PORT up.
+    Link {
+        /// The subcommand (default: show).
+        #[command(subcommand)]
+        cmd: Option<LinkCmd>,
+    },
     /// The firewall's nftables ruleset: list | load FILE.
     Firewall {
         /// The subcommand (default: list).
@@ -367,6 +373,10 @@ impl CtlCmd {
                 }
                 Some(CaptureCmd::Stop { id }) => Request::CaptureStop { id: *id },
             },
+            CtlCmd::Link { cmd } => match cmd {
+                None | Some(LinkCmd::Show) => Request::LinkShow,
+                Some(LinkCmd::Set { port, .. }) => Request::LinkUp { port: port.clone() },
+            },
             CtlCmd::Firewall { cmd } => match cmd {
                 None | Some(FirewallCmd::List) => Request::FirewallList,
                 Some(FirewallCmd::Load { file }) => Request::FirewallLoad {
@@ -395,6 +405,25 @@ impl CtlCmd {
             }
         })
     }
+}
+
+/// `freeway ctl link ...`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum LinkCmd {
+    /// Every port's state and flags (`bridge link show`).
+    #[command(visible_alias = "list")]
+    Show,
+    /// Enables a port its BPDU guard disabled: `set dev PORT up`.
+    Set {
+        /// `dev`.
+        #[arg(value_parser = keyword!("dev"))]
+        dev_kw: String,
+        /// The port.
+        port: String,
+        /// `up`.
+        #[arg(value_parser = keyword!("up"))]
+        up: String,
+    },
 }
 
 /// `freeway ctl firewall ...`.
@@ -502,6 +531,8 @@ mod tests {
             "conntrack flush zone 3",
             "capture list",
             "capture stop 4",
+            "link show",
+            "link set dev lan up",
             "firewall list",
             "firewall load /etc/freeway/rules.nft",
             "set add allowed { 10.0.0.5, 10.0.1.0/24 }",

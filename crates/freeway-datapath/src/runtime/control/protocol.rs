@@ -158,6 +158,14 @@ pub enum Request {
     },
     /// A capture streamed back on this connection after the reply (`freeway capture --ctl`).
     Capture(TapOptions),
+    /// The bridge ports: state (forwarding, or disabled by a BPDU guard) and flags (`bridge
+    /// link show`).
+    LinkShow,
+    /// Enables a port that its BPDU guard disabled (`link set dev PORT up`).
+    LinkUp {
+        /// The port.
+        port: String,
+    },
     /// The firewall's ruleset, with its counters (`nft list ruleset`).
     FirewallList,
     /// Replaces the firewall's ruleset with an nftables file, atomically: a file that does
@@ -211,6 +219,8 @@ impl Request {
         "capture_start",
         "capture_stop",
         "capture",
+        "link_show",
+        "link_up",
         "firewall_list",
         "firewall_load",
         "set_add",
@@ -242,6 +252,8 @@ impl Request {
             Request::CaptureStart { .. } => "capture_start",
             Request::CaptureStop { .. } => "capture_stop",
             Request::Capture(_) => "capture",
+            Request::LinkShow => "link_show",
+            Request::LinkUp { .. } => "link_up",
             Request::FirewallList => "firewall_list",
             Request::FirewallLoad { .. } => "firewall_load",
             Request::SetAdd { .. } => "set_add",
@@ -266,6 +278,7 @@ impl Request {
                 | Request::ConntrackFlush { .. }
                 | Request::CaptureStart { .. }
                 | Request::CaptureStop { .. }
+                | Request::LinkUp { .. }
                 | Request::FirewallLoad { .. }
                 | Request::SetAdd { .. }
                 | Request::SetDel { .. }
@@ -343,6 +356,8 @@ impl fmt::Display for Request {
                 f.write_str("capture")?;
                 tap(f, t)
             }
+            Request::LinkShow => f.write_str("link show"),
+            Request::LinkUp { port } => write!(f, "link set dev {port} up"),
             Request::FirewallList => f.write_str("firewall list"),
             Request::FirewallLoad { path } => write!(f, "firewall load {}", path.display()),
             Request::SetAdd { set, elements } => write!(f, "set add {set} {{ {elements} }}"),
@@ -632,6 +647,8 @@ mod tests {
             },
             Request::CaptureStop { id: 7 },
             Request::Capture(tap),
+            Request::LinkShow,
+            Request::LinkUp { port: "lan".into() },
             Request::FirewallList,
             Request::FirewallLoad {
                 path: "/etc/freeway/rules.nft".into(),
