@@ -387,7 +387,13 @@ fn capture_live(a: &CaptureArgs, sock: &std::path::Path) -> Result<(), String> {
             std::fs::File::create(w).map_err(|e| format!("-w {w}: {e}"))?,
         ))
     };
-    runtime::ctl_capture(sock, &tap, &mut out).map_err(|e| e.to_string())
+    // Ctrl-C or SIGTERM ends the capture in order: the file is whole, the tap is removed,
+    // and the summary printed, as tcpdump does.
+    let stop = stop_flag();
+    let sum = runtime::ctl_capture(sock, &tap, &mut out, &stop).map_err(|e| e.to_string())?;
+    drop(out);
+    eprint!("{}", sum.lines());
+    Ok(())
 }
 
 fn capture_cmd(a: CaptureArgs) -> Result<(), String> {

@@ -467,6 +467,42 @@ fn capture_attaches_to_a_running_datapath_through_the_control_socket() {
     stop(child, dir);
 }
 
+/// Ctrl-C of `freeway capture --ctl -w FILE`, as tcpdump behaves: the file is whole, the
+/// summary is printed, and the tap is gone from the datapath, also when nothing matched.
+#[test]
+fn ctrl_c_ends_a_live_capture_with_a_whole_file_a_summary_and_no_tap_left() {
+    let (dir, sock, child) = running_with_ctl("capint");
+    let s = sock.to_str().unwrap();
+    for (name, filter, some) in [("busy.pcap", "udp", true), ("idle.pcap", "tcp port 9", false)] {
+        let file = dir.join(name);
+        let c = Command::new(env!("CARGO_BIN_EXE_freeway"))
+            .args(["capture", "--ctl", s, "-i", "wan", "-w", file.to_str().unwrap(), filter])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        signal(&c, "INT");
+        let o = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{name}: {err}");
+        let frames = pcap_frames(&std::fs::read(&file).unwrap());
+        assert_eq!(frames.is_empty(), !some, "{name}: {} frames", frames.len());
+        assert!(
+            err.contains(&format!("{} packets captured", frames.len())),
+            "{name}: the summary counts what the file holds: {err}"
+        );
+        assert!(err.contains("packets received by filter") && err.contains("packets dropped by tap"), "{err}");
+        if some {
+            assert!(!err.contains("\n0 packets received by filter"), "the tap saw the traffic: {err}");
+        }
+    }
+    let list = freeway_datapath::runtime::ctl_request(&sock, &["capture".to_string(), "list".to_string()]).unwrap();
+    let rows = list["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{list}");
+    assert!(rows.iter().all(|r| r["state"] != "running"), "no tap left running: {list}");
+    stop(child, dir);
+}
+
 #[test]
 fn many_control_clients_at_once_are_all_answered() {
     let (dir, sock, child) = running_with_ctl("ctlmany");

@@ -44,9 +44,27 @@ pub(crate) struct RunningTap {
     id: TapId,
     desc: TapDesc,
     handle: JoinHandle<Result<TapStats, String>>,
+    /// The control client a streamed capture goes to, watched for its hang-up; set to
+    /// `None` once the tap was detached for it.
+    peer: Option<std::os::unix::net::UnixStream>,
 }
 
 impl RunningTap {
+    /// Watches `peer`, the client of a streamed capture (see [`RunningTap::client_gone`]).
+    pub fn set_peer(&mut self, peer: std::os::unix::net::UnixStream) {
+        self.peer = Some(peer);
+    }
+
+    /// Whether the client of a streamed capture went away or asked for the end since the
+    /// last call: `true` once, then the caller detaches the tap.
+    pub fn client_gone(&mut self) -> bool {
+        if self.peer.as_ref().is_some_and(super::control::stream::hung_up) {
+            self.peer = None;
+            return true;
+        }
+        false
+    }
+
     /// The tap's id in its registry.
     pub fn id(&self) -> TapId {
         self.id
@@ -211,7 +229,12 @@ pub(crate) fn attach_to<R: TapRegistry>(
             e(format!("cannot start its writer thread: {x}"))
         })?;
     tracing::info!(tap = id, port = %port_name, direction = dir_name, filter = %s.filter, output = %desc.write, "capture tap attached");
-    Ok(RunningTap { id, desc, handle })
+    Ok(RunningTap {
+        id,
+        desc,
+        handle,
+        peer: None,
+    })
 }
 
 /// Detaches every tap and waits for its writer to finish the file.

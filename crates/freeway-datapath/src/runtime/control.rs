@@ -39,6 +39,7 @@ pub mod access;
 pub mod cli;
 mod nft;
 pub mod protocol;
+pub mod stream;
 
 use std::io::{Read, Write};
 use std::net::IpAddr;
@@ -221,7 +222,7 @@ pub(crate) struct Control<L: Layout> {
     /// The config's taps (their writers belong to the runtime): id, what, stopped here.
     pub config_taps: Vec<(freeway_capture::TapId, super::capture::TapDesc, bool)>,
     /// Captures that ended: id and how (count reached, stopped, failed), for `capture list`.
-    pub ended: Vec<(freeway_capture::TapId, super::capture::TapDesc, String)>,
+    pub ended: Vec<Ended>,
     /// The firewall's policy (for traces).
     pub fw: Option<freeway_conntrack::Firewall>,
     /// The nftables firewall (with a ruleset).
@@ -231,6 +232,14 @@ pub(crate) struct Control<L: Layout> {
     /// The L3 stage's settings (for traces).
     pub l3: Option<freeway_l3::L3Config>,
 }
+
+/// A capture that ended: its id, what it was, how it ended, its final counters.
+pub(crate) type Ended = (
+    freeway_capture::TapId,
+    super::capture::TapDesc,
+    String,
+    Option<freeway_capture::TapStats>,
+);
 
 /// Attaches a tap, with its writer thread, writing to a stream.
 pub(crate) type Attach = Box<
@@ -399,6 +408,13 @@ pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicB
         if let Ok(job) = jobs.recv_timeout(IDLE_POLL) {
             let answer = c.job(job.request, job.stream, &stats);
             let _ = job.answer.send(answer);
+        }
+        // A client that hung up (or asked for the end) ends its capture: the writer
+        // finishes the stream once the tap is detached.
+        for t in &mut c.captures {
+            if t.client_gone() {
+                (c.detach)(t.id());
+            }
         }
         // Reap the captures that ended (count reached, client gone).
         let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut c.captures)
@@ -667,15 +683,16 @@ pub fn send(path: &Path, req: &Request) -> Result<Reply, CtlError> {
 }
 
 /// `freeway capture --ctl`: asks for a capture and copies the stream that follows the reply
-/// into `out` until the datapath ends it (count reached, datapath stopped).
-pub fn capture_request(path: &Path, tap: &TapOptions, out: &mut dyn Write) -> Result<(), CtlError> {
-    let mut s = connect(path)?;
-    s.write_all(protocol::encode_request(&Request::Capture(tap.clone())).as_bytes())
-        .map_err(|e| CtlError::Unreachable(format!("sending the request: {e}")))?;
-    let mut r = std::io::BufReader::new(s);
-    read_reply(&mut r)?;
-    std::io::copy(&mut r, out).map_err(|e| CtlError::Failed(format!("capture stream: {e}")))?;
-    out.flush().map_err(|e| CtlError::Failed(e.to_string()))
+/// into `out`, whole records only, until the datapath ends it (count reached, datapath
+/// stopped) or `stop` is set (then the capture is ended in order: see [`stream`]); returns
+/// tcpdump's summary.
+pub fn capture_request(
+    path: &Path,
+    tap: &TapOptions,
+    out: &mut dyn Write,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<stream::Summary, CtlError> {
+    stream::capture(path, tap, out, stop)
 }
 
 /// Sends a request given as `freeway ctl` words (`["route", "add", "10.9.0.0/24", "via",
@@ -765,11 +782,11 @@ impl<L: Layout> Control<L> {
     /// Joins an ended capture and remembers how it ended.
     fn reap(&mut self, t: super::capture::RunningTap) {
         let (id, desc) = (t.id(), t.desc().clone());
-        let how = match t.join() {
-            Ok(s) => format!("ended: {} packets written, {} dropped", s.written, s.dropped),
-            Err(e) => format!("failed: {e}"),
+        let (how, stats) = match t.join() {
+            Ok(s) => (format!("ended: {} packets written, {} dropped", s.written, s.dropped), Some(s)),
+            Err(e) => (format!("failed: {e}"), None),
         };
-        self.ended.push((id, desc, how));
+        self.ended.push((id, desc, how, stats));
         let n = self.ended.len();
         if n > 64 {
             self.ended.drain(..n - 64);
@@ -779,29 +796,21 @@ impl<L: Layout> Control<L> {
     fn capture_list(&self) -> Reply {
         let mut rows = Vec::new();
         for (id, d, stopped) in &self.config_taps {
-            rows.push((
-                *id,
-                d,
-                "config",
-                if *stopped {
-                    "stopped".to_string()
-                } else {
-                    "running".into()
-                },
-            ));
+            let state = if *stopped { "stopped" } else { "running" };
+            rows.push((*id, d, "config", state.to_string(), None));
         }
         for t in &self.captures {
-            rows.push((t.id(), t.desc(), "ctl", "running".into()));
+            rows.push((t.id(), t.desc(), "ctl", "running".into(), None));
         }
-        for (id, d, how) in &self.ended {
-            rows.push((*id, d, "ctl", how.clone()));
+        for (id, d, how, stats) in &self.ended {
+            rows.push((*id, d, "ctl", how.clone(), *stats));
         }
         rows.sort_by_key(|r| r.0);
         let mut text = format!(
             "{:<4} {:<8} {:<12} {:<6} {:<28} {:<24} {}\n",
             "id", "origin", "port", "dir", "output", "filter", "state"
         );
-        for (id, d, origin, state) in &rows {
+        for (id, d, origin, state, _) in &rows {
             text.push_str(&format!(
                 "{:<4} {:<8} {:<12} {:<6} {:<28} {:<24} {}\n",
                 id,
@@ -815,7 +824,7 @@ impl<L: Layout> Control<L> {
         }
         let data: Vec<Value> = rows
             .iter()
-            .map(|(id, d, origin, state)| json!({"id": id, "origin": origin, "port": d.port, "direction": d.direction, "filter": d.filter, "output": d.write, "state": state}))
+            .map(|(id, d, origin, state, stats)| json!({"id": id, "origin": origin, "port": d.port, "direction": d.direction, "filter": d.filter, "output": d.write, "state": state, "stats": stats}))
             .collect();
         Reply::new(text, json!(data))
     }
@@ -833,6 +842,7 @@ impl<L: Layout> Control<L> {
                         id,
                         desc,
                         format!("stopped: {} packets written, {} dropped", s.written, s.dropped),
+                        Some(s),
                     ));
                     Ok(Reply::new(
                         format!(
@@ -843,7 +853,7 @@ impl<L: Layout> Control<L> {
                     ))
                 }
                 Err(e) => {
-                    self.ended.push((id, desc, format!("failed: {e}")));
+                    self.ended.push((id, desc, format!("failed: {e}"), None));
                     Err(CtlError::Failed(format!(
                         "tap {id} stopped; its writer had failed: {e}"
                     )))
@@ -891,26 +901,26 @@ impl<L: Layout> Control<L> {
     /// the capture.
     fn capture(&mut self, tap: &TapOptions, mut s: UnixStream) -> Result<(), CtlError> {
         let spec = self.tap_spec(tap, None)?;
-        // Everything is checked: the reply line goes first (a short line into the empty
-        // socket buffer), then the writer (on a second handle of the stream) writes the
-        // capture's header and packets, each write bounded so a client that stops reading
-        // ends its capture.
-        let out = s.try_clone().map_err(|e| CtlError::Failed(e.to_string()))?;
+        // The tap is attached first, so that the reply names it; its writer (on a second
+        // handle of the stream) waits behind a gate until the reply line is out. Every write
+        // is bounded, so a client that stops reading ends its capture; one that hangs up or
+        // shuts its sending half ends it too (`serve` watches a third handle).
+        let handle = || s.try_clone().map_err(|e| CtlError::Failed(e.to_string()));
+        let (out, peer) = (handle()?, handle()?);
         let _ = out.set_write_timeout(Some(REPLY_DEADLINE));
         let _ = s.set_write_timeout(Some(REPLY_DEADLINE));
-        s.write_all(Response::line(Ok(Reply::default())).as_bytes())
+        let (open, gate) = bounded(1);
+        let gated = stream::Gate::new(out, gate, REPLY_DEADLINE);
+        let mut t = (self.attach)(&spec, Box::new(std::io::BufWriter::new(gated)))
             .map_err(|e| CtlError::Failed(e.to_string()))?;
-        match (self.attach)(&spec, Box::new(std::io::BufWriter::new(out))) {
-            Ok(t) => {
-                tracing::info!(tap = t.id(), port = %t.desc().port, filter = %t.desc().filter, "capture streamed to a control client");
-                self.captures.push(t);
-            }
-            // After the "ok" line this reads as the end of the stream.
-            Err(e) => {
-                tracing::warn!(error = %e, "capture for a control client failed to start");
-                let _ = s.write_all(Response::line(Err(CtlError::Failed(e.to_string()))).as_bytes());
-            }
+        let line = Response::line(Ok(Reply::new("", json!({"id": t.id()}))));
+        if s.write_all(line.as_bytes()).is_ok() {
+            let _ = open.send(());
         }
+        // Otherwise the gate never opens: the writer fails and the tap ends by itself.
+        tracing::info!(tap = t.id(), port = %t.desc().port, filter = %t.desc().filter, "capture streamed to a control client");
+        t.set_peer(peer);
+        self.captures.push(t);
         Ok(())
     }
 
