@@ -16,3 +16,8 @@
 #![warn(missing_docs)]
 
 pub mod ast;
+pub mod list;
+pub mod parse;
+
+pub use list::{list, list_json};
+pub use parse::parse;
