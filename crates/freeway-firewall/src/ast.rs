@@ -581,3 +581,30 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl Ruleset {
+    /// The same ruleset with every [`Span`] zeroed: what two parses of texts that say the
+    /// same thing in different places (a file and its listing) compare equal by.
+    pub fn without_spans(&self) -> Ruleset {
+        let z = Span::default();
+        let mut rs = self.clone();
+        for t in &mut rs.tables {
+            t.span = z;
+            for s in &mut t.sets {
+                s.span = z;
+            }
+            for c in &mut t.chains {
+                c.span = z;
+                for r in &mut c.rules {
+                    r.span = z;
+                    for i in &mut r.items {
+                        if let Item::Match(m) = i {
+                            m.span = z;
+                        }
+                    }
+                }
+            }
+        }
+        rs
+    }
+}

@@ -16,7 +16,9 @@
 //! [`firewall`] (the ruleset ready for workers: [`Firewall`], [`FwState`], the walk through
 //! the chains), `eval` (the resolved program and one rule's evaluation, shared by both
 //! strategies), `linear` (every rule in order: the reference) and `compile` (the classifier:
-//! bit-vector intersection per chain), [`build`] (helpers that write rulesets as values).
+//! bit-vector intersection per chain), [`build`] (helpers that write rulesets as values),
+//! [`parse`] (nftables syntax to [`ast`], errors with line and column) and [`list`] (back to
+//! `nft list ruleset`'s text and `nft -j`'s JSON).
 #![warn(missing_docs)]
 
 pub mod ast;
@@ -25,12 +27,16 @@ mod compile;
 mod eval;
 pub mod firewall;
 mod linear;
+pub mod list;
 pub mod packet;
+pub mod parse;
 
 pub use firewall::{
     Action, Decision, Firewall, FwState, LogLine, RuleRef, Strategy, LOG_LINES_PER_SEC, NFPROTO_BRIDGE,
 };
+pub use list::{list, list_json};
 pub use packet::{Fields, NO_IF};
+pub use parse::parse;
 
 #[cfg(test)]
 mod tests;

@@ -23,8 +23,8 @@ pub(crate) const MAX_RULESET_FILE: u64 = 16 << 20;
 pub(crate) fn list(fw: &FirewallShared) -> Result<Reply, CtlError> {
     let cur = fw.current();
     let counters = |t: usize, c: usize, r: usize| cur.counters(t, c, r);
-    let text = freeway_firewall::list::text(cur.ruleset(), &counters);
-    let data = freeway_firewall::list::json(cur.ruleset(), &counters);
+    let text = freeway_firewall::list(cur.ruleset(), &counters);
+    let data = freeway_firewall::list_json(cur.ruleset(), &counters);
     Ok(Reply::new(text, data))
 }
 
