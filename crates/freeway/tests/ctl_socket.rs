@@ -394,7 +394,7 @@ fn an_nftables_ruleset_is_listed_changed_and_traced_through_the_socket() {
     assert_eq!(before, after);
     assert!(before.is_some_and(|n| n > 3), "JSON shaped as nft -j: {before:?}");
 
-    // Trace: the intruder's SSH packet is dropped by the forward chain's rule at line 10.
+    // Trace: the intruder's SSH packet is dropped by the forward chain's rule at line 11.
     let words: Vec<String> = [
         "trace",
         "in_port=intruder,dl_src=02:00:00:00:20:66,dl_dst=02:fe:00:00:00:01",
@@ -417,7 +417,7 @@ fn an_nftables_ruleset_is_listed_changed_and_traced_through_the_socket() {
     assert!(
         steps
             .iter()
-            .any(|s| s.starts_with("firewall: forward from wan to lan: drop by rule 3 of chain inet filter forward (line 10)")),
+            .any(|s| s.starts_with("firewall: forward from wan to lan: drop by rule 4 of chain inet filter forward (line 11)")),
         "{steps:#?}"
     );
     assert_eq!(r["data"]["dropped"], "router:filtered", "{r}");

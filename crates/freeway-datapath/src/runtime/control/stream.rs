@@ -94,6 +94,17 @@ pub struct Framer {
     pub packets: u64,
 }
 
+/// What a record is, for the framer's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Record {
+    /// The pcap file header.
+    Header,
+    /// A packet.
+    Packet,
+    /// Anything else (pcapng section, interface and statistics blocks).
+    Other,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Pcap { big: bool },
@@ -105,12 +116,17 @@ impl Framer {
     pub fn feed(&mut self, data: &[u8], out: &mut dyn Write) -> io::Result<()> {
         self.buf.extend_from_slice(data);
         let mut at = 0;
-        while let Some(n) = self.next_len(&self.buf[at..])? {
+        while let Some((n, what)) = self.next_len(at)? {
             if self.buf.len() - at < n {
                 break;
             }
             out.write_all(&self.buf[at..at + n])?;
             at += n;
+            match what {
+                Record::Header => self.header = true,
+                Record::Packet => self.packets += 1,
+                Record::Other => {}
+            }
         }
         self.buf.drain(..at);
         Ok(())
@@ -121,8 +137,9 @@ impl Framer {
         self.buf.len()
     }
 
-    /// The length of the record at the start of `b`, once enough of it is there to say.
-    fn next_len(&mut self, b: &[u8]) -> io::Result<Option<usize>> {
+    /// The length and kind of the record at `at`, once enough of it is there to say.
+    fn next_len(&mut self, at: usize) -> io::Result<Option<(usize, Record)>> {
+        let b = &self.buf[at..];
         let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, format!("capture stream: {m}"));
         let kind = match self.kind {
             Some(k) => k,
@@ -147,16 +164,10 @@ impl Framer {
             let w: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
             Some(if big { u32::from_be_bytes(w) } else { u32::from_le_bytes(w) } as usize)
         };
-        let n = match kind {
-            Kind::Pcap { .. } if !self.header => {
-                self.header = true;
-                return Ok(Some(24));
-            }
+        let (n, what) = match kind {
+            Kind::Pcap { .. } if !self.header => return Ok(Some((24, Record::Header))),
             Kind::Pcap { big } => match word(8, big) {
-                Some(len) => {
-                    self.packets += 1;
-                    16 + len
-                }
+                Some(len) => (16 + len, Record::Packet),
                 None => return Ok(None),
             },
             Kind::PcapNg { big } => match (word(0, big), word(4, big)) {
@@ -164,10 +175,7 @@ impl Framer {
                     if len < 12 || len % 4 != 0 {
                         return Err(bad("a pcapng block of a bad length"));
                     }
-                    if matches!(ty, 2 | 3 | 6) {
-                        self.packets += 1;
-                    }
-                    len
+                    (len, if matches!(ty, 2 | 3 | 6) { Record::Packet } else { Record::Other })
                 }
                 _ => return Ok(None),
             },
@@ -175,7 +183,7 @@ impl Framer {
         if n > MAX_RECORD {
             return Err(bad("a record longer than 16 MiB"));
         }
-        Ok(Some(n))
+        Ok(Some((n, what)))
     }
 }
 
