@@ -491,15 +491,24 @@ fn ctrl_c_ends_a_live_capture_with_a_whole_file_a_summary_and_no_tap_left() {
             err.contains(&format!("{} packets captured", frames.len())),
             "{name}: the summary counts what the file holds: {err}"
         );
-        assert!(err.contains("packets received by filter") && err.contains("packets dropped by tap"), "{err}");
+        assert!(
+            err.contains("packets received by filter") && err.contains("packets dropped by tap"),
+            "{err}"
+        );
         if some {
-            assert!(!err.contains("\n0 packets received by filter"), "the tap saw the traffic: {err}");
+            assert!(
+                !err.contains("\n0 packets received by filter"),
+                "the tap saw the traffic: {err}"
+            );
         }
     }
     let list = freeway_datapath::runtime::ctl_request(&sock, &["capture".to_string(), "list".to_string()]).unwrap();
     let rows = list["data"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{list}");
-    assert!(rows.iter().all(|r| r["state"] != "running"), "no tap left running: {list}");
+    assert!(
+        rows.iter().all(|r| r["state"] != "running"),
+        "no tap left running: {list}"
+    );
     stop(child, dir);
 }
 
@@ -772,7 +781,7 @@ fn a_capture_whose_disk_is_full_stops_with_a_logged_error_while_forwarding_goes_
     assert_eq!(failed[0]["fields"]["output"], "/dev/full");
     assert!(find("control request applied").any(|e| e["fields"]["request"] == "route add 10.77.0.0/16 via 10.0.20.7"));
     assert!(find("control request refused").any(|e| e["level"] == "WARN"));
-    assert_eq!(find("stop requested (signal): draining and shutting down").count(), 1);
+    assert_eq!(find("stop requested: draining and shutting down").count(), 1);
     assert_eq!(find("datapath stopped").count(), 1);
     std::fs::remove_dir_all(dir).unwrap();
 }

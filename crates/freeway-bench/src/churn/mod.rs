@@ -547,7 +547,7 @@ pub fn print_report(r: &ChurnReport, out: &mut dyn Write) -> std::io::Result<()>
     let o = &r.ops;
     writeln!(
         out,
-        "  operations   {} (fdb add {}, fdb del {}, fdb flush {}, route replace {}, route del {}, route6 replace {}, route6 del {}, neigh add {}, neigh replace {}, neigh del {}, conntrack flush {}, tap attach {}, tap filter {}, tap detach {}; {} settles)",
+        "  operations   {} (fdb add {}, fdb del {}, fdb flush {}, route replace {}, route del {}, route6 replace {}, route6 del {}, neigh add {}, neigh replace {}, neigh del {}, conntrack flush {}, tap attach {}, tap filter {}, tap detach {}, set add {}, set del {}, firewall load {}; {} settles)",
         o.total(),
         o.fdb_add,
         o.fdb_del,
@@ -563,6 +563,9 @@ pub fn print_report(r: &ChurnReport, out: &mut dyn Write) -> std::io::Result<()>
         o.tap_attach,
         o.tap_replace,
         o.tap_detach,
+        o.set_add,
+        o.set_del,
+        o.fw_load,
         o.settles
     )?;
     writeln!(out, "  generated    {}", r.generated)?;

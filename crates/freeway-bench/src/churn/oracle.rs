@@ -237,7 +237,9 @@ impl Shared {
                         return Ok(false);
                     };
                     if b & bit(0) == 0 {
-                        return Err(format!("prefix {j} forwarded while every version of the ruleset blocked it"));
+                        return Err(format!(
+                            "prefix {j} forwarded while every version of the ruleset blocked it"
+                        ));
                     }
                 }
                 let Some(m) = (0..NM).find(|&m| gw_mac(m) == dst) else {
@@ -475,16 +477,16 @@ pub(super) fn close(s: &Shared, h: &History, r: &Rec, hi: u64) {
                     Some(true)
                 } else {
                     h.gateways(v6, j, t.lo, hi).and_then(|(gws, none)| {
-                    let mut unresolved = Some(none);
-                    for a in (0..NG).filter(|a| gws & (1 << a) != 0) {
-                        match h.seen(key_n(a, v6), t.lo, hi) {
-                            Some(v) if v & bit(NONE) != 0 => return Some(true),
-                            Some(_) => {}
-                            None => unresolved = None,
+                        let mut unresolved = Some(none);
+                        for a in (0..NG).filter(|a| gws & (1 << a) != 0) {
+                            match h.seen(key_n(a, v6), t.lo, hi) {
+                                Some(v) if v & bit(NONE) != 0 => return Some(true),
+                                Some(_) => {}
+                                None => unresolved = None,
+                            }
                         }
-                    }
-                    unresolved
-                })
+                        unresolved
+                    })
                 }
             }
             Class::Reply | Class::Unsol | Class::Reply6 | Class::Unsol6 => Some(true),

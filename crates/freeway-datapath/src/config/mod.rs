@@ -544,11 +544,14 @@ fn check_port(
         zone: p.zone.unwrap_or(0),
         group_fwd_mask,
         flags: port_flags(p),
-        storm: p.storm_control.as_ref().map_or_else(Default::default, |s| freeway_bridge::StormControl {
-            broadcast: s.broadcast.unwrap_or(0),
-            multicast: s.multicast.unwrap_or(0),
-            unknown_unicast: s.unknown_unicast.unwrap_or(0),
-        }),
+        storm: p
+            .storm_control
+            .as_ref()
+            .map_or_else(Default::default, |s| freeway_bridge::StormControl {
+                broadcast: s.broadcast.unwrap_or(0),
+                multicast: s.multicast.unwrap_or(0),
+                unknown_unicast: s.unknown_unicast.unwrap_or(0),
+            }),
     })
 }
 

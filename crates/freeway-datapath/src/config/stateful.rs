@@ -115,8 +115,12 @@ fn load_ruleset(f: &FirewallConfig, base: Option<&Path>) -> Result<Option<(Strin
                 Some(b) => b.join(p.get_ref()),
                 None => Path::new(p.get_ref()).to_path_buf(),
             };
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| (Some(p.span()), format!("firewall.ruleset: cannot read {}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                (
+                    Some(p.span()),
+                    format!("firewall.ruleset: cannot read {}: {e}", path.display()),
+                )
+            })?;
             (path.display().to_string(), text, p.span())
         }
         (None, Some(r)) => ("inline rules".to_string(), r.get_ref().clone(), r.span()),

@@ -783,7 +783,10 @@ impl<L: Layout> Control<L> {
     fn reap(&mut self, t: super::capture::RunningTap) {
         let (id, desc) = (t.id(), t.desc().clone());
         let (how, stats) = match t.join() {
-            Ok(s) => (format!("ended: {} packets written, {} dropped", s.written, s.dropped), Some(s)),
+            Ok(s) => (
+                format!("ended: {} packets written, {} dropped", s.written, s.dropped),
+                Some(s),
+            ),
             Err(e) => (format!("failed: {e}"), None),
         };
         self.ended.push((id, desc, how, stats));
@@ -1134,7 +1137,11 @@ impl<L: Layout> Control<L> {
         for (i, name) in self.port_names.iter().enumerate().take(self.nports) {
             let p = i as u16;
             let f = self.bridge.port_flags(p);
-            let state = if self.bridge.port_disabled(p) { "disabled" } else { "forwarding" };
+            let state = if self.bridge.port_disabled(p) {
+                "disabled"
+            } else {
+                "forwarding"
+            };
             let on = |b: bool| if b { "on" } else { "off" };
             text.push_str(&format!(
                 "{}: {name}: state {state} learning {} flood {} mcast_flood {} bcast_flood {} isolated {} guard {}\n",

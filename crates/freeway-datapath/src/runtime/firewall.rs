@@ -78,7 +78,10 @@ fn check_runnable(rs: &Ruleset) -> Result<(), String> {
         for c in &t.chains {
             let Some(b) = c.base else { continue };
             if b.kind == ChainType::Nat {
-                return Err(format!("{}: Error: chain {}: NAT chains are not run by Freeway yet", c.span, c.name));
+                return Err(format!(
+                    "{}: Error: chain {}: NAT chains are not run by Freeway yet",
+                    c.span, c.name
+                ));
             }
             if !matches!(b.hook, Hook::Input | Hook::Forward) {
                 return Err(format!(

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use super::capture::RunningTap;
 use super::control::{Control, FdbOp, NeighOp, Op};
-use super::router::{RouterShared, RouterWorker};
 use super::firewall::FirewallShared;
+use super::router::{RouterShared, RouterWorker};
 use super::stateful::Stateful;
 use super::stats::{PortCounters, Snapper, WorkerStats};
 use super::tx::{Next, Tx};
@@ -588,7 +588,10 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
     for (id, (rx, txq)) in rx_of.into_iter().zip(tx_of).enumerate() {
         let bw = BridgeWorker::default();
         let fw = tables.firewall.as_ref().map(|f| f.worker(id));
-        let rw = tables.router.as_ref().map(|(shared, _, _)| RouterWorker::new(shared, fw));
+        let rw = tables
+            .router
+            .as_ref()
+            .map(|(shared, _, _)| RouterWorker::new(shared, fw));
         let stats = Arc::new(CachePadded::new(WorkerStats {
             packets: Counter::new(),
             batches: Counter::new(),
@@ -774,6 +777,9 @@ pub(crate) fn wait<L: Layout, T>(
         let external = opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
         let taps_done =
             opts.stop_when_taps_done && !running_taps.is_empty() && running_taps.iter().all(|t| t.is_finished());
+        if external {
+            tracing::info!("stop requested: draining and shutting down");
+        }
         if external || taps_done || deadline.is_some_and(|d| el >= d) || workers.iter().all(|h| h.is_finished()) {
             break;
         }
@@ -792,10 +798,14 @@ fn reload(new: Result<Checked, String>, firewall: Option<&FirewallShared>) {
     match (firewall, ruleset) {
         (Some(fw), Some((source, rs))) => match fw.replace(rs.clone(), source) {
             Ok(()) => tracing::info!(ruleset = %source, "reload: firewall ruleset replaced"),
-            Err(e) => tracing::error!(error = %e, ruleset = %source, "reload: the ruleset does not compile; nothing changed"),
+            Err(e) => {
+                tracing::error!(error = %e, ruleset = %source, "reload: the ruleset does not compile; nothing changed")
+            }
         },
         (None, Some(_)) => tracing::warn!("reload: a ruleset was added: it takes effect at the next start"),
-        (Some(_), None) => tracing::warn!("reload: the ruleset was removed: the current one stays until the next start"),
+        (Some(_), None) => {
+            tracing::warn!("reload: the ruleset was removed: the current one stays until the next start")
+        }
         (None, None) => {}
     }
     tracing::info!("reload: done; changes other than the firewall's ruleset take effect at the next start");

@@ -29,9 +29,7 @@ use freeway_bridge::{Bridge, BridgeWorker, Emit, Fdb, Layout, Learning, Mac, Por
 use freeway_conntrack::extract::{classify, Class, L4Info};
 use freeway_conntrack::{Conntrack, CtConfig, Firewall};
 use freeway_l3::neigh::NeighConfig;
-use freeway_l3::{
-    FilterHook, FilterVerdict, Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, RouteLookup, Wants,
-};
+use freeway_l3::{FilterHook, FilterVerdict, Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, RouteLookup, Wants};
 use freeway_packet::build::{build_arp_request, build_frame, tcp_flags, FrameSpec, L4};
 use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, NO_VLAN};
 use freeway_route::{Fib, NextHop, Rib};
@@ -692,10 +690,8 @@ impl NftTrace {
         } else {
             String::new()
         };
-        self.said.push(format!(
-            "{hook_name} from {}{out}: {word} by {by}",
-            if_name(ifs, iif)
-        ));
+        self.said
+            .push(format!("{hook_name} from {}{out}: {word} by {by}", if_name(ifs, iif)));
         v
     }
 }

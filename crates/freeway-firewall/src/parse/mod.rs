@@ -1102,7 +1102,8 @@ impl Parser {
             comment: None,
             span,
         };
-        let (mut l3, mut l4): (Option<(&str, Field)>, Option<(&str, Field)>) = (None, None);
+        let mut l3: Option<(&str, Field)> = None;
+        let mut l4: Option<(&str, Field)> = None;
         let mut ended = false;
         loop {
             let ispan = self.span();

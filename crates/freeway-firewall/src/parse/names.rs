@@ -444,7 +444,7 @@ mod tests {
         let fl = Dt::Plain(ValueType::TcpFlags);
         assert_eq!(fl.show(0x12), "syn,ack");
         assert_eq!(Dt::Plain(ValueType::CtState).show(0x10), "0x10");
-        assert_eq!(Dt::VlanId.parse_one("4096").is_err(), true);
+        assert!(Dt::VlanId.parse_one("4096").is_err());
         assert_eq!(Dt::Plain(ValueType::InetProto).show(58), "ipv6-icmp");
     }
 }

@@ -1,1 +1,2 @@
+#[allow(unused_imports)]
 use super::*;

@@ -382,8 +382,7 @@ impl CtlCmd {
                 Some(FirewallCmd::Load { file }) => Request::FirewallLoad {
                     // The datapath reads the file: it gets the path from the client's
                     // working directory.
-                    path: std::path::absolute(file)
-                        .map_err(|e| CtlError::Usage(format!("{}: {e}", file.display())))?,
+                    path: std::path::absolute(file).map_err(|e| CtlError::Usage(format!("{}: {e}", file.display())))?,
                 },
             },
             CtlCmd::Set { cmd } => match cmd {

@@ -31,8 +31,7 @@ pub(crate) fn list(fw: &FirewallShared) -> Result<Reply, CtlError> {
 /// `firewall load FILE`.
 pub(crate) fn load(fw: &FirewallShared, path: &Path) -> Result<Reply, CtlError> {
     let text = read_bounded(path)?;
-    let rs = freeway_firewall::parse(&text)
-        .map_err(|e| CtlError::Invalid(format!("{}:{e}", path.display())))?;
+    let rs = freeway_firewall::parse(&text).map_err(|e| CtlError::Invalid(format!("{}:{e}", path.display())))?;
     let (tables, rules) = size(&rs);
     fw.replace(rs, &path.display().to_string())
         .map_err(|e| CtlError::Invalid(format!("{}:{e}", path.display())))?;
@@ -157,12 +156,7 @@ fn parse_elements(key: &[ValueType], interval: bool, text: &str) -> Result<Vec<E
 
 /// Tables and rules of a ruleset.
 fn size(rs: &Ruleset) -> (usize, usize) {
-    let rules = rs
-        .tables
-        .iter()
-        .flat_map(|t| &t.chains)
-        .map(|c| c.rules.len())
-        .sum();
+    let rules = rs.tables.iter().flat_map(|t| &t.chains).map(|c| c.rules.len()).sum();
     (rs.tables.len(), rules)
 }
 

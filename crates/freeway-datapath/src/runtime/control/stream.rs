@@ -162,7 +162,11 @@ impl Framer {
         };
         let word = |at: usize, big: bool| -> Option<usize> {
             let w: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
-            Some(if big { u32::from_be_bytes(w) } else { u32::from_le_bytes(w) } as usize)
+            Some(if big {
+                u32::from_be_bytes(w)
+            } else {
+                u32::from_le_bytes(w)
+            } as usize)
         };
         let (n, what) = match kind {
             Kind::Pcap { .. } if !self.header => return Ok(Some((24, Record::Header))),
@@ -175,7 +179,14 @@ impl Framer {
                     if len < 12 || len % 4 != 0 {
                         return Err(bad("a pcapng block of a bad length"));
                     }
-                    (len, if matches!(ty, 2 | 3 | 6) { Record::Packet } else { Record::Other })
+                    (
+                        len,
+                        if matches!(ty, 2 | 3 | 6) {
+                            Record::Packet
+                        } else {
+                            Record::Other
+                        },
+                    )
                 }
                 _ => return Ok(None),
             },
@@ -249,7 +260,10 @@ pub fn capture(path: &Path, tap: &TapOptions, out: &mut dyn Write, stop: &Atomic
     };
     if let Some(id) = id {
         if let Ok(list) = super::send(path, &Request::CaptureList) {
-            let row = list.data.as_array().and_then(|rows| rows.iter().find(|r| r["id"] == id));
+            let row = list
+                .data
+                .as_array()
+                .and_then(|rows| rows.iter().find(|r| r["id"] == id));
             if let Some(st) = row.map(|r| &r["stats"]) {
                 sum.seen = st["seen"].as_u64();
                 sum.dropped = st["dropped"].as_u64();
