@@ -19,6 +19,7 @@ pub mod capture_parts;
 mod cas_ref;
 pub mod churn;
 pub mod conntrack;
+pub mod fw_forward;
 pub mod route;
 
 use clap::{Args, Subcommand};
