@@ -20,6 +20,7 @@
 //! thread after every worker stopped.
 #![warn(missing_docs)]
 
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use freeway_packet::{Batch, PacketPool};
@@ -30,6 +31,7 @@ mod frame;
 pub mod gen;
 pub mod pcap;
 pub mod sink;
+pub mod wait;
 
 /// Wall-clock time in nanoseconds since the Unix epoch (0 if the clock is before it): the
 /// receive timestamp live ports give their packets ([`freeway_packet::Meta::ts_ns`]), read
@@ -131,6 +133,15 @@ pub trait RxQueue: Send {
     /// Whether this queue will never produce another packet (end of file, count reached).
     fn is_done(&self) -> bool {
         false
+    }
+
+    /// A descriptor that `poll(2)` reports readable (`POLLIN`) whenever `rx_burst` may have
+    /// something to return, so that an idle worker can sleep until the next frame instead of
+    /// polling ([`wait::Waiter`]). `None` (the default): the queue cannot say, as with the
+    /// generator and pcap files, whose packets are always ready; a worker with such a queue
+    /// never sleeps in `poll`.
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
     }
 }
 

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use freeway_io::afpacket::{AfPacketConfig, AfPacketPort};
+use freeway_io::wait::{Waiter, Woken};
 use freeway_io::{Port, RxQueue};
 use freeway_packet::build::{build_frame, FrameSpec, L4};
 use freeway_packet::{Batch, Packet, PacketPool};
@@ -506,23 +507,60 @@ fn fanout_keeps_flows_on_one_queue() {
     });
 }
 
-/// Frames larger than a buffer, or than a ring block, are counted and dropped, never delivered
+/// A queue with nothing to read lets its worker sleep in `poll()` on its socket; one frame
+/// wakes it, and that frame alone is readable at once (a ring slot is handed over per frame,
+/// with no block to fill or timer to wait for). Once it is taken the socket stops being
+/// readable, so an idle worker does not spin through `poll()`.
+#[test]
+fn a_lone_frame_wakes_a_sleeping_queue_and_is_readable_at_once() {
+    on_veth(1, 1500, |_| {
+        let mut port = AfPacketPort::new(AfPacketConfig::new("fwa")).unwrap();
+        let mut q = port.open(1).unwrap();
+        let mut waiter = Waiter::new(q.rx.iter().map(|r| r.as_ref())).expect("afpacket queues give a descriptor");
+        let peer = Raw::new("fwb");
+        let mut pool = PacketPool::default();
+        let mut b = Batch::new();
+        assert_eq!(waiter.wait(Duration::from_millis(1)).unwrap(), Woken::Timeout);
+        for i in 0..3u8 {
+            let f = udp4(5000 + u16::from(i), 80, i);
+            peer.send(&f);
+            assert_eq!(waiter.wait(WAIT).unwrap(), Woken::Ready, "frame {i} wakes the waiter");
+            assert_eq!(
+                q.rx[0].rx_burst(&mut b, &mut pool, 0),
+                1,
+                "frame {i} is readable at once"
+            );
+            assert_eq!(b.as_slice()[0].data(), &f[..]);
+            pool.put_batch(&mut b);
+            assert_eq!(
+                waiter.wait(Duration::from_millis(1)).unwrap(),
+                Woken::Timeout,
+                "nothing left after frame {i}"
+            );
+        }
+        drop(waiter);
+        port.close().unwrap();
+    });
+}
+
+/// Frames larger than a buffer, or than a ring slot, are counted and dropped, never delivered
 /// cut short; the frames around them still arrive.
 #[test]
 fn oversized_frames_are_counted_not_truncated() {
     on_veth(1, 9000, |_| {
         let cfg = AfPacketConfig {
             block_size: 8192,
+            frame_size: 8192,
             ring_blocks: 8,
             ..AfPacketConfig::new("fwa")
         };
-        assert_eq!(cfg.max_frame_len(), 8192 - 130);
+        assert_eq!(cfg.max_frame_len(), 8192 - 66);
         let mut port = AfPacketPort::new(cfg).unwrap();
         let mut q = port.open(1).unwrap();
         assert_eq!(port.mtu(), Some(9000));
         let peer = Raw::new("fwb");
 
-        // Default pool: 2048-byte buffers. 4000 bytes fit a block but not a buffer.
+        // Default pool: 2048-byte buffers. 4000 bytes fit a slot but not a buffer.
         let mut small = PacketPool::default();
         let (big, ok) = (udp4(7000, 4000, 1), udp4(7001, 100, 1));
         peer.send(&big);
@@ -534,7 +572,7 @@ fn oversized_frames_are_counted_not_truncated() {
         assert_eq!(port.rx_per_queue()[0].dropped, 1);
 
         // Large buffers: the 4000-byte frame now arrives whole, but 8500 bytes exceed the
-        // ring block and the kernel cuts them: dropped, not delivered truncated.
+        // ring slot and the kernel cuts them: dropped, not delivered truncated.
         let mut large = PacketPool::new(16384, 0, 64);
         let huge = udp4(7002, 8500, 2);
         peer.send(&big);

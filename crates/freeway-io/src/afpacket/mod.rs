@@ -1,14 +1,14 @@
 //! AF_PACKET ports: receive from and transmit to a Linux network interface through
-//! memory-mapped TPACKET_V3 rings, one socket per worker.
+//! memory-mapped TPACKET_V2 rings, one socket per worker.
 //!
 //! # Sockets
 //!
 //! [`Port::open`] with `workers` workers opens one packet socket per worker, each set up as:
 //! `socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, 0)` (protocol 0 receives nothing, so no frame
-//! of another interface enters the ring before `bind`), `PACKET_VERSION` = TPACKET_V3,
+//! of another interface enters the ring before `bind`), `PACKET_VERSION` = TPACKET_V2,
 //! `PACKET_IGNORE_OUTGOING` (kernel ≥ 4.20; without it the RX queue skips outgoing frames
-//! itself), `PACKET_QDISC_BYPASS` (if configured), `PACKET_RX_RING` with a `tpacket_req3`
-//! (`ring_blocks` × `block_size`, block timeout `block_timeout_ms`), `mmap` of the ring,
+//! itself), `PACKET_QDISC_BYPASS` (if configured), `PACKET_RX_RING` with a `tpacket_req`
+//! (`ring_blocks` × `block_size`, cut into slots of `frame_size`), `mmap` of the ring,
 //! `bind` to the interface index with protocol `ETH_P_ALL`, then, with more than one worker
 //! (or an explicit `fanout_group`), `PACKET_FANOUT` in mode `PACKET_FANOUT_HASH |
 //! PACKET_FANOUT_FLAG_DEFRAG`: the kernel hashes each frame's flow (addresses and ports,
@@ -23,6 +23,37 @@
 //! re-insertion, checksum completion and too-big frames) and TX queue `w` ([`AfPacketTx`],
 //! `sendmmsg` on the same socket, see [`tx`]).
 //!
+//! # Why TPACKET_V2: a lone frame goes through at once
+//!
+//! A TPACKET_V3 ring hands frames to user space a *block* at a time: the kernel packs frames
+//! into the current block and gives the block over (`TP_STATUS_USER` in the block descriptor)
+//! only when it is full or when the block-retire timer fires, at the earliest 1 ms after the
+//! block was opened (`tp_retire_blk_tov` counts milliseconds; 0 lets the kernel derive one
+//! from the link speed). It also wakes `poll()` only when it retires a block. Reading the
+//! frames of a block the kernel still owns is not part of the ABI: the kernel counts a frame
+//! into the open block's `num_pkts` before it copies the frame in, and writes the frame's
+//! header with no barrier user space could pair with (only retiring the block publishes
+//! them), so a reader of an open block cannot tell a complete frame from one being written,
+//! or from a stale header left in the block by its previous round.
+//! At low rates every frame therefore waited for the timer: on the veth test bed
+//! (`scripts/netns-testbed.sh`, h1 → Freeway bridging on AF_PACKET → h2, 2 workers) a ping
+//! through Freeway with the former default timer of 2 ms averaged 2.41 ms, against 0.12 ms
+//! through the Linux bridge (debug build; see `benchmarks/afpacket-latency-2026-11-24.md`).
+//!
+//! A TPACKET_V2 ring has one status word per frame slot: the kernel sets `TP_STATUS_USER` as
+//! soon as a frame is in its slot and wakes `poll()` for it, so a lone frame is readable at
+//! once and a sleeping worker wakes for it. The cost is a fixed slot per frame (`frame_size`
+//! bytes whatever the frame's length: the default 8 MiB ring holds 4,096 frames, where a V3
+//! ring of the same size held as many 64-byte frames as fit its blocks) and one status load
+//! and store per frame instead of per block; frames are copied out either way. Measured on
+//! the same test bed after the change: see the benchmark file above.
+//!
+//! # Idle workers sleep
+//!
+//! [`AfPacketRx`] gives its socket as [`RxQueue::wait_fd`]: a worker whose queues all give
+//! one sleeps in `poll()` on them after a short spin without frames ([`crate::wait`]), and
+//! wakes on the next frame. Under load it never gets there: `rx_burst` stays syscall-free.
+//!
 //! # Offloads
 //!
 //! Frames are copied out of the ring (zero-copy is out of scope). The kernel hands AF_PACKET
@@ -33,8 +64,8 @@
 //!
 //! # Invariants
 //!
-//! * A ring block is read only while its status has `TP_STATUS_USER` (acquire) and handed back
-//!   with a release store of `TP_STATUS_KERNEL` after the last read; blocks are consumed in
+//! * A ring slot is read only while its status has `TP_STATUS_USER` (acquire) and handed back
+//!   with a release store of `TP_STATUS_KERNEL` after the last read; slots are consumed in
 //!   ring order.
 //! * Every delivered packet is a whole frame as it was on the wire (VLAN tag included); a frame
 //!   that does not fit is counted and dropped, never truncated.
@@ -71,9 +102,9 @@ pub const MIN_BLOCK_SIZE: u32 = 4096;
 pub const MAX_BLOCK_SIZE: u32 = 1 << 24;
 /// Largest ring per socket (`ring_blocks * block_size`).
 pub const MAX_RING_BYTES: u64 = 1 << 30;
-/// Bytes of a ring block taken by the block descriptor and a frame's header, in front of the
-/// frame data (`48 + 82`): a block holds a frame of at most `block_size - 130` bytes.
-pub const BLOCK_OVERHEAD: u32 = 130;
+/// Bytes of a ring slot in front of an Ethernet frame (the slot's header, its `sockaddr_ll`
+/// and the kernel's alignment): a slot holds a frame of at most `frame_size - 66` bytes.
+pub const FRAME_OVERHEAD: u32 = sys::FRAME_MAC_OFF as u32;
 
 fn d_ring_blocks() -> u32 {
     64
@@ -83,9 +114,6 @@ fn d_block_size() -> u32 {
 }
 fn d_frame_size() -> u32 {
     2048
-}
-fn d_block_timeout_ms() -> u32 {
-    2
 }
 fn d_true() -> bool {
     true
@@ -108,20 +136,16 @@ pub struct AfPacketConfig {
     /// Blocks in each RX ring (2..=65536). Default 64.
     #[serde(default = "d_ring_blocks")]
     pub ring_blocks: u32,
-    /// Bytes per ring block: a power of two from 4 KiB to 16 MiB, at least the page size. A
-    /// block holds frames of up to `block_size - 130` bytes; the kernel cuts longer ones,
-    /// which are then counted too big. Default 128 KiB.
+    /// Bytes per ring block (the unit the kernel allocates the ring in): a power of two from
+    /// 4 KiB to 16 MiB, at least the page size. Default 128 KiB.
     #[serde(default = "d_block_size")]
     pub block_size: u32,
-    /// `tp_frame_size` of the ring request: a multiple of 16 from 128 to `block_size`. With
-    /// TPACKET_V3 frames are packed back to back in a block whatever their size, so this
-    /// only has to satisfy the kernel's checks. Default 2048.
+    /// Bytes per frame slot: a multiple of 16 from 128 to `block_size`. A slot holds a frame
+    /// of up to `frame_size - 66` bytes; the kernel cuts longer ones, which are then counted
+    /// too big. The ring holds `ring_blocks * (block_size / frame_size)` frames. Default 2048
+    /// (frames up to 1982 bytes, more than the datapath's buffers take).
     #[serde(default = "d_frame_size")]
     pub frame_size: u32,
-    /// The kernel hands a partly filled block over after this many milliseconds (1..=1000):
-    /// the latency bound at low rates. Default 2.
-    #[serde(default = "d_block_timeout_ms")]
-    pub block_timeout_ms: u32,
     /// Put the interface in promiscuous mode while the port is open. Default true.
     #[serde(default = "d_true")]
     pub promisc: bool,
@@ -140,7 +164,6 @@ impl AfPacketConfig {
             ring_blocks: d_ring_blocks(),
             block_size: d_block_size(),
             frame_size: d_frame_size(),
-            block_timeout_ms: d_block_timeout_ms(),
             promisc: true,
             qdisc_bypass: true,
         }
@@ -179,29 +202,20 @@ impl AfPacketConfig {
                 "frame_size: {fs} must be a multiple of 16 from 128 to block_size ({bs})"
             ));
         }
-        if !(1..=1000).contains(&self.block_timeout_ms) {
-            return Err(format!(
-                "block_timeout_ms: {} is out of range 1..=1000",
-                self.block_timeout_ms
-            ));
-        }
         Ok(())
     }
 
-    /// The largest frame a ring block holds (longer frames reach us cut and are dropped).
+    /// The largest frame a ring slot holds (longer frames reach us cut and are dropped).
     pub fn max_frame_len(&self) -> usize {
-        self.block_size.saturating_sub(BLOCK_OVERHEAD) as usize
+        self.frame_size.saturating_sub(FRAME_OVERHEAD) as usize
     }
 
-    fn req(&self) -> sys::TpacketReq3 {
-        sys::TpacketReq3 {
+    fn req(&self) -> sys::TpacketReq {
+        sys::TpacketReq {
             tp_block_size: self.block_size,
             tp_block_nr: self.ring_blocks,
             tp_frame_size: self.frame_size,
             tp_frame_nr: (self.block_size / self.frame_size) * self.ring_blocks,
-            tp_retire_blk_tov: self.block_timeout_ms,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
         }
     }
 }
@@ -213,7 +227,7 @@ pub struct AfPacketStats {
     pub rx_packets: u64,
     /// Bytes delivered (VLAN tags included).
     pub rx_bytes: u64,
-    /// Frames dropped as too big (buffer or ring block).
+    /// Frames dropped as too big (buffer or ring slot).
     pub rx_too_big: u64,
     /// Frames whose stripped VLAN tag was put back.
     pub rx_vlan_restored: u64,
@@ -223,8 +237,6 @@ pub struct AfPacketStats {
     pub rx_csum_partial: u64,
     /// Outgoing frames skipped on the ring (kernels without `PACKET_IGNORE_OUTGOING`).
     pub rx_outgoing_skipped: u64,
-    /// Ring blocks consumed.
-    pub rx_blocks: u64,
     /// Frames handed to the kernel for transmission.
     pub tx_packets: u64,
     /// Bytes of those frames.
@@ -239,8 +251,6 @@ pub struct AfPacketStats {
     pub kernel_packets: u64,
     /// Frames the kernel dropped because a ring was full (`tp_drops`).
     pub kernel_drops: u64,
-    /// Times a ring ran full and froze (`tp_freeze_q_cnt`).
-    pub kernel_freeze_q: u64,
 }
 
 /// Kernel statistics of one socket, accumulated across reads (each read resets them).
@@ -248,7 +258,6 @@ pub struct AfPacketStats {
 struct KernelTotals {
     packets: u64,
     drops: u64,
-    freeze_q: u64,
 }
 
 /// An AF_PACKET port on one interface.
@@ -337,7 +346,6 @@ impl AfPacketPort {
                     // tp_packets already includes tp_drops (the kernel adds them on read).
                     t.packets += u64::from(st.tp_packets);
                     t.drops += u64::from(st.tp_drops);
-                    t.freeze_q += u64::from(st.tp_freeze_q_cnt);
                 }
                 Err(e) => {
                     err.get_or_insert(sys::ctx(e, "PACKET_STATISTICS"));
@@ -370,7 +378,6 @@ impl AfPacketPort {
             s.rx_csum_completed += x.csum_completed.get();
             s.rx_csum_partial += x.csum_partial.get();
             s.rx_outgoing_skipped += x.outgoing_skipped.get();
-            s.rx_blocks += x.blocks.get();
         }
         for x in self.tx_extra.iter() {
             s.tx_busy += x.busy.get();
@@ -380,7 +387,6 @@ impl AfPacketPort {
         for t in &k {
             s.kernel_packets += t.packets;
             s.kernel_drops += t.drops;
-            s.kernel_freeze_q += t.freeze_q;
         }
         s
     }
@@ -389,8 +395,8 @@ impl AfPacketPort {
     fn open_socket(&mut self, q: usize, fanout: bool) -> io::Result<(sys::Socket, sys::Ring)> {
         let iface = &self.cfg.iface;
         let s = sys::Socket::new().map_err(|e| sys::ctx(e, "socket(AF_PACKET)"))?;
-        s.set(sys::PACKET_VERSION, &sys::TPACKET_V3)
-            .map_err(|e| sys::ctx(e, "PACKET_VERSION TPACKET_V3"))?;
+        s.set(sys::PACKET_VERSION, &sys::TPACKET_V2)
+            .map_err(|e| sys::ctx(e, "PACKET_VERSION TPACKET_V2"))?;
         match s.set(sys::PACKET_IGNORE_OUTGOING, &1 as &libc::c_int) {
             Ok(()) => self.ignore_outgoing = Some(true),
             // Before Linux 4.20: the RX queue skips outgoing frames itself.
@@ -408,8 +414,8 @@ impl AfPacketPort {
             sys::ctx(
                 e,
                 format_args!(
-                    "PACKET_RX_RING ({} blocks of {} bytes; block_size must be a multiple of the page size)",
-                    req.tp_block_nr, req.tp_block_size
+                    "PACKET_RX_RING ({} blocks of {} bytes, slots of {}; block_size must be a multiple of the page size)",
+                    req.tp_block_nr, req.tp_block_size, req.tp_frame_size
                 ),
             )
         })?;
@@ -542,7 +548,6 @@ impl Port for AfPacketPort {
             ("afpacket_rx_csum_completed", s.rx_csum_completed),
             ("afpacket_rx_csum_partial", s.rx_csum_partial),
             ("afpacket_rx_outgoing_skipped", s.rx_outgoing_skipped),
-            ("afpacket_rx_blocks", s.rx_blocks),
             ("afpacket_tx_packets", s.tx_packets),
             ("afpacket_tx_bytes", s.tx_bytes),
             ("afpacket_tx_busy", s.tx_busy),
@@ -550,7 +555,6 @@ impl Port for AfPacketPort {
             ("afpacket_tx_syscalls", s.tx_syscalls),
             ("afpacket_kernel_packets", s.kernel_packets),
             ("afpacket_kernel_drops", s.kernel_drops),
-            ("afpacket_kernel_freeze_q", s.kernel_freeze_q),
             ("afpacket_mtu", u64::from(self.mtu.unwrap_or(0))),
             ("afpacket_queues", self.rx_stats.len() as u64),
         ]
@@ -573,7 +577,7 @@ mod tests {
         assert!(c.validate().is_ok());
         assert!(c.promisc && c.qdisc_bypass);
         assert_eq!(c.fanout_group, None);
-        assert_eq!(c.max_frame_len(), (1 << 17) - 130);
+        assert_eq!(c.max_frame_len(), 2048 - 66);
         let r = c.req();
         assert_eq!(r.tp_frame_nr, 64 * 64);
         let c: AfPacketConfig = toml::from_str(
@@ -582,7 +586,6 @@ mod tests {
                ring_blocks = 8
                block_size = 65536
                frame_size = 4096
-               block_timeout_ms = 10
                promisc = false
                qdisc_bypass = false"#,
         )
@@ -664,13 +667,6 @@ mod tests {
                     ..base.clone()
                 },
                 "frame_size",
-            ),
-            (
-                AfPacketConfig {
-                    block_timeout_ms: 0,
-                    ..base.clone()
-                },
-                "block_timeout_ms",
             ),
         ];
         for (c, field) in cases {

@@ -1,30 +1,31 @@
-//! The receive side: walking the TPACKET_V3 ring of one socket.
+//! The receive side: walking the TPACKET_V2 ring of one socket.
 //!
 //! # The ring protocol
 //!
-//! The ring is `blocks` blocks of `block_size` bytes. The kernel fills one block at a time
-//! with frames packed back to back and hands it over by setting `TP_STATUS_USER` in the
-//! block's status, when the block is full or when the block timeout (a few ms) expires with at
-//! least one frame in it. The queue reads blocks strictly in ring order: it checks the status
-//! of the block at its cursor (an acquire load, pairing with the kernel's release), reads
-//! frames out of it, and hands it back by storing `TP_STATUS_KERNEL` (a release store, so
-//! every read of the block happens before the kernel may reuse it). A block may be consumed
-//! over several `rx_burst` calls (the batch has room for 32 packets; a block holds many more):
-//! the cursor remembers the block, the frames left and the next frame's offset.
+//! The ring is `frames` fixed slots of `frame_size` bytes (see [`super`] for why frames and
+//! not TPACKET_V3's blocks). The kernel writes each frame into the next free slot and hands it
+//! over at once by setting `TP_STATUS_USER` in the slot's header (after the frame, with a
+//! write barrier), then wakes any `poll()` waiting on the socket. The queue reads slots
+//! strictly in ring order: it checks the status of the slot at its cursor (an acquire load,
+//! pairing with the kernel's barrier), copies the frame out, and hands the slot back by storing
+//! `TP_STATUS_KERNEL` (a release store, so every read of the slot happens before the kernel may
+//! reuse it).
 //!
-//! `rx_burst` never blocks and makes no syscall: when the block at the cursor still belongs to
-//! the kernel there is nothing to read.
+//! `rx_burst` never blocks and makes no syscall: when the slot at the cursor still belongs to
+//! the kernel there is nothing to read. A worker with nothing to do waits for the next frame
+//! in `poll()` on the socket ([`RxQueue::wait_fd`]): the kernel reports it readable while the
+//! slot it filled last still belongs to user space.
 //!
 //! # Per frame
 //!
 //! * **Copy**: each frame is copied into a pool [`Packet`] (zero-copy is out of scope: the
-//!   block goes back to the kernel as soon as it is read, and a packet's buffer has headroom
+//!   slot goes back to the kernel as soon as it is read, and a packet's buffer has headroom
 //!   for the datapath's pushes).
 //! * **VLAN**: the kernel strips the outer 802.1Q/802.1ad tag into `tp_vlan_tci`
 //!   (`TP_STATUS_VLAN_VALID`; the TPID in `tp_vlan_tpid` when `TP_STATUS_VLAN_TPID_VALID`,
 //!   else 0x8100); the copy writes it back after the MAC addresses, so the datapath sees the
 //!   frame as it was on the wire (`vlan_restored`).
-//! * **Too big**: a frame the kernel truncated to the block (`tp_snaplen < tp_len`) or one that
+//! * **Too big**: a frame the kernel truncated to its slot (`tp_snaplen < tp_len`) or one that
 //!   does not fit a pool buffer (tag included) is counted (`too_big`, also in the queue's
 //!   `dropped`) and skipped; never delivered truncated.
 //! * **Partial checksums** (`TP_STATUS_CSUMNOTREADY`: sent by a local stack with checksum
@@ -38,6 +39,7 @@
 //!
 //! Threads: an [`AfPacketRx`] is owned by one worker, the only writer of its counters.
 
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -52,7 +54,7 @@ use crate::{RxQueue, StatsBlock};
 /// Receive counters of one queue beyond packets/bytes. Single writer: the queue's worker.
 #[derive(Debug, Default)]
 pub struct RxCounters {
-    /// Frames larger than a pool buffer or truncated by the kernel to the ring block; dropped.
+    /// Frames larger than a pool buffer or truncated by the kernel to the ring slot; dropped.
     pub too_big: Counter,
     /// Frames whose VLAN tag the kernel had stripped and the queue put back.
     pub vlan_restored: Counter,
@@ -63,8 +65,6 @@ pub struct RxCounters {
     pub csum_partial: Counter,
     /// Outgoing frames seen on the ring and skipped (only without `PACKET_IGNORE_OUTGOING`).
     pub outgoing_skipped: Counter,
-    /// Ring blocks consumed and handed back to the kernel.
-    pub blocks: Counter,
 }
 
 /// What [`copy_frame`] did.
@@ -147,8 +147,8 @@ pub(crate) fn complete_partial_csum(f: &mut [u8]) -> bool {
 /// `p` must point to 4 readable bytes inside the mapped ring, 4-aligned.
 #[inline(always)]
 unsafe fn rd32(p: *const u8) -> u32 {
-    // SAFETY: guaranteed by the caller; the kernel does not write this field while the block
-    // belongs to user space (the acquire load of the block status orders the read).
+    // SAFETY: guaranteed by the caller; the kernel does not write this field while the slot
+    // belongs to user space (the acquire load of the slot status orders the read).
     unsafe { p.cast::<u32>().read() }
 }
 
@@ -162,37 +162,31 @@ unsafe fn rd16(p: *const u8) -> u16 {
     unsafe { p.cast::<u16>().read() }
 }
 
-/// The block status word, shared with the kernel.
+/// The status word of a frame slot, shared with the kernel.
 ///
 /// # Safety
-/// `block` must be the start of a block of the mapped ring (page-aligned, so the status word
-/// at offset 8 is 4-aligned) and the ring must outlive the returned reference.
+/// `slot` must be the start of a slot of the mapped ring (16-aligned, so the status word at
+/// offset 0 is 4-aligned) and the ring must outlive the returned reference.
 #[inline(always)]
-unsafe fn block_status<'a>(block: *mut u8) -> &'a AtomicU32 {
+unsafe fn slot_status<'a>(slot: *mut u8) -> &'a AtomicU32 {
     // SAFETY: guaranteed by the caller; `AtomicU32` has the layout of `u32`, and the kernel
-    // accesses this word with its own atomics/barriers.
-    unsafe { &*block.add(sys::BD_BLOCK_STATUS).cast::<AtomicU32>() }
+    // accesses this word with its own barriers (`__packet_set_status`: smp_wmb, store, flush).
+    unsafe { &*slot.add(sys::H_STATUS).cast::<AtomicU32>() }
 }
 
 /// One receive queue: the RX ring of one socket.
 ///
 /// Aligned to 128 bytes, as `GenQueue`: the queues of all workers are built one after another
-/// on the control thread and each is written on every burst by its worker (cursor, block
-/// state), so unaligned neighbours would share cache lines between workers.
+/// on the control thread and each is written on every burst by its worker (the cursor), so
+/// unaligned neighbours would share cache lines between workers.
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct AfPacketRx {
     ring: Ring,
     /// Keeps the socket (and with it the fanout membership) open while the queue lives.
-    _sock: Arc<Socket>,
-    /// Block at the cursor.
+    sock: Arc<Socket>,
+    /// Slot at the cursor: the next frame the kernel hands over.
     cur: usize,
-    /// Whether block `cur` belongs to us and is being read.
-    open: bool,
-    /// Frames left in the open block.
-    left: u32,
-    /// Offset in the open block of the next frame.
-    off: usize,
     stats: StatsBlock,
     extra: Arc<[CachePadded<RxCounters>]>,
     idx: usize,
@@ -209,27 +203,11 @@ impl AfPacketRx {
         assert!(idx < stats.len() && idx < extra.len(), "queue index out of range");
         AfPacketRx {
             ring,
-            _sock: sock,
+            sock,
             cur: 0,
-            open: false,
-            left: 0,
-            off: 0,
             stats,
             extra,
             idx,
-        }
-    }
-
-    /// Hands the open block back to the kernel and moves the cursor on.
-    #[inline]
-    fn release_block(ring: &Ring, cur: &mut usize) {
-        // SAFETY: `cur < blocks`, the block start is page-aligned and the ring is alive.
-        let st = unsafe { block_status(ring.block(*cur)) };
-        // Release: every read of this block happens before the kernel sees it as its own.
-        st.store(sys::TP_STATUS_KERNEL, Ordering::Release);
-        *cur += 1;
-        if *cur == ring.blocks {
-            *cur = 0;
         }
     }
 }
@@ -237,70 +215,43 @@ impl AfPacketRx {
 impl RxQueue for AfPacketRx {
     fn rx_burst(&mut self, batch: &mut Batch, pool: &mut PacketPool, _now: Tick) -> usize {
         let x = &self.extra[self.idx];
-        let bs = self.ring.block_size;
+        let fs = self.ring.frame_size;
         let mut n = 0usize;
         let mut bytes = 0u64;
         let mut dropped = 0u64;
         // The receive timestamp: the wall clock read once per call, at its first packet.
         let mut ts = 0u64;
         while batch.room() > 0 {
-            let block = self.ring.block(self.cur);
-            if !self.open {
-                // SAFETY: `block` is the start of block `cur` of our live ring.
-                let st = unsafe { block_status(block) }.load(Ordering::Acquire);
-                if st & sys::TP_STATUS_USER == 0 {
-                    break;
-                }
-                // SAFETY: the block descriptor (48 bytes) lies at the start of the block,
-                // which now belongs to us (acquire above); fields are 4-aligned.
-                let (num, first) = unsafe {
-                    (
-                        rd32(block.add(sys::BD_NUM_PKTS)),
-                        rd32(block.add(sys::BD_OFFSET_TO_FIRST_PKT)) as usize,
-                    )
-                };
-                self.open = true;
-                self.left = num;
-                self.off = first;
+            let h = self.ring.slot(self.cur);
+            // SAFETY: `h` is the start of slot `cur` of our live ring.
+            let st = unsafe { slot_status(h) };
+            let status = st.load(Ordering::Acquire);
+            if status & sys::TP_STATUS_USER == 0 {
+                break;
             }
-            while self.left > 0 && batch.room() > 0 {
-                let off = self.off;
-                if off < sys::BLOCK_DESC_LEN || off % 4 != 0 || off + sys::FRAME_HDR_LEN > bs {
-                    // Never happens with a sane kernel; do not read out of bounds.
-                    debug_assert!(false, "TPACKET_V3 frame offset {off} outside block of {bs}");
-                    self.left = 0;
-                    break;
-                }
-                // SAFETY: `off + FRAME_HDR_LEN <= block_size` (checked above), `off` is
-                // 4-aligned (checked; the kernel aligns frames to 8), and the block is ours.
-                let h = unsafe { block.add(off) };
-                // SAFETY: every field read lies in the first FRAME_HDR_LEN bytes of the header,
-                // at its natural alignment.
-                let (next, snap, len, status, mac, tci, tpid, pkttype) = unsafe {
-                    (
-                        rd32(h.add(sys::H_NEXT_OFFSET)) as usize,
-                        rd32(h.add(sys::H_SNAPLEN)) as usize,
-                        rd32(h.add(sys::H_LEN)) as usize,
-                        rd32(h.add(sys::H_STATUS)),
-                        usize::from(rd16(h.add(sys::H_MAC))),
-                        rd32(h.add(sys::H_VLAN_TCI)) as u16,
-                        rd16(h.add(sys::H_VLAN_TPID)),
-                        *h.add(sys::H_SLL_PKTTYPE),
-                    )
-                };
-                self.left -= 1;
-                self.off = off + next;
-                if off + mac + snap > bs {
-                    debug_assert!(false, "TPACKET_V3 frame runs past its block");
-                    self.left = 0;
-                    break;
-                }
-                if pkttype == sys::PACKET_OUTGOING {
-                    x.outgoing_skipped.inc();
-                    continue;
-                }
-                // SAFETY: `off + mac + snap <= block_size` (checked above); the bytes belong to
-                // us until the block is released, which happens after this slice is dropped.
+            // SAFETY: the slot now belongs to us (acquire above); every field read lies in the
+            // first FRAME_HDR_LEN bytes of the slot (`frame_size >= 128`), at its natural
+            // alignment (the slot is 16-aligned).
+            let (snap, len, mac, tci, tpid, pkttype) = unsafe {
+                (
+                    rd32(h.add(sys::H_SNAPLEN)) as usize,
+                    rd32(h.add(sys::H_LEN)) as usize,
+                    usize::from(rd16(h.add(sys::H_MAC))),
+                    rd16(h.add(sys::H_VLAN_TCI)),
+                    rd16(h.add(sys::H_VLAN_TPID)),
+                    *h.add(sys::H_SLL_PKTTYPE),
+                )
+            };
+            if mac < sys::FRAME_HDR_LEN || mac + snap > fs {
+                // Never happens with a sane kernel; do not read out of bounds.
+                debug_assert!(false, "TPACKET_V2 frame at {mac}+{snap} outside a slot of {fs}");
+                x.too_big.inc();
+                dropped += 1;
+            } else if pkttype == sys::PACKET_OUTGOING {
+                x.outgoing_skipped.inc();
+            } else {
+                // SAFETY: `mac + snap <= frame_size` (checked above); the bytes belong to us
+                // until the slot is handed back, which happens after this slice is dropped.
                 let data = unsafe { std::slice::from_raw_parts(h.add(mac), snap) };
                 let mut p = pool.get();
                 match copy_frame(&mut p, data, len, status, tci, tpid) {
@@ -333,10 +284,11 @@ impl RxQueue for AfPacketRx {
                     }
                 }
             }
-            if self.left == 0 {
-                Self::release_block(&self.ring, &mut self.cur);
-                self.open = false;
-                x.blocks.inc();
+            // Release: every read of this slot happens before the kernel sees it as its own.
+            st.store(sys::TP_STATUS_KERNEL, Ordering::Release);
+            self.cur += 1;
+            if self.cur == self.ring.frames {
+                self.cur = 0;
             }
         }
         if n != 0 || dropped != 0 {
@@ -346,6 +298,10 @@ impl RxQueue for AfPacketRx {
             s.dropped.add(dropped);
         }
         n
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.sock.raw())
     }
 }
 
@@ -361,7 +317,7 @@ mod tests {
         let mut p = Packet::new();
         assert_eq!(copy_frame(&mut p, &f, 100, 0, 0, 0), Ok(Copied::Plain));
         assert_eq!(p.data(), &f[..]);
-        // The kernel cut it to the block: snaplen < len.
+        // The kernel cut it to the slot: snaplen < len.
         assert_eq!(copy_frame(&mut p, &f[..80], 100, 0, 0, 0), Err(TooBig));
         // Too big for the buffer.
         let mut small = Packet::with_capacity(256);

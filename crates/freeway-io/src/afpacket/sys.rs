@@ -22,7 +22,7 @@ pub(crate) const PACKET_FANOUT: libc::c_int = 18;
 pub(crate) const PACKET_QDISC_BYPASS: libc::c_int = 20;
 pub(crate) const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 pub(crate) const PACKET_MR_PROMISC: u16 = 1;
-pub(crate) const TPACKET_V3: libc::c_int = 2;
+pub(crate) const TPACKET_V2: libc::c_int = 1;
 
 // Fanout modes and flags (the high 16 bits of the PACKET_FANOUT argument).
 pub(crate) const PACKET_FANOUT_HASH: u32 = 0;
@@ -34,58 +34,49 @@ pub(crate) const ETH_P_ALL: u16 = 0x0003;
 /// `sll_pkttype` of a frame this host sent.
 pub(crate) const PACKET_OUTGOING: u8 = 4;
 
-// Block status (tpacket_hdr_v1::block_status).
+// Frame status (tpacket2_hdr::tp_status): who owns the slot, and what the kernel did.
 pub(crate) const TP_STATUS_KERNEL: u32 = 0;
 pub(crate) const TP_STATUS_USER: u32 = 1;
-// Frame status (tpacket3_hdr::tp_status).
 pub(crate) const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 pub(crate) const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 pub(crate) const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 
-/// Offsets inside a block: `struct tpacket_block_desc { u32 version; u32 offset_to_priv;
-/// struct tpacket_hdr_v1 { u32 block_status; u32 num_pkts; u32 offset_to_first_pkt; ... } }`.
-pub(crate) const BD_BLOCK_STATUS: usize = 8;
-pub(crate) const BD_NUM_PKTS: usize = 12;
-pub(crate) const BD_OFFSET_TO_FIRST_PKT: usize = 16;
-/// Size of `struct tpacket_block_desc` (the kernel aligns the first frame after it).
-pub(crate) const BLOCK_DESC_LEN: usize = 48;
+/// Offsets inside a frame slot's header, `struct tpacket2_hdr { u32 tp_status; u32 tp_len;
+/// u32 tp_snaplen; u16 tp_mac; u16 tp_net; u32 tp_sec; u32 tp_nsec; u16 tp_vlan_tci;
+/// u16 tp_vlan_tpid; u8 tp_padding[4]; }` (32 bytes), followed at `TPACKET_ALIGN(32) = 32` by
+/// a `struct sockaddr_ll`.
+pub(crate) const H_STATUS: usize = 0;
+pub(crate) const H_LEN: usize = 4;
+pub(crate) const H_SNAPLEN: usize = 8;
+pub(crate) const H_MAC: usize = 12;
+pub(crate) const H_VLAN_TCI: usize = 24;
+pub(crate) const H_VLAN_TPID: usize = 26;
+/// `sll_pkttype` of the `sockaddr_ll` after the header (32 + 10).
+pub(crate) const H_SLL_PKTTYPE: usize = 42;
+/// Header bytes in front of the frame data at least (`tpacket2_hdr` + `sockaddr_ll`,
+/// `TPACKET2_HDRLEN`).
+pub(crate) const FRAME_HDR_LEN: usize = 52;
+/// Where the kernel puts an Ethernet frame in its slot: `tp_mac` =
+/// `TPACKET_ALIGN(TPACKET2_HDRLEN + 16) - 14` = 80 - 14. A slot of `frame_size` bytes holds
+/// a frame of at most `frame_size - 66` bytes (the kernel cuts longer ones).
+pub(crate) const FRAME_MAC_OFF: usize = 66;
 
-/// Offsets inside a frame header, `struct tpacket3_hdr { u32 tp_next_offset; u32 tp_sec;
-/// u32 tp_nsec; u32 tp_snaplen; u32 tp_len; u32 tp_status; u16 tp_mac; u16 tp_net;
-/// { u32 tp_rxhash; u32 tp_vlan_tci; u16 tp_vlan_tpid; u16 pad; }; u8 pad[8]; }` (48 bytes),
-/// followed at `TPACKET_ALIGN(48) = 48` by a `struct sockaddr_ll`.
-pub(crate) const H_NEXT_OFFSET: usize = 0;
-pub(crate) const H_SNAPLEN: usize = 12;
-pub(crate) const H_LEN: usize = 16;
-pub(crate) const H_STATUS: usize = 20;
-pub(crate) const H_MAC: usize = 24;
-pub(crate) const H_VLAN_TCI: usize = 32;
-pub(crate) const H_VLAN_TPID: usize = 36;
-/// `sll_pkttype` of the `sockaddr_ll` after the header (48 + 10).
-pub(crate) const H_SLL_PKTTYPE: usize = 58;
-/// Header bytes in front of the frame data at least (`tpacket3_hdr` + `sockaddr_ll`).
-pub(crate) const FRAME_HDR_LEN: usize = 68;
-
-/// `struct tpacket_req3`.
+/// `struct tpacket_req` (TPACKET_V1/V2).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct TpacketReq3 {
+pub(crate) struct TpacketReq {
     pub tp_block_size: u32,
     pub tp_block_nr: u32,
     pub tp_frame_size: u32,
     pub tp_frame_nr: u32,
-    pub tp_retire_blk_tov: u32,
-    pub tp_sizeof_priv: u32,
-    pub tp_feature_req_word: u32,
 }
 
-/// `struct tpacket_stats_v3`.
+/// `struct tpacket_stats` (TPACKET_V1/V2).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct TpacketStatsV3 {
+pub(crate) struct TpacketStats {
     pub tp_packets: u32,
     pub tp_drops: u32,
-    pub tp_freeze_q_cnt: u32,
 }
 
 /// `struct packet_mreq`.
@@ -234,12 +225,12 @@ impl Socket {
     }
 
     /// Reads and resets the kernel's counters for this socket.
-    pub(crate) fn stats(&self) -> io::Result<TpacketStatsV3> {
+    pub(crate) fn stats(&self) -> io::Result<TpacketStats> {
         self.get(PACKET_STATISTICS)
     }
 
     /// Maps the RX ring set up with `req`.
-    pub(crate) fn map_ring(&self, req: &TpacketReq3) -> io::Result<Ring> {
+    pub(crate) fn map_ring(&self, req: &TpacketReq) -> io::Result<Ring> {
         let len = req.tp_block_size as usize * req.tp_block_nr as usize;
         // SAFETY: a fresh shared mapping of the socket's ring: the kernel checks the length
         // against the ring it allocated and inserts its own pages; no existing memory is
@@ -261,7 +252,9 @@ impl Socket {
             base: NonNull::new(p.cast()).expect("mmap returned NULL without MAP_FIXED"),
             len,
             block_size: req.tp_block_size as usize,
-            blocks: req.tp_block_nr as usize,
+            frame_size: req.tp_frame_size as usize,
+            per_block: (req.tp_block_size / req.tp_frame_size) as usize,
+            frames: req.tp_frame_nr as usize,
         })
     }
 
@@ -273,7 +266,9 @@ impl Socket {
     }
 }
 
-/// The memory-mapped TPACKET_V3 RX ring of one socket: `blocks` blocks of `block_size` bytes.
+/// The memory-mapped TPACKET_V2 RX ring of one socket: `frames` slots of `frame_size` bytes,
+/// `per_block` of them at the start of each block of `block_size` bytes (the kernel maps the
+/// blocks one after another; a block's tail after its last slot is unused).
 ///
 /// The mapping keeps the socket's ring alive even after the descriptor is closed; it is
 /// unmapped on drop. Owned by one RX queue (one worker).
@@ -282,7 +277,9 @@ pub(crate) struct Ring {
     base: NonNull<u8>,
     len: usize,
     pub(crate) block_size: usize,
-    pub(crate) blocks: usize,
+    pub(crate) frame_size: usize,
+    pub(crate) per_block: usize,
+    pub(crate) frames: usize,
 }
 
 // SAFETY: the ring is plain shared memory with the kernel; it has no thread affinity. The
@@ -291,12 +288,16 @@ pub(crate) struct Ring {
 unsafe impl Send for Ring {}
 
 impl Ring {
-    /// Start of block `i`. Panics (debug) if out of range.
+    /// Start of frame slot `i` (16-aligned: blocks are page-aligned, `frame_size` a multiple
+    /// of 16). Panics (debug) if out of range.
     #[inline(always)]
-    pub(crate) fn block(&self, i: usize) -> *mut u8 {
-        debug_assert!(i < self.blocks);
-        // SAFETY: `i < blocks`, so the offset stays inside the mapping of `len` bytes.
-        unsafe { self.base.as_ptr().add(i * self.block_size) }
+    pub(crate) fn slot(&self, i: usize) -> *mut u8 {
+        debug_assert!(i < self.frames);
+        let off = (i / self.per_block) * self.block_size + (i % self.per_block) * self.frame_size;
+        debug_assert!(off + self.frame_size <= self.len);
+        // SAFETY: `i < frames = per_block * blocks`, so the slot lies inside its block and the
+        // block inside the mapping of `len` bytes.
+        unsafe { self.base.as_ptr().add(off) }
     }
 }
 
