@@ -597,6 +597,8 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
             batches: Counter::new(),
             parses: Counter::new(),
             idle_polls: Counter::new(),
+            sleeps: Counter::new(),
+            wakeups: Counter::new(),
             parse_drops: std::array::from_fn(|_| Counter::new()),
             ports: (0..nports).map(|_| CachePadded::new(PortCounters::default())).collect(),
             bridge: bw.counters.clone(),

@@ -41,6 +41,10 @@ pub struct WorkerStats {
     pub parses: Counter,
     /// Polls of all queues that found nothing.
     pub idle_polls: Counter,
+    /// Times the worker slept in `poll()` on its queues' descriptors, idle.
+    pub sleeps: Counter,
+    /// Sleeps a frame ended (the others ran to their timeout).
+    pub wakeups: Counter,
     /// Parser drops, indexed by `ParseError as usize` (inline, on this worker's lines).
     pub parse_drops: [Counter; ParseError::ALL.len()],
     /// Per-port counters.
@@ -93,6 +97,10 @@ pub struct WorkerSnap {
     pub parses: u64,
     /// Empty polls.
     pub idle_polls: u64,
+    /// Sleeps in `poll()` while idle (see [`WorkerStats::sleeps`]).
+    pub sleeps: u64,
+    /// Sleeps ended by a frame.
+    pub wakeups: u64,
 }
 
 /// A point-in-time sum of every counter.
@@ -285,6 +293,8 @@ pub(crate) fn snapshot<L: Layout>(
             batches: w.batches.get(),
             parses: w.parses.get(),
             idle_polls: w.idle_polls.get(),
+            sleeps: w.sleeps.get(),
+            wakeups: w.wakeups.get(),
         });
         for (k, v) in w.bridge.snapshot() {
             *s.bridge.entry(k).or_default() += v;

@@ -10,6 +10,7 @@ use super::stats::WorkerStats;
 use super::tx::{wall_ns, Tx};
 use freeway_bridge::{Bridge, BridgeWorker, FdbWriter, Layout, Learning};
 use freeway_capture::{Direction, TapPoint};
+use freeway_io::wait::{Waiter, Woken};
 use freeway_io::RxQueue;
 use freeway_l3::neigh::NeighWriter;
 use freeway_packet::{parse, Batch, Packet, PacketPool};
@@ -110,6 +111,8 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     let mut scratch: Vec<Packet> = Vec::with_capacity(2 * freeway_packet::MAX_BATCH);
     let mut batch = Batch::new();
     let mut rx = std::mem::take(&mut w.rx);
+    // Declared after `rx`, so dropped before the queues whose descriptors it polls.
+    let mut waiter = Waiter::new(rx.iter().map(|(_, q)| q.as_ref()));
     let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
@@ -138,20 +141,15 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
                 break;
             }
             w.stats.idle_polls.inc();
-            idle += 1;
-            if idle % 64 == 0 {
+            // Past the spin, a worker stays in the sleeping phase (even after years idle).
+            idle = idle.checked_add(1).unwrap_or(YIELD_POLLS);
+            if idle % SPIN_POLLS == 0 || (idle >= YIELD_POLLS && waiter.is_some()) {
                 // Packets waiting for a neighbour go out (or time out) while no traffic comes;
                 // the tap handle drops a tap list the control plane has replaced.
                 poll_router(&mut w, now, inline.as_mut());
                 w.tx.taps.idle();
             }
-            if idle < 64 {
-                std::hint::spin_loop();
-            } else if idle < 1024 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
+            idle_wait(idle, &mut waiter, w.tx.taps.any(), &w.stats);
         } else {
             idle = 0;
         }
@@ -159,6 +157,38 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     poll_router(&mut w, clock.now(), inline.as_mut());
     w.tx.flush_all();
     inline
+}
+
+/// Empty polls in a row a worker spins through (`spin_loop`), then yields its core until
+/// [`YIELD_POLLS`], before it sleeps: a frame arriving within about a millisecond of the last
+/// one is picked up without a wake-up, and a loaded worker never sleeps.
+const SPIN_POLLS: u32 = 64;
+/// See [`SPIN_POLLS`]; a multiple of it.
+const YIELD_POLLS: u32 = 1024;
+/// The longest a worker sleeps in `poll()`: it then checks its stop flag, sends what waits for
+/// a neighbour ([`poll_router`]), and sleeps again.
+const SLEEP_MAX: Duration = Duration::from_millis(5);
+
+/// What a worker does after its `idle`-th empty poll in a row: spin, yield, then sleep. It
+/// sleeps in `poll()` on its queues' descriptors, woken by the first frame, when it has a
+/// [`Waiter`] (every queue gives a descriptor: no generator or pcap file) and no tap is
+/// attached (the taps' writers merge by the workers' progress marks, which a sleeping worker
+/// would not advance); else 50 µs at a time. A waiter that fails is dropped for good.
+fn idle_wait(idle: u32, waiter: &mut Option<Waiter>, taps: bool, stats: &WorkerStats) {
+    if idle < SPIN_POLLS {
+        std::hint::spin_loop();
+    } else if idle < YIELD_POLLS {
+        std::thread::yield_now();
+    } else if let Some(wt) = waiter.as_mut().filter(|_| !taps) {
+        stats.sleeps.inc();
+        match wt.wait(SLEEP_MAX) {
+            Ok(Woken::Ready) => stats.wakeups.inc(),
+            Ok(Woken::Timeout) => {}
+            Err(_) => *waiter = None,
+        }
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 pub(crate) fn poll_router<L: Layout, T: TapPoint>(w: &mut Worker<L, T>, now: Tick, inline: Option<&mut Inline<L>>) {
