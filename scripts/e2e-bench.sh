@@ -8,27 +8,34 @@
 #   freeway-router    Freeway routing between 10.1.0.0/24 and 10.2.0.0/24
 #   freeway-conntrack the router with connection tracking and the stateful firewall
 #
-# and measures for each: 64-byte frames per second that reach h2's kernel when Freeway's own
+# and measures for each: the CPU the datapath's process uses while idle ("idle cpu %", of one
+# core, from /proc/PID/stat over 5 s without traffic; "-" for the kernel's datapath); ping
+# round-trip times h1 -> h2, 200 pings 10 ms apart, average and 99th percentile of the
+# per-packet times ("ping avg/p99 ms": at that spacing an idle datapath is asleep when each
+# ping comes); 64-byte frames per second that reach h2's kernel when Freeway's own
 # generator (one worker pinned to CPU 0, bridged onto h1's eth0 through AF_PACKET) sends as
 # fast as it can ("gen64 pps", h2's rx_packets counter); the same with iperf3 as the sender
 # (-u -b 0 -l 18: 64-byte frames; iperf3's own rate limits it, "iperf3 pps", packets its
 # server received); and single-stream TCP throughput h1 -> h2 (iperf3, with its retransmit
-# count). Results: a table on stdout, and JSON lines with -j FILE.
+# count). With -r RUNS the whole sequence runs RUNS times (the datapaths alternating) and a
+# table of medians follows. Results: a table on stdout, and JSON lines with -j FILE.
 #
-# Needs root, iproute2, iperf3 and a release build (cargo build --release). Usage:
-#   scripts/e2e-bench.sh [-s SECONDS] [-w WORKERS] [-j FILE]
+# Needs root, iproute2, iperf3, python3 and a release build (cargo build --release). Usage:
+#   scripts/e2e-bench.sh [-s SECONDS] [-w WORKERS] [-r RUNS] [-j FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SECS=5
 WORKERS=2
+RUNS=1
 JSON=""
-while getopts "s:w:j:" o; do
+while getopts "s:w:r:j:" o; do
     case $o in
     s) SECS=$OPTARG ;;
     w) WORKERS=$OPTARG ;;
+    r) RUNS=$OPTARG ;;
     j) JSON=$OPTARG ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "e2e-bench: must run as root" >&2; exit 1; }
@@ -39,7 +46,9 @@ FW=$PWD/target/release/freeway
 export FW_SUFFIX=-e2e$$ FW_QUEUES=$WORKERS
 BED=scripts/netns-testbed.sh
 TMP=$(mktemp -d)
+ALL=$TMP/all.json
 FWPID=""
+DPPID=""
 cleanup() {
     [ -n "$FWPID" ] && kill -INT "$FWPID" 2>/dev/null && wait "$FWPID" 2>/dev/null || true
     bash $BED down >/dev/null 2>&1 || true
@@ -79,12 +88,39 @@ start_freeway() { # config text
     # `ip netns exec` execs freeway: $! is freeway itself, which SIGINT stops cleanly.
     ip netns exec "$(ns sw)" "$FW" run -q -j --config "$TMP/fw.toml" >"$TMP/fw.json" 2>"$TMP/fw.err" &
     FWPID=$!
+    DPPID=$FWPID
     sleep 0.5
 }
 stop_freeway() {
     kill -INT "$FWPID"
     wait "$FWPID" || { cat "$TMP/fw.err" >&2; return 1; }
     FWPID=""
+    DPPID=""
+}
+
+# Percent of one core the datapath's process ($DPPID) uses over 5 s without traffic ("-"
+# without a process: the kernel's datapath).
+idle_cpu() {
+    [ -n "$DPPID" ] || { echo -; return; }
+    local hz t0 t1
+    hz=$(getconf CLK_TCK)
+    t0=$(awk '{print $14 + $15}' "/proc/$DPPID/stat")
+    sleep 5
+    t1=$(awk '{print $14 + $15}' "/proc/$DPPID/stat")
+    python3 -c "print(round(($t1 - $t0) * 100 / $hz / 5, 1))"
+}
+
+# Round trips h1 -> $1: 200 pings 10 ms apart; prints the average and the 99th percentile of
+# the per-packet times in ms (nearest rank), or "0 0" if none came back.
+ping_lat() {
+    in_ns h1 ping -c 200 -i 0.01 -W 1 "$1" >"$TMP/ping.txt" || true
+    python3 -c "
+import math, re
+t = sorted(float(x) for x in re.findall(r'time=([0-9.]+) ms', open('$TMP/ping.txt').read()))
+if not t:
+    print(0, 0)
+else:
+    print(round(sum(t) / len(t), 3), t[max(0, math.ceil(0.99 * len(t)) - 1)])"
 }
 
 rx_packets() { # host: packets its eth0 received so far
@@ -119,9 +155,11 @@ EOF
 }
 
 measure() { # name, destination address, destination MAC (the next hop's)
-    local name=$1 dst=$2 pps tcp retr gpps
+    local name=$1 dst=$2 pps tcp retr gpps cpu avg p99
     # Warm up ARP (and the router's neighbour entries) before measuring.
     in_ns h1 ping -c 2 -W 1 "$dst" >/dev/null || { echo "e2e-bench: $name: $dst unreachable" >&2; return 1; }
+    cpu=$(idle_cpu)
+    read -r avg p99 < <(ping_lat "$dst")
     in_ns h2 iperf3 -s -1 -D -p 5201 --logfile "$TMP/srv-udp.log"
     sleep 0.3
     in_ns h1 taskset -c 0 iperf3 -c "$dst" -p 5201 -u -b 0 -l 18 -t "$SECS" -J >"$TMP/udp.json" || true
@@ -141,13 +179,27 @@ e=j['end']
 print(round(e['sum_received']['bits_per_second']/1e9, 3), e['sum_sent'].get('retransmits', 0))" 2>/dev/null || echo "0 0")
     sleep 0.5
     gpps=$(gen_pps "$dst" "$3")
-    printf '%-18s %12s %12s %12s %12s\n' "$name" "$gpps" "$pps" "$tcp" "$retr"
-    [ -z "$JSON" ] || printf '{"datapath":"%s","workers":%s,"seconds":%s,"gen64_pps":%s,"iperf3_udp64_pps":%s,"tcp_gbps":%s,"tcp_retransmits":%s}\n' \
-        "$name" "$WORKERS" "$SECS" "$gpps" "$pps" "$tcp" "$retr" >>"$JSON"
+    printf "$ROW" "$name" "$cpu" "$avg" "$p99" "$gpps" "$pps" "$tcp" "$retr"
+    [ "$cpu" != - ] || cpu=null
+    printf '{"run":%s,"datapath":"%s","workers":%s,"seconds":%s,"idle_cpu_pct":%s,"ping_avg_ms":%s,"ping_p99_ms":%s,"gen64_pps":%s,"iperf3_udp64_pps":%s,"tcp_gbps":%s,"tcp_retransmits":%s}\n' \
+        "$RUN" "$name" "$WORKERS" "$SECS" "$cpu" "$avg" "$p99" "$gpps" "$pps" "$tcp" "$retr" >>"$ALL"
     sleep 0.5
 }
 
-printf '%-18s %12s %12s %12s %12s\n' datapath "gen64 pps" "iperf3 pps" "tcp Gb/s" retransmits
+ROW='%-18s %10s %9s %9s %12s %12s %9s %12s\n'
+HEAD=(datapath "idle cpu%" "ping avg" "ping p99" "gen64 pps" "iperf3 pps" "tcp Gb/s" retransmits)
+
+# Open vSwitch's userspace datapath would be one more row; it is not measured yet.
+command -v ovs-vswitchd >/dev/null && echo "e2e-bench: Open vSwitch is installed but not measured (no ovs-netdev row yet)" >&2
+
+for RUN in $(seq 1 "$RUNS"); do
+[ "$RUNS" -eq 1 ] || echo "run $RUN of $RUNS"
+# shellcheck disable=SC2059
+printf "$ROW" "${HEAD[@]}"
+
+# One subnet for the bridges (the routers' rows below renumber the hosts).
+addr h1 10.0.0.1/24 ""
+addr h2 10.0.0.2/24 ""
 
 # 1. The Linux bridge.
 in_ns sw ip link add br0 type bridge
@@ -177,3 +229,21 @@ max = 100000
 allow_new_from = [\"h1\"]"
 measure freeway-conntrack 10.2.0.2 02:fe:00:00:00:01
 stop_freeway
+done
+
+[ -z "$JSON" ] || cat "$ALL" >>"$JSON"
+if [ "$RUNS" -gt 1 ]; then
+    echo "medians of $RUNS runs"
+    python3 - "$ALL" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+keys = ["idle_cpu_pct", "ping_avg_ms", "ping_p99_ms", "gen64_pps", "iperf3_udp64_pps", "tcp_gbps", "tcp_retransmits"]
+print("%-18s %10s %9s %9s %12s %12s %9s %12s" % ("datapath", "idle cpu%", "ping avg", "ping p99", "gen64 pps", "iperf3 pps", "tcp Gb/s", "retransmits"))
+for name in dict.fromkeys(r["datapath"] for r in rows):
+    out = []
+    for k in keys:
+        v = [r[k] for r in rows if r["datapath"] == name and r[k] is not None]
+        out.append(statistics.median(v) if v else "-")
+    print("%-18s %10s %9s %9s %12s %12s %9s %12s" % (name, *out))
+PY
+fi
