@@ -68,6 +68,14 @@ impl Bed {
         Bed::up_mtu(tag, 1500)
     }
 
+    /// A bed with Freeway bridging h1, h2 and h3 (two workers), h1 -> h2 checked.
+    fn bridged(tag: &str) -> Bed {
+        let mut bed = Bed::up(tag);
+        bed.start(&ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]));
+        assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
+        bed
+    }
+
     /// A bed whose veths have this MTU.
     fn up_mtu(tag: &str, mtu: u32) -> Bed {
         let suffix = format!("-{tag}{}", std::process::id());
@@ -314,9 +322,7 @@ fn an_afpacket_frame_too_big_for_its_buffer_is_a_visible_drop() {
 #[test]
 fn bridge_carries_ping_and_tcp_between_namespaces() {
     need_root!();
-    let mut bed = Bed::up("br");
-    bed.start(&ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]));
-    assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
+    let mut bed = Bed::bridged("br");
     assert!(bed.ping("h3", "10.0.0.1"), "h3 pings h1 through the bridge");
     bed.transfer_intact("h1", "h2", 5001, 4);
     let j = bed.stop();
@@ -688,9 +694,7 @@ fn clock_ticks_per_sec() -> u64 {
 #[test]
 fn an_idle_bridge_forwards_a_lone_ping_in_under_a_millisecond() {
     need_root!();
-    let mut bed = Bed::up("lat");
-    bed.start(&ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]));
-    assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
+    let mut bed = Bed::bridged("lat");
     let o = bed.exec("h1", &["ping", "-q", "-c", "20", "-i", "0.2", "-W", "1", "10.0.0.2"]);
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(o.status.success(), "every ping answered: {text}");
@@ -710,9 +714,7 @@ fn an_idle_bridge_forwards_a_lone_ping_in_under_a_millisecond() {
 #[test]
 fn an_idle_freeway_uses_little_cpu() {
     need_root!();
-    let mut bed = Bed::up("cpu");
-    bed.start(&ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]));
-    assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
+    let mut bed = Bed::bridged("cpu");
     let pid = bed.freeway.as_ref().unwrap().id();
     let t0 = Instant::now();
     let c0 = cpu_ticks(pid);

@@ -48,7 +48,7 @@ use freeway_packet::parse::parse_frame;
 use freeway_packet::{Batch, Meta, Packet, PacketPool, TooBig, NO_OFFSET};
 use freeway_sync::{CachePadded, Counter, Tick};
 
-use super::sys::{self, Ring, Socket};
+use super::sys::{self, Ring, Socket, Tpacket2Hdr};
 use crate::{RxQueue, StatsBlock};
 
 /// Receive counters of one queue beyond packets/bytes. Single writer: the queue's worker.
@@ -141,37 +141,20 @@ pub(crate) fn complete_partial_csum(f: &mut [u8]) -> bool {
     true
 }
 
-/// Reads a `u32` the kernel wrote into the ring.
-///
-/// # Safety
-/// `p` must point to 4 readable bytes inside the mapped ring, 4-aligned.
-#[inline(always)]
-unsafe fn rd32(p: *const u8) -> u32 {
-    // SAFETY: guaranteed by the caller; the kernel does not write this field while the slot
-    // belongs to user space (the acquire load of the slot status orders the read).
-    unsafe { p.cast::<u32>().read() }
-}
-
-/// Reads a `u16` the kernel wrote into the ring.
-///
-/// # Safety
-/// `p` must point to 2 readable bytes inside the mapped ring, 2-aligned.
-#[inline(always)]
-unsafe fn rd16(p: *const u8) -> u16 {
-    // SAFETY: as for `rd32`.
-    unsafe { p.cast::<u16>().read() }
-}
-
 /// The status word of a frame slot, shared with the kernel.
 ///
 /// # Safety
-/// `slot` must be the start of a slot of the mapped ring (16-aligned, so the status word at
-/// offset 0 is 4-aligned) and the ring must outlive the returned reference.
+/// `slot` must be the start of a slot of the mapped ring (16-aligned, so the status word is
+/// 4-aligned) and the ring must outlive the returned reference.
 #[inline(always)]
 unsafe fn slot_status<'a>(slot: *mut u8) -> &'a AtomicU32 {
     // SAFETY: guaranteed by the caller; `AtomicU32` has the layout of `u32`, and the kernel
     // accesses this word with its own barriers (`__packet_set_status`: smp_wmb, store, flush).
-    unsafe { &*slot.add(sys::H_STATUS).cast::<AtomicU32>() }
+    unsafe {
+        &*slot
+            .add(std::mem::offset_of!(Tpacket2Hdr, tp_status))
+            .cast::<AtomicU32>()
+    }
 }
 
 /// One receive queue: the RX ring of one socket.
@@ -229,19 +212,12 @@ impl RxQueue for AfPacketRx {
             if status & sys::TP_STATUS_USER == 0 {
                 break;
             }
-            // SAFETY: the slot now belongs to us (acquire above); every field read lies in the
-            // first FRAME_HDR_LEN bytes of the slot (`frame_size >= 128`), at its natural
-            // alignment (the slot is 16-aligned).
-            let (snap, len, mac, tci, tpid, pkttype) = unsafe {
-                (
-                    rd32(h.add(sys::H_SNAPLEN)) as usize,
-                    rd32(h.add(sys::H_LEN)) as usize,
-                    usize::from(rd16(h.add(sys::H_MAC))),
-                    rd16(h.add(sys::H_VLAN_TCI)),
-                    rd16(h.add(sys::H_VLAN_TPID)),
-                    *h.add(sys::H_SLL_PKTTYPE),
-                )
-            };
+            // SAFETY: the slot now belongs to us (acquire above), so the kernel writes none of
+            // it until we hand it back; the header and `sll_pkttype` lie in the first
+            // FRAME_HDR_LEN bytes of the slot (`frame_size >= 128`), and the slot is 16-aligned.
+            let (hdr, pkttype) = unsafe { (h.cast::<Tpacket2Hdr>().read(), *h.add(sys::H_SLL_PKTTYPE)) };
+            let (snap, len, mac) = (hdr.tp_snaplen as usize, hdr.tp_len as usize, usize::from(hdr.tp_mac));
+            let (tci, tpid) = (hdr.tp_vlan_tci, hdr.tp_vlan_tpid);
             if mac < sys::FRAME_HDR_LEN || mac + snap > fs {
                 // Never happens with a sane kernel; do not read out of bounds.
                 debug_assert!(false, "TPACKET_V2 frame at {mac}+{snap} outside a slot of {fs}");

@@ -41,16 +41,23 @@ pub(crate) const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 pub(crate) const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 pub(crate) const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 
-/// Offsets inside a frame slot's header, `struct tpacket2_hdr { u32 tp_status; u32 tp_len;
-/// u32 tp_snaplen; u16 tp_mac; u16 tp_net; u32 tp_sec; u32 tp_nsec; u16 tp_vlan_tci;
-/// u16 tp_vlan_tpid; u8 tp_padding[4]; }` (32 bytes), followed at `TPACKET_ALIGN(32) = 32` by
-/// a `struct sockaddr_ll`.
-pub(crate) const H_STATUS: usize = 0;
-pub(crate) const H_LEN: usize = 4;
-pub(crate) const H_SNAPLEN: usize = 8;
-pub(crate) const H_MAC: usize = 12;
-pub(crate) const H_VLAN_TCI: usize = 24;
-pub(crate) const H_VLAN_TPID: usize = 26;
+/// `struct tpacket2_hdr`: the header at the start of each frame slot, followed at
+/// `TPACKET_ALIGN(32) = 32` by a `struct sockaddr_ll`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Tpacket2Hdr {
+    pub tp_status: u32,
+    pub tp_len: u32,
+    pub tp_snaplen: u32,
+    pub tp_mac: u16,
+    pub tp_net: u16,
+    pub tp_sec: u32,
+    pub tp_nsec: u32,
+    pub tp_vlan_tci: u16,
+    pub tp_vlan_tpid: u16,
+    pub tp_padding: [u8; 4],
+}
+const _: () = assert!(std::mem::size_of::<Tpacket2Hdr>() == 32);
 /// `sll_pkttype` of the `sockaddr_ll` after the header (32 + 10).
 pub(crate) const H_SLL_PKTTYPE: usize = 42;
 /// Header bytes in front of the frame data at least (`tpacket2_hdr` + `sockaddr_ll`,
