@@ -20,7 +20,8 @@
 # count). With -r RUNS the whole sequence runs RUNS times (the datapaths alternating) and a
 # table of medians follows. Results: a table on stdout, and JSON lines with -j FILE.
 #
-# Needs root, iproute2, iperf3, python3 and a release build (cargo build --release). Usage:
+# Needs root, iproute2, iperf3, python3 and a release build (cargo build --release; FW_BIN
+# names another freeway binary, e.g. an older build to compare). Usage:
 #   scripts/e2e-bench.sh [-s SECONDS] [-w WORKERS] [-r RUNS] [-j FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,13 +36,13 @@ while getopts "s:w:r:j:" o; do
     w) WORKERS=$OPTARG ;;
     r) RUNS=$OPTARG ;;
     j) JSON=$OPTARG ;;
-    *) sed -n '2,24p' "$0"; exit 2 ;;
+    *) sed -n '2,25p' "$0"; exit 2 ;;
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "e2e-bench: must run as root" >&2; exit 1; }
 command -v iperf3 >/dev/null || { echo "e2e-bench: iperf3 not installed" >&2; exit 1; }
-FW=$PWD/target/release/freeway
-[ -x "$FW" ] || { echo "e2e-bench: build first: cargo build --release" >&2; exit 1; }
+FW=${FW_BIN:-$PWD/target/release/freeway}
+[ -x "$FW" ] || { echo "e2e-bench: build first: cargo build --release (or set FW_BIN)" >&2; exit 1; }
 
 export FW_SUFFIX=-e2e$$ FW_QUEUES=$WORKERS
 BED=scripts/netns-testbed.sh

@@ -11,7 +11,7 @@
 //!   rate or as fast as possible, deterministic seed).
 //! * [`pcap`]: read frames from a pcap file; write forwarded frames to a pcap file.
 //! * [`sink`]: counts and discards.
-//! * [`afpacket`]: a Linux interface through TPACKET_V3 rings, one socket per worker (fanout).
+//! * [`afpacket`]: a Linux interface through TPACKET_V2 rings, one socket per worker (fanout).
 //!
 //! Threads: a port is created and opened by the control thread, which then hands each queue to
 //! one worker; from then on a queue is touched only by its worker. Statistics are kept per

@@ -103,7 +103,7 @@ pub enum PortKind {
     Pcap,
     /// Discards what it is sent.
     Sink,
-    /// A Linux network interface through AF_PACKET (TPACKET_V3 rings; needs CAP_NET_RAW).
+    /// A Linux network interface through AF_PACKET (TPACKET_V2 rings; needs CAP_NET_RAW).
     Afpacket,
 }
 
