@@ -111,15 +111,19 @@ pub fn measure(traffic: &str, rules: usize, workers: usize, seconds: f64, pin: b
     Ok(per.iter().sum::<f64>() / per.len().max(1) as f64)
 }
 
+/// Per traffic shape, the paired ratio of forwarding with the ruleset to forwarding without
+/// (median over rounds).
+pub type Ratios = Vec<(String, f64)>;
+
 /// Every run of both traffic shapes, no ruleset and `rules` rules alternating, `runs`
-/// rounds; and per shape the paired ratio (ruleset / none, median over rounds).
+/// rounds; and per shape the paired ratio.
 pub fn compare(
     rules: usize,
     workers: usize,
     seconds: f64,
     runs: usize,
     pin: bool,
-) -> Result<(Vec<ForwardRun>, Vec<(String, f64)>), String> {
+) -> Result<(Vec<ForwardRun>, Ratios), String> {
     let mut all = Vec::new();
     let mut ratios = Vec::new();
     for traffic in ["established", "new"] {
