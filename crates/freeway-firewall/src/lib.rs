@@ -12,7 +12,25 @@
 //!
 //! # Modules
 //!
-//! [`ast`] (what a ruleset says).
+//! [`ast`] (what a ruleset says), [`packet`] (what a packet holds: [`Fields`]),
+//! [`firewall`] (the ruleset ready for workers: [`Firewall`], [`FwState`], the walk through
+//! the chains), `eval` (the resolved program and one rule's evaluation, shared by both
+//! strategies), `linear` (every rule in order: the reference) and `compile` (the classifier:
+//! bit-vector intersection per chain), [`build`] (helpers that write rulesets as values).
 #![warn(missing_docs)]
 
 pub mod ast;
+pub mod build;
+mod compile;
+mod eval;
+pub mod firewall;
+mod linear;
+pub mod packet;
+
+pub use firewall::{
+    Action, Decision, Firewall, FwState, LogLine, RuleRef, Strategy, LOG_LINES_PER_SEC, NFPROTO_BRIDGE,
+};
+pub use packet::{Fields, NO_IF};
+
+#[cfg(test)]
+mod tests;
