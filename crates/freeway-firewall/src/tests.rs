@@ -874,3 +874,11 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_firewall_is_shared_and_a_state_moves() {
+    fn shared<T: Send + Sync>() {}
+    fn moves<T: Send>() {}
+    shared::<Firewall>();
+    moves::<crate::FwState>();
+}
