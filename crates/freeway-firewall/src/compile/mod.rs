@@ -93,7 +93,7 @@ impl Narrow {
         let buckets = (span >> shift) as usize + 2;
         let starts = (0..buckets)
             .map(|k| {
-                let start = first.saturating_add((k as u64).checked_shl(shift).unwrap_or(u64::MAX));
+                let start = (u128::from(first) + ((k as u128) << shift)).min(u128::from(u64::MAX)) as u64;
                 bounds.partition_point(|&b| b < start) as u32
             })
             .collect();
@@ -521,12 +521,21 @@ mod tests {
 
     proptest! {
         #[test]
-        fn narrow_rank_is_a_binary_search(mut bounds in prop::collection::vec(0u64..5000, 0..60), probes in prop::collection::vec(0u64..6000, 1..40)) {
+        fn narrow_rank_is_a_binary_search(
+            wide in proptest::bool::ANY,
+            mut bounds in prop::collection::vec(0u64..5000, 0..60),
+            probes in prop::collection::vec(0u64..6000, 1..40),
+        ) {
+            if wide {
+                // 48-bit values (MAC addresses), spread thinly.
+                bounds.iter_mut().for_each(|b| *b = b.wrapping_mul(0x9e37_79b9) & 0xffff_ffff_ffff);
+            }
             bounds.push(0);
             bounds.sort_unstable();
             bounds.dedup();
             let n = Narrow::new(bounds.clone());
-            for v in probes.into_iter().chain([0, u64::MAX, *bounds.last().unwrap_or(&0)]) {
+            let probes = probes.into_iter().map(|p| if wide { p.wrapping_mul(0x9e37_79b9) & 0xffff_ffff_ffff } else { p });
+            for v in probes.chain([0, u64::MAX, *bounds.last().unwrap_or(&0)]) {
                 assert_eq!(n.rank(v), bounds.partition_point(|&b| b <= v), "{v} in {bounds:?}");
             }
         }
