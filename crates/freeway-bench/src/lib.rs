@@ -19,6 +19,7 @@ pub mod capture_parts;
 mod cas_ref;
 pub mod churn;
 pub mod conntrack;
+pub mod firewall;
 pub mod fw_forward;
 pub mod route;
 
@@ -46,6 +47,8 @@ pub enum BenchCmd {
     Route(route::RouteArgs),
     /// Forwarding Mpps per worker with capture taps attached: epoch taps vs taps behind an RwLock.
     Capture(capture::CaptureArgs),
+    /// Firewall classifications per second per worker by ruleset size: classifier vs linear.
+    Firewall(firewall::FirewallArgs),
 }
 
 /// `bench refcount` options.
@@ -481,6 +484,7 @@ pub fn main(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::ConntrackTable(a) => conntrack::table_cmd(a),
         BenchCmd::Route(a) => route::route(a),
         BenchCmd::Capture(a) => capture::capture(a),
+        BenchCmd::Firewall(a) => firewall::firewall(a),
     }
 }
 

@@ -6,6 +6,7 @@ use crate::ast::{
     self, Atom, BaseChain, Chain, ChainType, Elem, Family, Field, Hook, Item, Match, Policy, Rhs, Rule, SetDecl, Stmt,
     Table, Test, ValueType, Verdict,
 };
+use crate::packet::Fields;
 
 /// A table.
 pub fn table(family: Family, name: &str, sets: Vec<SetDecl>, chains: Vec<Chain>) -> Table {
@@ -197,4 +198,24 @@ pub fn log(prefix: Option<&str>) -> Item {
     Item::Stmt(Stmt::Log {
         prefix: prefix.map(Into::into),
     })
+}
+
+/// A new TCP SYN over IPv4 from interface 1 to interface 2 (`ct state new`, 60 bytes).
+pub fn tcp4(saddr: u128, daddr: u128, dport: u16) -> Fields {
+    Fields {
+        iif: 1,
+        oif: 2,
+        nfproto: 2,
+        saddr,
+        daddr,
+        l4proto: 6,
+        sport: 40_000,
+        dport,
+        tcp_flags: 0x02,
+        ttl: 64,
+        length: 60,
+        ct_state: 8,
+        ether_type: 0x0800,
+        ..Fields::default()
+    }
 }

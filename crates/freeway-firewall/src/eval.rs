@@ -185,7 +185,6 @@ pub(crate) enum CItem {
 #[derive(Clone, Debug)]
 pub(crate) struct CRule {
     pub(crate) items: Vec<CItem>,
-    pub(crate) at: RuleRef,
 }
 
 /// A chain, resolved.
@@ -197,17 +196,21 @@ pub(crate) struct CChain {
     pub(crate) chain: u16,
 }
 
-/// A `limit` statement: a token bucket in credits, `rate` credits a millisecond.
+/// A `limit` statement: a token bucket in credits; `limit.rate` credits are earned a
+/// millisecond, one packet (or byte) costs `cost`, the bucket holds `cap` (full at first).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LimitSpec {
-    /// Credits earned per millisecond.
-    pub(crate) rate: u64,
-    /// Credits one packet (or one byte) costs.
+    pub(crate) limit: ast::Limit,
     pub(crate) cost: u64,
-    /// The bucket's size in credits (and its content at the start).
     pub(crate) cap: u64,
-    pub(crate) bytes: bool,
-    pub(crate) over: bool,
+}
+
+/// What one walk through the chains needs besides the worker's state: the program, the
+/// packet, the time.
+pub(crate) struct Ctx<'a> {
+    pub(crate) p: &'a Program,
+    pub(crate) f: &'a Fields,
+    pub(crate) now_ms: u64,
 }
 
 /// The whole resolved ruleset.
@@ -338,7 +341,7 @@ pub(crate) fn build(rs: &ast::Ruleset, ifaces: &[(String, u32)], workers: usize)
                         }),
                     });
                 }
-                rules.push(CRule { items, at });
+                rules.push(CRule { items });
             }
             p.chains[base + ci] = CChain {
                 rules,
@@ -418,11 +421,9 @@ fn limit_spec(l: &ast::Limit, workers: usize) -> LimitSpec {
         cost.saturating_mul(burst.div_ceil(w).max(1))
     };
     LimitSpec {
-        rate,
+        limit: ast::Limit { rate, ..*l },
         cost,
         cap,
-        bytes: l.bytes,
-        over: l.over,
     }
 }
 

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use crate::ast::{self, Hook, Policy, RejectWith};
 use crate::compile::Classifier;
-use crate::eval::{self, CVerdict, LimitSpec, Program, MAX_DEPTH};
+use crate::eval::{self, CVerdict, Ctx, LimitSpec, Program, MAX_DEPTH};
 use crate::packet::{Fields, NFPROTO_IPV4, NFPROTO_IPV6};
 
 /// `meta nfproto` of bridged frames (for [`Firewall::has_hook`]).
@@ -308,18 +308,24 @@ impl Firewall {
     /// Runs base chain `base` to its verdict or policy.
     fn run_base(&self, base: u32, f: &Fields, st: &mut FwState, now_ms: u64) -> Decision {
         let p = &self.inner.prog;
+        let cx = Ctx { p, f, now_ms };
         let mut stack = [(0u32, 0u32); MAX_DEPTH];
         let mut sp = 0;
         let (mut chain, mut from) = (base, 0u32);
         loop {
             let hit = match &self.inner.classifier {
-                Some(c) => c.next_verdict(p, chain, from as usize, f, st, now_ms),
-                None => crate::linear::next_verdict(p, chain, from as usize, f, st, now_ms),
+                Some(c) => c.next_verdict(&cx, chain, from as usize, st),
+                None => crate::linear::next_verdict(&cx, chain, from as usize, usize::MAX, st),
             };
             let ret = match hit {
                 None => true,
                 Some((r, v)) => {
-                    let at = Some(p.chains[chain as usize].rules[r].at);
+                    let c = &p.chains[chain as usize];
+                    let at = Some(RuleRef {
+                        table: c.table,
+                        chain: c.chain,
+                        rule: r as u32,
+                    });
                     match v {
                         CVerdict::Accept => return decided(Action::Accept, at),
                         CVerdict::Drop => return decided(Action::Drop, at),
@@ -519,20 +525,20 @@ impl FwState {
                 started: true,
             };
         }
-        let earned = now_ms.saturating_sub(b.last_ms).saturating_mul(spec.rate);
+        let earned = now_ms.saturating_sub(b.last_ms).saturating_mul(spec.limit.rate);
         b.last_ms = b.last_ms.max(now_ms);
         let credits = b.credits.saturating_add(earned).min(spec.cap);
-        let cost = if spec.bytes {
+        let cost = if spec.limit.bytes {
             spec.cost.saturating_mul(u64::from(len))
         } else {
             spec.cost
         };
         if credits >= cost {
             b.credits = credits - cost;
-            !spec.over
+            !spec.limit.over
         } else {
             b.credits = credits;
-            spec.over
+            spec.limit.over
         }
     }
 

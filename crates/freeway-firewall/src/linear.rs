@@ -3,26 +3,19 @@
 //!
 //! Threads: reads the shared program; writes only the worker's state.
 
-use crate::eval::{run_rule, CVerdict, Program};
+use crate::eval::{run_rule, CVerdict, Ctx};
 use crate::firewall::FwState;
-use crate::packet::Fields;
 
-/// The first rule of `chain` at or after `from` that ends with a verdict for `f` (other than
-/// `continue`), and that verdict.
+/// The first rule of `chain` at or after `from` and before `end` that ends with a verdict
+/// for the packet (other than `continue`), and that verdict.
 #[inline]
 pub(crate) fn next_verdict(
-    p: &Program,
+    cx: &Ctx,
     chain: u32,
     from: usize,
-    f: &Fields,
+    end: usize,
     st: &mut FwState,
-    now_ms: u64,
 ) -> Option<(usize, CVerdict)> {
-    let rules = &p.chains[chain as usize].rules;
-    for (r, rule) in rules.iter().enumerate().skip(from) {
-        if let Some(v) = run_rule(p, rule, 0, f, st, now_ms) {
-            return Some((r, v));
-        }
-    }
-    None
+    let rules = &cx.p.chains[chain as usize].rules;
+    (from..end.min(rules.len())).find_map(|r| run_rule(cx.p, &rules[r], 0, cx.f, st, cx.now_ms).map(|v| (r, v)))
 }

@@ -10,6 +10,9 @@
 //! Threads: pure functions of their arguments.
 
 use freeway_packet::bytes::{rd128, rd16, rd32};
+use freeway_packet::wire::{
+    ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP,
+};
 use freeway_packet::{Meta, NO_OFFSET, NO_VLAN};
 
 use crate::ast::Field;
@@ -22,15 +25,8 @@ pub const NFPROTO_IPV4: u8 = 2;
 /// `meta nfproto` of IPv6.
 pub const NFPROTO_IPV6: u8 = 10;
 
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
-const IPPROTO_ICMP: u8 = 1;
-const IPPROTO_TCP: u8 = 6;
-const IPPROTO_UDP: u8 = 17;
 const IPPROTO_DCCP: u8 = 33;
-const IPPROTO_ICMPV6: u8 = 58;
 const IPPROTO_NONXT: u8 = 59;
-const IPPROTO_SCTP: u8 = 132;
 const IPPROTO_UDPLITE: u8 = 136;
 
 /// What the firewall reads of one packet: filled once per packet from the parsed frame.

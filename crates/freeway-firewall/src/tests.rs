@@ -36,25 +36,6 @@ fn one_chain(policy: Policy, rules: Vec<crate::ast::Rule>) -> Ruleset {
     }
 }
 
-fn tcp4(saddr: u128, daddr: u128, dport: u16) -> Fields {
-    Fields {
-        iif: 1,
-        oif: 2,
-        nfproto: 2,
-        saddr,
-        daddr,
-        l4proto: 6,
-        sport: 40000,
-        dport,
-        tcp_flags: 0x02,
-        ttl: 64,
-        length: 60,
-        ct_state: 8,
-        ether_type: 0x0800,
-        ..Fields::default()
-    }
-}
-
 fn judge_all(rs: &Ruleset, f: &Fields) -> Decision {
     let ds: Vec<Decision> = all_ways(rs)
         .iter()
@@ -670,8 +651,9 @@ fn memory_is_reported() {
 // The property: for random rulesets and packets, the classifier decides as the linear
 // evaluator does (action and rule), and leaves the same counters.
 
-const FIELDS: [Field; 9] = [
+const FIELDS: [Field; 10] = [
     Field::IpSaddr,
+    Field::Ip6Saddr,
     Field::IpDaddr,
     Field::TcpDport,
     Field::UdpDport,
@@ -755,7 +737,8 @@ fn arb_rule(chains: usize) -> impl proptest::strategy::Strategy<Value = crate::a
 /// A base chain and three user chains; user chain `uK` jumps only to higher ones (no loops).
 fn arb_ruleset() -> impl proptest::strategy::Strategy<Value = Ruleset> {
     (
-        prop::collection::vec(arb_rule(3), 0..40),
+        // Up to three 64-rule words, so that sparse bitmaps span several words.
+        prop::collection::vec(arb_rule(3), 0..180),
         prop::collection::vec(prop::collection::vec(arb_rule(3), 0..8), 3),
         any::<bool>(),
     )
@@ -833,7 +816,7 @@ fn arb_fields() -> impl proptest::strategy::Strategy<Value = Fields> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn compiled_decides_as_linear(rs in arb_ruleset(), pkts in prop::collection::vec(arb_fields(), 1..24)) {
@@ -856,4 +839,46 @@ proptest! {
         b.take_logs(&mut lb);
         prop_assert_eq!(la, lb);
     }
+}
+
+/// Many rules of one shape: one group of several 64-rule words, whose bitmaps are sparse.
+fn arb_big_group() -> impl proptest::strategy::Strategy<Value = Ruleset> {
+    let r = (0u128..40, 0u128..6, any::<bool>(), 0u8..4).prop_map(|(d, p, neg, v)| {
+        let port = if neg {
+            not(Field::TcpDport, &[val(p)])
+        } else {
+            is(Field::TcpDport, &[val(p)])
+        };
+        let v = match v {
+            0 => drop(),
+            1 => verdict(Verdict::Continue),
+            _ => accept(),
+        };
+        rule(vec![is(Field::IpDaddr, &[val(d)]), port, v])
+    });
+    prop::collection::vec(r, 64..400).prop_map(|rules| one_chain(Policy::Drop, rules))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn compiled_decides_as_linear_on_big_groups(rs in arb_big_group(), pkts in prop::collection::vec((0u128..42, 0u16..7), 1..64)) {
+        let [lin, bits, comp] = all_ways(&rs);
+        let (mut a, mut b, mut c) = (lin.worker(0), bits.worker(0), comp.worker(0));
+        for (daddr, dport) in pkts {
+            let f = tcp4(1, daddr, dport);
+            let want = lin.judge(Hook::Forward, &f, &mut a, 0);
+            prop_assert_eq!(bits.judge(Hook::Forward, &f, &mut b, 0), want);
+            prop_assert_eq!(comp.judge(Hook::Forward, &f, &mut c, 0), want);
+        }
+    }
+}
+
+#[test]
+fn a_firewall_is_shared_and_a_state_moves() {
+    fn shared<T: Send + Sync>() {}
+    fn moves<T: Send>() {}
+    shared::<Firewall>();
+    moves::<crate::FwState>();
 }

@@ -13,10 +13,19 @@
 //! rules its values satisfy (a rule without a condition in that dimension is in every
 //! bitmap), and a packet that lacks the field (no transport header, another family) gets
 //! the bitmap of the unconstrained rules only, because a match on a missing field fails,
-//! `!=` included. Identical bitmaps are stored once, and each has a summary: one bit per
-//! 64-rule word that is not zero.
+//! `!=` included. Identical bitmaps are stored once, each as a summary (one bit per 64-rule
+//! word that is not zero) followed by its non-zero words only: the bitmaps of a per-host
+//! dimension hold a bit or two each, and stay small enough for the caches.
 //!
-//! Per packet and chain: one binary search per dimension (made once per packet, kept in
+//! Rules wildcard in a dimension are in every one of its bitmaps, so a few of them spread
+//! over a chain (`ip saddr 172.16.0.0/24 drop` every fifty per-host rules) would make every
+//! summary dense. So a chain's rules are first split into *groups* by the set of fields
+//! they constrain (per-host rules in one, subnet blocks in another; at most
+//! [`MAX_GROUPS`], the smallest merged into one mixed group beyond that), each group with
+//! its own dimensions and bitmaps over its own members; a packet walks the groups'
+//! candidates merged in rule order.
+//!
+//! Per packet and chain: one binary search per dimension of each group (made once per packet, kept in
 //! the worker's scratch so that a `jump` back into a chain costs nothing more), then the AND
 //! of the chosen summaries finds the words worth looking at and the AND of those words the
 //! candidates, walked in rule order. Each candidate runs through [`crate::eval::run_rule`],
@@ -40,20 +49,84 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::ast::Field;
-use crate::eval::{match_intervals, run_rule, CItem, CVerdict, Intervals, Program};
+use crate::eval::{match_intervals, run_rule, CItem, CRule, CVerdict, Ctx, Intervals, Program};
 use crate::firewall::{FwState, Scratch};
 use crate::packet::{max_value, value, Fields};
 
 /// Rules at the head of a chain run linearly, before any lookup is made.
 pub(crate) const LINEAR_PREFIX: usize = 4;
 
-/// One dimension of a chain.
+/// The most groups per chain.
+pub(crate) const MAX_GROUPS: usize = 8;
+
+/// Where a dimension's elementary intervals begin (the first at 0): 64-bit values with a
+/// bucket index for the fields that fit, 128-bit values for IPv6 addresses.
+#[derive(Debug)]
+enum Bounds {
+    Narrow(Narrow),
+    Wide(Vec<u128>),
+}
+
+/// Sorted 64-bit bounds with a bucket index over `first..=last` (the second bound to the
+/// last): bucket `k` covers `[first + (k << shift), first + ((k + 1) << shift))`, and
+/// `starts[k]` counts the bounds below its start, so a lookup searches only the bounds of
+/// one bucket (about one, for evenly spread values such as per-host rules).
+#[derive(Debug)]
+struct Narrow {
+    bounds: Vec<u64>,
+    first: u64,
+    last: u64,
+    shift: u32,
+    starts: Vec<u32>,
+}
+
+impl Narrow {
+    fn new(bounds: Vec<u64>) -> Narrow {
+        let (first, last) = (bounds.get(1).copied().unwrap_or(0), bounds.last().copied().unwrap_or(0));
+        let span = last - first;
+        // About two buckets a bound.
+        let want = (bounds.len() as u64 * 2).max(1);
+        let mut shift = 0;
+        while (span >> shift) >= want {
+            shift += 1;
+        }
+        let buckets = (span >> shift) as usize + 2;
+        let starts = (0..buckets)
+            .map(|k| {
+                let start = (u128::from(first) + ((k as u128) << shift)).min(u128::from(u64::MAX)) as u64;
+                bounds.partition_point(|&b| b < start) as u32
+            })
+            .collect();
+        Narrow {
+            bounds,
+            first,
+            last,
+            shift,
+            starts,
+        }
+    }
+
+    /// How many bounds are `<= v`.
+    #[inline]
+    fn rank(&self, v: u64) -> usize {
+        if v < self.first {
+            return 1.min(self.bounds.len());
+        }
+        if v >= self.last {
+            return self.bounds.len();
+        }
+        let k = ((v - self.first) >> self.shift) as usize;
+        let (lo, hi) = (self.starts[k] as usize, self.starts[k + 1] as usize);
+        lo + self.bounds[lo..hi].partition_point(|&b| b <= v)
+    }
+}
+
+/// One dimension of a group.
 #[derive(Debug)]
 struct Dim {
     field: Field,
-    /// Where each elementary interval begins (the first at 0).
-    bounds: Vec<u128>,
-    /// The bitmap (offset into the pool) of each interval.
+    bounds: Bounds,
+    /// The bitmap (offset into the group's pool) of each interval.
     bms: Vec<u32>,
     /// The bitmap of a packet without the field.
     absent: u32,
@@ -64,9 +137,40 @@ impl Dim {
     fn lookup(&self, f: &Fields) -> u32 {
         match value(self.field, f) {
             None => self.absent,
-            Some(v) => self.bms[self.bounds.partition_point(|&b| b <= v) - 1],
+            Some(v) => {
+                let i = match &self.bounds {
+                    // A narrow field's value fits 64 bits.
+                    Bounds::Narrow(b) => b.rank(v as u64),
+                    Bounds::Wide(b) => b.partition_point(|&x| x <= v),
+                };
+                self.bms[i - 1]
+            }
         }
     }
+
+    fn memory(&self) -> usize {
+        std::mem::size_of::<Dim>()
+            + self.bms.capacity() * 4
+            + match &self.bounds {
+                Bounds::Narrow(b) => b.bounds.capacity() * 8 + b.starts.capacity() * 4,
+                Bounds::Wide(b) => b.capacity() * 16,
+            }
+    }
+}
+
+/// Rules of one chain that constrain the same fields, with their bitmaps.
+#[derive(Debug)]
+struct Group {
+    /// The members' indexes in the chain, ascending; bit i of a bitmap is `members[i]`.
+    members: Vec<u32>,
+    words: usize,
+    sum_words: usize,
+    dims: Vec<Dim>,
+    /// Bitmaps: each its summary words (bit `w`: member word `w` is not zero), then its
+    /// member words that are not zero, in order (most bitmaps of a big group are sparse).
+    pool: Vec<u64>,
+    /// This group's first slot in [`Scratch::offs`].
+    base: usize,
 }
 
 /// One chain's index.
@@ -74,15 +178,12 @@ impl Dim {
 struct Index {
     n: usize,
     prefix: usize,
-    words: usize,
-    sum_words: usize,
-    dims: Vec<Dim>,
-    /// Bitmaps: each its summary words, then its rule words.
-    pool: Vec<u64>,
     /// Per rule: how many leading items the bitmaps prove.
     skip: Vec<u16>,
-    /// This chain's first slot in [`Scratch::offs`].
-    base: usize,
+    /// Per rule: its verdict, when the bitmaps prove all its matches and nothing else comes
+    /// before the verdict (a candidate then decides without its items being read).
+    direct: Vec<Option<CVerdict>>,
+    groups: Vec<Group>,
 }
 
 /// The classifier of a whole program: one index per chain.
@@ -100,11 +201,7 @@ impl Classifier {
         let chains = p
             .chains
             .iter()
-            .map(|c| {
-                let ix = build_index(p, &c.rules, prefix, slots);
-                slots += ix.dims.len();
-                ix
-            })
+            .map(|c| build_index(p, &c.rules, prefix, &mut slots))
             .collect();
         Classifier { chains, slots }
     }
@@ -124,11 +221,16 @@ impl Classifier {
             .iter()
             .map(|ix| {
                 std::mem::size_of::<Index>()
-                    + ix.pool.capacity() * 8
                     + ix.skip.capacity() * 2
-                    + ix.dims
+                    + ix.direct.capacity() * std::mem::size_of::<Option<CVerdict>>()
+                    + ix.groups
                         .iter()
-                        .map(|d| std::mem::size_of::<Dim>() + d.bounds.capacity() * 16 + d.bms.capacity() * 4)
+                        .map(|g| {
+                            std::mem::size_of::<Group>()
+                                + g.pool.capacity() * 8
+                                + g.members.capacity() * 4
+                                + g.dims.iter().map(Dim::memory).sum::<usize>()
+                        })
                         .sum::<usize>()
             })
             .sum()
@@ -139,45 +241,72 @@ impl Classifier {
     #[inline]
     pub(crate) fn next_verdict(
         &self,
-        p: &Program,
+        cx: &Ctx,
         chain: u32,
         from: usize,
-        f: &Fields,
         st: &mut FwState,
-        now_ms: u64,
     ) -> Option<(usize, CVerdict)> {
+        let (p, f, now_ms) = (cx.p, cx.f, cx.now_ms);
         let ix = &self.chains[chain as usize];
         let rules = &p.chains[chain as usize].rules;
-        let mut r = from;
-        while r < ix.prefix.min(ix.n) {
-            if let Some(v) = run_rule(p, &rules[r], 0, f, st, now_ms) {
-                return Some((r, v));
+        if from < ix.prefix {
+            let hit = crate::linear::next_verdict(cx, chain, from, ix.prefix, st);
+            if hit.is_some() {
+                return hit;
             }
-            r += 1;
         }
+        let r = from.max(ix.prefix);
         if r >= ix.n {
             return None;
         }
-        let offs = ix.base..ix.base + ix.dims.len();
         let sc = &mut st.scratch;
         if sc.gen_of[chain as usize] != sc.gen {
-            for (slot, d) in sc.offs[offs.clone()].iter_mut().zip(&ix.dims) {
-                *slot = d.lookup(f);
+            for g in &ix.groups {
+                for (slot, d) in sc.offs[g.base..g.base + g.dims.len()].iter_mut().zip(&g.dims) {
+                    *slot = d.lookup(f);
+                }
             }
             sc.gen_of[chain as usize] = sc.gen;
         }
+        // Each group's next candidate (its local index), merged in rule order.
+        let mut next = [usize::MAX; MAX_GROUPS];
+        for (n, g) in next.iter_mut().zip(&ix.groups) {
+            // Usually the whole group lies ahead.
+            let local = if g.members.first().is_some_and(|&m| m as usize >= r) {
+                0
+            } else {
+                g.members.partition_point(|&m| (m as usize) < r)
+            };
+            *n = g
+                .next_candidate(&sc.offs[g.base..g.base + g.dims.len()], local)
+                .unwrap_or(usize::MAX);
+        }
         loop {
-            let cand = ix.next_candidate(&st.scratch.offs[offs.clone()], r)?;
+            let (mut gi, mut cand) = (0, usize::MAX);
+            for (i, (&n, g)) in next.iter().zip(&ix.groups).enumerate() {
+                if n != usize::MAX && (g.members[n] as usize) < cand {
+                    (gi, cand) = (i, g.members[n] as usize);
+                }
+            }
+            if cand == usize::MAX {
+                return None;
+            }
+            if let Some(v) = ix.direct[cand] {
+                return Some((cand, v));
+            }
             if let Some(v) = run_rule(p, &rules[cand], usize::from(ix.skip[cand]), f, st, now_ms) {
                 return Some((cand, v));
             }
-            r = cand + 1;
+            let g = &ix.groups[gi];
+            next[gi] = g
+                .next_candidate(&st.scratch.offs[g.base..g.base + g.dims.len()], next[gi] + 1)
+                .unwrap_or(usize::MAX);
         }
     }
 }
 
-impl Index {
-    /// The first rule at or after `from` set in every chosen bitmap.
+impl Group {
+    /// The first member (local index) at or after `from` set in every chosen bitmap.
     #[inline]
     fn next_candidate(&self, offs: &[u32], from: usize) -> Option<usize> {
         let pool = &self.pool[..];
@@ -199,13 +328,25 @@ impl Index {
                 w = nw;
                 low = !0;
             }
+            // Every chosen bitmap has word `w` (its summary bit is set): its place among the
+            // bitmap's stored words is the number of summary bits before it.
+            let (below, bit) = (w / 64, w % 64);
             let mut bits = low;
             for &o in offs {
-                bits &= pool[o as usize + self.sum_words + w];
+                let o = o as usize;
+                let rank = pool[o..o + below]
+                    .iter()
+                    .map(|x| x.count_ones() as usize)
+                    .sum::<usize>()
+                    + (pool[o + below] & ((1u64 << bit) - 1)).count_ones() as usize;
+                bits &= pool[o + self.sum_words + rank];
+                if bits == 0 {
+                    break;
+                }
             }
             if bits != 0 {
                 let r = w * 64 + bits.trailing_zeros() as usize;
-                return (r < self.n).then_some(r);
+                return (r < self.members.len()).then_some(r);
             }
             w += 1;
             low = !0;
@@ -214,15 +355,14 @@ impl Index {
     }
 }
 
-/// Builds one chain's index.
-fn build_index(p: &Program, rules: &[crate::eval::CRule], prefix: usize, base: usize) -> Index {
+/// Builds one chain's index; `slots` counts the scratch slots of all chains so far.
+fn build_index(p: &Program, rules: &[CRule], prefix: usize, slots: &mut usize) -> Index {
     let n = rules.len();
-    let words = n.div_ceil(64).max(1);
-    let sum_words = words.div_ceil(64);
     // Each rule's conditions per field, and how many leading items they prove.
-    let mut conds: BTreeMap<Field, Vec<(usize, Intervals)>> = BTreeMap::new();
+    let mut conds: Vec<BTreeMap<Field, Intervals>> = Vec::with_capacity(n);
     let mut skip = Vec::with_capacity(n);
-    for (r, rule) in rules.iter().enumerate() {
+    let mut direct = Vec::with_capacity(n);
+    for rule in rules {
         let mut mine: BTreeMap<Field, Intervals> = BTreeMap::new();
         let mut proved = 0;
         let mut exact = true;
@@ -244,8 +384,51 @@ fn build_index(p: &Program, rules: &[crate::eval::CRule], prefix: usize, base: u
             }
         }
         skip.push(u16::try_from(proved).unwrap_or(0));
-        for (field, iv) in mine {
-            conds.entry(field).or_default().push((r, iv));
+        conds.push(mine);
+        direct.push(match rule.items[proved..] {
+            [CItem::Verdict(v)] if v != CVerdict::Continue => Some(v),
+            _ => None,
+        });
+    }
+    // Group the rules after the prefix by the fields they constrain; beyond MAX_GROUPS, the
+    // smallest groups merge into one.
+    let mut by_sig: BTreeMap<Vec<Field>, Vec<u32>> = BTreeMap::new();
+    for (r, c) in conds.iter().enumerate().skip(prefix) {
+        by_sig.entry(c.keys().copied().collect()).or_default().push(r as u32);
+    }
+    let mut sets: Vec<Vec<u32>> = by_sig.into_values().collect();
+    sets.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    if sets.len() > MAX_GROUPS {
+        let mut rest: Vec<u32> = sets.drain(MAX_GROUPS - 1..).flatten().collect();
+        rest.sort_unstable();
+        sets.push(rest);
+    }
+    let groups = sets
+        .into_iter()
+        .map(|members| {
+            let g = build_group(&conds, members, *slots);
+            *slots += g.dims.len();
+            g
+        })
+        .collect();
+    Index {
+        n,
+        prefix,
+        skip,
+        direct,
+        groups,
+    }
+}
+
+/// Builds the bitmaps of one group.
+fn build_group(conds: &[BTreeMap<Field, Intervals>], members: Vec<u32>, base: usize) -> Group {
+    let n = members.len();
+    let words = n.div_ceil(64).max(1);
+    let sum_words = words.div_ceil(64);
+    let mut by_field: BTreeMap<Field, Vec<(usize, &Intervals)>> = BTreeMap::new();
+    for (local, &r) in members.iter().enumerate() {
+        for (field, iv) in &conds[r as usize] {
+            by_field.entry(*field).or_default().push((local, iv));
         }
     }
     let mut pool = Vec::new();
@@ -260,18 +443,18 @@ fn build_index(p: &Program, rules: &[crate::eval::CRule], prefix: usize, base: u
                 }
             }
             pool.extend_from_slice(&summary);
-            pool.extend_from_slice(bm);
+            pool.extend(bm.iter().filter(|&&x| x != 0));
             at
         })
     };
-    let mut dims = Vec::with_capacity(conds.len());
-    for (field, rs) in conds {
+    let mut dims = Vec::with_capacity(by_field.len());
+    for (field, rs) in by_field {
         let max = max_value(field);
         let mut wild = vec![0u64; words];
         for r in 0..n {
             wild[r / 64] |= 1 << (r % 64);
         }
-        // (position, add?, rule): removals sort before additions at one position.
+        // (position, add?, member): removals sort before additions at one position.
         let mut events: Vec<(u128, bool, usize)> = Vec::new();
         for (r, iv) in &rs {
             wild[r / 64] &= !(1 << (r % 64));
@@ -305,7 +488,12 @@ fn build_index(p: &Program, rules: &[crate::eval::CRule], prefix: usize, base: u
                 bms.push(id);
             }
         }
-        bounds.shrink_to_fit();
+        let bounds = if max <= u128::from(u64::MAX) {
+            Bounds::Narrow(Narrow::new(bounds.iter().map(|&b| b as u64).collect()))
+        } else {
+            bounds.shrink_to_fit();
+            Bounds::Wide(bounds)
+        };
         bms.shrink_to_fit();
         dims.push(Dim {
             field,
@@ -315,14 +503,41 @@ fn build_index(p: &Program, rules: &[crate::eval::CRule], prefix: usize, base: u
         });
     }
     pool.shrink_to_fit();
-    Index {
-        n,
-        prefix,
+    Group {
+        members,
         words,
         sum_words,
         dims,
         pool,
-        skip,
         base,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::{prop, proptest};
+
+    use super::Narrow;
+
+    proptest! {
+        #[test]
+        fn narrow_rank_is_a_binary_search(
+            wide in proptest::bool::ANY,
+            mut bounds in prop::collection::vec(0u64..5000, 0..60),
+            probes in prop::collection::vec(0u64..6000, 1..40),
+        ) {
+            if wide {
+                // 48-bit values (MAC addresses), spread thinly.
+                bounds.iter_mut().for_each(|b| *b = b.wrapping_mul(0x9e37_79b9) & 0xffff_ffff_ffff);
+            }
+            bounds.push(0);
+            bounds.sort_unstable();
+            bounds.dedup();
+            let n = Narrow::new(bounds.clone());
+            let probes = probes.into_iter().map(|p| if wide { p.wrapping_mul(0x9e37_79b9) & 0xffff_ffff_ffff } else { p });
+            for v in probes.chain([0, u64::MAX, *bounds.last().unwrap_or(&0)]) {
+                assert_eq!(n.rank(v), bounds.partition_point(|&b| b <= v), "{v} in {bounds:?}");
+            }
+        }
     }
 }
