@@ -140,7 +140,7 @@ fn prefix_len(dt: Dt, lo: u128, hi: u128) -> Option<u32> {
     if hi < lo || host & host.wrapping_add(1) != 0 || lo & host != 0 {
         return None;
     }
-    Some(bits - host.count_ones())
+    bits.checked_sub(host.count_ones())
 }
 
 fn atom(dt: Dt, a: &Atom) -> String {
@@ -180,7 +180,13 @@ fn a_match(m: &Match) -> String {
     match &m.test {
         Test::In { rhs, negate } => match rhs {
             Rhs::Set(s) => format!("{left} {}@{s}", ne(*negate)),
-            Rhs::Elems(es) if es.len() == 1 => {
+            // A flag field's range goes in braces: after `==` a flag value is bits.
+            Rhs::Elems(es)
+                if es.len() == 1
+                    && !(dts.len() == 1
+                        && dt.value_type().is_flags()
+                        && matches!(es[0].0.first(), Some(Atom::Range(l, h)) if l != h)) =>
+            {
                 let op = if *negate {
                     "!= "
                 } else if dts.len() == 1 && dt.value_type().is_flags() {

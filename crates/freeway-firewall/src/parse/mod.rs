@@ -17,7 +17,7 @@ use lex::{Tok, Token};
 use names::Dt;
 
 /// The most tokens a file may hold once its `define`s are substituted.
-const MAX_TOKENS: usize = 4 << 20;
+const MAX_TOKENS: usize = 1 << 20;
 /// The deepest nesting of `{ … }` inside an anonymous set (from substituted `define`s).
 const MAX_SET_DEPTH: u32 = 8;
 /// The longest table, chain or set name.
@@ -781,6 +781,7 @@ impl Parser {
         if depth > MAX_SET_DEPTH {
             return Err(err(self.span(), "sets nested too deeply"));
         }
+        let open = self.span();
         let mut out = Vec::new();
         loop {
             self.skip_nl();
@@ -808,7 +809,7 @@ impl Parser {
             }
         }
         if out.is_empty() && interval.is_none() {
-            return Err(err(self.span(), "an anonymous set needs at least one element"));
+            return Err(err(open, "an anonymous set needs at least one element"));
         }
         Ok(out)
     }
@@ -1278,14 +1279,10 @@ impl Parser {
         let mut mult = 1u64;
         let per_word = match rest {
             Some(u) => u,
+            // `N / second`, spaced.
+            None if self.eat(&Tok::Slash) => self.word("second, minute, hour or day")?.0,
             None => {
-                let (u, us) = match self.peek() {
-                    Tok::Slash => {
-                        self.bump();
-                        self.word("second, minute, hour or day")?
-                    }
-                    _ => self.word("a unit")?,
-                };
+                let (u, us) = self.word("a unit")?;
                 let (unit, per) = match u.split_once('/') {
                     Some((a, b)) => (a.to_string(), Some(b.to_string())),
                     None => (u, None),
