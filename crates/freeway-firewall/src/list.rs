@@ -432,6 +432,17 @@ fn json_stmt(s: &Stmt, counter: Option<(u64, u64)>) -> Value {
     }
 }
 
+/// The members every object of a table has in nft's JSON: family, table, its own name (under
+/// `key`) and handle.
+fn head(family: &str, table: &str, (key, name): (&str, &str), handle: usize) -> Map<String, Value> {
+    let mut o = Map::new();
+    o.insert("family".into(), json!(family));
+    o.insert("table".into(), json!(table));
+    o.insert(key.into(), json!(name));
+    o.insert("handle".into(), json!(handle));
+    o
+}
+
 /// The ruleset as `nft -j list ruleset` shapes it: `{"nftables": [metainfo, tables, sets,
 /// chains, rules]}`, with handles numbered per table in that order.
 pub fn list_json(rs: &Ruleset, counters: Counters<'_>) -> Value {
@@ -455,12 +466,8 @@ pub fn list_json(rs: &Ruleset, counters: Counters<'_>) -> Value {
             } else {
                 json!(s.key.iter().map(|k| names::type_name(*k)).collect::<Vec<_>>())
             };
-            let mut o = Map::new();
-            o.insert("family".into(), json!(fam));
-            o.insert("name".into(), json!(s.name));
-            o.insert("table".into(), json!(t.name));
+            let mut o = head(fam, &t.name, ("name", &s.name), next());
             o.insert("type".into(), ty);
-            o.insert("handle".into(), json!(next()));
             if s.interval {
                 o.insert("flags".into(), json!(["interval"]));
             }
@@ -471,11 +478,7 @@ pub fn list_json(rs: &Ruleset, counters: Counters<'_>) -> Value {
             out.push(json!({ "set": o }));
         }
         for c in &t.chains {
-            let mut o = Map::new();
-            o.insert("family".into(), json!(fam));
-            o.insert("table".into(), json!(t.name));
-            o.insert("name".into(), json!(c.name));
-            o.insert("handle".into(), json!(next()));
+            let mut o = head(fam, &t.name, ("name", &c.name), next());
             if let Some(b) = &c.base {
                 let kind = match b.kind {
                     ChainType::Filter => "filter",
@@ -499,11 +502,7 @@ pub fn list_json(rs: &Ruleset, counters: Counters<'_>) -> Value {
                         Item::Stmt(s) => json_stmt(s, counter),
                     })
                     .collect();
-                let mut o = Map::new();
-                o.insert("family".into(), json!(fam));
-                o.insert("table".into(), json!(t.name));
-                o.insert("chain".into(), json!(c.name));
-                o.insert("handle".into(), json!(next()));
+                let mut o = head(fam, &t.name, ("chain", &c.name), next());
                 if let Some(cm) = &r.comment {
                     o.insert("comment".into(), json!(cm));
                 }

@@ -168,17 +168,6 @@ fn implied(f: Field) -> (Option<&'static str>, Option<&'static str>) {
     }
 }
 
-enum Op {
-    Implicit,
-    Eq,
-    Ne,
-    Lt,
-    Gt,
-    Le,
-    Ge,
-    Amp,
-}
-
 struct Parser {
     toks: Vec<Token>,
     pos: usize,
@@ -408,22 +397,16 @@ impl Parser {
             "rule" => {
                 let t = self.existing_table()?;
                 let (c, cspan) = self.name("chain")?;
-                let ci = self.rs.tables[t]
-                    .chains
-                    .iter()
-                    .position(|x| x.name == c)
-                    .ok_or_else(|| err(cspan, format!("unknown chain \"{c}\"")))?;
+                let chains = &self.rs.tables[t].chains;
+                let ci = position(chains.iter().map(|x| &x.name), &c, cspan, "chain")?;
                 let r = self.rule(t, ci)?;
                 self.rs.tables[t].chains[ci].rules.push(r);
             }
             "element" => {
                 let t = self.existing_table()?;
                 let (s, sspan) = self.name("set")?;
-                let si = self.rs.tables[t]
-                    .sets
-                    .iter()
-                    .position(|x| x.name == s)
-                    .ok_or_else(|| err(sspan, format!("unknown set \"{s}\"")))?;
+                let sets = &self.rs.tables[t].sets;
+                let si = position(sets.iter().map(|x| &x.name), &s, sspan, "set")?;
                 let set = &self.rs.tables[t].sets[si];
                 let dts: Vec<Dt> = set.key.iter().map(|t| Dt::Plain(*t)).collect();
                 let interval = set.interval;
@@ -937,28 +920,24 @@ impl Parser {
         Ok((f, span))
     }
 
-    fn op(&mut self) -> Op {
+    /// A comparison operator (`==`, `!=`, `<`, …, `&`, or the words `eq`, `ne`, …), as its
+    /// token; `None` when the value follows the field directly.
+    fn op(&mut self) -> Option<Tok> {
         let op = match self.peek() {
-            Tok::Eq => Op::Eq,
-            Tok::Ne => Op::Ne,
-            Tok::Lt => Op::Lt,
-            Tok::Gt => Op::Gt,
-            Tok::Le => Op::Le,
-            Tok::Ge => Op::Ge,
-            Tok::Amp => Op::Amp,
+            t @ (Tok::Eq | Tok::Ne | Tok::Lt | Tok::Gt | Tok::Le | Tok::Ge | Tok::Amp) => t.clone(),
             Tok::Word(w) => match w.as_str() {
-                "eq" => Op::Eq,
-                "ne" => Op::Ne,
-                "lt" => Op::Lt,
-                "gt" => Op::Gt,
-                "le" => Op::Le,
-                "ge" => Op::Ge,
-                _ => return Op::Implicit,
+                "eq" => Tok::Eq,
+                "ne" => Tok::Ne,
+                "lt" => Tok::Lt,
+                "gt" => Tok::Gt,
+                "le" => Tok::Le,
+                "ge" => Tok::Ge,
+                _ => return None,
             },
-            _ => return Op::Implicit,
+            _ => return None,
         };
         self.bump();
-        op
+        Some(op)
     }
 
     /// Flag bits: names or numbers joined by `,` or `|`, maybe in parentheses.
@@ -1014,23 +993,23 @@ impl Parser {
         let flags = single.is_some_and(|d| d.value_type().is_flags());
         let op_span = self.span();
         let op = self.op();
-        let negate = matches!(op, Op::Ne);
+        let negate = op == Some(Tok::Ne);
         let test = match op {
-            Op::Amp => {
+            Some(Tok::Amp) => {
                 let Some(dt) = single.filter(|d| !matches!(d.value_type(), ValueType::Ifname | ValueType::Ipv6Addr))
                 else {
                     return Err(unsupported(op_span, "'&' on this match"));
                 };
                 let mask = self.bits(dt)?;
                 let negate = match self.op() {
-                    Op::Eq => false,
-                    Op::Ne => true,
+                    Some(Tok::Eq) => false,
+                    Some(Tok::Ne) => true,
                     _ => return Err(self.unexpected("'==' or '!='")),
                 };
                 let value = self.bits(dt)?;
                 Test::Masked { mask, value, negate }
             }
-            Op::Lt | Op::Gt | Op::Le | Op::Ge => {
+            Some(ref cmp @ (Tok::Lt | Tok::Gt | Tok::Le | Tok::Ge)) => {
                 let Some(dt) = single.filter(|d| d.value_type() != ValueType::Ifname) else {
                     return Err(unsupported(op_span, "comparing this match with < or >"));
                 };
@@ -1041,11 +1020,11 @@ impl Parser {
                 };
                 let v = dt.parse_one(&w).map_err(|m| err(vs, m))?;
                 let max = dt.max();
-                let (lo, hi) = match op {
-                    Op::Lt if v > 0 => (0, v - 1),
-                    Op::Gt if v < max => (v + 1, max),
-                    Op::Le => (0, v),
-                    Op::Ge => (v, max),
+                let (lo, hi) = match cmp {
+                    Tok::Lt if v > 0 => (0, v - 1),
+                    Tok::Gt if v < max => (v + 1, max),
+                    Tok::Le => (0, v),
+                    Tok::Ge => (v, max),
                     _ => return Err(unsupported(vs, "a comparison no value satisfies")),
                 };
                 Test::In {
@@ -1053,7 +1032,7 @@ impl Parser {
                     negate: false,
                 }
             }
-            Op::Implicit | Op::Eq | Op::Ne => match self.peek().clone() {
+            _ => match self.peek().clone() {
                 Tok::SetRef(s) => {
                     self.bump();
                     Test::In {
@@ -1071,14 +1050,14 @@ impl Parser {
                 _ if flags => {
                     let dt = dts[0];
                     let v = self.bits(dt)?;
-                    if matches!(op, Op::Implicit) && self.eat(&Tok::Slash) {
+                    if op.is_none() && self.eat(&Tok::Slash) {
                         let mask = self.bits(dt)?;
                         Test::Masked {
                             mask,
                             value: v,
                             negate: false,
                         }
-                    } else if matches!(op, Op::Implicit) {
+                    } else if op.is_none() {
                         Test::AnyBit { bits: v, negate: false }
                     } else {
                         Test::In {
@@ -1475,6 +1454,18 @@ impl Parser {
         }
         Ok(())
     }
+}
+
+/// Where `name` stands among `names`, or an error "unknown WHAT \"name\"" at `span`.
+fn position<'a>(
+    mut names: impl Iterator<Item = &'a String>,
+    name: &str,
+    span: Span,
+    what: &str,
+) -> Result<usize, Error> {
+    names
+        .position(|n| n == name)
+        .ok_or_else(|| err(span, format!("unknown {what} \"{name}\"")))
 }
 
 fn byte_unit(u: &str) -> Option<u64> {

@@ -30,38 +30,42 @@ fn r(lo: u128, hi: u128) -> Elem {
 
 #[test]
 fn values_are_normalised() {
-    assert_eq!(one("tcp dport ssh"), vec![r(22, 22)]);
-    assert_eq!(one("tcp dport 1024-65535"), vec![r(1024, 65535)]);
-    assert_eq!(one("tcp dport 1024 - 2048"), vec![r(1024, 2048)]);
-    assert_eq!(one("tcp dport > 1024"), vec![r(1025, 65535)]);
-    assert_eq!(one("tcp dport < 1024"), vec![r(0, 1023)]);
-    assert_eq!(one("tcp dport <= 10"), vec![r(0, 10)]);
-    assert_eq!(one("tcp dport ge 10"), vec![r(10, 65535)]);
-    assert_eq!(one("ip saddr 10.0.0.1/8"), vec![r(0x0a00_0000, 0x0aff_ffff)]);
-    assert_eq!(one("ip saddr 10.0.0.1-10.0.0.9"), vec![r(0x0a00_0001, 0x0a00_0009)]);
-    assert_eq!(one("ip saddr 0.0.0.0/0"), vec![r(0, u32::MAX as u128)]);
-    assert_eq!(one("ip6 saddr ::/0"), vec![r(0, u128::MAX)]);
     let p = u128::from(0x2001_0db8u32) << 96;
-    assert_eq!(one("ip6 daddr 2001:db8::/32"), vec![r(p, p | (u128::MAX >> 32))]);
-    assert_eq!(
-        one("ether saddr aa:bb:cc:dd:ee:ff"),
-        vec![r(0xaabb_ccdd_eeff, 0xaabb_ccdd_eeff)]
-    );
-    assert_eq!(one("meta l4proto icmpv6"), vec![r(58, 58)]);
-    assert_eq!(one("icmpv6 type nd-neighbor-solicit"), vec![r(135, 135)]);
-    assert_eq!(one("icmpv6 code port-unreachable"), vec![r(4, 4)]);
-    assert_eq!(one("icmp code port-unreachable"), vec![r(3, 3)]);
-    assert_eq!(one("ether type ip6"), vec![r(0x86dd, 0x86dd)]);
-    assert_eq!(one("meta nfproto ipv6"), vec![r(10, 10)]);
-    assert_eq!(one("meta mark 0x10"), vec![r(16, 16)]);
-    assert_eq!(one("mark 0x10"), vec![r(16, 16)]);
-    assert_eq!(one("vlan id 4095"), vec![r(4095, 4095)]);
-    assert_eq!(one("iifname \"eth*\""), vec![Elem(vec![Atom::Name("eth*".into())])]);
-    assert_eq!(one("meta iifname lan"), vec![Elem(vec![Atom::Name("lan".into())])]);
-    assert_eq!(
-        one("tcp dport { 22, 80, 8000-8080 }"),
-        vec![r(22, 22), r(80, 80), r(8000, 8080)]
-    );
+    let mac = 0xaabb_ccdd_eeff;
+    let name = |n: &str| vec![Elem(vec![Atom::Name(n.into())])];
+    let cases: Vec<(&str, Vec<Elem>)> = vec![
+        ("tcp dport ssh", vec![r(22, 22)]),
+        ("tcp dport 1024-65535", vec![r(1024, 65535)]),
+        ("tcp dport 1024 - 2048", vec![r(1024, 2048)]),
+        ("tcp dport > 1024", vec![r(1025, 65535)]),
+        ("tcp dport < 1024", vec![r(0, 1023)]),
+        ("tcp dport <= 10", vec![r(0, 10)]),
+        ("tcp dport ge 10", vec![r(10, 65535)]),
+        ("ip saddr 10.0.0.1/8", vec![r(0x0a00_0000, 0x0aff_ffff)]),
+        ("ip saddr 10.0.0.1-10.0.0.9", vec![r(0x0a00_0001, 0x0a00_0009)]),
+        ("ip saddr 0.0.0.0/0", vec![r(0, u32::MAX as u128)]),
+        ("ip6 saddr ::/0", vec![r(0, u128::MAX)]),
+        ("ip6 daddr 2001:db8::/32", vec![r(p, p | (u128::MAX >> 32))]),
+        ("ether saddr aa:bb:cc:dd:ee:ff", vec![r(mac, mac)]),
+        ("meta l4proto icmpv6", vec![r(58, 58)]),
+        ("icmpv6 type nd-neighbor-solicit", vec![r(135, 135)]),
+        ("icmpv6 code port-unreachable", vec![r(4, 4)]),
+        ("icmp code port-unreachable", vec![r(3, 3)]),
+        ("ether type ip6", vec![r(0x86dd, 0x86dd)]),
+        ("meta nfproto ipv6", vec![r(10, 10)]),
+        ("meta mark 0x10", vec![r(16, 16)]),
+        ("mark 0x10", vec![r(16, 16)]),
+        ("vlan id 4095", vec![r(4095, 4095)]),
+        ("iifname \"eth*\"", name("eth*")),
+        ("meta iifname lan", name("lan")),
+        (
+            "tcp dport { 22, 80, 8000-8080 }",
+            vec![r(22, 22), r(80, 80), r(8000, 8080)],
+        ),
+    ];
+    for (rule, want) in cases {
+        assert_eq!(one(rule), want, "{rule}");
+    }
 }
 
 #[test]
