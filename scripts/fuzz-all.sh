@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(parse_packet filter_compile bpf_vm bpf_jit config_load ctl_request trace_request pcap_read)
+[ ${#targets[@]} -gt 0 ] || targets=(parse_packet filter_compile bpf_vm bpf_jit config_load ctl_request trace_request pcap_read nft_parse)
 work=${FUZZ_WORK:-/tmp/freeway-fuzz}
 
 command -v cargo-fuzz >/dev/null || { echo "fuzz-all: cargo-fuzz is not installed (cargo install cargo-fuzz)" >&2; exit 2; }
@@ -26,7 +26,7 @@ else
     fuzz=(cargo fuzz)
 fi
 
-declare -A maxlen=([parse_packet]=9300 [filter_compile]=256 [bpf_vm]=600 [bpf_jit]=600 [config_load]=4096 [ctl_request]=70000 [trace_request]=512 [pcap_read]=4096)
+declare -A maxlen=([parse_packet]=9300 [filter_compile]=256 [bpf_vm]=600 [bpf_jit]=600 [config_load]=4096 [ctl_request]=70000 [trace_request]=512 [pcap_read]=4096 [nft_parse]=4096)
 status=0
 printf '%-16s %8s %12s %8s %8s  %s\n' target seconds execs exec/s edges result
 for t in "${targets[@]}"; do
