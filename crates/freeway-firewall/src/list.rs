@@ -389,7 +389,7 @@ fn json_match(m: &Match) -> Value {
     json!({"match": {"op": op, "left": left, "right": right}})
 }
 
-fn json_stmt(s: &Stmt, counter: Option<(u64, u64)>) -> Value {
+fn json_stmt(s: &Stmt, family: Family, counter: Option<(u64, u64)>) -> Value {
     match s {
         Stmt::Counter => {
             let (p, b) = counter.unwrap_or((0, 0));
@@ -419,7 +419,15 @@ fn json_stmt(s: &Stmt, counter: Option<(u64, u64)>) -> Value {
             Verdict::Jump(c) => json!({"jump": {"target": c}}),
             Verdict::Goto(c) => json!({"goto": {"target": c}}),
             Verdict::Reject(r) => match r {
-                RejectWith::Default => json!({"reject": null}),
+                // What a plain `reject` means in the table's family, as nft spells it out.
+                RejectWith::Default => {
+                    let kind = match family {
+                        Family::Ip => "icmp",
+                        Family::Ip6 => "icmpv6",
+                        Family::Inet | Family::Bridge => "icmpx",
+                    };
+                    json!({"reject": {"type": kind, "expr": "port-unreachable"}})
+                }
                 RejectWith::TcpReset => json!({"reject": {"type": "tcp reset"}}),
                 RejectWith::Icmp(c) => json!({"reject": {"type": "icmp",
                     "expr": code_name(names::ICMP_CODES, *c)}}),
@@ -499,7 +507,7 @@ pub fn list_json(rs: &Ruleset, counters: Counters<'_>) -> Value {
                     .iter()
                     .map(|i| match i {
                         Item::Match(m) => json_match(m),
-                        Item::Stmt(s) => json_stmt(s, counter),
+                        Item::Stmt(s) => json_stmt(s, t.family, counter),
                     })
                     .collect();
                 let mut o = head(fam, &t.name, ("chain", &c.name), next());

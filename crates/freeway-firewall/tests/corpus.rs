@@ -320,3 +320,44 @@ proptest! {
         prop_assert_eq!(again.without_spans(), rs.without_spans(), "{}", text);
     }
 }
+
+/// The JSON of some rules, as `nft -j list ruleset` (nftables 1.0.6) prints the same rules.
+#[test]
+fn json_shapes_follow_nft() {
+    let rs = parse(
+        "table ip x {\nchain c {\ntype filter hook input priority 0;\n\
+         tcp flags syn log accept\n\
+         reject\n\
+         limit rate 5/minute burst 10 packets accept\n\
+         ip saddr . tcp dport { 10.1.0.0/24 . 22, 10.1.0.5 . 80 } accept\n\
+         tcp flags & (syn|ack) == syn drop\n\
+         ip daddr 10.0.0.1-10.0.0.9 jump u\n\
+         }\nchain u {\n}\n}\n",
+    )
+    .unwrap();
+    let j = list_json(&rs, &no_counters);
+    let rules: Vec<&serde_json::Value> = j["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o.get("rule"))
+        .map(|r| &r["expr"])
+        .collect();
+    let want = [
+        r#"[{"match":{"op":"in","left":{"payload":{"protocol":"tcp","field":"flags"}},"right":"syn"}},{"log":null},{"accept":null}]"#,
+        r#"[{"reject":{"type":"icmp","expr":"port-unreachable"}}]"#,
+        r#"[{"limit":{"rate":5,"burst":10,"per":"minute"}},{"accept":null}]"#,
+        r#"[{"match":{"op":"==","left":{"concat":[{"payload":{"protocol":"ip","field":"saddr"}},{"payload":{"protocol":"tcp","field":"dport"}}]},"right":{"set":[{"concat":[{"prefix":{"addr":"10.1.0.0","len":24}},22]},{"concat":["10.1.0.5",80]}]}}},{"accept":null}]"#,
+        r#"[{"match":{"op":"==","left":{"&":[{"payload":{"protocol":"tcp","field":"flags"}},["syn","ack"]]},"right":"syn"}},{"drop":null}]"#,
+        r#"[{"match":{"op":"==","left":{"payload":{"protocol":"ip","field":"daddr"}},"right":{"range":["10.0.0.1","10.0.0.9"]}}},{"jump":{"target":"u"}}]"#,
+    ];
+    assert_eq!(rules.len(), want.len());
+    for (got, want) in rules.iter().zip(want) {
+        let want: serde_json::Value = serde_json::from_str(want).unwrap();
+        assert_eq!(**got, want);
+    }
+    let chain = &j["nftables"][2]["chain"];
+    assert_eq!(chain["hook"], "input");
+    assert_eq!(chain["prio"], 0);
+    assert_eq!(chain["policy"], "accept");
+}
