@@ -176,7 +176,9 @@ fn a_match(m: &Match) -> String {
     let names: Vec<&str> = m.fields.iter().map(|f| f.name()).collect();
     let left = names.join(" . ");
     let ne = |n: bool| if n { "!= " } else { "" };
-    let dt = dts[0];
+    let Some(&dt) = dts.first() else {
+        return String::new();
+    };
     match &m.test {
         Test::In { rhs, negate } => match rhs {
             Rhs::Set(s) => format!("{left} {}@{s}", ne(*negate)),
@@ -350,12 +352,14 @@ fn json_flags(dt: Dt, v: u128) -> Value {
 
 fn json_match(m: &Match) -> Value {
     let dts: Vec<Dt> = m.fields.iter().map(|f| Dt::of_field(*f)).collect();
-    let left = if m.fields.len() == 1 {
-        json_field(m.fields[0])
+    let left = if let [f] = m.fields[..] {
+        json_field(f)
     } else {
         json!({"concat": m.fields.iter().map(|f| json_field(*f)).collect::<Vec<_>>()})
     };
-    let dt = dts[0];
+    let Some(&dt) = dts.first() else {
+        return Value::Null;
+    };
     let opn = |n: bool| if n { "!=" } else { "==" };
     let (op, left, right) = match &m.test {
         Test::In {
