@@ -103,33 +103,14 @@ pub(crate) fn set_change(fw: &FirewallShared, set: &str, elements: &str, add: bo
     ))
 }
 
-/// The nftables name of a set key's type.
-fn type_name(t: ValueType) -> Option<&'static str> {
-    Some(match t {
-        ValueType::Ipv4Addr => "ipv4_addr",
-        ValueType::Ipv6Addr => "ipv6_addr",
-        ValueType::EtherAddr => "ether_addr",
-        ValueType::InetProto => "inet_proto",
-        ValueType::InetService => "inet_service",
-        ValueType::Ifname => "ifname",
-        ValueType::Mark => "mark",
-        ValueType::CtState => "ct_state",
-        ValueType::TcpFlags => "tcp_flag",
-        ValueType::IcmpType => "icmp_type",
-        ValueType::Icmpv6Type => "icmpv6_type",
-        ValueType::IcmpCode => "icmp_code",
-        ValueType::EtherType => "ether_type",
-        ValueType::NfProto => "nf_proto",
-        ValueType::Integer { .. } => return None,
-    })
-}
-
 /// Elements written in nftables syntax, read with the set's key type: by the ruleset parser
 /// itself, as the elements of a one-set ruleset, so they mean exactly what they would mean
 /// in a file.
 fn parse_elements(key: &[ValueType], interval: bool, text: &str) -> Result<Vec<Elem>, CtlError> {
-    let types: Option<Vec<&str>> = key.iter().map(|&t| type_name(t)).collect();
-    let types = types.ok_or_else(|| CtlError::Invalid("this set's key type cannot be changed live".into()))?;
+    if key.iter().any(|t| matches!(t, ValueType::Integer { .. })) {
+        return Err(CtlError::Invalid("this set's key type cannot be changed live".into()));
+    }
+    let types: Vec<&str> = key.iter().map(|&t| freeway_firewall::parse::names::type_name(t)).collect();
     if text.contains(['{', '}', ';', '\n', '#']) {
         return Err(CtlError::Invalid(format!(
             "elements: {text:?}: write them as `a, b, c` (one pair of braces around all of them at most)"
