@@ -475,6 +475,7 @@ fn seen(status: u8, reply: bool) -> CtResult {
             CtState::New
         },
         reply,
+        uncommitted: false,
     }
 }
 
@@ -483,6 +484,7 @@ fn invalid(r: InvalidReason, reply: bool) -> CtResult {
     CtResult {
         state: CtState::Invalid(r),
         reply,
+        uncommitted: false,
     }
 }
 
@@ -657,6 +659,7 @@ impl CtWorker {
                 state: CtState::Related,
                 // The error travels against the embedded packet.
                 reply: src_lo == c.orig_lo(),
+                uncommitted: false,
             },
             None => invalid(InvalidReason::NoConnection, false),
         }
@@ -750,7 +753,10 @@ impl CtWorker {
             L4Info::Generic => (Kind::Generic, 0, TcpConn::default(), TimeoutClass::Generic),
         };
         if !commit {
-            return CtResult::orig(CtState::New);
+            return CtResult {
+                uncommitted: true,
+                ..CtResult::orig(CtState::New)
+            };
         }
         if self.queue.is_full() {
             return invalid(InvalidReason::QueueFull, false);

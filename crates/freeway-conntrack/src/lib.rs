@@ -163,13 +163,20 @@ pub struct CtResult {
     pub state: CtState,
     /// The packet travels in the reply direction of its connection.
     pub reply: bool,
+    /// A new connection that tracking without commit did not create (the caller creates it
+    /// by tracking the packet again with commit, once it decided to let it through).
+    pub uncommitted: bool,
 }
 
 impl CtResult {
     /// A result in the original direction.
     #[inline(always)]
     pub const fn orig(state: CtState) -> CtResult {
-        CtResult { state, reply: false }
+        CtResult {
+            state,
+            reply: false,
+            uncommitted: false,
+        }
     }
 
     /// Whether tracking an IPv4 packet got past its header checksum (verified then, or

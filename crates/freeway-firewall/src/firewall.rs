@@ -115,6 +115,9 @@ struct Inner {
     classifier: Option<Classifier>,
     /// [v4, v6, bridge][hook]: global chain indexes.
     hooks: HookLists,
+    /// [v4, v6][hook]: the `ct state` bits the first rule of every base chain of the hook
+    /// accepts outright (see [`Firewall::accepts_state`]).
+    fast: [[u8; 5]; 2],
     /// One block of counter lines per worker.
     counters: Vec<Arc<[Line]>>,
 }
@@ -184,6 +187,7 @@ impl Firewall {
         for list in hooks.iter_mut().flatten() {
             list.sort_by_key(|&c| prog.chains[c as usize].base.map_or(0, |b| b.priority));
         }
+        let fast = first_rules_accept(&rs, &prog, &hooks);
         let lines = prog.counters.div_ceil(4).max(1);
         let counters = (0..workers)
             .map(|_| (0..lines).map(|_| Line::default()).collect())
@@ -194,9 +198,23 @@ impl Firewall {
                 prog,
                 classifier,
                 hooks,
+                fast,
                 counters,
             }),
         })
+    }
+
+    /// Whether an IP packet of `nfproto` whose connection is in the state `ct_state` (one of
+    /// the kernel's bits) is accepted at `hook` by the first rule of every base chain there,
+    /// a bare `ct state established,related accept` (nothing counted, logged or limited): the
+    /// caller may then skip building its [`Fields`] and judging it, and the verdict is the
+    /// same. This is how established traffic pays nothing for the rules after that one.
+    #[inline]
+    pub fn accepts_state(&self, nfproto: u8, hook: Hook, ct_state: u8) -> bool {
+        match class(nfproto) {
+            Some(k) if k < 2 => self.inner.fast[k][hook_ix(hook)] & ct_state != 0,
+            _ => false,
+        }
     }
 
     /// The ruleset it was built from.
@@ -374,6 +392,52 @@ fn decided(action: Action, by: Option<RuleRef>) -> Decision {
         by,
         policy_of: None,
     }
+}
+
+/// Per [v4, v6][hook], the `ct state` bits that every base chain of the hook accepts with
+/// its first rule alone (0 when a chain starts otherwise, or when the hook has no chain).
+fn first_rules_accept(rs: &ast::Ruleset, prog: &Program, hooks: &HookLists) -> [[u8; 5]; 2] {
+    use ast::{Atom, Item, Rhs, Stmt, Test};
+    let bits_of = |c: &crate::eval::CChain| -> u8 {
+        let Some(rule) = rs
+            .tables
+            .get(usize::from(c.table))
+            .and_then(|t| t.chains.get(usize::from(c.chain)))
+            .and_then(|ch| ch.rules.first())
+        else {
+            return 0;
+        };
+        let [Item::Match(m), Item::Stmt(Stmt::Verdict(ast::Verdict::Accept))] = rule.items.as_slice() else {
+            return 0;
+        };
+        if m.fields.as_slice() != [ast::Field::CtState] {
+            return 0;
+        }
+        match &m.test {
+            Test::AnyBit { bits, negate: false } => (*bits & 0xff) as u8,
+            Test::In {
+                rhs: Rhs::Elems(elems),
+                negate: false,
+            } => elems.iter().fold(0u8, |acc, e| match e.0.as_slice() {
+                [Atom::Range(lo, hi)] if lo == hi && *lo < 256 => acc | *lo as u8,
+                _ => acc,
+            }),
+            _ => 0,
+        }
+    };
+    let mut fast = [[0u8; 5]; 2];
+    for (k, row) in fast.iter_mut().enumerate() {
+        for (h, cell) in row.iter_mut().enumerate() {
+            let list = &hooks[k][h];
+            if list.is_empty() {
+                continue;
+            }
+            *cell = list
+                .iter()
+                .fold(0xff, |acc, &c| acc & bits_of(&prog.chains[c as usize]));
+        }
+    }
+    fast
 }
 
 fn class(nfproto: u8) -> Option<usize> {

@@ -5,10 +5,10 @@
 use proptest::prelude::{any, prop, prop_assert_eq, prop_oneof, proptest, Just, ProptestConfig};
 use proptest::strategy::Strategy as _;
 
-use crate::ast::{Elem, Family, Field, Hook, Policy, RejectWith, Ruleset, ValueType, Verdict};
+use crate::ast::{Elem, Family, Field, Hook, Item, Policy, RejectWith, Rule, Ruleset, ValueType, Verdict};
 use crate::build::*;
 use crate::firewall::{Action, Decision, Firewall, RuleRef, Strategy};
-use crate::packet::{Fields, NO_IF};
+use crate::packet::{Fields, NFPROTO_IPV4, NFPROTO_IPV6, NO_IF};
 
 fn ifaces() -> Vec<(String, u32)> {
     vec![("eth0".into(), 1), ("eth1".into(), 2), ("wan0".into(), 3)]
@@ -881,4 +881,68 @@ fn a_firewall_is_shared_and_a_state_moves() {
     fn moves<T: Send>() {}
     shared::<Firewall>();
     moves::<crate::FwState>();
+}
+
+/// A leading bare `ct state established,related accept` in every base chain of a hook lets
+/// the caller skip judging such packets; anything else in that rule, or a chain that starts
+/// otherwise, turns the shortcut off. Where it is on, judging gives the same verdict.
+#[test]
+fn a_leading_ct_state_accept_is_a_shortcut_only_when_exact() {
+    let lead = |extra: Vec<Item>| {
+        let mut items = vec![any_bit(Field::CtState, 2 | 4, false)];
+        items.extend(extra);
+        items.push(accept());
+        rule(items)
+    };
+    let rs = |first: Rule, second_chain: bool| {
+        let mut chains = vec![base_chain(
+            "f",
+            Hook::Forward,
+            0,
+            Policy::Drop,
+            vec![first, rule(vec![is(Field::TcpDport, &[val(22)]), accept()])],
+        )];
+        if second_chain {
+            chains.push(base_chain(
+                "g",
+                Hook::Forward,
+                5,
+                Policy::Accept,
+                vec![rule(vec![drop()])],
+            ));
+        }
+        Ruleset {
+            tables: vec![table(Family::Inet, "t", vec![], chains)],
+        }
+    };
+    let ifaces: Vec<(String, u32)> = Vec::new();
+    let fw = Firewall::new(rs(lead(vec![]), false), &ifaces, 1, Strategy::Compiled).unwrap();
+    for (state, fast) in [(2, true), (4, true), (8, false), (1, false), (0, false)] {
+        assert_eq!(
+            fw.accepts_state(NFPROTO_IPV4, Hook::Forward, state),
+            fast,
+            "state {state}"
+        );
+        assert_eq!(
+            fw.accepts_state(NFPROTO_IPV6, Hook::Forward, state),
+            fast,
+            "state {state}"
+        );
+    }
+    assert!(!fw.accepts_state(NFPROTO_IPV4, Hook::Input, 2), "no chain on input");
+    let mut st = fw.worker(0);
+    let f = Fields {
+        ct_state: 2,
+        ..tcp4(v4(10, 0, 0, 1), v4(10, 0, 0, 2), 80)
+    };
+    assert_eq!(fw.judge(Hook::Forward, &f, &mut st, 0).action, Action::Accept);
+    for off in [
+        rs(lead(vec![counter()]), false),
+        rs(lead(vec![is(Field::TcpDport, &[val(80)])]), false),
+        rs(lead(vec![]), true),
+        rs(rule(vec![any_bit(Field::CtState, 2, true), accept()]), false),
+    ] {
+        let fw = Firewall::new(off, &ifaces, 1, Strategy::Compiled).unwrap();
+        assert!(!fw.accepts_state(NFPROTO_IPV4, Hook::Forward, 2));
+    }
 }

@@ -105,6 +105,9 @@ pub mod meta_flags {
     pub const CT_INVALID: u8 = 4 << 2;
     /// A packet the tracker does not track (not IP, neighbour discovery).
     pub const CT_UNTRACKED: u8 = 5 << 2;
+    /// With [`CT_NEW`]: the connection is not in the table yet (tracked without creating
+    /// it); whoever lets the packet through creates it.
+    pub const CT_UNCOMMITTED: u8 = 1 << 5;
 }
 
 impl Default for Meta {

@@ -30,6 +30,7 @@ use freeway_conntrack::{Conntrack, CtWorker};
 use freeway_firewall::ast::{ChainType, Family, Hook, RejectWith, Ruleset};
 use freeway_firewall::{Action, Fields, Firewall, FwState, LogLine, Strategy};
 use freeway_l3::{FilterHook, FilterVerdict, Interfaces, Reject};
+use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use freeway_packet::{meta_flags, Packet};
 use freeway_sync::Tick;
 
@@ -234,13 +235,21 @@ impl FwHook {
             FilterHook::Forward => (Hook::Forward, u32::from(oif)),
             FilterHook::Input => (Hook::Input, freeway_firewall::NO_IF),
         };
-        let mut f = Fields::from_packet(pkt.data(), &pkt.meta);
-        if !self.fw.has_hook(f.nfproto, hook) {
+        let ct_state = ct_state_bits(pkt.meta.flags);
+        let nfproto = match pkt.meta.ethertype {
+            ETHERTYPE_IPV4 => freeway_firewall::packet::NFPROTO_IPV4,
+            ETHERTYPE_IPV6 => freeway_firewall::packet::NFPROTO_IPV6,
+            _ => 0,
+        };
+        // Established traffic meets `ct state established,related accept` first: accepted
+        // without reading the packet.
+        if self.fw.accepts_state(nfproto, hook, ct_state) || !self.fw.has_hook(nfproto, hook) {
             return self.accepted(pkt, iif);
         }
+        let mut f = Fields::from_packet(pkt.data(), &pkt.meta);
         f.iif = u32::from(iif);
         f.oif = oif;
-        f.ct_state = ct_state_bits(pkt.meta.flags);
+        f.ct_state = ct_state;
         f.ct_zone = self.zone(iif);
         let d = self.fw.judge(hook, &f, &mut self.st, self.now);
         match d.action {
@@ -270,10 +279,10 @@ impl FwHook {
         self.zones.get(usize::from(iif)).copied().unwrap_or(0)
     }
 
-    /// An accepted packet of a new connection creates it.
+    /// An accepted packet of a new connection not in the table yet creates it.
     #[inline]
     fn accepted(&mut self, pkt: &Packet, iif: u16) -> FilterVerdict {
-        if pkt.meta.flags & meta_flags::CT_MASK == meta_flags::CT_NEW {
+        if pkt.meta.flags & meta_flags::CT_UNCOMMITTED != 0 {
             let zone = self.zone(iif);
             let g = self.ct.pin();
             let _ = self.ct.track_packet(&g, pkt, zone, true);

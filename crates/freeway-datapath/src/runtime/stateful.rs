@@ -168,5 +168,6 @@ pub(crate) fn record(p: &mut Packet, r: &CtResult) {
         CtState::Invalid(_) => meta_flags::CT_INVALID,
         CtState::Untracked => meta_flags::CT_UNTRACKED,
     };
-    p.meta.flags = (p.meta.flags & !meta_flags::CT_MASK) | state;
+    let uncommitted = if r.uncommitted { meta_flags::CT_UNCOMMITTED } else { 0 };
+    p.meta.flags = (p.meta.flags & !(meta_flags::CT_MASK | meta_flags::CT_UNCOMMITTED)) | state | uncommitted;
 }
