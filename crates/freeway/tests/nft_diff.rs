@@ -55,7 +55,15 @@ fn the_firewall_judges_every_packet_as_the_kernel_does() {
     files.extend(rulesets(&root.join("crates/freeway/tests/nft-diff")));
     let out = Command::new("python3")
         .arg(root.join("scripts/nft-diff.py"))
-        .args(["--freeway", env!("CARGO_BIN_EXE_freeway"), "--random", "20", "--seed", "1", "--skip-unsupported"])
+        .args([
+            "--freeway",
+            env!("CARGO_BIN_EXE_freeway"),
+            "--random",
+            "20",
+            "--seed",
+            "1",
+            "--skip-unsupported",
+        ])
         .args(&files)
         .output()
         .expect("python3 runs");
