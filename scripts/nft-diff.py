@@ -673,6 +673,9 @@ class KernelBed(Bed):
     def flush_ct(self):
         sh(["conntrack", "-F"], ns=self.ns["r"], check=False)
 
+    def flush_neigh(self):
+        sh(["ip", "neigh", "flush", "all"], ns=self.ns["r"], check=False)
+
 
 PERMISSIVE = "table inet nftdiff_open {\n\tchain forward {\n\t\ttype filter hook forward priority filter; policy accept;\n\t}\n}\n"
 
@@ -735,6 +738,11 @@ class FreewayBed(Bed):
         if self.proc.poll() is not None:
             raise SetupError(f"freeway exited: see {self.log.name}")
         return self.ctl("firewall", "load", os.path.abspath(path))
+
+    def flush_neigh(self):
+        err = self.ctl("neigh", "flush")
+        if err:
+            raise SetupError(f"freeway ctl neigh flush: {err}")
 
     def flush_ct(self):
         err = self.ctl("conntrack", "flush")
@@ -807,8 +815,12 @@ def delivered_key(data):
 
 
 def warm_up(bed):
-    """Has the router resolve every host address (a marked echo to each, which the far host
-    drops) and the hosts the router."""
+    """Starts the neighbour tables over (a ruleset that kept neighbour discovery out leaves
+    failed entries) and has the router resolve every host address (a marked echo to each,
+    which the far host drops) and the hosts the router."""
+    bed.flush_neigh()
+    for h in ("h1", "h2"):
+        sh(["ip", "neigh", "flush", "all"], ns=bed.ns[h], check=False)
     bed.ping_router()
     pkts = []
     for sender, far in (("h1", "h2"), ("h2", "h1")):
