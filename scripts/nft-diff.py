@@ -1078,36 +1078,22 @@ def compare(name, beds, traffic, results, max_print, trace=None, skip_unsupporte
 # ---------------------------------------------------------------- random rulesets
 
 
-def rand_v4(r, side=None):
-    side = side or r.choice(["h1", "h2"])
-    net = V4_NET[side]
+def rand_addr(r, v):
+    """An address, a prefix, a range or a set of one side's IPv4 (`v` 4) or IPv6 addresses."""
+    side = r.choice(["h1", "h2"])
+    host = lambda n: str(addr(side, n, v))  # noqa: E731
     k = r.random()
     if k < 0.4:
-        return f"{net}.{r.randint(1, 21)}"
+        return host(r.randint(1, 21))
     if k < 0.6:
-        plen = r.choice([24, 25, 26, 28, 29, 30, 32])
-        base = r.randint(0, 255) & ~((1 << (32 - plen)) - 1) & 0xFF
-        return f"{net}.{base}/{plen}"
+        if v == 6 and r.random() < 0.3:
+            return f"{V6_NET[side]}/64"
+        bits = r.choice([0, 1, 2, 3, 4, 6, 7, 8])
+        return f"{host(r.randint(0, 255) & ~((1 << bits) - 1))}/{(32 if v == 4 else 128) - bits}"
     if k < 0.8:
         lo = r.randint(1, 20)
-        return f"{net}.{lo}-{net}.{r.randint(lo, 21)}"
-    return "{ " + ", ".join(sorted({f"{net}.{r.randint(2, 20)}" for _ in range(r.randint(1, 4))})) + " }"
-
-
-def rand_v6(r, side=None):
-    side = side or r.choice(["h1", "h2"])
-    net = V6_NET[side]
-    k = r.random()
-    if k < 0.4:
-        return f"{net}{r.randint(1, 21):x}"
-    if k < 0.6:
-        plen = r.choice([64, 120, 124, 126, 128])
-        base = r.randint(0, 255) & ~((1 << (128 - plen)) - 1) & 0xFF if plen > 120 else 0
-        return f"{net}{base:x}/{plen}" if base else f"{net}/{plen}"
-    if k < 0.8:
-        lo = r.randint(1, 20)
-        return f"{net}{lo:x}-{net}{r.randint(lo, 21):x}"
-    return "{ " + ", ".join(sorted({f"{net}{r.randint(2, 20):x}" for _ in range(r.randint(1, 4))})) + " }"
+        return f"{host(lo)}-{host(r.randint(lo, 21))}"
+    return "{ " + ", ".join(sorted({host(r.randint(2, 20)) for _ in range(r.randint(1, 4))})) + " }"
 
 
 def rand_ports(r):
@@ -1149,9 +1135,9 @@ def rand_match(r, fam):
     if k == "oif":
         return f'oifname {neg}"{r.choice(["lan", "wan"])}"'
     if k == "v4":
-        return f"ip {r.choice(['saddr', 'daddr'])} {neg}{rand_v4(r)}"
+        return f"ip {r.choice(['saddr', 'daddr'])} {neg}{rand_addr(r, 4)}"
     if k == "v6":
-        return f"ip6 {r.choice(['saddr', 'daddr'])} {neg}{rand_v6(r)}"
+        return f"ip6 {r.choice(['saddr', 'daddr'])} {neg}{rand_addr(r, 6)}"
     if k == "l4":
         protos = ["tcp", "udp", "sctp", "gre"] + (["icmp"] if fam != "ip6" else []) + (["ipv6-icmp"] if fam != "ip" else [])
         if r.random() < 0.3:
