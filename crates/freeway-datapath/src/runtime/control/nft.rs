@@ -110,7 +110,10 @@ fn parse_elements(key: &[ValueType], interval: bool, text: &str) -> Result<Vec<E
     if key.iter().any(|t| matches!(t, ValueType::Integer { .. })) {
         return Err(CtlError::Invalid("this set's key type cannot be changed live".into()));
     }
-    let types: Vec<&str> = key.iter().map(|&t| freeway_firewall::parse::names::type_name(t)).collect();
+    let types: Vec<&str> = key
+        .iter()
+        .map(|&t| freeway_firewall::parse::names::type_name(t))
+        .collect();
     if text.contains(['{', '}', ';', '\n', '#']) {
         return Err(CtlError::Invalid(format!(
             "elements: {text:?}: write them as `a, b, c` (one pair of braces around all of them at most)"
