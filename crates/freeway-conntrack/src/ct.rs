@@ -750,7 +750,10 @@ impl CtWorker {
             L4Info::Udp => (Kind::Udp, 0, TcpConn::default(), TimeoutClass::UdpSingle),
             L4Info::Echo { request: true } => (Kind::Echo, 0, TcpConn::default(), TimeoutClass::Icmp),
             L4Info::Echo { request: false } => return invalid(InvalidReason::NoConnection, false),
-            L4Info::Generic => (Kind::Generic, 0, TcpConn::default(), TimeoutClass::Generic),
+            L4Info::Generic | L4Info::Sctp { starts: true } => {
+                (Kind::Generic, 0, TcpConn::default(), TimeoutClass::Generic)
+            }
+            L4Info::Sctp { starts: false } => return invalid(InvalidReason::NoConnection, false),
         };
         if !commit {
             return CtResult {

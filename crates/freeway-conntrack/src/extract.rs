@@ -9,7 +9,10 @@
 //!   fragments are not reassembled and are reported [`InvalidReason::Fragment`];
 //! * UDP: `8 <= length <= IP payload`;
 //! * TCP: flags and the window-scale option (SYN only) are read for the tracker;
-//! * ICMP/ICMPv6: echo request/reply keyed by identifier; errors (unreachable, time exceeded,
+//! * SCTP: ports; only a first chunk that may start an association (INIT, COOKIE ECHO,
+//!   HEARTBEAT) creates a connection;
+//! * ICMP/ICMPv6: queries (echo, timestamp, information, address mask; ICMPv6 echo and node
+//!   information) keyed by identifier, with their replies; errors (unreachable, time exceeded,
 //!   parameter problem, packet too big, ...) yield the embedded tuple, which must come with at
 //!   least 8 bytes of its L4 header; ND/MLD messages are untracked; other types invalid.
 //!
@@ -20,6 +23,9 @@
 use freeway_packet::bytes::{rd128, rd16, rd32};
 use freeway_packet::checksum;
 use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP};
+
+/// SCTP.
+const IPPROTO_SCTP: u8 = 132;
 use freeway_packet::{Meta, NO_OFFSET};
 
 use crate::key::{Key, Tuple};
@@ -49,6 +55,12 @@ pub enum L4Info {
     Tcp(TcpSeg),
     /// UDP (and UDP-Lite are not special-cased: generic).
     Udp,
+    /// SCTP; `starts`: its first chunk may start a connection (INIT, COOKIE ECHO,
+    /// HEARTBEAT).
+    Sctp {
+        /// May start a connection.
+        starts: bool,
+    },
     /// ICMP/ICMPv6 echo; `request` is true for a request.
     Echo {
         /// Echo request (else reply).
@@ -260,11 +272,10 @@ fn l4<T: Endpoints, A: Addrs>(f: &[u8], l4_off: u16, end: usize, proto: u8, a: A
                 return Class::Invalid(InvalidReason::Malformed);
             }
             let ty = f[l4];
-            let (req, rep) = if v6 { (128, 129) } else { (8, 0) };
-            if ty == req || ty == rep {
+            if let Some(request) = query(ty, v6) {
                 let id = rd16(f, l4 + 4);
-                let (sport, dport) = if ty == req { (id, 0) } else { (0, id) };
-                return a.track(sport, dport, proto, L4Info::Echo { request: ty == req });
+                let (sport, dport) = if request { (id, 0) } else { (0, id) };
+                return a.track(sport, dport, proto, L4Info::Echo { request });
             }
             let is_error = if v6 {
                 matches!(ty, 1..=4)
@@ -283,7 +294,27 @@ fn l4<T: Endpoints, A: Addrs>(f: &[u8], l4_off: u16, end: usize, proto: u8, a: A
             }
             Class::Invalid(InvalidReason::IcmpType)
         }
+        IPPROTO_SCTP => {
+            // Common header (12 bytes), then the first chunk's type: only an INIT,
+            // COOKIE ECHO or HEARTBEAT may start a connection, as Linux's tracker decides.
+            let Some(h) = f.get(l4..l4 + 13).filter(|_| l4 + 13 <= end) else {
+                return Class::Invalid(InvalidReason::Malformed);
+            };
+            let starts = matches!(h[12], 1 | 4 | 10);
+            a.track(rd16(h, 0), rd16(h, 2), proto, L4Info::Sctp { starts })
+        }
         _ => a.track(0, 0, proto, L4Info::Generic),
+    }
+}
+
+/// Whether an ICMP (ICMPv6 with `v6`) type is a query (`Some(true)`) or its reply
+/// (`Some(false)`), tracked by identifier as Linux tracks them: echo, timestamp,
+/// information and address mask (ICMPv6: echo and node information). `None`: not a query.
+fn query(ty: u8, v6: bool) -> Option<bool> {
+    match (v6, ty) {
+        (false, 8 | 13 | 15 | 17) | (true, 128 | 139) => Some(true),
+        (false, 0 | 14 | 16 | 18) | (true, 129 | 140) => Some(false),
+        _ => None,
     }
 }
 
@@ -329,13 +360,12 @@ fn inner(f: &[u8], off: usize, end: usize, v6: bool) -> Option<Tuple> {
             if l4 + 8 > end || (proto == IPPROTO_ICMPV6) != v6 {
                 return None;
             }
-            let (req, rep) = if v6 { (128, 129) } else { (8, 0) };
             let id = rd16(f, l4 + 4);
-            match f[l4] {
-                ty if ty == req => t.sport = id,
-                ty if ty == rep => t.dport = id,
+            match query(f[l4], v6) {
+                Some(true) => t.sport = id,
+                Some(false) => t.dport = id,
                 // Errors are never sent about errors (RFC 1122 / 4443).
-                _ => return None,
+                None => return None,
             }
         }
         _ => {}

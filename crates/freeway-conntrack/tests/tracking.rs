@@ -652,3 +652,46 @@ fn firewall_allows_new_only_from_chosen_ports() {
     );
     assert_eq!(ct.len(), 1);
 }
+
+/// `frame` with its IPv4 header changed by `edit` (checksum recomputed) and parsed again.
+fn edited(mut p: Packet, edit: impl FnOnce(&mut [u8])) -> Packet {
+    let f = p.data_mut();
+    edit(f);
+    f[24] = 0;
+    f[25] = 0;
+    let c = freeway_packet::checksum::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+    freeway_packet::parse(&mut p).unwrap();
+    p
+}
+
+/// As Linux tracks them: the ICMP queries besides echo (timestamp, information, address
+/// mask) start connections that their replies establish; an SCTP packet starts one only
+/// with an INIT (or COOKIE ECHO, HEARTBEAT) first chunk, a DATA chunk alone is invalid.
+#[test]
+fn icmp_queries_and_sctp_starts_as_linux_tracks_them() {
+    let (_ct, mut w, _c) = setup(CtConfig::default());
+    let (a, b) = (ip("10.0.0.1"), ip("10.0.0.2"));
+    for (req, rep) in [(13u8, 14u8), (15, 16), (17, 18)] {
+        let id = u16::from(req);
+        let q = edited(frames::echo(a, b, id, 1, true), |f| f[34] = req);
+        assert_eq!(go(&mut w, &q, 0), (NEW, false), "type {req}");
+        let r = edited(frames::echo(b, a, id, 1, false), |f| f[34] = rep);
+        assert_eq!(go(&mut w, &r, 0), (EST, true), "type {rep}");
+    }
+    let router_adv = edited(frames::echo(a, b, 5, 1, true), |f| f[34] = 9);
+    assert!(matches!(go(&mut w, &router_adv, 0).0, CtState::Invalid(_)));
+    let sctp = |chunk: u8, sport: u16| {
+        edited(frames::udp(a, b, sport, 9899, 16), |f| {
+            f[23] = 132;
+            f[34 + 12] = chunk;
+        })
+    };
+    assert_eq!(
+        go(&mut w, &sctp(0, 4000), 0).0,
+        CtState::Invalid(InvalidReason::NoConnection),
+        "DATA first"
+    );
+    assert_eq!(go(&mut w, &sctp(1, 4001), 0).0, NEW, "INIT");
+    assert_eq!(go(&mut w, &sctp(0, 4001), 0).0, NEW, "then DATA of that association");
+}

@@ -44,9 +44,10 @@ pub struct Fields {
     pub daddr: u128,
     /// The transport protocol (IPv6 extension headers skipped).
     pub l4proto: u8,
-    /// Source port, when the transport has ports (TCP, UDP, UDP-Lite, SCTP, DCCP).
+    /// Bytes 0-1 of the transport header: the source port of TCP, UDP, UDP-Lite, SCTP and
+    /// DCCP (`th sport` reads them for any protocol).
     pub sport: u16,
-    /// Destination port, when the transport has ports.
+    /// Bytes 2-3 of the transport header: the destination port where there are ports.
     pub dport: u16,
     /// TCP flag bits.
     pub tcp_flags: u8,
@@ -74,7 +75,8 @@ pub struct Fields {
     pub ether_daddr: u64,
     /// The innermost EtherType; 0 = no Ethernet header (no `ether …` match).
     pub ether_type: u16,
-    /// No transport header: a non-first fragment (ports, flags and ICMP types never match).
+    /// No transport header: a non-first fragment, or fewer than four bytes of one (ports,
+    /// flags and ICMP types never match).
     pub frag: bool,
 }
 
@@ -132,17 +134,20 @@ impl Fields {
             return x;
         }
         let has = |n: usize| frame.len() >= l4 + n;
+        if !has(4) {
+            // Too short to read a transport header from: as a fragment, nothing of it matches.
+            x.frag = true;
+            return x;
+        }
+        // The first four bytes, whatever the protocol: `th sport`/`th dport` read them raw
+        // (an ICMP header's type and code, and its checksum), as nftables does.
+        x.sport = rd16(frame, l4);
+        x.dport = rd16(frame, l4 + 2);
         match x.l4proto {
             IPPROTO_TCP if has(14) => {
-                x.sport = rd16(frame, l4);
-                x.dport = rd16(frame, l4 + 2);
                 x.tcp_flags = frame[l4 + 13];
             }
-            IPPROTO_UDP | IPPROTO_UDPLITE | IPPROTO_SCTP | IPPROTO_DCCP if has(4) => {
-                x.sport = rd16(frame, l4);
-                x.dport = rd16(frame, l4 + 2);
-            }
-            IPPROTO_ICMP | IPPROTO_ICMPV6 if has(2) => {
+            IPPROTO_ICMP | IPPROTO_ICMPV6 => {
                 x.icmp_type = frame[l4];
                 x.icmp_code = frame[l4 + 1];
             }
@@ -181,8 +186,9 @@ pub fn value(field: Field, f: &Fields) -> Option<u128> {
         TcpFlags => (l4 && f.l4proto == IPPROTO_TCP, f.tcp_flags.into()),
         UdpSport => (l4 && f.l4proto == IPPROTO_UDP, f.sport.into()),
         UdpDport => (l4 && f.l4proto == IPPROTO_UDP, f.dport.into()),
-        ThSport => (l4 && has_ports(f.l4proto), f.sport.into()),
-        ThDport => (l4 && has_ports(f.l4proto), f.dport.into()),
+        // Raw bytes 0-1 and 2-3 of any transport header, with no protocol implied.
+        ThSport => (l4, f.sport.into()),
+        ThDport => (l4, f.dport.into()),
         IcmpType => (l4 && v4 && f.l4proto == IPPROTO_ICMP, f.icmp_type.into()),
         IcmpCode => (l4 && v4 && f.l4proto == IPPROTO_ICMP, f.icmp_code.into()),
         Icmpv6Type => (l4 && v6 && f.l4proto == IPPROTO_ICMPV6, f.icmp_type.into()),

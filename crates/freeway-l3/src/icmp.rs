@@ -120,10 +120,13 @@ impl TokenBucket {
     }
 }
 
-/// Whether an ICMPv4 type is an error message (everything but the query/reply types).
+/// Whether an ICMPv4 type may not be answered with an error: the error messages, and as
+/// Linux counts them the other types but the queries and their replies (echo, timestamp,
+/// information, address mask): router advertisement and solicitation, the unassigned and
+/// the unknown ones.
 #[inline]
 pub fn is_v4_error_type(ty: u8) -> bool {
-    !matches!(ty, 0 | 8 | 9 | 10 | 13..=18)
+    !matches!(ty, 0 | 8 | 13..=18)
 }
 
 /// Whether an IPv4 source names one host (not 0/8, loopback, multicast, class E, broadcast).

@@ -330,8 +330,10 @@ enum IcmpErr {
     NoRoute,
     HostUnreachable,
     TooBig(u16),
-    /// A firewall's reject: destination unreachable with these ICMP and ICMPv6 codes.
-    Rejected(u8, u8),
+    /// A firewall's reject: destination unreachable with these ICMP and ICMPv6 codes; from
+    /// the packet's own destination when that is one of ours (the input hook), as Linux
+    /// answers for its local addresses.
+    Rejected(u8, u8, bool),
 }
 
 impl IcmpErr {
@@ -350,7 +352,7 @@ impl IcmpErr {
                 0,
             ),
             IcmpErr::HostUnreachable => ([v4::DEST_UNREACH, v4::CODE_HOST], [v6::DEST_UNREACH, v6::CODE_ADDR], 0),
-            IcmpErr::Rejected(c4, c6) => ([v4::DEST_UNREACH, c4], [v6::DEST_UNREACH, c6], 0),
+            IcmpErr::Rejected(c4, c6, _) => ([v4::DEST_UNREACH, c4], [v6::DEST_UNREACH, c6], 0),
             IcmpErr::TooBig(mtu) => (
                 [v4::DEST_UNREACH, v4::CODE_FRAG_NEEDED],
                 [v6::PACKET_TOO_BIG, 0],
@@ -996,19 +998,22 @@ impl State {
             FilterVerdict::Accept => return Some(pkt),
             FilterVerdict::Drop => {}
             FilterVerdict::Reject(Reject::Unreachable { v4, v6 }) => {
-                self.icmp_error(cx, &pkt, iif, IcmpErr::Rejected(v4, v6), out)
+                let local = hook == FilterHook::Input;
+                self.icmp_error(cx, &pkt, iif, IcmpErr::Rejected(v4, v6, local), out)
             }
-            FilterVerdict::Reject(Reject::TcpReset) => self.tcp_reset(cx, &pkt, iif, out),
+            FilterVerdict::Reject(Reject::TcpReset) => self.tcp_reset(cx, &pkt, iif, hook == FilterHook::Input, out),
         }
         self.drop(out, pkt, L3Drop::Filtered);
         None
     }
 
     /// Answers `orig` (as received on `iif`) with a TCP reset through the ICMP token bucket;
-    /// a packet that is not a TCP segment gets ICMP port unreachable instead.
-    fn tcp_reset(&mut self, cx: &Ctx, orig: &Packet, iif: u16, out: &mut impl L3Out) {
+    /// a packet that is not a TCP segment gets ICMP port unreachable instead (from its own
+    /// destination when `local`: it was for one of our addresses).
+    fn tcp_reset(&mut self, cx: &Ctx, orig: &Packet, iif: u16, local: bool, out: &mut impl L3Out) {
         if orig.meta.ip_proto != freeway_packet::wire::IPPROTO_TCP {
-            return self.icmp_error(cx, orig, iif, IcmpErr::Rejected(v4::CODE_PORT, v6::CODE_PORT), out);
+            let e = IcmpErr::Rejected(v4::CODE_PORT, v6::CODE_PORT, local);
+            return self.icmp_error(cx, orig, iif, e, out);
         }
         let Some(it) = cx.ifaces.get(iif) else { return };
         let f = orig.data();
@@ -1064,7 +1069,11 @@ impl State {
                 return;
             }
             let to = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-            let Some(from) = it.v4_source_for(to) else {
+            let from = match e {
+                IcmpErr::Rejected(_, _, true) => Some(dst),
+                _ => it.v4_source_for(to),
+            };
+            let Some(from) = from else {
                 self.c.icmp_no_source.inc();
                 return;
             };
@@ -1078,7 +1087,11 @@ impl State {
                 return;
             }
             let to = addr6(&ip[8..24]);
-            (ip, ErrorAddrs::V6(it.v6_source_for(to), to))
+            let from = match e {
+                IcmpErr::Rejected(_, _, true) => addr6(&ip[24..40]),
+                _ => it.v6_source_for(to),
+            };
+            (ip, ErrorAddrs::V6(from, to))
         };
         if !self.icmp.take(cx.now) {
             self.c.icmp_rate_limited.inc();

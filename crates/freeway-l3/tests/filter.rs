@@ -110,3 +110,25 @@ fn the_input_hook_can_refuse_pings_to_the_router() {
     assert_eq!(sent[0].0, 2, "the forwarded ping only");
     assert_eq!(r.stats().echo_replies_v4, 0);
 }
+
+/// A reject at the input hook answers from the address the packet was sent to, as Linux
+/// answers for its own addresses; no error ever answers a router advertisement or
+/// solicitation.
+#[test]
+fn input_rejects_answer_from_the_address_asked_and_router_discovery_gets_nothing() {
+    let mut r = ready();
+    r.out.filter = Some(|_, _| FilterVerdict::Reject(Reject::Unreachable { v4: 3, v6: 4 }));
+    // To p2's address, arriving on p1.
+    r.rx(1, &ping(H1, R1, None, "10.0.1.5", "10.0.2.1", 64));
+    r.rx(1, &ping(H1, R1, None, "2001:db8:1::5", "2001:db8:2::1", 64));
+    let sent = r.sent(2);
+    let ip4 = Ipv4Packet::new_checked(&sent[0].1.data()[14..]).unwrap();
+    assert_eq!((ip4.src_addr(), ip4.dst_addr()), (v4("10.0.2.1"), v4("10.0.1.5")));
+    let ip6 = Ipv6Packet::new_checked(&sent[1].1.data()[14..]).unwrap();
+    assert_eq!(ip6.src_addr(), v6("2001:db8:2::1"));
+    // A router advertisement (type 9) forwarded and rejected: dropped, unanswered.
+    let mut adv = ping(H1, R1, None, "10.0.1.5", "10.0.2.7", 64);
+    adv[34] = 9;
+    r.rx(1, &adv);
+    r.sent(0);
+}

@@ -305,6 +305,10 @@ impl<L: Layout> Tables<'_, L> {
                         Ok(_) => ("new", "no connection yet: a new TCP connection".into()),
                         Err(r) => ("invalid", format!("no connection and cannot start one ({})", r.name())),
                     },
+                    L4Info::Echo { request: false } | L4Info::Sctp { starts: false } => (
+                        "invalid",
+                        "no connection, and this packet cannot start one (no_connection)".into(),
+                    ),
                     _ => ("new", "no connection yet: a new connection".into()),
                 },
             },

@@ -162,8 +162,9 @@ fn implied(f: Field) -> (Option<&'static str>, Option<&'static str>) {
         Ip6Saddr | Ip6Daddr | Ip6Nexthdr | Ip6Hoplimit => (Some("ip6"), None),
         TcpSport | TcpDport | TcpFlags => (None, Some("tcp")),
         UdpSport | UdpDport => (None, Some("udp")),
-        IcmpType | IcmpCode => (Some("ip"), Some("icmp")),
-        Icmpv6Type | Icmpv6Code => (Some("ip6"), Some("icmpv6")),
+        // nft makes these depend on `meta l4proto` alone, not on the network protocol.
+        IcmpType | IcmpCode => (None, Some("icmp")),
+        Icmpv6Type | Icmpv6Code => (None, Some("icmpv6")),
         _ => (None, None),
     }
 }
@@ -986,6 +987,12 @@ impl Parser {
         }
         if fields.len() > 1 && fields.iter().any(|(f, _)| f.value_type() == ValueType::Ifname) {
             return Err(unsupported(span, "interface names in a concatenation"));
+        }
+        if self.is_word("vmap") || self.is_word("map") {
+            return Err(unsupported(
+                self.span(),
+                "maps and verdict maps (`vmap`) are not supported yet: write one rule per verdict",
+            ));
         }
         let dts: Vec<Dt> = fields.iter().map(|(f, _)| Dt::of_field(*f)).collect();
         let fields: Vec<Field> = fields.into_iter().map(|(f, _)| f).collect();
