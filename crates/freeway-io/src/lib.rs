@@ -12,6 +12,8 @@
 //! * [`pcap`]: read frames from a pcap file; write forwarded frames to a pcap file.
 //! * [`sink`]: counts and discards.
 //! * [`afpacket`]: a Linux interface through TPACKET_V2 rings, one socket per worker (fanout).
+//! * [`afxdp`]: a Linux interface through AF_XDP sockets, one per interface queue, fed by a
+//!   hand-assembled XDP program.
 //!
 //! Threads: a port is created and opened by the control thread, which then hands each queue to
 //! one worker; from then on a queue is touched only by its worker. Statistics are kept per
@@ -27,6 +29,7 @@ use freeway_packet::{Batch, PacketPool};
 use freeway_sync::{CachePadded, Counter, Tick};
 
 pub mod afpacket;
+pub mod afxdp;
 mod frame;
 pub mod gen;
 pub mod pcap;

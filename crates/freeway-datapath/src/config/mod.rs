@@ -105,6 +105,9 @@ pub enum PortKind {
     Sink,
     /// A Linux network interface through AF_PACKET (TPACKET_V2 rings; needs CAP_NET_RAW).
     Afpacket,
+    /// A Linux network interface through AF_XDP sockets fed by an XDP program (needs
+    /// CAP_NET_RAW and CAP_BPF or CAP_SYS_ADMIN).
+    Afxdp,
 }
 
 impl PortKind {
@@ -115,6 +118,7 @@ impl PortKind {
             PortKind::Pcap => "pcap",
             PortKind::Sink => "sink",
             PortKind::Afpacket => "afpacket",
+            PortKind::Afxdp => "afxdp",
         }
     }
 }
@@ -139,6 +143,9 @@ pub struct PortConfig {
     /// AF_PACKET settings (kind = "afpacket"), e.g. `afpacket = { iface = "veth0" }`.
     #[serde(default)]
     pub afpacket: Option<Spanned<freeway_io::afpacket::AfPacketConfig>>,
+    /// AF_XDP settings (kind = "afxdp"), e.g. `afxdp = { iface = "eth0", queues = 1 }`.
+    #[serde(default)]
+    pub afxdp: Option<Spanned<freeway_io::afxdp::AfXdpConfig>>,
     /// Conntrack zone of frames received here (default 0).
     #[serde(default)]
     pub zone: Option<u16>,
@@ -260,6 +267,8 @@ pub struct PortSpec {
     pub pcap: Option<PcapConfig>,
     /// AF_PACKET settings.
     pub afpacket: Option<freeway_io::afpacket::AfPacketConfig>,
+    /// AF_XDP settings.
+    pub afxdp: Option<freeway_io::afxdp::AfXdpConfig>,
     /// Conntrack zone of received frames.
     pub zone: u16,
     /// Link-local groups forwarded from this port (see [`PortConfig::group_fwd_mask`]).
@@ -526,6 +535,23 @@ fn check_port(
         }
         None => None,
     };
+    let afxdp = match kind_table(at, &name, p, PortKind::Afxdp, "an `afxdp`", p.afxdp.as_ref())? {
+        Some(c) => {
+            c.get_ref()
+                .validate()
+                .map_err(|m| at.err(Some(c.span()), format!("port {name:?}: afxdp: {m}")))?;
+            Some(c.get_ref().clone())
+        }
+        None if kind == PortKind::Afxdp => {
+            return Err(missing_table(
+                at,
+                &name,
+                p,
+                r#"an afxdp table, e.g. afxdp = { iface = "eth0" }"#,
+            ))
+        }
+        None => None,
+    };
     let group_fwd_mask = match &p.group_fwd_mask {
         Some(m) => {
             freeway_bridge::check_group_fwd_mask(*m.get_ref())
@@ -541,6 +567,7 @@ fn check_port(
         gen,
         pcap,
         afpacket,
+        afxdp,
         zone: p.zone.unwrap_or(0),
         group_fwd_mask,
         flags: port_flags(p),

@@ -41,6 +41,10 @@ pub(crate) fn open_port(spec: &crate::config::PortSpec) -> Result<Box<dyn Port>,
             freeway_io::afpacket::AfPacketPort::new(spec.afpacket.clone().expect("checked by config"))
                 .map_err(|x| e(x.to_string()))?,
         ),
+        PortKind::Afxdp => Box::new(
+            freeway_io::afxdp::AfXdpPort::new(spec.afxdp.clone().expect("checked by config"))
+                .map_err(|x| e(x.to_string()))?,
+        ),
     })
 }
 

@@ -92,7 +92,7 @@ use freeway_sync::CachePadded;
 use crate::{Port, PortQueues, RxQueue, StatsBlock, Totals, TxQueue};
 
 pub mod rx;
-mod sys;
+pub(crate) mod sys;
 pub mod tx;
 
 pub use rx::{AfPacketRx, RxCounters};

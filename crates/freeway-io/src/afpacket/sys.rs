@@ -106,7 +106,7 @@ struct IfreqMtu {
     _pad: [u8; 20],
 }
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -188,10 +188,15 @@ impl Socket {
 
     /// Binds to `ifindex`, all protocols.
     pub(crate) fn bind(&self, ifindex: u32) -> io::Result<()> {
+        self.bind_proto(ifindex, ETH_P_ALL)
+    }
+
+    /// Binds to `ifindex` for protocol `proto` (0: receive nothing, a transmit-only socket).
+    pub(crate) fn bind_proto(&self, ifindex: u32, proto: u16) -> io::Result<()> {
         // SAFETY: all-zero is a valid `sockaddr_ll`.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETH_P_ALL.to_be();
+        sll.sll_protocol = proto.to_be();
         sll.sll_ifindex = ifindex as libc::c_int;
         // SAFETY: `sll` is a valid `sockaddr_ll` living across the call, and the length given
         // is its size.

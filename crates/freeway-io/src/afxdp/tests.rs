@@ -1,0 +1,133 @@
+use super::*;
+
+#[test]
+fn defaults_validate_and_deserialize() {
+    let c: AfXdpConfig = toml::from_str(r#"iface = "veth0""#).unwrap();
+    assert_eq!(c, AfXdpConfig::new("veth0"));
+    assert!(c.validate().is_ok());
+    assert_eq!((c.queues, c.mode, c.zerocopy), (None, XdpMode::Native, ZeroCopy::Auto));
+    assert_eq!(c.max_frame_len(), 2048 - 256);
+    let c: AfXdpConfig = toml::from_str(
+        r#"iface = "eth1"
+           queues = 4
+           mode = "auto"
+           zerocopy = false
+           frames = 1024
+           frame_size = 4096"#,
+    )
+    .unwrap();
+    assert!(c.validate().is_ok());
+    assert_eq!((c.queues, c.mode, c.zerocopy), (Some(4), XdpMode::Auto, ZeroCopy::Off));
+    assert_eq!((c.frames, c.frame_size), (1024, 4096));
+    for (text, want) in [
+        ("true", ZeroCopy::On),
+        ("false", ZeroCopy::Off),
+        ("\"auto\"", ZeroCopy::Auto),
+    ] {
+        let c: AfXdpConfig = toml::from_str(&format!("iface = \"a\"\nzerocopy = {text}")).unwrap();
+        assert_eq!(c.zerocopy, want);
+    }
+    let c: AfXdpConfig = toml::from_str("iface = \"a\"\nmode = \"skb\"").unwrap();
+    assert_eq!(c.mode, XdpMode::Skb);
+}
+
+#[test]
+fn unknown_fields_and_bad_words_are_rejected() {
+    let e = toml::from_str::<AfXdpConfig>("iface = \"a\"\nqueue = 1")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unknown field"), "{e}");
+    let e = toml::from_str::<AfXdpConfig>("queues = 1").unwrap_err().to_string();
+    assert!(e.contains("iface"), "{e}");
+    let e = toml::from_str::<AfXdpConfig>("iface = \"a\"\nmode = \"driver\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("native") && e.contains("skb"), "{e}");
+    let e = toml::from_str::<AfXdpConfig>("iface = \"a\"\nzerocopy = \"yes\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("zerocopy") && e.contains("auto"), "{e}");
+}
+
+#[test]
+fn bad_values_name_the_field() {
+    let base = AfXdpConfig::new("veth0");
+    let cases: Vec<(AfXdpConfig, &str)> = vec![
+        (AfXdpConfig::new(""), "iface"),
+        (AfXdpConfig::new("a-very-long-interface"), "iface"),
+        (
+            AfXdpConfig {
+                queues: Some(0),
+                ..base.clone()
+            },
+            "queues",
+        ),
+        (
+            AfXdpConfig {
+                queues: Some(MAX_QUEUES + 1),
+                ..base.clone()
+            },
+            "queues",
+        ),
+        (
+            AfXdpConfig {
+                frames: 1000,
+                ..base.clone()
+            },
+            "frames",
+        ),
+        (
+            AfXdpConfig {
+                frames: 32,
+                ..base.clone()
+            },
+            "frames",
+        ),
+        (
+            AfXdpConfig {
+                frame_size: 1024,
+                ..base.clone()
+            },
+            "frame_size",
+        ),
+        (
+            AfXdpConfig {
+                mode: XdpMode::Skb,
+                zerocopy: ZeroCopy::On,
+                ..base.clone()
+            },
+            "zerocopy",
+        ),
+    ];
+    for (c, field) in cases {
+        let e = c.validate().unwrap_err();
+        assert!(e.starts_with(field), "{c:?}: {e}");
+        assert!(AfXdpPort::new(c).is_err());
+    }
+}
+
+#[test]
+fn opening_a_missing_interface_fails_cleanly() {
+    let mut p = AfXdpPort::new(AfXdpConfig::new("fw-nonexist0")).unwrap();
+    let e = p.open(1).err().expect("no such interface");
+    assert!(e.to_string().contains("fw-nonexist0"), "{e}");
+    assert!(p.close().is_ok());
+    assert_eq!(p.stats(), AfXdpStats::default());
+}
+
+#[test]
+fn asking_for_more_queues_than_the_interface_has_is_refused_before_anything_is_set_up() {
+    // The loopback interface has one RX queue.
+    if rx_queue_count("lo") != Some(1) {
+        freeway_testkit::skip("no /sys/class/net/lo/queues: cannot check the queue count");
+        return;
+    }
+    let mut p = AfXdpPort::new(AfXdpConfig {
+        queues: Some(2),
+        ..AfXdpConfig::new("lo")
+    })
+    .unwrap();
+    let e = p.open(1).err().expect("lo has one queue").to_string();
+    assert!(e.contains("queues = 2") && e.contains("\"lo\" has 1 RX queue "), "{e}");
+    assert!(p.link.is_none());
+}
