@@ -4,7 +4,9 @@
 //! TCP transfer with content check through the bridge; ping and TCP through the router
 //! between two subnets (ARP resolved live); the stateful firewall letting replies in and
 //! keeping unsolicited connections out; a capture of the traffic read back by tcpdump; route
-//! and FDB changes through the control socket (`freeway ctl`) while a ping stream flows.
+//! and FDB changes through the control socket (`freeway ctl`) while a ping stream flows; the
+//! bridge and the router again on AF_XDP ports (native XDP on the veths), and an AF_XDP
+//! port that cannot open leaving no XDP program behind.
 //!
 //! Needs root (namespaces, veths, AF_PACKET): CI runs as root. Elsewhere every test prints a
 //! loud SKIPPED line (shown by plain `cargo test`) and passes; with `CI` set it fails
@@ -279,10 +281,15 @@ fn router_v10_v20() -> String {
 }
 
 fn ports(workers: usize, vlans: &[(&str, u16)]) -> String {
+    ports_of("afpacket", workers, vlans)
+}
+
+/// [`ports`] of `kind` ("afpacket" or "afxdp"), each on the switch end of its name.
+fn ports_of(kind: &str, workers: usize, vlans: &[(&str, u16)]) -> String {
     let mut s = format!("workers = {workers}\n");
     for (p, v) in vlans {
         s.push_str(&format!(
-            "\n[[port]]\nname = \"{p}\"\nkind = \"afpacket\"\nafpacket = {{ iface = \"{p}\" }}\nvlan = {{ mode = \"access\", vlan = {v} }}\n"
+            "\n[[port]]\nname = \"{p}\"\nkind = \"{kind}\"\n{kind} = {{ iface = \"{p}\" }}\nvlan = {{ mode = \"access\", vlan = {v} }}\n"
         ));
     }
     s
@@ -723,4 +730,91 @@ fn an_idle_freeway_uses_little_cpu() {
     let share = used / t0.elapsed().as_secs_f64();
     assert!(share < 0.2, "idle Freeway used {:.1}% of a core", share * 100.0);
     bed.stop();
+}
+
+/// Whether an XDP program is attached to `dev` in the switch namespace.
+fn xdp_attached(bed: &Bed, dev: &str) -> bool {
+    let o = bed.exec("sw", &["ip", "-d", "link", "show", "dev", dev]);
+    assert!(o.status.success(), "ip link show {dev}");
+    String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
+}
+
+/// The counter `name` of port `port` in Freeway's final JSON.
+fn port_counter(j: &serde_json::Value, port: &str, name: &str) -> u64 {
+    j["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == port)
+        .and_then(|p| p["counters"][name].as_u64())
+        .unwrap_or_else(|| panic!("no counter {name} on port {port}: {j}"))
+}
+
+#[test]
+fn afxdp_ports_bridge_ping_and_tcp_between_namespaces() {
+    need_root!();
+    let mut bed = Bed::up("xbr");
+    // Three workers on two-queue veths: worker 2 has no socket of its own and transmits
+    // through the port's AF_PACKET fallback.
+    bed.start(&ports_of("afxdp", 3, &[("h1", 1), ("h2", 1), ("h3", 1)]));
+    for dev in ["h1", "h2", "h3"] {
+        assert!(xdp_attached(&bed, dev), "the program is attached to {dev}");
+    }
+    assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
+    assert!(bed.ping("h3", "10.0.0.1"), "h3 pings h1 through the bridge");
+    bed.transfer_intact("h1", "h2", 5011, 4);
+    let j = bed.stop();
+    assert!(j["fdb"]["learned"].as_u64().unwrap() >= 3, "{j}");
+    assert!(j["bridge"]["forwarded"].as_u64().unwrap() > 1000, "{j}");
+    assert!(port_counter(&j, "h1", "afxdp_rx_packets") > 1000, "{j}");
+    assert_eq!(port_counter(&j, "h1", "afxdp_queues"), 2, "{j}");
+    assert_eq!(port_counter(&j, "h1", "afxdp_native"), 1, "veths run native XDP: {j}");
+    for dev in ["h1", "h2", "h3"] {
+        assert!(!xdp_attached(&bed, dev), "the program left {dev} when Freeway stopped");
+    }
+}
+
+#[test]
+fn afxdp_ports_route_ping_and_tcp_between_two_subnets() {
+    need_root!();
+    let mut bed = Bed::up("xrt");
+    for (h, net) in [("h1", 1), ("h2", 2)] {
+        bed.sh_ok(
+            h,
+            &format!(
+                "ip addr flush dev eth0 && ip addr add 10.{net}.0.2/24 dev eth0 && ip route add default via 10.{net}.0.1"
+            ),
+        );
+    }
+    // One worker reads both queues of each port.
+    let mut cfg = ports_of("afxdp", 1, &[("h1", 10), ("h2", 20)]);
+    cfg.push_str(&router_v10_v20());
+    bed.start(&cfg);
+    assert!(bed.ping("h1", "10.2.0.2"), "h1 pings h2 across the router");
+    assert!(bed.ping("h2", "10.1.0.1"), "h2 pings the router's own address");
+    bed.transfer_intact("h1", "h2", 5012, 2);
+    let j = bed.stop();
+    assert!(j["router"]["l3"]["forwarded_v4"].as_u64().unwrap() > 100, "{j}");
+    assert!(port_counter(&j, "h2", "afxdp_tx_packets") > 100, "{j}");
+}
+
+#[test]
+fn an_afxdp_port_without_the_queues_asked_for_fails_clearly_and_leaves_no_program() {
+    need_root!();
+    let mut bed = Bed::up("xq");
+    // h1 opens (its program attached), then h2 asks for 4 queues of a 2-queue veth.
+    let cfg = "workers = 1\n\n[[port]]\nname = \"h1\"\nkind = \"afxdp\"\nafxdp = { iface = \"h1\" }\n\n\
+               [[port]]\nname = \"h2\"\nkind = \"afxdp\"\nafxdp = { iface = \"h2\", queues = 4 }\n";
+    bed.start(cfg);
+    let child = bed.freeway.take().expect("started");
+    let out = child.wait_with_output().expect("freeway exits");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "freeway must refuse the config: {err}");
+    assert!(
+        err.contains("port \"h2\"") && err.contains("queues = 4") && err.contains("has 2 RX queues"),
+        "the error names the port and the queues: {err}"
+    );
+    for dev in ["h1", "h2"] {
+        assert!(!xdp_attached(&bed, dev), "no XDP program left on {dev}: {err}");
+    }
 }
