@@ -91,6 +91,54 @@ fn port_tables_must_match_the_kind() {
 }
 
 #[test]
+fn afxdp_ports_take_an_afxdp_table_and_bad_values_name_the_port() {
+    let port = |table: &str| format!("[[port]]\nname = \"x0\"\nkind = \"afxdp\"\n{table}\n");
+    let ok = config::parse(
+        &port(r#"afxdp = { iface = "eth0", queues = 2, mode = "auto", zerocopy = "auto" }"#),
+        "t.toml",
+        None,
+    )
+    .unwrap();
+    let a = ok.ports[0].afxdp.as_ref().unwrap();
+    assert_eq!((a.iface.as_str(), a.queues), ("eth0", Some(2)));
+    refused(
+        &port(""),
+        Some(3),
+        &["port \"x0\"", "kind = \"afxdp\" needs an afxdp table"],
+    );
+    refused(
+        &port(r#"afxdp = { iface = "eth0", queues = 0 }"#),
+        Some(4),
+        &["port \"x0\"", "afxdp: queues"],
+    );
+    refused(
+        &port(r#"afxdp = { iface = "eth0", frame_size = 1000 }"#),
+        Some(4),
+        &["port \"x0\"", "frame_size"],
+    );
+    refused(
+        &port(r#"afxdp = { iface = "eth0", mode = "driver" }"#),
+        Some(4),
+        &["native"],
+    );
+    refused(
+        &port(r#"afxdp = { iface = "eth0", zerocopy = "maybe" }"#),
+        Some(4),
+        &["zerocopy"],
+    );
+    refused(
+        &port(r#"afxdp = { iface = "eth0", mode = "skb", zerocopy = true }"#),
+        Some(4),
+        &["port \"x0\"", "zerocopy"],
+    );
+    refused(
+        "[[port]]\nname = \"x0\"\nkind = \"sink\"\nafxdp = { iface = \"eth0\" }\n",
+        Some(4),
+        &["an `afxdp` table needs kind = \"afxdp\""],
+    );
+}
+
+#[test]
 fn durations_take_the_command_line_syntax_and_out_of_range_ones_are_refused_clearly() {
     let secs = |v: &str| {
         config::parse(&format!("duration_secs = {v}\n{PORT}"), "t.toml", None)
