@@ -57,6 +57,19 @@ pub struct QueueStats {
     pub dropped: Counter,
 }
 
+impl QueueStats {
+    /// Counts one burst: `packets` of `bytes` in all, and `dropped` drops (only touched when
+    /// not zero, the common case being no drop).
+    #[inline]
+    pub fn add(&self, packets: u64, bytes: u64, dropped: u64) {
+        self.packets.add(packets);
+        self.bytes.add(bytes);
+        if dropped != 0 {
+            self.dropped.add(dropped);
+        }
+    }
+}
+
 /// A snapshot of [`QueueStats`], or their sum over queues.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {

@@ -270,6 +270,19 @@ impl Drop for Bed {
 
 /// The router between the test bed's subnets: interfaces v10 (VLAN 10, 10.1.0.1/24) and v20
 /// (VLAN 20, 10.2.0.1/24).
+/// Moves h1 to 10.1.0.2/24 and h2 to 10.2.0.2/24, each routing through the router's
+/// address in its subnet (.1): the hosts of [`router_v10_v20`].
+fn two_subnets(bed: &Bed) {
+    for (h, net) in [("h1", 1), ("h2", 2)] {
+        bed.sh_ok(
+            h,
+            &format!(
+                "ip addr flush dev eth0 && ip addr add 10.{net}.0.2/24 dev eth0 && ip route add default via 10.{net}.0.1"
+            ),
+        );
+    }
+}
+
 fn router_v10_v20() -> String {
     let mut s = String::from("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
     for n in [1, 2] {
@@ -343,14 +356,7 @@ fn router_firewall_and_capture_between_two_subnets() {
     need_root!();
     let mut bed = Bed::up("rt");
     // h1 in 10.1.0.0/24 (VLAN 10), h2 in 10.2.0.0/24 (VLAN 20), the router between them.
-    for (h, net) in [("h1", 1), ("h2", 2)] {
-        bed.sh_ok(
-            h,
-            &format!(
-                "ip addr flush dev eth0 && ip addr add 10.{net}.0.2/24 dev eth0 && ip route add default via 10.{net}.0.1"
-            ),
-        );
-    }
+    two_subnets(&bed);
     let pcap = bed.dir.join("h2-out.pcap");
     let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
     cfg.push_str(&router_v10_v20());
@@ -778,14 +784,7 @@ fn afxdp_ports_bridge_ping_and_tcp_between_namespaces() {
 fn afxdp_ports_route_ping_and_tcp_between_two_subnets() {
     need_root!();
     let mut bed = Bed::up("xrt");
-    for (h, net) in [("h1", 1), ("h2", 2)] {
-        bed.sh_ok(
-            h,
-            &format!(
-                "ip addr flush dev eth0 && ip addr add 10.{net}.0.2/24 dev eth0 && ip route add default via 10.{net}.0.1"
-            ),
-        );
-    }
+    two_subnets(&bed);
     // One worker reads both queues of each port.
     let mut cfg = ports_of("afxdp", 1, &[("h1", 10), ("h2", 20)]);
     cfg.push_str(&router_v10_v20());

@@ -518,40 +518,8 @@ fn check_port(
         }
         None => None,
     };
-    let afpacket = match kind_table(at, &name, p, PortKind::Afpacket, "an `afpacket`", p.afpacket.as_ref())? {
-        Some(c) => {
-            c.get_ref()
-                .validate()
-                .map_err(|m| at.err(Some(c.span()), format!("port {name:?}: afpacket: {m}")))?;
-            Some(c.get_ref().clone())
-        }
-        None if kind == PortKind::Afpacket => {
-            return Err(missing_table(
-                at,
-                &name,
-                p,
-                r#"an afpacket table, e.g. afpacket = { iface = "eth0" }"#,
-            ))
-        }
-        None => None,
-    };
-    let afxdp = match kind_table(at, &name, p, PortKind::Afxdp, "an `afxdp`", p.afxdp.as_ref())? {
-        Some(c) => {
-            c.get_ref()
-                .validate()
-                .map_err(|m| at.err(Some(c.span()), format!("port {name:?}: afxdp: {m}")))?;
-            Some(c.get_ref().clone())
-        }
-        None if kind == PortKind::Afxdp => {
-            return Err(missing_table(
-                at,
-                &name,
-                p,
-                r#"an afxdp table, e.g. afxdp = { iface = "eth0" }"#,
-            ))
-        }
-        None => None,
-    };
+    let afpacket = iface_table(at, &name, p, PortKind::Afpacket, p.afpacket.as_ref(), |c| c.validate())?;
+    let afxdp = iface_table(at, &name, p, PortKind::Afxdp, p.afxdp.as_ref(), |c| c.validate())?;
     let group_fwd_mask = match &p.group_fwd_mask {
         Some(m) => {
             freeway_bridge::check_group_fwd_mask(*m.get_ref())
@@ -616,6 +584,33 @@ fn kind_table<'t, T>(
             ),
         )),
         t => Ok(t),
+    }
+}
+
+/// The interface table of a live port kind (`afpacket`, `afxdp`: the key is the kind's
+/// name): refused on a port of another kind, required on one of this kind, and checked with
+/// `validate` (its error is prefixed with the port and the key).
+fn iface_table<T: Clone>(
+    at: &Locator,
+    name: &str,
+    p: &PortConfig,
+    owner: PortKind,
+    table: Option<&Spanned<T>>,
+    validate: fn(&T) -> Result<(), String>,
+) -> Result<Option<T>, ConfigError> {
+    let key = owner.name();
+    match kind_table(at, name, p, owner, &format!("an `{key}`"), table)? {
+        Some(c) => {
+            validate(c.get_ref()).map_err(|m| at.err(Some(c.span()), format!("port {name:?}: {key}: {m}")))?;
+            Ok(Some(c.get_ref().clone()))
+        }
+        None if *p.kind.get_ref() == owner => Err(missing_table(
+            at,
+            name,
+            p,
+            &format!("an {key} table, e.g. {key} = {{ iface = \"eth0\" }}"),
+        )),
+        None => Ok(None),
     }
 }
 

@@ -482,12 +482,8 @@ impl Port for AfPacketPort {
     }
 
     fn open(&mut self, workers: usize) -> io::Result<PortQueues> {
-        if self.opened {
-            return Err(io::Error::other("afpacket port opened twice"));
-        }
+        self.ifindex = sys::open_iface(self.opened, "afpacket", &self.cfg.iface)?;
         let workers = workers.max(1);
-        let iface = self.cfg.iface.clone();
-        self.ifindex = sys::if_index(&iface).map_err(|e| sys::ctx(e, format_args!("interface {iface:?}")))?;
         self.rx_stats = StatsBlock::new(workers);
         self.tx_stats = StatsBlock::new(workers);
         self.rx_extra = (0..workers).map(|_| CachePadded::new(RxCounters::default())).collect();

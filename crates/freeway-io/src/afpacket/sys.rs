@@ -119,6 +119,15 @@ pub(crate) fn ctx(e: io::Error, what: impl std::fmt::Display) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
+/// The first step of opening a port of `kind` on interface `iface`: refuses a second open,
+/// then looks the interface up; the error names it.
+pub(crate) fn open_iface(opened: bool, kind: &str, iface: &str) -> io::Result<u32> {
+    if opened {
+        return Err(io::Error::other(format!("{kind} port opened twice")));
+    }
+    if_index(iface).map_err(|e| ctx(e, format_args!("interface {iface:?}")))
+}
+
 /// The index of interface `name` in the calling thread's network namespace.
 pub(crate) fn if_index(name: &str) -> io::Result<u32> {
     let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has NUL"))?;

@@ -35,12 +35,16 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::afpacket::sys::ctx;
 
-// bpf(2) commands (`enum bpf_cmd`).
-const BPF_MAP_CREATE: libc::c_int = 0;
-const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
-const BPF_PROG_LOAD: libc::c_int = 5;
-const BPF_LINK_CREATE: libc::c_int = 28;
-const BPF_LINK_DETACH: libc::c_int = 34;
+/// The bpf(2) commands used (`enum bpf_cmd`).
+#[derive(Clone, Copy, Debug)]
+#[repr(i32)]
+enum Cmd {
+    MapCreate = 0,
+    MapUpdateElem = 2,
+    ProgLoad = 5,
+    LinkCreate = 28,
+    LinkDetach = 34,
+}
 
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
@@ -144,13 +148,13 @@ pub fn program(map_fd: RawFd) -> [Insn; 6] {
 /// # Safety
 /// `attr` must be the `union bpf_attr` member the command expects, with every pointer in it
 /// valid for the kernel's reads and writes during the call.
-unsafe fn bpf<T>(cmd: libc::c_int, attr: &mut T) -> io::Result<libc::c_long> {
+unsafe fn bpf<T>(cmd: Cmd, attr: &mut T) -> io::Result<libc::c_long> {
     // SAFETY: guaranteed by the caller; the size passed is the size of `T`, and the kernel
     // treats any bytes of its larger union beyond it as zero.
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
-            cmd,
+            cmd as libc::c_int,
             (attr as *mut T).cast::<libc::c_void>(),
             std::mem::size_of::<T>() as libc::c_uint,
         )
@@ -242,7 +246,7 @@ impl XskMap {
             ..MapCreateAttr::default()
         };
         // SAFETY: `a` is the BPF_MAP_CREATE member of `bpf_attr`, holding no pointers.
-        let fd = unsafe { bpf(BPF_MAP_CREATE, &mut a) }.map_err(|e| ctx(e, "BPF_MAP_CREATE (XSKMAP)"))?;
+        let fd = unsafe { bpf(Cmd::MapCreate, &mut a) }.map_err(|e| ctx(e, "BPF_MAP_CREATE (XSKMAP)"))?;
         Ok(XskMap { fd: owned(fd) })
     }
 
@@ -261,7 +265,7 @@ impl XskMap {
         };
         // SAFETY: `a` is the BPF_MAP_UPDATE_ELEM member; its key and value pointers point to
         // live `u32`s (the map's key and value sizes) that the kernel only reads.
-        unsafe { bpf(BPF_MAP_UPDATE_ELEM, &mut a) }
+        unsafe { bpf(Cmd::MapUpdateElem, &mut a) }
             .map(|_| ())
             .map_err(|e| ctx(e, format_args!("BPF_MAP_UPDATE_ELEM (XSKMAP queue {queue})")))
     }
@@ -294,7 +298,7 @@ impl XdpProg {
         // SAFETY: `a` is the BPF_PROG_LOAD member; `insns` (`insn_cnt` instructions) and the
         // NUL-terminated license are live and only read; `log` is a live, writable buffer of
         // `log_size` bytes. All three outlive the call.
-        match unsafe { bpf(BPF_PROG_LOAD, &mut a) } {
+        match unsafe { bpf(Cmd::ProgLoad, &mut a) } {
             Ok(fd) => Ok(XdpProg { fd: owned(fd) }),
             Err(e) => {
                 let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
@@ -329,7 +333,7 @@ impl XdpLink {
             flags,
         };
         // SAFETY: `a` is the BPF_LINK_CREATE member of `bpf_attr`, holding no pointers.
-        let fd = unsafe { bpf(BPF_LINK_CREATE, &mut a) }?;
+        let fd = unsafe { bpf(Cmd::LinkCreate, &mut a) }?;
         Ok(XdpLink { fd: Some(owned(fd)) })
     }
 
@@ -341,7 +345,7 @@ impl XdpLink {
         };
         let mut a: u32 = fd.as_raw_fd() as u32;
         // SAFETY: the BPF_LINK_DETACH member of `bpf_attr` is one `u32`, the link descriptor.
-        let r = unsafe { bpf(BPF_LINK_DETACH, &mut a) };
+        let r = unsafe { bpf(Cmd::LinkDetach, &mut a) };
         drop(fd);
         r.map(|_| ()).map_err(|e| ctx(e, "BPF_LINK_DETACH"))
     }

@@ -53,9 +53,9 @@ use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
-use freeway_sync::CachePadded;
+use freeway_sync::{CachePadded, Counter};
 
-use crate::afpacket::sys::{ctx, if_index};
+use crate::afpacket::sys::{ctx, open_iface};
 use crate::{Port, PortQueues, RxQueue, StatsBlock, TxQueue};
 
 pub mod bpf;
@@ -292,13 +292,13 @@ impl AfXdpPort {
             ifindex: 0,
             attached: Attached::default(),
             link: None,
-            socks: Vec::new(),
             rx_stats: StatsBlock::default(),
-            tx_stats: StatsBlock::default(),
             rx_extra: Arc::new([]),
+            tx_stats: StatsBlock::default(),
             tx_extra: Arc::new([]),
             pk_extra: Arc::new([]),
-            kernel_final: Mutex::new(XdpStatistics::default()),
+            socks: Vec::new(),
+            kernel_final: Mutex::default(),
         })
     }
 
@@ -314,36 +314,28 @@ impl AfXdpPort {
 
     /// Every counter, summed over queues; reads the kernel's statistics.
     pub fn stats(&self) -> AfXdpStats {
-        let rx = self.rx_stats.totals();
-        let tx = self.tx_stats.totals();
-        let mut s = AfXdpStats {
+        fn sum<C>(xs: &[CachePadded<C>], f: impl Fn(&C) -> &Counter) -> u64 {
+            xs.iter().map(|x| f(x).get()).sum()
+        }
+        let (rx, tx) = (self.rx_stats.totals(), self.tx_stats.totals());
+        let mut kernel = *self.kernel_final.lock().unwrap_or_else(|e| e.into_inner());
+        for st in self.socks.iter().filter_map(|k| k.stats().ok()) {
+            add(&mut kernel, &st);
+        }
+        let (rxx, txx, pkx) = (&self.rx_extra[..], &self.tx_extra[..], &self.pk_extra[..]);
+        AfXdpStats {
             rx_packets: rx.packets,
             rx_bytes: rx.bytes,
+            rx_too_big: sum(rxx, |x| &x.too_big),
+            rx_wakeups: sum(rxx, |x| &x.wakeups),
             tx_packets: tx.packets,
             tx_bytes: tx.bytes,
-            kernel: *self.kernel_final.lock().unwrap_or_else(|e| e.into_inner()),
-            ..AfXdpStats::default()
-        };
-        for x in self.rx_extra.iter() {
-            s.rx_too_big += x.too_big.get();
-            s.rx_wakeups += x.wakeups.get();
+            tx_busy: sum(txx, |x| &x.busy) + sum(pkx, |x| &x.busy),
+            tx_too_big: sum(txx, |x| &x.too_big),
+            tx_kicks: sum(txx, |x| &x.kicks),
+            tx_errors: sum(txx, |x| &x.errors) + sum(pkx, |x| &x.errors),
+            kernel,
         }
-        for x in self.tx_extra.iter() {
-            s.tx_busy += x.busy.get();
-            s.tx_too_big += x.too_big.get();
-            s.tx_kicks += x.kicks.get();
-            s.tx_errors += x.errors.get();
-        }
-        for x in self.pk_extra.iter() {
-            s.tx_busy += x.busy.get();
-            s.tx_errors += x.errors.get();
-        }
-        for k in &self.socks {
-            if let Ok(st) = k.stats() {
-                add(&mut s.kernel, &st);
-            }
-        }
-        s
     }
 
     /// Loads the program and attaches it in the configured mode.
@@ -402,12 +394,9 @@ impl Port for AfXdpPort {
     }
 
     fn open(&mut self, workers: usize) -> io::Result<PortQueues> {
-        if self.opened {
-            return Err(io::Error::other("afxdp port opened twice"));
-        }
+        self.ifindex = open_iface(self.opened, "afxdp", &self.cfg.iface)?;
         let workers = workers.max(1);
         let iface = self.cfg.iface.clone();
-        self.ifindex = if_index(&iface).map_err(|e| ctx(e, format_args!("interface {iface:?}")))?;
         let have = rx_queue_count(&iface);
         let queues = match (self.cfg.queues, have) {
             (Some(q), Some(h)) if q > h => {
@@ -459,8 +448,7 @@ impl Port for AfXdpPort {
             let qi = q as usize;
             rx.push(Box::new(AfXdpRx::new(
                 s.clone(),
-                r.fill,
-                r.rx,
+                (r.fill, r.rx),
                 self.rx_stats.clone(),
                 self.rx_extra.clone(),
                 qi,
@@ -468,8 +456,7 @@ impl Port for AfXdpPort {
             if qi < workers {
                 tx.push(Box::new(AfXdpTx::new(
                     s,
-                    r.tx,
-                    r.comp,
+                    (r.tx, r.comp),
                     self.tx_stats.clone(),
                     self.tx_extra.clone(),
                     qi,
@@ -524,6 +511,9 @@ impl Port for AfXdpPort {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let s = self.stats();
         vec![
+            ("afxdp_queues", u64::from(self.attached.queues)),
+            ("afxdp_native", u64::from(self.attached.native)),
+            ("afxdp_zerocopy_queues", u64::from(self.attached.zerocopy_queues)),
             ("afxdp_rx_packets", s.rx_packets),
             ("afxdp_rx_bytes", s.rx_bytes),
             ("afxdp_rx_too_big", s.rx_too_big),
@@ -539,9 +529,6 @@ impl Port for AfXdpPort {
             ("afxdp_kernel_rx_invalid_descs", s.kernel.rx_invalid_descs),
             ("afxdp_kernel_tx_invalid_descs", s.kernel.tx_invalid_descs),
             ("afxdp_kernel_rx_fill_ring_empty", s.kernel.rx_fill_ring_empty_descs),
-            ("afxdp_queues", u64::from(self.attached.queues)),
-            ("afxdp_native", u64::from(self.attached.native)),
-            ("afxdp_zerocopy_queues", u64::from(self.attached.zerocopy_queues)),
         ]
     }
 

@@ -59,18 +59,47 @@ pub struct TxCounters {
     pub last_errno: AtomicI32,
 }
 
+/// What a receive and a transmit queue both hold: the socket, its UMEM, and the queue's
+/// counters (`C`: its extra ones, `idx`: its place in the port's arrays).
+#[derive(Debug)]
+struct Side<C> {
+    xsk: Arc<Xsk>,
+    umem: Arc<Umem>,
+    /// Clears the offset within a chunk from an address (chunks are a power of two).
+    chunk_mask: u64,
+    stats: StatsBlock,
+    extra: Arc<[CachePadded<C>]>,
+    idx: usize,
+}
+
+impl<C> Side<C> {
+    fn new(xsk: Arc<Xsk>, stats: StatsBlock, extra: Arc<[CachePadded<C>]>, idx: usize) -> Side<C> {
+        assert!(idx < stats.len() && idx < extra.len(), "queue index out of range");
+        let umem = xsk.umem.clone();
+        let chunk_mask = !(u64::from(umem.frame_size) - 1);
+        Side {
+            xsk,
+            umem,
+            chunk_mask,
+            stats,
+            extra,
+            idx,
+        }
+    }
+
+    /// Address of chunk `i` of the UMEM.
+    fn chunk(&self, i: u64) -> u64 {
+        i * u64::from(self.umem.frame_size)
+    }
+}
+
 /// One receive queue: the RX and FILL rings of one socket.
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct AfXdpRx {
-    xsk: Arc<Xsk>,
-    umem: Arc<Umem>,
+    side: Side<RxCounters>,
     fill: Ring<u64>,
     rx: Ring<XdpDesc>,
-    chunk_mask: u64,
-    stats: StatsBlock,
-    extra: Arc<[CachePadded<RxCounters>]>,
-    idx: usize,
 }
 
 impl AfXdpRx {
@@ -78,41 +107,29 @@ impl AfXdpRx {
     /// the FILL ring.
     pub(crate) fn new(
         xsk: Arc<Xsk>,
-        mut fill: Ring<u64>,
-        rx: Ring<XdpDesc>,
+        (mut fill, rx): (Ring<u64>, Ring<XdpDesc>),
         stats: StatsBlock,
         extra: Arc<[CachePadded<RxCounters>]>,
         idx: usize,
     ) -> AfXdpRx {
-        assert!(idx < stats.len() && idx < extra.len(), "queue index out of range");
-        let umem = xsk.umem.clone();
-        let fs = u64::from(umem.frame_size);
+        let side = Side::new(xsk, stats, extra, idx);
         let n = fill.free(fill.size());
         for i in 0..n {
-            fill.write(i, u64::from(i) * fs);
+            fill.write(i, side.chunk(u64::from(i)));
         }
         fill.submit(n);
-        AfXdpRx {
-            xsk,
-            umem,
-            fill,
-            rx,
-            chunk_mask: !(fs - 1),
-            stats,
-            extra,
-            idx,
-        }
+        AfXdpRx { side, fill, rx }
     }
 }
 
 impl RxQueue for AfXdpRx {
     fn rx_burst(&mut self, batch: &mut Batch, pool: &mut PacketPool, _now: Tick) -> usize {
-        let x = &self.extra[self.idx];
+        let x = &self.side.extra[self.side.idx];
         let n = self.rx.ready(batch.room() as u32);
         if n == 0 {
             if self.fill.needs_wakeup() {
                 x.wakeups.inc();
-                self.xsk.kick_rx();
+                self.side.xsk.kick_rx();
             }
             return 0;
         }
@@ -126,7 +143,7 @@ impl RxQueue for AfXdpRx {
             let d = self.rx.read(i);
             // SAFETY: the kernel handed this chunk over on the RX ring; it is ours until we
             // put it back on the FILL ring below, after the slice is gone.
-            match unsafe { self.umem.bytes(d.addr, d.len as usize) } {
+            match unsafe { self.side.umem.bytes(d.addr, d.len as usize) } {
                 Some(data) => {
                     let mut p = pool.get();
                     if p.set_frame(data).is_ok() {
@@ -148,26 +165,21 @@ impl RxQueue for AfXdpRx {
                 }
             }
             if i < room {
-                self.fill.write(i, d.addr & self.chunk_mask);
+                self.fill.write(i, d.addr & self.side.chunk_mask);
             }
         }
         self.rx.release(n);
         self.fill.submit(room);
         if self.fill.needs_wakeup() {
             x.wakeups.inc();
-            self.xsk.kick_rx();
+            self.side.xsk.kick_rx();
         }
-        let s = self.stats.queue(self.idx);
-        s.packets.add(got as u64);
-        s.bytes.add(bytes);
-        if dropped != 0 {
-            s.dropped.add(dropped);
-        }
+        self.side.stats.queue(self.side.idx).add(got as u64, bytes, dropped);
         got
     }
 
     fn wait_fd(&self) -> Option<RawFd> {
-        Some(self.xsk.raw())
+        Some(self.side.xsk.raw())
     }
 }
 
@@ -178,64 +190,46 @@ const MAX_KICKS: u32 = 4;
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct AfXdpTx {
-    xsk: Arc<Xsk>,
-    umem: Arc<Umem>,
+    side: Side<TxCounters>,
     tx: Ring<XdpDesc>,
     comp: Ring<u64>,
     /// Chunks free for transmission (the second half of the UMEM at start).
     free: Vec<u64>,
-    chunk_mask: u64,
-    stats: StatsBlock,
-    extra: Arc<[CachePadded<TxCounters>]>,
-    idx: usize,
 }
 
 impl AfXdpTx {
     /// The queue of `xsk`; its chunks are the `tx.size()` after the RX ones.
     pub(crate) fn new(
         xsk: Arc<Xsk>,
-        tx: Ring<XdpDesc>,
-        comp: Ring<u64>,
+        (tx, comp): (Ring<XdpDesc>, Ring<u64>),
         stats: StatsBlock,
         extra: Arc<[CachePadded<TxCounters>]>,
         idx: usize,
     ) -> AfXdpTx {
-        assert!(idx < stats.len() && idx < extra.len(), "queue index out of range");
-        let umem = xsk.umem.clone();
-        let fs = u64::from(umem.frame_size);
+        let side = Side::new(xsk, stats, extra, idx);
         let n = u64::from(tx.size());
-        let free = (n..2 * n).rev().map(|i| i * fs).collect();
-        AfXdpTx {
-            xsk,
-            umem,
-            tx,
-            comp,
-            free,
-            chunk_mask: !(fs - 1),
-            stats,
-            extra,
-            idx,
-        }
+        let free = (n..2 * n).rev().map(|i| side.chunk(i)).collect();
+        AfXdpTx { side, tx, comp, free }
     }
 
     /// Takes finished chunks off the COMPLETION ring.
     fn reap(&mut self) {
         let n = self.comp.ready(self.comp.size());
         for i in 0..n {
-            self.free.push(self.comp.read(i) & self.chunk_mask);
+            self.free.push(self.comp.read(i) & self.side.chunk_mask);
         }
         self.comp.release(n);
     }
 
     /// Makes the kernel transmit what the TX ring holds, when it asks for it.
     fn kick(&mut self) {
-        let x = &self.extra[self.idx];
+        let x = &self.side.extra[self.side.idx];
         for _ in 0..MAX_KICKS {
             if !self.tx.needs_wakeup() || self.tx.drained() {
                 return;
             }
             x.kicks.inc();
-            match self.xsk.kick_tx() {
+            match self.side.xsk.kick_tx() {
                 Ok(()) => {}
                 Err(libc::EAGAIN) | Err(libc::EBUSY) | Err(libc::EINTR) => {}
                 // The device queue is full: what is left goes with the next burst.
@@ -258,8 +252,8 @@ impl TxQueue for AfXdpTx {
             return 0;
         }
         self.reap();
-        let x = &self.extra[self.idx];
-        let fs = self.umem.frame_size as usize;
+        let x = &self.side.extra[self.side.idx];
+        let fs = self.side.umem.frame_size as usize;
         let room = self.tx.free(n as u32).min(self.free.len() as u32);
         let (mut sent, mut bytes, mut dropped) = (0u32, 0u64, 0u64);
         for p in &batch.as_slice()[..n] {
@@ -277,13 +271,10 @@ impl TxQueue for AfXdpTx {
             let Some(addr) = self.free.pop() else { break };
             // SAFETY: `addr` came off the free list: the kernel is done with this chunk and no
             // descriptor on the TX ring points at it; `len <= frame_size` keeps us inside it.
-            match unsafe { self.umem.bytes(addr, len) } {
-                Some(dst) => dst.copy_from_slice(p.data()),
-                None => {
-                    debug_assert!(false, "TX chunk {addr} outside the UMEM");
-                    dropped += 1;
-                    continue;
-                }
+            if !unsafe { self.side.umem.write(addr, p.data()) } {
+                debug_assert!(false, "TX chunk {addr} outside the UMEM");
+                dropped += 1;
+                continue;
             }
             self.tx.write(
                 sent,
@@ -298,12 +289,10 @@ impl TxQueue for AfXdpTx {
         }
         self.tx.submit(sent);
         self.kick();
-        let s = self.stats.queue(self.idx);
-        s.packets.add(u64::from(sent));
-        s.bytes.add(bytes);
-        if dropped != 0 {
-            s.dropped.add(dropped);
-        }
+        self.side
+            .stats
+            .queue(self.side.idx)
+            .add(u64::from(sent), bytes, dropped);
         pool.put_batch(batch);
         sent as usize
     }

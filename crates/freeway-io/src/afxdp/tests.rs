@@ -49,70 +49,47 @@ fn unknown_fields_and_bad_words_are_rejected() {
     assert!(e.contains("zerocopy") && e.contains("auto"), "{e}");
 }
 
+/// The default configuration of "veth0" changed by `f`.
+fn with(f: impl FnOnce(&mut AfXdpConfig)) -> AfXdpConfig {
+    let mut c = AfXdpConfig::new("veth0");
+    f(&mut c);
+    c
+}
+
 #[test]
 fn bad_values_name_the_field() {
-    let base = AfXdpConfig::new("veth0");
-    let cases: Vec<(AfXdpConfig, &str)> = vec![
+    let cases = [
         (AfXdpConfig::new(""), "iface"),
         (AfXdpConfig::new("a-very-long-interface"), "iface"),
+        (with(|c| c.queues = Some(0)), "queues"),
+        (with(|c| c.queues = Some(MAX_QUEUES + 1)), "queues"),
+        (with(|c| c.frames = 1000), "frames"),
+        (with(|c| c.frames = 32), "frames"),
+        (with(|c| c.frame_size = 1024), "frame_size"),
         (
-            AfXdpConfig {
-                queues: Some(0),
-                ..base.clone()
-            },
-            "queues",
-        ),
-        (
-            AfXdpConfig {
-                queues: Some(MAX_QUEUES + 1),
-                ..base.clone()
-            },
-            "queues",
-        ),
-        (
-            AfXdpConfig {
-                frames: 1000,
-                ..base.clone()
-            },
-            "frames",
-        ),
-        (
-            AfXdpConfig {
-                frames: 32,
-                ..base.clone()
-            },
-            "frames",
-        ),
-        (
-            AfXdpConfig {
-                frame_size: 1024,
-                ..base.clone()
-            },
-            "frame_size",
-        ),
-        (
-            AfXdpConfig {
-                mode: XdpMode::Skb,
-                zerocopy: ZeroCopy::On,
-                ..base.clone()
-            },
+            with(|c| {
+                c.mode = XdpMode::Skb;
+                c.zerocopy = ZeroCopy::On;
+            }),
             "zerocopy",
         ),
     ];
     for (c, field) in cases {
-        let e = c.validate().unwrap_err();
-        assert!(e.starts_with(field), "{c:?}: {e}");
-        assert!(AfXdpPort::new(c).is_err());
+        match (c.validate(), AfXdpPort::new(c.clone())) {
+            (Err(e), Err(p)) => assert!(e.starts_with(field) && p.to_string() == e, "{c:?}: {e}"),
+            _ => panic!("{c:?} must be refused"),
+        }
     }
 }
 
 #[test]
 fn opening_a_missing_interface_fails_cleanly() {
     let mut p = AfXdpPort::new(AfXdpConfig::new("fw-nonexist0")).unwrap();
-    let e = p.open(1).err().expect("no such interface");
-    assert!(e.to_string().contains("fw-nonexist0"), "{e}");
+    let e = p.open(1).err().expect("no such interface").to_string();
+    assert!(e.contains("interface \"fw-nonexist0\""), "{e}");
+    assert!(p.link.is_none() && p.socks.is_empty());
     assert!(p.close().is_ok());
-    assert_eq!(p.stats(), AfXdpStats::default());
+    assert_eq!((p.stats(), p.attached()), Default::default());
 }
 
 #[test]

@@ -318,19 +318,44 @@ unsafe impl Send for Umem {}
 unsafe impl Sync for Umem {}
 
 impl Umem {
+    /// Whether `len` bytes at `addr` lie inside the UMEM.
+    fn fits(&self, addr: u64, len: usize) -> bool {
+        usize::try_from(addr)
+            .ok()
+            .and_then(|a| a.checked_add(len))
+            .is_some_and(|end| end <= self.map.len)
+    }
+
     /// The `len` bytes at `addr`; `None` if out of range.
     ///
     /// # Safety
-    /// The chunk holding them must belong to the caller (received and not yet refilled, or
-    /// free for transmission) for as long as the slice lives.
+    /// The chunk holding them must belong to the caller (received and not yet put back on
+    /// the FILL ring) for as long as the slice lives: the kernel does not write it then.
     #[inline]
-    pub(crate) unsafe fn bytes(&self, addr: u64, len: usize) -> Option<&mut [u8]> {
-        let a = usize::try_from(addr).ok()?;
-        if a.checked_add(len)? > self.map.len {
+    pub(crate) unsafe fn bytes(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        if !self.fits(addr, len) {
             return None;
         }
-        // SAFETY: in bounds (checked); exclusive by the caller's guarantee.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.map.base.as_ptr().add(a), len) })
+        // SAFETY: in bounds (checked); not written by anyone while the caller owns the chunk.
+        Some(unsafe { std::slice::from_raw_parts(self.map.base.as_ptr().add(addr as usize), len) })
+    }
+
+    /// Copies `data` to `addr`; `false` (nothing written) if out of range.
+    ///
+    /// # Safety
+    /// The chunk at `addr` must belong to the caller (free for transmission: on no ring and
+    /// not in the kernel's hands), so that nobody else reads or writes it meanwhile.
+    #[inline]
+    pub(crate) unsafe fn write(&self, addr: u64, data: &[u8]) -> bool {
+        if !self.fits(addr, data.len()) {
+            return false;
+        }
+        // SAFETY: in bounds (checked); the chunk is exclusively the caller's; `data` is
+        // ordinary process memory, not inside the UMEM's chunk, so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.base.as_ptr().add(addr as usize), data.len());
+        }
+        true
     }
 }
 
