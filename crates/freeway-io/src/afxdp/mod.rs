@@ -5,7 +5,7 @@
 //!
 //! [`Port::open`] for an interface with queues `0..queues`:
 //!
-//! 1. Checks the interface exists and has those RX queues (`/sys/class/net/IFACE/queues/`).
+//! 1. Checks the interface exists and has those RX queues ([`rx_queue_count`]).
 //! 2. Creates an `XSKMAP` with one entry per queue and loads the XDP program that redirects
 //!    each frame to the map entry of its RX queue, passing frames of queues without a socket
 //!    to the kernel stack ([`bpf`]).
@@ -195,10 +195,23 @@ impl AfXdpConfig {
     }
 }
 
-/// The RX queues interface `iface` has in this network namespace (the `rx-N` entries of
-/// `/sys/class/net/IFACE/queues/`); `None` if sysfs does not say.
-pub fn rx_queue_count(iface: &str) -> Option<u32> {
-    let d = std::fs::read_dir(format!("/sys/class/net/{iface}/queues")).ok()?;
+/// The RX queues interface `iface` has: what its driver reports (`ETHTOOL_GCHANNELS`, in the
+/// calling thread's network namespace), else the `rx-N` entries of
+/// `/sys/class/net/IFACE/queues/` if that directory describes the interface with index
+/// `ifindex` (sysfs shows the namespace it was mounted in, which need not be the thread's);
+/// `None` if neither says.
+pub fn rx_queue_count(iface: &str, ifindex: u32) -> Option<u32> {
+    if let Ok(n) = xsk::rx_channels(iface) {
+        if n > 0 {
+            return Some(n);
+        }
+    }
+    let dir = format!("/sys/class/net/{iface}");
+    let idx = std::fs::read_to_string(format!("{dir}/ifindex")).ok()?;
+    if idx.trim().parse::<u32>().ok()? != ifindex {
+        return None;
+    }
+    let d = std::fs::read_dir(format!("{dir}/queues")).ok()?;
     Some(
         d.filter_map(Result::ok)
             .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
@@ -397,11 +410,11 @@ impl Port for AfXdpPort {
         self.ifindex = open_iface(self.opened, "afxdp", &self.cfg.iface)?;
         let workers = workers.max(1);
         let iface = self.cfg.iface.clone();
-        let have = rx_queue_count(&iface);
+        let have = rx_queue_count(&iface, self.ifindex);
         let queues = match (self.cfg.queues, have) {
             (Some(q), Some(h)) if q > h => {
                 return Err(invalid(format!(
-                    "queues = {q}, but interface {iface:?} has {h} RX queue{} (0..={}, see /sys/class/net/{iface}/queues/): set queues to at most {h}",
+                    "queues = {q}, but interface {iface:?} has {h} RX queue{} (0..={}, as the driver or /sys/class/net/{iface}/queues/ report): set queues to at most {h}",
                     if h == 1 { "" } else { "s" },
                     h.saturating_sub(1)
                 )))

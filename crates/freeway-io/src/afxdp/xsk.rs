@@ -585,3 +585,53 @@ impl Xsk {
         }
     }
 }
+
+/// `struct ethtool_channels` (`ETHTOOL_GCHANNELS`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+/// `struct ifreq` with the `ifr_data` pointer of `SIOCETHTOOL`, padded to the union's size.
+#[repr(C)]
+struct IfreqData {
+    ifr_name: [u8; libc::IFNAMSIZ],
+    ifr_data: *mut libc::c_void,
+    _pad: [u8; 16],
+}
+
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+/// The receive queues of `iface` as its driver reports them (`ETHTOOL_GCHANNELS`:
+/// dedicated RX channels plus combined ones), looked up in the calling thread's network
+/// namespace. Fails for drivers that do not report channels (`EOPNOTSUPP`).
+pub(crate) fn rx_channels(iface: &str) -> io::Result<u32> {
+    // SAFETY: plain syscall with constant arguments.
+    let fd = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `fd` was just returned by socket() and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut ch = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..EthtoolChannels::default()
+    };
+    let mut r = IfreqData {
+        ifr_name: [0; libc::IFNAMSIZ],
+        ifr_data: (&mut ch as *mut EthtoolChannels).cast(),
+        _pad: [0; 16],
+    };
+    let n = iface.len().min(libc::IFNAMSIZ - 1);
+    r.ifr_name[..n].copy_from_slice(&iface.as_bytes()[..n]);
+    // SAFETY: `r` is an ifreq-sized buffer with a NUL-terminated name whose data pointer
+    // points to a live, writable `ethtool_channels` (the kernel writes only that).
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCETHTOOL, &mut r as *mut IfreqData) })?;
+    Ok(ch.rx_count + ch.combined_count)
+}

@@ -1,6 +1,8 @@
 //! Test helpers: a tiny independent frame parser and checksum verifier.
 #![allow(dead_code)]
 
+pub mod veth;
+
 use freeway_io::{Port, PortQueues, RxQueue};
 use freeway_packet::{Batch, PacketPool};
 
