@@ -6,7 +6,7 @@
 //! keeping unsolicited connections out; a capture of the traffic read back by tcpdump; route
 //! and FDB changes through the control socket (`freeway ctl`) while a ping stream flows; the
 //! bridge and the router again on AF_XDP ports (native XDP on the veths), and an AF_XDP
-//! port that cannot open leaving no XDP program behind.
+//! port that cannot open, or a Freeway killed outright, leaving no XDP program behind.
 //!
 //! Needs root (namespaces, veths, AF_PACKET): CI runs as root. Elsewhere every test prints a
 //! loud SKIPPED line (shown by plain `cargo test`) and passes; with `CI` set it fails
@@ -815,5 +815,22 @@ fn an_afxdp_port_without_the_queues_asked_for_fails_clearly_and_leaves_no_progra
     );
     for dev in ["h1", "h2"] {
         assert!(!xdp_attached(&bed, dev), "no XDP program left on {dev}: {err}");
+    }
+}
+
+#[test]
+fn a_killed_freeway_leaves_no_xdp_program() {
+    need_root!();
+    let mut bed = Bed::up("xkill");
+    bed.start(&ports_of("afxdp", 2, &[("h1", 1), ("h2", 1)]));
+    assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
+    assert!(xdp_attached(&bed, "h1") && xdp_attached(&bed, "h2"));
+    // SIGKILL: no code of Freeway's runs; the kernel detaches the programs when it closes
+    // the process's BPF link descriptors.
+    let mut child = bed.freeway.take().expect("running");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    for dev in ["h1", "h2"] {
+        assert!(!xdp_attached(&bed, dev), "no XDP program left on {dev}");
     }
 }
