@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end benchmark through Linux network namespaces: the same test bed
 # (scripts/netns-testbed.sh: hosts h1, h2 joined to a switch namespace by veth pairs, offloads
-# off) carries, in one go, four datapaths in turn:
+# off) carries, in one go, five datapaths in turn:
 #
 #   kernel-bridge     the Linux bridge in the switch namespace (the "before")
 #   freeway-bridge    Freeway bridging the two veth ends (AF_PACKET)
+#   freeway-bridge-xdp the same on AF_XDP ports (native XDP on the veths, copy mode)
 #   freeway-router    Freeway routing between 10.1.0.0/24 and 10.2.0.0/24
 #   freeway-conntrack the router with connection tracking and the stateful firewall
 #
@@ -66,10 +67,11 @@ addr() { # host, address/len, gateway or ""
     [ -z "$3" ] || in_ns "$1" ip route add default via "$3"
 }
 
-ports() { # vlan of h1, vlan of h2
+ports() { # vlan of h1, vlan of h2, port kind (default afpacket)
+    local k=${3:-afpacket}
     printf 'workers = %s\n' "$WORKERS"
-    printf '[[port]]\nname = "h1"\nkind = "afpacket"\nafpacket = { iface = "h1" }\nvlan = { mode = "access", vlan = %s }\n' "$1"
-    printf '[[port]]\nname = "h2"\nkind = "afpacket"\nafpacket = { iface = "h2" }\nvlan = { mode = "access", vlan = %s }\n' "$2"
+    printf '[[port]]\nname = "h1"\nkind = "%s"\n%s = { iface = "h1" }\nvlan = { mode = "access", vlan = %s }\n' "$k" "$k" "$1"
+    printf '[[port]]\nname = "h2"\nkind = "%s"\n%s = { iface = "h2" }\nvlan = { mode = "access", vlan = %s }\n' "$k" "$k" "$2"
 }
 ROUTER='
 [router]
@@ -213,6 +215,11 @@ in_ns sw ip link del br0
 # 2. Freeway's bridge.
 start_freeway "$(ports 1 1)"
 measure freeway-bridge 10.0.0.2 02:00:00:00:00:02
+stop_freeway
+
+# 2b. The same on AF_XDP ports.
+start_freeway "$(ports 1 1 afxdp)"
+measure freeway-bridge-xdp 10.0.0.2 02:00:00:00:00:02
 stop_freeway
 
 # 3. Freeway's router.

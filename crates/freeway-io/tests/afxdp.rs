@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use common::veth::*;
 use freeway_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode, ZeroCopy};
@@ -86,6 +87,28 @@ fn native_xdp_delivers_and_sends_frames_on_every_queue_wakes_idle_workers_and_de
         assert_eq!(s.kernel_rx_drops(), 0, "{s:?}");
         port.close().unwrap();
         assert_eq!(xdp_on(ns, "fwa"), "", "close detaches the program");
+    });
+}
+
+/// With the smallest UMEM (32 RX chunks) frames keep arriving after every chunk went round
+/// the FILL and RX rings many times: no chunk is lost on its way back.
+#[test]
+fn chunks_go_round_the_fill_ring_many_times() {
+    on_veth(1, 1500, |_| {
+        let mut port = fwa(|c| c.frames = 64);
+        let mut q = port.open(1).unwrap();
+        let peer = Raw::new("fwb");
+        let mut pool = PacketPool::default();
+        for round in 0..40u16 {
+            let sent: Vec<Vec<u8>> = (0..16).map(|i| udp4(round * 16 + i, 100, i as u8)).collect();
+            for f in &sent {
+                peer.send(f);
+            }
+            let got = frames_of(&drain(&mut q.rx, &mut pool, sent.len(), WAIT, Duration::ZERO));
+            assert_eq!(got, sent, "round {round}");
+        }
+        let s = port.stats();
+        assert_eq!((s.rx_packets, s.kernel_rx_drops()), (640, 0), "{s:?}");
     });
 }
 

@@ -103,8 +103,8 @@ pub struct AfXdpRx {
 }
 
 impl AfXdpRx {
-    /// The queue of `xsk`, with its RX chunks (the first `fill.size()` of the UMEM) all put on
-    /// the FILL ring.
+    /// The queue of `xsk`, with its RX chunks (the first `rx.size()` of the UMEM) all put on
+    /// the FILL ring (twice as large, see [`super::xsk`]).
     pub(crate) fn new(
         xsk: Arc<Xsk>,
         (mut fill, rx): (Ring<u64>, Ring<XdpDesc>),
@@ -113,7 +113,8 @@ impl AfXdpRx {
         idx: usize,
     ) -> AfXdpRx {
         let side = Side::new(xsk, stats, extra, idx);
-        let n = fill.free(fill.size());
+        let n = fill.free(rx.size());
+        debug_assert_eq!(n, rx.size(), "a fresh FILL ring takes every RX chunk");
         for i in 0..n {
             fill.write(i, side.chunk(u64::from(i)));
         }
@@ -125,7 +126,12 @@ impl AfXdpRx {
 impl RxQueue for AfXdpRx {
     fn rx_burst(&mut self, batch: &mut Batch, pool: &mut PacketPool, _now: Tick) -> usize {
         let x = &self.side.extra[self.side.idx];
-        let n = self.rx.ready(batch.room() as u32);
+        let mut n = self.rx.ready(batch.room() as u32);
+        if n != 0 {
+            // Take no frame whose chunk cannot go back on the FILL ring at once; with the
+            // FILL ring twice the RX chunks this never holds a frame back.
+            n = self.fill.free(n);
+        }
         if n == 0 {
             if self.fill.needs_wakeup() {
                 x.wakeups.inc();
@@ -133,10 +139,6 @@ impl RxQueue for AfXdpRx {
             }
             return 0;
         }
-        // Every chunk we read goes straight back: the FILL ring is as large as the RX
-        // chunks, so it always has room for the ones we hold.
-        let room = self.fill.free(n);
-        debug_assert_eq!(room, n, "FILL ring without room for received chunks");
         let ts = crate::wall_ns();
         let (mut got, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
         for i in 0..n {
@@ -164,12 +166,10 @@ impl RxQueue for AfXdpRx {
                     dropped += 1;
                 }
             }
-            if i < room {
-                self.fill.write(i, d.addr & self.side.chunk_mask);
-            }
+            self.fill.write(i, d.addr & self.side.chunk_mask);
         }
         self.rx.release(n);
-        self.fill.submit(room);
+        self.fill.submit(n);
         if self.fill.needs_wakeup() {
             x.wakeups.inc();
             self.side.xsk.kick_rx();

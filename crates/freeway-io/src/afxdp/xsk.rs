@@ -22,6 +22,16 @@
 //! socket never touch the same chunk or the same ring, so each needs no lock even if they
 //! were driven by different threads.
 //!
+//! The FILL ring has twice as many slots as there are RX chunks. The kernel publishes how far
+//! it has read the FILL ring lazily: it reads the producer index, takes those entries one by
+//! one, and stores its consumer index only when it has used them all up. A chunk can thus come
+//! back on the RX ring, and be put on the FILL ring again, while its old entry still counts
+//! as unread: the unread window is at most the chunks the kernel last saw plus the ones it
+//! has handed back since, twice the RX chunks at most, so a received chunk always has a slot.
+//! (With a FILL ring only as large as the RX chunks, the ring looks full after the first
+//! frame.) The receive side still never takes a frame off the RX ring without a FILL slot
+//! for its chunk.
+//!
 //! Threads: an [`Xsk`] is shared (`Arc`) by the queue(s) using it and the port (statistics);
 //! each [`Ring`] is owned by one queue.
 
@@ -445,7 +455,9 @@ impl Xsk {
             )
         })?;
         let half = g.frames / 2;
-        x.set(XDP_UMEM_FILL_RING, &half)
+        // The FILL ring holds twice the RX chunks (see the module documentation).
+        let fill_size = g.frames;
+        x.set(XDP_UMEM_FILL_RING, &fill_size)
             .map_err(|e| ctx(e, "XDP_UMEM_FILL_RING"))?;
         x.set(XDP_UMEM_COMPLETION_RING, &half)
             .map_err(|e| ctx(e, "XDP_UMEM_COMPLETION_RING"))?;
@@ -453,31 +465,31 @@ impl Xsk {
         x.set(XDP_TX_RING, &half).map_err(|e| ctx(e, "XDP_TX_RING"))?;
         let off: MmapOffsets = x.get(XDP_MMAP_OFFSETS).map_err(|e| ctx(e, "XDP_MMAP_OFFSETS"))?;
         let raw = x.fd.as_raw_fd();
-        let map_ring = |o: &RingOffset, desc: usize, pgoff: i64, what: &str| {
-            Map::new(raw, o.desc as usize + half as usize * desc, pgoff)
+        let map_ring = |o: &RingOffset, size: u32, desc: usize, pgoff: i64, what: &str| {
+            Map::new(raw, o.desc as usize + size as usize * desc, pgoff)
                 .map_err(|e| ctx(e, format_args!("mmap of the {what} ring")))
         };
         let rings = Rings {
             fill: Ring::new(
-                map_ring(&off.fr, 8, XDP_UMEM_PGOFF_FILL_RING, "FILL")?,
+                map_ring(&off.fr, fill_size, 8, XDP_UMEM_PGOFF_FILL_RING, "FILL")?,
                 &off.fr,
-                half,
+                fill_size,
                 true,
             ),
             comp: Ring::new(
-                map_ring(&off.cr, 8, XDP_UMEM_PGOFF_COMPLETION_RING, "COMPLETION")?,
+                map_ring(&off.cr, half, 8, XDP_UMEM_PGOFF_COMPLETION_RING, "COMPLETION")?,
                 &off.cr,
                 half,
                 false,
             ),
             rx: Ring::new(
-                map_ring(&off.rx, std::mem::size_of::<XdpDesc>(), XDP_PGOFF_RX_RING, "RX")?,
+                map_ring(&off.rx, half, std::mem::size_of::<XdpDesc>(), XDP_PGOFF_RX_RING, "RX")?,
                 &off.rx,
                 half,
                 false,
             ),
             tx: Ring::new(
-                map_ring(&off.tx, std::mem::size_of::<XdpDesc>(), XDP_PGOFF_TX_RING, "TX")?,
+                map_ring(&off.tx, half, std::mem::size_of::<XdpDesc>(), XDP_PGOFF_TX_RING, "TX")?,
                 &off.tx,
                 half,
                 true,
