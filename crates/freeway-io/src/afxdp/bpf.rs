@@ -1,7 +1,7 @@
 //! The XDP side of an AF_XDP port, through the `bpf(2)` syscall only: the program that sends
 //! every frame to the AF_XDP socket of its receive queue, hand-assembled ([`program`]); the
-//! `XSKMAP` that holds the sockets ([`XskMap`]); and the attachment of the program to the
-//! interface as a BPF link ([`XdpLink`]).
+//! `XSKMAP` that holds the sockets (`XskMap`); and the attachment of the program to the
+//! interface as a BPF link (`XdpLink`).
 //!
 //! # The program
 //!
@@ -24,7 +24,7 @@
 //! panic unwinding) or the process dies in any way, even by `SIGKILL`, the kernel detaches
 //! the program. A netlink attachment stays on the interface after its owner dies, and the
 //! next start would find it there. A link also refuses to replace a program someone else
-//! attached (`EBUSY`). [`XdpLink`]'s drop detaches explicitly first (`BPF_LINK_DETACH`), so
+//! attached (`EBUSY`). The link's drop detaches explicitly first (`BPF_LINK_DETACH`), so
 //! that the program is gone from the interface when the drop returns.
 //!
 //! Threads: everything here runs on the control thread (open and close); the map and the

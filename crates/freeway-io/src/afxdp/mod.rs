@@ -15,7 +15,7 @@
 //! 4. Per queue: an AF_XDP socket with its own UMEM (`frames` chunks of `frame_size` bytes)
 //!    and FILL, COMPLETION, RX and TX rings, bound to the queue with `XDP_USE_NEED_WAKEUP`,
 //!    in zero-copy mode where the driver supports it (`zerocopy`), else copy mode; then the
-//!    socket goes into the map ([`xsk`]).
+//!    socket goes into the map (module `xsk`).
 //!
 //! Every step that fails names itself and what to try. Whatever was set up before the
 //! failure is undone when its owner drops on the error path; in particular the link, whose
@@ -27,6 +27,16 @@
 //! port has fewer queues than there are workers, on a transmit-only AF_PACKET socket of its
 //! own: an AF_XDP socket's rings are single-producer, so two workers cannot share one, and
 //! each queue takes one socket at most. See [`queue`] for the ring walks.
+//!
+//! # Veth
+//!
+//! veth runs XDP natively: a frame the peer transmits reaches the program of the receiving
+//! end on that end's NAPI path, and the program's redirect puts it on the socket. Nothing
+//! is needed on the peer: a peer XDP program (or GRO) is only required when frames are
+//! redirected *into* a veth with `ndo_xdp_xmit`, which AF_XDP in copy mode does not do (its
+//! transmissions go through the ordinary transmit path, `veth_xmit`). veth has no zero-copy
+//! AF_XDP: `zerocopy = "auto"` binds in copy mode there. Native XDP on a veth wants at least
+//! as many RX queues on it as its peer has TX queues, and an MTU that fits a page.
 //!
 //! # Why hand-written
 //!
@@ -43,7 +53,10 @@
 //! frames before GRO, so there are no super-frames, but a frame longer than a chunk minus
 //! the kernel's headroom (256 bytes) is dropped by the kernel (counted `kernel`). Partial
 //! checksums from a local sender cannot be completed (AF_XDP does not say which frames have
-//! them): the test bed turns TX checksum offload off on its veths.
+//! them): the test bed turns TX checksum offload off on its veths. Likewise a VLAN tag that
+//! the driver strips on receive (`rx-vlan-offload`) is not in the frame the program sees and
+//! cannot be put back (AF_PACKET reads it from the kernel's metadata; AF_XDP has none): on a
+//! trunk port, turn that offload off (`ethtool -K IFACE rxvlan off`).
 //!
 //! Threads: the control thread opens and closes the port and reads its counters (the
 //! kernel's `XDP_STATISTICS` through `getsockopt`); each queue is owned by one worker.

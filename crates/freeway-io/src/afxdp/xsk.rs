@@ -451,7 +451,10 @@ impl Xsk {
         x.set(XDP_UMEM_REG, &reg).map_err(|e| {
             ctx(
                 e,
-                format_args!("XDP_UMEM_REG ({} chunks of {} bytes)", g.frames, g.frame_size),
+                format_args!(
+                    "XDP_UMEM_REG ({} chunks of {} bytes; the UMEM is locked memory: without CAP_IPC_LOCK it counts against RLIMIT_MEMLOCK, `ulimit -l`; or lower `frames`)",
+                    g.frames, g.frame_size
+                ),
             )
         })?;
         let half = g.frames / 2;
