@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use freeway_packet::bytes::{rd16, wr16};
 use freeway_packet::{vlan_pop, vlan_push, Batch, Packet, PacketPool, MAX_BATCH, NO_VLAN};
-use freeway_sync::{CachePadded, Counter, Tick};
+use freeway_sync::{CachePadded, Counter, Tick, TokenBucket};
 
 use crate::fdb::{Fdb, FdbWriter, LearnRequest};
 use crate::layout::{Layout, Padded};
@@ -125,36 +125,9 @@ pub struct BridgeWorker {
     /// Counters; read by the stats thread.
     pub counters: std::sync::Arc<CachePadded<BridgeCounters>>,
     recent: Box<[(u64, Tick); RECENT]>,
-    /// Storm control's buckets, per port and class (made on the first frame that needs one).
-    storm: Vec<[StormBucket; 3]>,
-}
-
-/// One storm-control token bucket: frames allowed now, and when it was last filled.
-#[derive(Clone, Copy, Debug, Default)]
-struct StormBucket {
-    /// Frames allowed, in thousandths (a rate below 1,000 frames a second still refills).
-    milli: u64,
-    last: Tick,
-}
-
-impl StormBucket {
-    /// Takes one frame's worth at `rate` frames a second (a burst of one second's worth):
-    /// `false` when the bucket is empty.
-    #[inline]
-    fn take(&mut self, rate: u32, now: Tick) -> bool {
-        let cap = u64::from(rate) * 1000;
-        let dt = now.saturating_sub(self.last);
-        if dt > 0 {
-            self.milli = (self.milli + dt.saturating_mul(u64::from(rate))).min(cap);
-            self.last = now;
-        }
-        if self.milli >= 1000 {
-            self.milli -= 1000;
-            true
-        } else {
-            false
-        }
-    }
+    /// Storm control's buckets, per port and class (made on the first frame that needs one:
+    /// a second's worth of frames as burst).
+    storm: Vec<[Option<TokenBucket>; 3]>,
 }
 
 const RECENT: usize = 256;
@@ -542,9 +515,10 @@ impl<L: Layout> Bridge<L> {
             if rate != 0 && !read_only {
                 let port = usize::from(in_port);
                 if storm.len() <= port {
-                    storm.resize(self.ports.len().max(port + 1), [StormBucket::default(); 3]);
+                    storm.resize(self.ports.len().max(port + 1), [None, None, None]);
                 }
-                if !storm[port][class as usize].take(rate, now) {
+                let bucket = storm[port][class as usize].get_or_insert_with(|| TokenBucket::starting_empty(rate, rate));
+                if !bucket.take(now) {
                     c.drop_storm.inc();
                     uniform = false;
                     continue;

@@ -17,7 +17,6 @@ use freeway_packet::bytes::{rd16, wr16, wr32};
 use freeway_packet::checksum::{checksum, fold, pseudo_v6, sum, update16, verify};
 use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6};
 use freeway_packet::Packet;
-use freeway_sync::Tick;
 
 pub use crate::frame::L2;
 use crate::frame::{finish_frame, start_frame};
@@ -81,44 +80,7 @@ pub mod v6 {
     pub const CODE_HOP_LIMIT: u8 = 0;
 }
 
-/// A token bucket: `rate` tokens per second up to `burst`, refilled from clock ticks.
-/// `rate == 0` refills nothing (only the initial burst is ever spent).
-#[derive(Clone, Debug)]
-pub struct TokenBucket {
-    rate: u32,
-    burst: u32,
-    /// Thousandths of a token.
-    milli: u64,
-    last: Tick,
-}
-
-impl TokenBucket {
-    /// A full bucket.
-    pub fn new(rate: u32, burst: u32) -> Self {
-        TokenBucket {
-            rate,
-            burst,
-            milli: u64::from(burst) * 1000,
-            last: 0,
-        }
-    }
-
-    /// Takes one token if there is one.
-    #[inline]
-    pub fn take(&mut self, now: Tick) -> bool {
-        if now > self.last {
-            let add = (now - self.last).saturating_mul(u64::from(self.rate));
-            self.milli = self.milli.saturating_add(add).min(u64::from(self.burst) * 1000);
-            self.last = now;
-        }
-        if self.milli >= 1000 {
-            self.milli -= 1000;
-            true
-        } else {
-            false
-        }
-    }
-}
+pub use freeway_sync::TokenBucket;
 
 /// Whether an ICMPv4 type may not be answered with an error: the error messages, and as
 /// Linux counts them the other types but the queries and their replies (echo, timestamp,

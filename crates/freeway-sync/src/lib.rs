@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod atomic;
+pub mod bucket;
 pub mod chain;
 pub mod clock;
 pub mod counter;
@@ -29,6 +30,7 @@ pub mod reclaim;
 pub mod refcount;
 pub mod rng;
 
+pub use bucket::TokenBucket;
 pub use clock::{Clock, Tick};
 pub use counter::Counter;
 /// Pads and aligns a value to the length of a cache line (128 bytes on x86-64, covering the

@@ -26,13 +26,22 @@ fn test_dir(tag: &str) -> PathBuf {
 /// The router demo, running for up to a minute (plus `extra` appended to its config), with
 /// a control socket; returns its directory, the socket and the process.
 fn running(tag: &str, extra: &str) -> (PathBuf, PathBuf, Child) {
+    running_with(tag, &[], |text| format!("{text}\n{extra}"))
+}
+
+/// [`running`], with `files` (name, content) written next to the config first and the
+/// config's text changed by `edit`.
+fn running_with(tag: &str, files: &[(&str, &str)], edit: impl Fn(String) -> String) -> (PathBuf, PathBuf, Child) {
     let dir = test_dir(tag);
+    for (name, content) in files {
+        std::fs::write(dir.join(name), content).unwrap();
+    }
     let o = freeway(&["default-config", "--router"]);
     let text = String::from_utf8(o.stdout)
         .unwrap()
         .replace("duration_secs = 5", "duration_secs = 60");
     let cfg = dir.join("router.toml");
-    std::fs::write(&cfg, format!("{text}\n{extra}")).unwrap();
+    std::fs::write(&cfg, edit(text)).unwrap();
     let sock = dir.join("ctl.sock");
     let child = spawn_run(&cfg, &sock, &[], Stdio::null());
     // Ready when it answers.
@@ -328,10 +337,7 @@ fn at_exit_only_the_socket_this_run_created_is_removed() {
 /// and `trace` naming the chain and the line of the rule that decided.
 #[test]
 fn an_nftables_ruleset_is_listed_changed_and_traced_through_the_socket() {
-    let dir = test_dir("nft");
-    std::fs::write(
-        dir.join("rules.nft"),
-        "table inet filter {\n\
+    let rules = "table inet filter {\n\
          \tset blocked {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t}\n\
          \tchain forward {\n\
          \t\ttype filter hook forward priority filter; policy drop;\n\
@@ -339,23 +345,10 @@ fn an_nftables_ruleset_is_listed_changed_and_traced_through_the_socket() {
          \t\tip saddr @blocked counter drop\n\
          \t\tiifname \"lan\" accept\n\
          \t\tiifname \"wan\" tcp dport 22 counter drop\n\
-         \t}\n}\n",
-    )
-    .unwrap();
-    let o = freeway(&["default-config", "--router"]);
-    let text = String::from_utf8(o.stdout)
-        .unwrap()
-        .replace("duration_secs = 5", "duration_secs = 60")
-        .replace("allow_new_from = [\"lan\"]", "ruleset = \"rules.nft\"");
-    let cfg = dir.join("router.toml");
-    std::fs::write(&cfg, text).unwrap();
-    let sock = dir.join("ctl.sock");
-    let child = spawn_run(&cfg, &sock, &[], Stdio::null());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while freeway_datapath::runtime::ctl_request(&sock, &["stats".to_string()]).is_err() {
-        assert!(Instant::now() < deadline, "the datapath did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+         \t}\n}\n";
+    let (dir, sock, child) = running_with("nft", &[("rules.nft", rules)], |text| {
+        text.replace("allow_new_from = [\"lan\"]", "ruleset = \"rules.nft\"")
+    });
     // The intruder's SSH attempts meet the counted drop rule.
     let deadline = Instant::now() + Duration::from_secs(30);
     let listed = loop {
