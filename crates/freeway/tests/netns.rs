@@ -769,6 +769,16 @@ fn afxdp_ports_bridge_ping_and_tcp_between_namespaces() {
     assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
     assert!(bed.ping("h3", "10.0.0.1"), "h3 pings h1 through the bridge");
     bed.transfer_intact("h1", "h2", 5011, 4);
+    // Idle again, a lone ping goes through at once: the workers sleep in poll() on their
+    // sockets and the first frame wakes them.
+    let o = bed.exec("h1", &["ping", "-q", "-c", "20", "-i", "0.2", "-W", "1", "10.0.0.2"]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "every ping answered: {text}");
+    let (_, avg, _) = ping_rtt(&text).unwrap_or_else(|| panic!("ping summary: {text}"));
+    assert!(
+        avg < 1.0,
+        "average round trip {avg} ms through an idle Freeway on AF_XDP: {text}"
+    );
     let j = bed.stop();
     assert!(j["fdb"]["learned"].as_u64().unwrap() >= 3, "{j}");
     assert!(j["bridge"]["forwarded"].as_u64().unwrap() > 1000, "{j}");
