@@ -1007,6 +1007,24 @@ impl State {
         None
     }
 
+    /// The interface `orig` arrived on and the framing of a reply to it (back to the frame's
+    /// source MAC, from the interface's); `None`, counted as suppressed, for a frame that
+    /// gets no reply (from a group address, too short, not IP).
+    fn reply_l2<'c>(&self, cx: &Ctx<'c>, orig: &Packet, iif: u16) -> Option<(&'c Interface, L2)> {
+        let it = cx.ifaces.get(iif)?;
+        let f = orig.data();
+        if f.len() < 14 || is_group(&f[0..6]) || orig.meta.l3_off == NO_OFFSET {
+            self.c.icmp_suppressed.inc();
+            return None;
+        }
+        let l2 = L2 {
+            dst: mac_at(f, 6),
+            src: it.mac,
+            vlan: it.vlan,
+        };
+        Some((it, l2))
+    }
+
     /// Answers `orig` (as received on `iif`) with a TCP reset through the ICMP token bucket;
     /// a packet that is not a TCP segment gets ICMP port unreachable instead (from its own
     /// destination when `local`: it was for one of our addresses).
@@ -1015,22 +1033,14 @@ impl State {
             let e = IcmpErr::Rejected(v4::CODE_PORT, v6::CODE_PORT, local);
             return self.icmp_error(cx, orig, iif, e, out);
         }
-        let Some(it) = cx.ifaces.get(iif) else { return };
-        let f = orig.data();
-        let l3 = usize::from(orig.meta.l3_off);
-        if orig.meta.l3_off == NO_OFFSET || f.len() < 14 || is_group(&f[0..6]) {
-            self.c.icmp_suppressed.inc();
+        let Some((it, l2)) = self.reply_l2(cx, orig, iif) else {
             return;
-        }
+        };
         if !self.icmp.take(cx.now) {
             self.c.icmp_rate_limited.inc();
             return;
         }
-        let l2 = L2 {
-            dst: mac_at(f, 6),
-            src: it.mac,
-            vlan: it.vlan,
-        };
+        let (f, l3) = (orig.data(), usize::from(orig.meta.l3_off));
         let mut p = out.pool().get();
         if !build_tcp_reset(&mut p, l2, &f[l3..], orig.meta.ethertype == ETHERTYPE_IPV6) {
             self.c.icmp_suppressed.inc();
@@ -1044,18 +1054,10 @@ impl State {
     /// Sends an ICMP/ICMPv6 error about `orig` (as received on `iif`) back to its sender, if
     /// the rules and the rate limiter allow.
     fn icmp_error(&mut self, cx: &Ctx, orig: &Packet, iif: u16, e: IcmpErr, out: &mut impl L3Out) {
-        let Some(it) = cx.ifaces.get(iif) else { return };
-        let f = orig.data();
-        let l3 = usize::from(orig.meta.l3_off);
-        if f.len() < 14 || is_group(&f[0..6]) || orig.meta.l3_off == NO_OFFSET {
-            self.c.icmp_suppressed.inc();
+        let Some((it, l2)) = self.reply_l2(cx, orig, iif) else {
             return;
-        }
-        let l2 = L2 {
-            dst: mac_at(f, 6),
-            src: it.mac,
-            vlan: it.vlan,
         };
+        let (f, l3) = (orig.data(), usize::from(orig.meta.l3_off));
         let (ip, addrs) = if orig.meta.ethertype == ETHERTYPE_IPV4 {
             let Some(h) = f.get(l3..l3 + 20) else { return };
             let tot = usize::from(rd16(h, 2)).min(f.len() - l3);

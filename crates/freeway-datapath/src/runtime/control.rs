@@ -1118,7 +1118,7 @@ impl<L: Layout> Control<L> {
             now: self.clock.now(),
             ct: self.ct.as_ref(),
             fw: self.fw.as_ref(),
-            nft: self.nft.as_ref().map(|f| f.current()),
+            nft: self.nft.as_ref().map(|f| (f.current(), f.zones())),
             ct_state: Default::default(),
             zones: &self.zones,
             router: match (&self.rib, &self.l3) {

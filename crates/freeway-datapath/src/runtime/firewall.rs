@@ -48,6 +48,34 @@ pub(crate) fn ct_state_bits(flags: u8) -> u8 {
     }
 }
 
+/// The ruleset's hook for the L3 stage's.
+pub(crate) fn hook_of(hook: FilterHook) -> Hook {
+    match hook {
+        FilterHook::Forward => Hook::Forward,
+        FilterHook::Input => Hook::Input,
+    }
+}
+
+/// The conntrack zone of router interface `iif`.
+pub(crate) fn zone_of(zones: &[u16], iif: u16) -> u16 {
+    zones.get(usize::from(iif)).copied().unwrap_or(0)
+}
+
+/// What the ruleset reads of `pkt` at the L3 stage's `hook`: the frame's fields, the router
+/// interfaces (no egress at the input hook), the connection state the tracker recorded in
+/// its metadata, and the ingress interface's zone.
+pub(crate) fn fields_at(hook: FilterHook, pkt: &Packet, iif: u16, oif: u16, zone: u16) -> Fields {
+    let mut f = Fields::from_packet(pkt.data(), &pkt.meta);
+    f.iif = u32::from(iif);
+    f.oif = match hook {
+        FilterHook::Forward => u32::from(oif),
+        FilterHook::Input => freeway_firewall::NO_IF,
+    };
+    f.ct_state = ct_state_bits(pkt.meta.flags);
+    f.ct_zone = zone;
+    f
+}
+
 /// What the router's stage sends back for a reject.
 pub(crate) fn reject_of(w: RejectWith) -> Reject {
     match w {
@@ -158,6 +186,11 @@ impl FirewallShared {
         self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
     }
 
+    /// Conntrack zone of each router interface.
+    pub fn zones(&self) -> Arc<[u16]> {
+        self.zones.clone()
+    }
+
     /// Where the current ruleset came from.
     pub fn source(&self) -> String {
         self.source.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -231,11 +264,6 @@ impl FwHook {
     /// The verdict on `pkt` at `hook`, from router interface `iif` (to `oif`).
     #[inline]
     pub fn judge(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16) -> FilterVerdict {
-        let (hook, oif) = match hook {
-            FilterHook::Forward => (Hook::Forward, u32::from(oif)),
-            FilterHook::Input => (Hook::Input, freeway_firewall::NO_IF),
-        };
-        let ct_state = ct_state_bits(pkt.meta.flags);
         let nfproto = match pkt.meta.ethertype {
             ETHERTYPE_IPV4 => freeway_firewall::packet::NFPROTO_IPV4,
             ETHERTYPE_IPV6 => freeway_firewall::packet::NFPROTO_IPV6,
@@ -243,15 +271,12 @@ impl FwHook {
         };
         // Established traffic meets `ct state established,related accept` first: accepted
         // without reading the packet.
-        if self.fw.accepts_state(nfproto, hook, ct_state) || !self.fw.has_hook(nfproto, hook) {
+        let h = hook_of(hook);
+        if self.fw.accepts_state(nfproto, h, ct_state_bits(pkt.meta.flags)) || !self.fw.has_hook(nfproto, h) {
             return self.accepted(pkt, iif);
         }
-        let mut f = Fields::from_packet(pkt.data(), &pkt.meta);
-        f.iif = u32::from(iif);
-        f.oif = oif;
-        f.ct_state = ct_state;
-        f.ct_zone = self.zone(iif);
-        let d = self.fw.judge(hook, &f, &mut self.st, self.now);
+        let f = fields_at(hook, pkt, iif, oif, self.zone(iif));
+        let d = self.fw.judge(h, &f, &mut self.st, self.now);
         match d.action {
             Action::Accept => self.accepted(pkt, iif),
             Action::Drop => FilterVerdict::Drop,
@@ -276,7 +301,7 @@ impl FwHook {
     }
 
     fn zone(&self, iif: u16) -> u16 {
-        self.zones.get(usize::from(iif)).copied().unwrap_or(0)
+        zone_of(&self.zones, iif)
     }
 
     /// An accepted packet of a new connection not in the table yet creates it.

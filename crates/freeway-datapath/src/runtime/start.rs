@@ -387,7 +387,7 @@ pub fn trace_config<L: Layout>(cfg: &Checked, in_port: u16, frame: Vec<u8>) -> R
         now: clock.now(),
         ct: tables.stateful.as_ref().map(|s| &s.ct),
         fw: tables.stateful.as_ref().and_then(|s| s.fw.as_ref()),
-        nft: tables.firewall.as_ref().map(|f| f.current()),
+        nft: tables.firewall.as_ref().map(|f| (f.current(), f.zones())),
         ct_state: Default::default(),
         zones: tables.stateful.as_ref().map_or(&no_zones, |s| &s.zones),
         router: tables.router.as_ref().map(|(sh, rib, _)| super::trace::RouterView {

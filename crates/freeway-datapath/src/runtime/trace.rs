@@ -73,7 +73,7 @@ pub(crate) struct Tables<'a, L: Layout> {
     pub ct: Option<&'a Conntrack>,
     pub fw: Option<&'a Firewall>,
     /// The nftables ruleset, when the run has one (it replaces `fw`).
-    pub nft: Option<Arc<freeway_firewall::Firewall>>,
+    pub nft: Option<(Arc<freeway_firewall::Firewall>, Arc<[u16]>)>,
     pub zones: &'a [u16],
     pub router: Option<RouterView<'a>>,
     /// The connection state conntrack found for the traced frame, as the datapath records it
@@ -522,10 +522,10 @@ impl<L: Layout> Tables<'_, L> {
             pool: PacketPool::new(freeway_packet::MAX_FRAME, 0, 8),
             emitted: Vec::new(),
             dropped: None,
-            nft: self.nft.clone().map(|fw| NftTrace {
+            nft: self.nft.clone().map(|(fw, zones)| NftTrace {
                 st: fw.scratch_state(),
                 fw,
-                ct_flags: self.ct_state.get(),
+                zones,
                 now: self.now,
                 said: Vec::new(),
             }),
@@ -554,6 +554,9 @@ impl<L: Layout> Tables<'_, L> {
             })
             .unwrap_or((None, String::new()));
         let mut lookup = FibLookup { fib: r.rib.fib() };
+        // The state conntrack found, where the datapath keeps it: in the packet's metadata.
+        let mut p = p;
+        p.meta.flags = (p.meta.flags & !meta_flags::CT_MASK) | self.ct_state.get();
         l3.process_one(p, &mut lookup, self.now, &mut rec);
         let queued = l3.pending_len() > 0;
         let local = dst.is_some_and(|d| match d {
@@ -641,8 +644,9 @@ struct Record {
 /// The firewall as a trace runs it.
 struct NftTrace {
     fw: Arc<freeway_firewall::Firewall>,
+    /// Conntrack zone of each router interface.
+    zones: Arc<[u16]>,
     st: freeway_firewall::FwState,
-    ct_flags: u8,
     now: Tick,
     said: Vec<String>,
 }
@@ -651,14 +655,9 @@ impl NftTrace {
     /// Judges `pkt` at `hook` with the real ruleset and puts the verdict in words: which
     /// chain and rule (with its line) decided.
     fn judge(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16, ifs: &Interfaces) -> FilterVerdict {
-        let mut f = freeway_firewall::Fields::from_packet(pkt.data(), &pkt.meta);
-        let (h, oif_id) = match hook {
-            FilterHook::Forward => (freeway_firewall::ast::Hook::Forward, u32::from(oif)),
-            FilterHook::Input => (freeway_firewall::ast::Hook::Input, freeway_firewall::NO_IF),
-        };
-        f.iif = u32::from(iif);
-        f.oif = oif_id;
-        f.ct_state = super::firewall::ct_state_bits(self.ct_flags);
+        let h = super::firewall::hook_of(hook);
+        let zone = super::firewall::zone_of(&self.zones, iif);
+        let f = super::firewall::fields_at(hook, pkt, iif, oif, zone);
         let d = self.fw.judge(h, &f, &mut self.st, self.now);
         let rs = self.fw.ruleset();
         let chain = |t: u16, c: u16| {
