@@ -53,11 +53,13 @@ pub fn skip(why: impl Display) {
 }
 
 /// Runs `tcpdump -r path args…` (options such as `-n`, then any filter expression) and
-/// returns what it printed: one line a packet. tcpdump must succeed on the file. Where
+/// returns what it printed: one line a packet, times in UTC (as Freeway prints them). tcpdump
+/// must succeed on the file. Where
 /// tcpdump cannot run, [`skip`]s the check (a failure under CI) and returns `None`.
 #[track_caller]
 pub fn tcpdump(path: &Path, args: &[&str]) -> Option<String> {
     match std::process::Command::new("tcpdump")
+        .env("TZ", "UTC")
         .arg("-r")
         .arg(path)
         .args(args)

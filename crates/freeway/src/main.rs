@@ -189,13 +189,30 @@ struct CaptureArgs {
     /// Number of workers (overrides the config).
     #[arg(long)]
     workers: Option<usize>,
-    /// Print the compiled BPF program like `tcpdump -d` and exit.
-    #[arg(short = 'd')]
-    dump: bool,
+    /// Print the compiled BPF program and exit: `-d` as text, `-dd` as a C array, `-ddd` as
+    /// decimal numbers (tcpdump's three forms).
+    #[arg(short = 'd', action = clap::ArgAction::Count)]
+    dump: u8,
     /// Capture from the datapath listening on this control socket (`freeway run --ctl PATH`)
     /// instead of running one.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["config", "duration", "workers"])]
     ctl: Option<PathBuf>,
+    /// Read packets from this pcap or pcapng file instead of capturing, filter them and print
+    /// (or `-w` write) the matches, as `tcpdump -r`.
+    #[arg(short = 'r', value_name = "FILE", conflicts_with_all = ["config", "duration", "workers", "ctl"])]
+    read: Option<PathBuf>,
+    /// Print the ports that can be captured on (of the daemon with --ctl, else of the
+    /// config) and exit, as `tcpdump -D`.
+    #[arg(short = 'D')]
+    list_ports: bool,
+    /// Print the link-level header on each line (MAC addresses, ethertype, VLAN tags), as
+    /// `tcpdump -e`.
+    #[arg(short = 'e')]
+    link: bool,
+    /// Do not resolve addresses or ports to names. Freeway never does; accepted because
+    /// `tcpdump -n` is a habit.
+    #[arg(short = 'n')]
+    numeric: bool,
     /// What to capture: -i PORT, -Q, -s, -c, --format, the filter.
     #[command(flatten)]
     tap: runtime::control::cli::TapArgs,
@@ -379,7 +396,8 @@ fn capture_live(a: &CaptureArgs, sock: &std::path::Path) -> Result<(), String> {
         tap.format = Some(config::capture::FileFormat::of_path(std::path::Path::new(w)));
     }
     let mut out: Box<dyn std::io::Write> = if a.write.is_none() {
-        Box::new(freeway_datapath::decode::PcapText::new(std::io::stdout().lock()))
+        let opts = freeway_datapath::decode::Options { link: a.link };
+        Box::new(freeway_datapath::decode::PcapText::with(std::io::stdout().lock(), opts))
     } else if w == "-" {
         Box::new(std::io::stdout().lock())
     } else {
@@ -393,6 +411,31 @@ fn capture_live(a: &CaptureArgs, sock: &std::path::Path) -> Result<(), String> {
     let sum = runtime::ctl_capture(sock, &tap, &mut out, &stop).map_err(|e| e.to_string())?;
     drop(out);
     eprint!("{}", sum.lines());
+    Ok(())
+}
+
+/// `freeway capture -r FILE`: a file filtered offline, printed or written (`-w`).
+fn capture_read(a: &CaptureArgs, file: &std::path::Path) -> Result<(), String> {
+    use freeway_datapath::decode::{read_file, Options, ReadOutput, ReadRequest};
+    let filter = a.tap.expression.join(" ");
+    let req = ReadRequest {
+        filter: &filter,
+        count: a.tap.count,
+        snaplen: if a.tap.snaplen == 0 { 262_144 } else { a.tap.snaplen },
+        opts: Options { link: a.link },
+    };
+    eprintln!("reading from file {}, link-type EN10MB (Ethernet)", file.display());
+    let stdout = std::io::stdout();
+    match a.write.as_deref() {
+        None => read_file(file, &req, ReadOutput::Text(&mut stdout.lock()))?,
+        Some("-") => read_file(file, &req, ReadOutput::Pcap(&mut stdout.lock()))?,
+        Some(w) => {
+            let mut f = std::io::BufWriter::new(std::fs::File::create(w).map_err(|e| format!("-w {w}: {e}"))?);
+            read_file(file, &req, ReadOutput::Pcap(&mut f))?;
+            std::io::Write::flush(&mut f).map_err(|e| format!("-w {w}: {e}"))?;
+            return Ok(());
+        }
+    };
     Ok(())
 }
 
@@ -410,10 +453,40 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         ctl_read_group: None,
         metrics: None,
     };
-    if a.dump {
+    let _ = a.numeric;
+    if a.dump > 0 {
         let filter = a.tap.expression.join(" ");
         let prog = freeway_capture::compile(&filter, a.tap.snaplen.max(1)).map_err(|e| format!("filter: {e}"))?;
-        out!("{}", freeway_capture::bpf::dump(&prog));
+        match a.dump {
+            1 => out!("{}", freeway_capture::bpf::dump(&prog)),
+            2 => out!("{}", freeway_capture::bpf::dump_c(&prog)),
+            _ => out!("{}", freeway_capture::bpf::dump_decimal(&prog)),
+        }
+        return Ok(());
+    }
+    if let Some(file) = &a.read {
+        return capture_read(&a, file);
+    }
+    if a.list_ports {
+        let names: Vec<String> = match &a.ctl {
+            Some(sock) => {
+                let r =
+                    runtime::ctl_request(sock, &["link".to_string(), "show".to_string()]).map_err(|e| e.to_string())?;
+                r["data"]
+                    .as_array()
+                    .map(|ports| {
+                        ports
+                            .iter()
+                            .filter_map(|p| p["ifname"].as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
+            None => load(&run)?.ports.iter().map(|p| p.name.clone()).collect(),
+        };
+        for (i, n) in names.iter().enumerate() {
+            outln!("{}.{n}", i + 1);
+        }
         return Ok(());
     }
     if let Some(sock) = &a.ctl {
@@ -433,7 +506,7 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
     let mut spec = tap
         .check(&names, compile, write)
         .map_err(|e| runtime::control::cli::flag_error(&e))?;
-    spec.text = text;
+    spec.text = text.then_some(freeway_datapath::decode::Options { link: a.link });
     if spec.write.is_none() && cfg.taps.iter().any(|t| t.write.is_none()) {
         return Err("a tap of the config already writes to standard output: use -w FILE".into());
     }

@@ -223,6 +223,16 @@ pub fn dump_c(prog: &[Insn]) -> String {
     s
 }
 
+/// Renders a program like `tcpdump -ddd`: the number of instructions, then one line of
+/// decimal numbers (`code jt jf k`) per instruction.
+pub fn dump_decimal(prog: &[Insn]) -> String {
+    let mut s = format!("{}\n", prog.len());
+    for i in prog {
+        s.push_str(&format!("{} {} {} {}\n", i.code, i.jt, i.jf, i.k));
+    }
+    s
+}
+
 impl fmt::Display for Insn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (name, operand, jumps) = image(self, 0);

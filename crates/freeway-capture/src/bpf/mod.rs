@@ -9,6 +9,6 @@ pub mod jit;
 pub mod validate;
 pub mod vm;
 
-pub use insn::{dump, dump_c, op, Insn};
+pub use insn::{dump, dump_c, dump_decimal, op, Insn};
 pub use validate::{validate, ValidateError, MAX_INSNS, MEMWORDS};
 pub use vm::Program;

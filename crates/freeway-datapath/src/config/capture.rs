@@ -211,7 +211,7 @@ impl TapOptions {
             write,
             pcapng: format == FileFormat::Pcapng,
             count: self.count,
-            text: false,
+            text: None,
         })
     }
 }
@@ -282,9 +282,9 @@ pub struct TapSpec {
     pub pcapng: bool,
     /// Packet count limit.
     pub count: Option<u64>,
-    /// Decode to tcpdump-style text lines instead of writing pcap (only with `write: None`;
-    /// `freeway capture` without `-w`).
-    pub text: bool,
+    /// Decode to tcpdump lines, printed with these options, instead of writing pcap (only with
+    /// `write: None`: `freeway capture` without `-w`).
+    pub text: Option<crate::decode::Options>,
 }
 
 type Err = (Option<Range<usize>>, String);

@@ -157,8 +157,10 @@ fn attach_one<R: TapRegistry>(
         Some(p) => Box::new(BufWriter::new(
             File::create(p).map_err(|x| RunError(format!("tap writing {}: {x}", p.display())))?,
         )),
-        None if s.text => Box::new(crate::decode::PcapText::new(BufWriter::new(std::io::stdout()))),
-        None => Box::new(BufWriter::new(std::io::stdout())),
+        None => match s.text {
+            Some(o) => Box::new(crate::decode::PcapText::with(BufWriter::new(std::io::stdout()), o)),
+            None => Box::new(BufWriter::new(std::io::stdout())),
+        },
     };
     attach_to(reg, &format!("fw-tap-{n}"), s, port_names, workers, lossless, out)
 }

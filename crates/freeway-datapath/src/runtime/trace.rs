@@ -746,15 +746,21 @@ fn dest(p: &Packet) -> Option<IpAddr> {
     }
 }
 
-/// One line about a parsed frame: its addresses, then tcpdump's summary of it.
+/// One line about a parsed frame: tcpdump's `-e` line (addresses, tags, summary), and the
+/// IP TTL or hop limit, which the router changes.
 fn describe(p: &Packet) -> String {
     let f = p.data();
-    format!(
-        "{} > {}, {}",
-        Mac(f[6..12].try_into().expect("14 bytes")),
-        Mac(f[0..6].try_into().expect("14 bytes")),
-        crate::decode::summary(f)
-    )
+    let mut s = crate::decode::Decoder::new(crate::decode::Options { link: true }).line(f, f.len());
+    let l3 = usize::from(p.meta.l3_off);
+    let ttl = match p.meta.ethertype {
+        0x0800 => f.get(l3 + 8),
+        0x86dd => f.get(l3 + 7),
+        _ => None,
+    };
+    if let Some(t) = ttl {
+        s.push_str(&format!(" (ttl {t})"));
+    }
+    s
 }
 
 /// The trace as `freeway ctl trace` prints it, and as JSON.
@@ -805,7 +811,7 @@ mod tests {
         assert_eq!(dest(&pkt), Some(IpAddr::V4(Ipv4Addr::new(10, 2, 0, 9))));
         let d = describe(&pkt);
         assert!(
-            d.contains("vlan 20, IP 10.1.0.2.1024 > 10.2.0.9.443: Flags [S.]"),
+            d.contains("vlan 20, p 0, ethertype IPv4 (0x0800), 10.1.0.2.1024 > 10.2.0.9.443: Flags [S.]"),
             "{d}"
         );
     }
