@@ -55,15 +55,20 @@ fn init_logs(level: &str, format: &str) -> Result<(), String> {
 enum Cmd {
     /// Run the datapath (the built-in demo configuration when no --config is given).
     Run(RunArgs),
-    /// Run a configuration, then print the forwarding database as it stood at the end.
-    Fdb(RunArgs),
-    /// Print the routing table of a configuration, like `ip route` (connected and static routes).
-    Route(RouteArgs),
-    /// Run a configuration, then print the neighbour (ARP/ND) table, like `ip neigh`.
-    Neigh(RunArgs),
-    /// Run a configuration, then list the connection table, like `conntrack -L`.
-    Conntrack(RunArgs),
-    /// Capture packets of a port while the datapath runs, like tcpdump (pcap to a file or `-w -`).
+    /// The running daemon's forwarding database, like `bridge fdb show` (`--config`: run a
+    /// configuration once and print the FDB as it stood at the end).
+    Fdb(TableArgs),
+    /// The running daemon's routing table, like `ip route` (`--config`: the routes a
+    /// configuration file describes, without running it).
+    Route(TableArgs),
+    /// The running daemon's neighbour (ARP/ND) table, like `ip neigh` (`--config`: run a
+    /// configuration once and print the table at its end).
+    Neigh(TableArgs),
+    /// The running daemon's connection table, like `conntrack -L` (`--config`: run a
+    /// configuration once and list the connections at its end).
+    Conntrack(TableArgs),
+    /// Capture packets on a port of the running daemon, like tcpdump; or read a capture file
+    /// (`-r`); or run a configuration once with a capture on it (`--config`).
     Capture(CaptureArgs),
     /// Talk to a running datapath (`freeway run --ctl PATH`): stats, fdb, routes, neighbours, connections.
     #[command(disable_help_subcommand = true)]
@@ -154,14 +159,91 @@ impl RunArgs {
     }
 }
 
+/// The control socket a daemon (`freeway run --ctl`) listens on unless told otherwise, and
+/// the one its clients ask.
+const DEFAULT_SOCKET: &str = "/run/freeway.sock";
+
+/// `freeway fdb|route|neigh|conntrack`: ask the running daemon, or read a configuration once.
 #[derive(Args)]
-struct RouteArgs {
-    /// TOML configuration file (default: the embedded demo).
-    #[arg(short, long)]
+struct TableArgs {
+    /// The running daemon's control socket (`freeway run --ctl PATH`).
+    #[arg(long = "ctl", short = 'S', value_name = "PATH", default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// A one-shot run instead of asking the daemon: run this configuration (until its inputs
+    /// end, or --duration) and print the table as it stood at the end. For `route`, the
+    /// configured routes, without running.
+    #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Print JSON, like `ip -j route`.
+    /// How long the one-shot run lasts (with --config): seconds (1.5) or with a unit (300ms,
+    /// 5s, 2m).
+    #[arg(short, long, value_name = "DURATION", value_parser = config::parse_duration, requires = "config")]
+    duration: Option<Duration>,
+    /// Workers of the one-shot run (with --config).
+    #[arg(short, long, requires = "config")]
+    workers: Option<usize>,
+    /// Print JSON (the shapes of `bridge -j`, `ip -j` and `conntrack -o json`).
     #[arg(short = 'j', long)]
     json: bool,
+}
+
+impl TableArgs {
+    /// The arguments of the one-shot run of `config`.
+    fn one_shot(&self, config: PathBuf) -> RunArgs {
+        RunArgs {
+            config: Some(config),
+            duration: self.duration,
+            workers: self.workers,
+            json: self.json,
+            quiet: true,
+            fdb: false,
+            no_route_cache: false,
+            ctl: None,
+            ctl_group: None,
+            ctl_read_group: None,
+            metrics: None,
+        }
+    }
+}
+
+/// The words of the control request that prints each table.
+fn table_request(show: Show) -> &'static [&'static str] {
+    match show {
+        Show::Fdb => &["fdb", "show"],
+        Show::Neigh => &["neigh", "show"],
+        Show::Conntrack => &["conntrack", "list"],
+        _ => &["route", "show"],
+    }
+}
+
+/// `freeway fdb|neigh|conntrack|route`: the daemon's table (or a one-shot run with --config).
+fn table_cmd(a: TableArgs, show: Show) -> Result<(), String> {
+    if let Some(cfg) = a.config.clone() {
+        return if show == Show::Route {
+            route_cmd(&cfg, a.json)
+        } else {
+            run_cmd(a.one_shot(cfg), show)
+        };
+    }
+    let words: Vec<String> = table_request(show).iter().map(|w| w.to_string()).collect();
+    let r = runtime::ctl_request(&a.socket, &words).map_err(|e| daemon_unreachable(&e))?;
+    if r["ok"] != true {
+        return Err(r["error"]
+            .as_str()
+            .unwrap_or("the daemon refused the request")
+            .to_string());
+    }
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&r["data"]).expect("json"));
+    } else {
+        out!("{}", r["text"].as_str().unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// The error of a client command that found no daemon (`e` names the socket and how to start
+/// a daemon there), with how to do without one.
+fn daemon_unreachable(e: &str) -> String {
+    format!("{e}; or run a configuration once with --config FILE")
 }
 
 #[derive(Args)]
@@ -179,23 +261,24 @@ struct CtlArgs {
 
 #[derive(Args)]
 struct CaptureArgs {
-    /// TOML configuration file (default: the embedded demo).
-    #[arg(long)]
+    /// A one-shot run instead of a tap on the daemon: run this configuration with the capture
+    /// on it, until its inputs end, --duration or -c (e.g. on pcap files).
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Stop after this long: seconds (1.5) or with a unit (300ms, 5s, 2m, 1h); overrides the
-    /// config.
-    #[arg(long, value_name = "DURATION", value_parser = config::parse_duration)]
+    /// How long the one-shot run lasts (with --config): seconds (1.5) or with a unit (300ms,
+    /// 5s, 2m, 1h); overrides the config.
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_duration, requires = "config")]
     duration: Option<Duration>,
-    /// Number of workers (overrides the config).
-    #[arg(long)]
+    /// Number of workers of the one-shot run (with --config).
+    #[arg(long, requires = "config")]
     workers: Option<usize>,
     /// Print the compiled BPF program and exit: `-d` as text, `-dd` as a C array, `-ddd` as
     /// decimal numbers (tcpdump's three forms).
     #[arg(short = 'd', action = clap::ArgAction::Count)]
     dump: u8,
-    /// Capture from the datapath listening on this control socket (`freeway run --ctl PATH`)
-    /// instead of running one.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["config", "duration", "workers"])]
+    /// The running daemon's control socket (`freeway run --ctl PATH`; default
+    /// /run/freeway.sock), when no --config or -r is given.
+    #[arg(long, short = 'S', value_name = "PATH", conflicts_with_all = ["config", "duration", "workers"])]
     ctl: Option<PathBuf>,
     /// Read packets from this pcap or pcapng file instead of capturing, filter them and print
     /// (or `-w` write) the matches, as `tcpdump -r`.
@@ -230,6 +313,8 @@ enum Show {
     Neigh,
     Conntrack,
     Capture,
+    /// `freeway route`: the routing table (never from a run).
+    Route,
 }
 
 /// Set by SIGINT and SIGTERM: they stop the run (a second one ends the process at once); see
@@ -360,13 +445,11 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
     }
 }
 
-fn route_cmd(a: RouteArgs) -> Result<(), String> {
-    let cfg = match &a.config {
-        Some(p) => config::load(p).map_err(|e| e.to_string())?,
-        None => config::parse(config::DEFAULT_CONFIG, "<built-in default>", None).map_err(|e| e.to_string())?,
-    };
+/// `freeway route --config FILE`: the routes a configuration describes, without running it.
+fn route_cmd(path: &std::path::Path, json: bool) -> Result<(), String> {
+    let cfg = config::load(path).map_err(|e| e.to_string())?;
     let (records, text) = runtime::route_table(&cfg).map_err(|e| e.to_string())?;
-    if a.json {
+    if json {
         outln!("{}", serde_json::to_string_pretty(&records).expect("json"));
     } else {
         out!("{text}");
@@ -408,7 +491,10 @@ fn capture_live(a: &CaptureArgs, sock: &std::path::Path) -> Result<(), String> {
     // Ctrl-C or SIGTERM ends the capture in order: the file is whole, the tap is removed,
     // and the summary printed, as tcpdump does.
     let stop = stop_flag();
-    let sum = runtime::ctl_capture(sock, &tap, &mut out, &stop).map_err(|e| e.to_string())?;
+    let sum = runtime::ctl_capture(sock, &tap, &mut out, &stop).map_err(|e| match e {
+        runtime::control::CtlError::Unreachable(_) => daemon_unreachable(&e.to_string()),
+        e => e.to_string(),
+    })?;
     drop(out);
     eprint!("{}", sum.lines());
     Ok(())
@@ -467,8 +553,12 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
     if let Some(file) = &a.read {
         return capture_read(&a, file);
     }
+    let daemon = a
+        .config
+        .is_none()
+        .then(|| a.ctl.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)));
     if a.list_ports {
-        let names: Vec<String> = match &a.ctl {
+        let names: Vec<String> = match &daemon {
             Some(sock) => {
                 let r =
                     runtime::ctl_request(sock, &["link".to_string(), "show".to_string()]).map_err(|e| e.to_string())?;
@@ -489,7 +579,7 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    if let Some(sock) = &a.ctl {
+    if let Some(sock) = &daemon {
         return capture_live(&a, sock);
     }
     let tap = a.tap.options(CAPTURE_USAGE).map_err(|e| e.to_string())?;
@@ -595,10 +685,10 @@ fn main() -> ExitCode {
     }
     let r = match cli.cmd {
         Cmd::Run(a) => run_cmd(a, Show::Summary),
-        Cmd::Fdb(a) => run_cmd(a, Show::Fdb),
-        Cmd::Neigh(a) => run_cmd(a, Show::Neigh),
-        Cmd::Conntrack(a) => run_cmd(a, Show::Conntrack),
-        Cmd::Route(a) => route_cmd(a),
+        Cmd::Fdb(a) => table_cmd(a, Show::Fdb),
+        Cmd::Neigh(a) => table_cmd(a, Show::Neigh),
+        Cmd::Conntrack(a) => table_cmd(a, Show::Conntrack),
+        Cmd::Route(a) => table_cmd(a, Show::Route),
         Cmd::Capture(a) => capture_cmd(a),
         Cmd::Ctl(a) => ctl_cmd(a),
         Cmd::Check { config } => check_cmd(config),

@@ -78,9 +78,21 @@ fn route_prints_connected_and_static_routes_like_ip_route() {
     assert_eq!(rows[2]["dev"], "wan");
     assert_eq!(rows[2]["protocol"], "static");
     // The bridge demo has no router: a clear error, not an empty table.
-    let o = freeway(&["route"]);
+    let demo = demo_config(&dir);
+    let o = freeway(&["route", "--config", demo.to_str().unwrap()]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("no router"));
+    // Without --config the tools ask the daemon; none listens here: say so, and how to run one.
+    for table in ["route", "fdb", "neigh", "conntrack"] {
+        let sock = dir.join("nobody.sock");
+        let o = freeway(&[table, "--ctl", sock.to_str().unwrap()]);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("nobody.sock") && err.contains("--config"),
+            "{table}: {err}"
+        );
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -194,16 +206,54 @@ fn capture_dumps_programs_and_rejects_bad_requests_clearly() {
         String::from_utf8(o.stdout).unwrap(),
         "(000) ldh      [12]\n(001) jeq      #0x800           jt 2\tjf 3\n(002) ret      #262144\n(003) ret      #0\n"
     );
-    let o = freeway(&["capture", "-i", "nope", "-w", "/dev/null"]);
+    let dir = std::env::temp_dir().join(format!("freeway-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let demo = demo_config(&dir);
+    let demo = demo.to_str().unwrap();
+    let o = freeway(&["capture", "--config", demo, "-i", "nope", "-w", "/dev/null"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("-i nope: no such port") && err.contains("host-a"), "{err}");
-    let o = freeway(&["capture", "-i", "host-a", "-w", "/dev/null", "tcp", "port", "eighty"]);
+    let o = freeway(&[
+        "capture",
+        "--config",
+        demo,
+        "-i",
+        "host-a",
+        "-w",
+        "/dev/null",
+        "tcp",
+        "port",
+        "eighty",
+    ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("filter"));
-    let o = freeway(&["capture", "-i", "host-a", "-Q", "sideways", "-w", "/dev/null"]);
+    let o = freeway(&[
+        "capture",
+        "--config",
+        demo,
+        "-i",
+        "host-a",
+        "-Q",
+        "sideways",
+        "-w",
+        "/dev/null",
+    ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("in, out or inout"));
+    // Without --config, a capture is a tap on the daemon: none listens here.
+    let sock = dir.join("nobody.sock");
+    let o = freeway(&["capture", "--ctl", sock.to_str().unwrap(), "-i", "host-a"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nobody.sock"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The built-in demo configuration (`freeway default-config`), written into `dir`.
+fn demo_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("demo.toml");
+    std::fs::write(&path, ok(&["default-config"]).stdout).unwrap();
+    path
 }
 
 #[test]
