@@ -203,20 +203,19 @@ pub fn print_summary(s: &Snapshot) {
     let _ = write_summary(&mut std::io::stdout().lock(), s);
 }
 
-/// An FDB entry for JSON output, with the port's name.
+/// An FDB entry for JSON output, in the shape of `bridge -j -s fdb show`.
 #[derive(Serialize)]
 pub struct FdbJson<'a> {
     /// MAC address.
     pub mac: String,
+    /// Port name.
+    pub ifname: &'a str,
     /// VLAN.
     pub vlan: u16,
-    /// Port name.
-    pub port: &'a str,
-    /// Port index.
-    pub ifindex: u16,
-    /// Configured entry.
-    #[serde(rename = "static")]
-    pub is_static: bool,
+    /// Entry flags (bridge's `self`, `extern_learn`, ...; none here).
+    pub flags: [&'static str; 0],
+    /// `static` for a configured entry, empty for a learned one (as bridge prints them).
+    pub state: &'static str,
     /// Seconds since last seen as a source.
     pub updated: f64,
     /// Seconds since last used as a destination.
@@ -228,10 +227,10 @@ pub fn fdb_json<'a>(fdb: &[FdbEntry], names: &'a [String]) -> Vec<FdbJson<'a>> {
     fdb.iter()
         .map(|e| FdbJson {
             mac: e.mac.to_string(),
+            ifname: names.get(usize::from(e.port)).map(String::as_str).unwrap_or("?"),
             vlan: e.vlan,
-            port: names.get(usize::from(e.port)).map(String::as_str).unwrap_or("?"),
-            ifindex: e.port,
-            is_static: e.is_static,
+            flags: [],
+            state: if e.is_static { "static" } else { "" },
             updated: e.updated_ms_ago as f64 / 1000.0,
             used: e.used_ms_ago as f64 / 1000.0,
         })

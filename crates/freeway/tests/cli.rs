@@ -320,7 +320,19 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
     assert_eq!(f2, f1, "nothing leaves on wan while the route is gone");
     let text = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
     assert!(!text.contains("10.0.20.0/24"), "{text}");
+    let o = ctl(&["route", "get", "10.0.20.7"]);
+    assert!(!o.status.success(), "no route: route get fails");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unreachable"));
     assert!(ctl(&["route", "add", "10.0.20.0/24", "dev", "wan"]).status.success());
+    // `ip route get`'s shape, text and JSON (-j after the words, as iproute2 allows before).
+    let text = String::from_utf8(ctl(&["route", "get", "10.0.20.7"]).stdout).unwrap();
+    assert_eq!(text, "10.0.20.7 dev wan\n");
+    let j: serde_json::Value = serde_json::from_slice(&ctl(&["route", "get", "10.0.20.7", "-j"]).stdout).unwrap();
+    assert_eq!(
+        (j[0]["dst"].as_str(), j[0]["dev"].as_str()),
+        (Some("10.0.20.7"), Some("wan")),
+        "{j}"
+    );
     pause();
     let f3 = stat("wan_tx");
     pause();
@@ -347,7 +359,7 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
         j.as_array()
             .unwrap()
             .iter()
-            .any(|e| e["port"] == "(router)" && e["static"] == true),
+            .any(|e| e["ifname"] == "(router)" && e["state"] == "static"),
         "{j}"
     );
 
@@ -356,6 +368,19 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
     let text = String::from_utf8(ctl(&["fdb", "show"]).stdout).unwrap();
     assert!(text.contains("02:00:00:00:00:99 dev lan vlan 10 static"), "{text}");
     assert!(ctl(&["fdb", "del", "02:00:00:00:00:99", "vlan", "10"]).status.success());
+    // bridge(8)'s words: `master static`; `del` with `dev` defaults to the port's VLAN, as `add`.
+    assert!(
+        ctl(&["fdb", "add", "02:00:00:00:00:97", "dev", "lan", "master", "static"])
+            .status
+            .success()
+    );
+    let text = String::from_utf8(ctl(&["fdb", "show"]).stdout).unwrap();
+    assert!(text.contains("02:00:00:00:00:97 dev lan vlan 10 static"), "{text}");
+    assert!(ctl(&["fdb", "del", "02:00:00:00:00:97", "dev", "lan"]).status.success());
+    let text = String::from_utf8(ctl(&["fdb", "show"]).stdout).unwrap();
+    assert!(!text.contains("02:00:00:00:00:97"), "{text}");
+    let o = ctl(&["fdb", "del", "02:00:00:00:00:97"]);
+    assert!(!o.status.success(), "fdb del without dev or vlan is refused");
     let text = String::from_utf8(ctl(&["fdb", "show"]).stdout).unwrap();
     assert!(!text.contains("02:00:00:00:00:99"), "{text}");
     let o = ctl(&["fdb", "add", "02:00:00:00:00:98", "dev", "lan", "vlan", "20"]);

@@ -213,7 +213,7 @@ fn the_router_s_own_mac_and_addresses_cannot_be_taken_by_static_entries() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|e| e["mac"] == "02:fe:00:00:00:01" && e["vlan"] == 10 && e["port"] == "(router)")
+            .any(|e| e["mac"] == "02:fe:00:00:00:01" && e["vlan"] == 10 && e["ifname"] == "(router)")
     };
     assert!(router_entry(&sock));
     for (kind, msg, requests) in [

@@ -935,7 +935,7 @@ impl<L: Layout> Control<L> {
             // Answered in `job`, which holds the socket's counters.
             Request::Clients => Err(CtlError::Failed("no client counters here".into())),
             Request::FdbAdd { mac, port, vlan } => self.fdb_add(mac, port, *vlan),
-            Request::FdbDel { mac, vlan } => self.fdb_del(mac, *vlan),
+            Request::FdbDel { mac, port, vlan } => self.fdb_del(mac, port.as_deref(), *vlan),
             Request::FdbFlush => ask(&self.fdb_ops, FdbOp::Flush),
             Request::FdbShow => self.fdb_show(),
             Request::NeighAdd { ip, mac, dev } => self.neigh_add(*ip, mac, dev),
@@ -943,6 +943,7 @@ impl<L: Layout> Control<L> {
             Request::NeighFlush { dev } => self.neigh_flush(dev.as_deref()),
             Request::NeighShow => self.neigh_show(),
             Request::RouteShow => self.route_show(),
+            Request::RouteGet { addr } => self.route_get(*addr),
             Request::RouteAdd { prefix, hops } => self.route_add(prefix, hops, false),
             Request::RouteReplace { prefix, hops } => self.route_add(prefix, hops, true),
             Request::RouteDel { prefix } => self.route_del(prefix),
@@ -1000,6 +1001,32 @@ impl<L: Layout> Control<L> {
                 "{mac} is the router's own MAC address: its entries belong to the router"
             )));
         }
+        let (p, vlan) = self.port_and_vlan(port, vlan)?;
+        if !self.port_vlans[p].is_member(vlan) {
+            return Err(CtlError::Invalid(format!("dev {port} is not a member of vlan {vlan}")));
+        }
+        ask(&self.fdb_ops, FdbOp::Add(*mac, vlan, p as u16))
+    }
+
+    /// `fdb del MAC dev PORT [vlan N]` or `fdb del MAC vlan N`: any entry but the router's own.
+    fn fdb_del(&self, mac: &Mac, port: Option<&str>, vlan: Option<u16>) -> Result<Reply, CtlError> {
+        if self.router_macs().contains(mac) {
+            return Err(CtlError::Refused(format!(
+                "{mac} is the router's own MAC address: without its entry routed traffic would \
+                 be flooded"
+            )));
+        }
+        let vlan = match (port, vlan) {
+            (Some(port), vlan) => self.port_and_vlan(port, vlan)?.1,
+            (None, Some(v)) => v,
+            (None, None) => return Err(CtlError::Usage("fdb del MAC: say dev PORT or vlan N".into())),
+        };
+        ask(&self.fdb_ops, FdbOp::Del(*mac, vlan))
+    }
+
+    /// The index of the bridge port named `port`, and `vlan` or, without one, the port's
+    /// access or native VLAN (the default of `fdb add` and `fdb del`).
+    fn port_and_vlan(&self, port: &str, vlan: Option<u16>) -> Result<(usize, u16), CtlError> {
         let p = self
             .port_names
             .iter()
@@ -1016,21 +1043,7 @@ impl<L: Layout> Control<L> {
             },
             Some(v) => v,
         };
-        if !self.port_vlans[p].is_member(vlan) {
-            return Err(CtlError::Invalid(format!("dev {port} is not a member of vlan {vlan}")));
-        }
-        ask(&self.fdb_ops, FdbOp::Add(*mac, vlan, p as u16))
-    }
-
-    /// `fdb del MAC [vlan N]`: any entry but the router's own.
-    fn fdb_del(&self, mac: &Mac, vlan: Option<u16>) -> Result<Reply, CtlError> {
-        if self.router_macs().contains(mac) {
-            return Err(CtlError::Refused(format!(
-                "{mac} is the router's own MAC address: without its entry routed traffic would \
-                 be flooded"
-            )));
-        }
-        ask(&self.fdb_ops, FdbOp::Del(*mac, vlan.unwrap_or(1)))
+        Ok((p, vlan))
     }
 
     /// `fdb show`.
@@ -1043,9 +1056,9 @@ impl<L: Layout> Control<L> {
                 format!(
                     "{} dev {} vlan {}{}\n",
                     r.mac,
-                    r.port,
+                    r.ifname,
                     r.vlan,
-                    if r.is_static { " static" } else { "" }
+                    if r.state.is_empty() { "" } else { " static" }
                 )
             })
             .collect();
@@ -1094,6 +1107,38 @@ impl<L: Layout> Control<L> {
         let (rib, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
         let name = |i: u16| ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
         Ok(Reply::new(rib.show(name).to_string(), to_data(&rib.records(name))?))
+    }
+
+    /// `route get ADDR`: the route that matches, as `ip route get` prints it (the address
+    /// itself as `dst`; an ECMP route lists its next hops, of which a flow's hash picks one).
+    fn route_get(&self, addr: std::net::IpAddr) -> Result<Reply, CtlError> {
+        let (rib, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
+        let name = |i: u16| ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
+        let r = rib
+            .lookup(addr)
+            .ok_or_else(|| CtlError::Invalid(format!("route get {addr}: network is unreachable (no route)")))?;
+        let mut rec = freeway_route::RouteRecord::new(&r, name);
+        let mut text = addr.to_string();
+        match (&rec.gateway, &rec.dev) {
+            (gw, Some(dev)) => {
+                if let Some(gw) = gw {
+                    text.push_str(&format!(" via {gw}"));
+                }
+                text.push_str(&format!(" dev {dev}"));
+            }
+            _ => {
+                for h in &rec.nexthops {
+                    text.push_str("\n\tnexthop");
+                    if let Some(gw) = h.gateway {
+                        text.push_str(&format!(" via {gw}"));
+                    }
+                    text.push_str(&format!(" dev {}", h.dev));
+                }
+            }
+        }
+        text.push('\n');
+        rec.dst = addr.to_string();
+        Ok(Reply::new(text, to_data(&[rec])?))
     }
 
     /// `route del PREFIX`.

@@ -156,36 +156,75 @@ pub enum CtlCmd {
 #[derive(Subcommand, Clone, Debug)]
 pub enum FdbCmd {
     /// The forwarding database.
+    #[command(alias = "list")]
     Show,
-    /// A static entry: `fdb add MAC dev PORT [vlan N]` (default: the port's access or native VLAN).
+    /// A static entry: `fdb add MAC dev PORT [vlan N] [master] [static|permanent]` (default
+    /// VLAN: the port's access or native VLAN).
     Add {
         /// The (unicast) MAC address.
         mac: Mac,
-        /// The word `dev`.
-        #[arg(value_name = "dev", value_parser = keyword!("dev"), hide_possible_values = true)]
-        dev_kw: String,
-        /// The port.
-        port: String,
-        /// The word `vlan`.
-        #[arg(value_name = "vlan", value_parser = keyword!("vlan"), hide_possible_values = true, requires = "vlan")]
-        vlan_kw: Option<String>,
-        /// The VLAN.
-        #[arg(value_name = "N")]
-        vlan: Option<u16>,
+        /// `dev PORT` (required) and `vlan N`, in either order; bridge(8)'s `master`,
+        /// `static` and `permanent` are accepted (every entry added here is one).
+        #[arg(
+            value_name = "dev PORT | vlan N",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        words: Vec<String>,
     },
-    /// Deletes an entry: `fdb del MAC [vlan N]` (default vlan 1).
+    /// Deletes an entry: `fdb del MAC dev PORT [vlan N]` or `fdb del MAC vlan N` (the default
+    /// VLAN is the port's, as for `add`).
+    #[command(alias = "delete")]
     Del {
         /// The MAC address.
         mac: Mac,
-        /// The word `vlan`.
-        #[arg(value_name = "vlan", value_parser = keyword!("vlan"), hide_possible_values = true, requires = "vlan")]
-        vlan_kw: Option<String>,
-        /// The VLAN.
-        #[arg(value_name = "N")]
-        vlan: Option<u16>,
+        /// `dev PORT` and `vlan N`, in either order (one of the two at least); `master`.
+        #[arg(
+            value_name = "dev PORT | vlan N",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        words: Vec<String>,
     },
     /// Deletes the learned entries.
     Flush,
+}
+
+/// The `dev PORT` and `vlan N` of an `fdb add` or `fdb del`, in either order, with bridge(8)'s
+/// flag words allowed.
+fn fdb_words(words: &[String]) -> Result<(Option<String>, Option<u16>), CtlError> {
+    let (mut dev, mut vlan) = (None, None);
+    let mut it = words.iter();
+    while let Some(w) = it.next() {
+        match w.as_str() {
+            "dev" => {
+                let p = it.next().ok_or_else(|| CtlError::Usage("dev: which port?".into()))?;
+                dev = Some(p.clone());
+            }
+            "vlan" => {
+                let v = it.next().ok_or_else(|| CtlError::Usage("vlan: which VLAN?".into()))?;
+                let n = v
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|n| (1..=4094).contains(n))
+                    .ok_or_else(|| CtlError::Usage(format!("vlan {v}: a VLAN is 1 to 4094")))?;
+                vlan = Some(n);
+            }
+            "master" | "static" | "permanent" => {}
+            "self" | "dynamic" | "local" | "extern_learn" | "sticky" | "router" | "use" => {
+                return Err(CtlError::Usage(format!(
+                    "{w}: Freeway's FDB entries added here are static entries of the bridge \
+                     (master static)"
+                )))
+            }
+            other => {
+                return Err(CtlError::Usage(format!(
+                    "{other:?}: expected dev PORT, vlan N, master, static or permanent"
+                )))
+            }
+        }
+    }
+    Ok((dev, vlan))
 }
 
 /// `route add|replace` arguments: `PREFIX via GW[,GW...]` or `PREFIX dev IFACE`.
@@ -221,7 +260,13 @@ impl RouteAddArgs {
 #[derive(Subcommand, Clone, Debug)]
 pub enum RouteCmd {
     /// The routing table.
+    #[command(alias = "list")]
     Show,
+    /// The route a packet to ADDR takes: `route get ADDR` (as `ip route get`).
+    Get {
+        /// The destination address.
+        addr: IpAddr,
+    },
     /// Adds a route: `route add PREFIX via GW[,GW...]` or `route add PREFIX dev IFACE`.
     Add(RouteAddArgs),
     /// Adds or replaces a route.
@@ -323,16 +368,26 @@ impl CtlCmd {
             CtlCmd::Clients => Request::Clients,
             CtlCmd::Fdb { cmd } => match cmd {
                 None | Some(FdbCmd::Show) => Request::FdbShow,
-                Some(FdbCmd::Add { mac, port, vlan, .. }) => Request::FdbAdd {
-                    mac: *mac,
-                    port: port.clone(),
-                    vlan: *vlan,
-                },
-                Some(FdbCmd::Del { mac, vlan, .. }) => Request::FdbDel { mac: *mac, vlan: *vlan },
+                Some(FdbCmd::Add { mac, words }) => {
+                    let (port, vlan) = fdb_words(words)?;
+                    let port =
+                        port.ok_or_else(|| CtlError::Usage("fdb add MAC dev PORT [vlan N]: which port?".into()))?;
+                    Request::FdbAdd { mac: *mac, port, vlan }
+                }
+                Some(FdbCmd::Del { mac, words }) => {
+                    let (port, vlan) = fdb_words(words)?;
+                    if port.is_none() && vlan.is_none() {
+                        return Err(CtlError::Usage(
+                            "fdb del MAC dev PORT [vlan N] | fdb del MAC vlan N: which entry?".into(),
+                        ));
+                    }
+                    Request::FdbDel { mac: *mac, port, vlan }
+                }
                 Some(FdbCmd::Flush) => Request::FdbFlush,
             },
             CtlCmd::Route { cmd } => match cmd {
                 None | Some(RouteCmd::Show) => Request::RouteShow,
+                Some(RouteCmd::Get { addr }) => Request::RouteGet { addr: *addr },
                 Some(RouteCmd::Add(a)) => Request::RouteAdd {
                     prefix: a.prefix.clone(),
                     hops: a.hops()?,

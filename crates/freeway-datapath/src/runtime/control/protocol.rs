@@ -83,7 +83,11 @@ pub enum Request {
     FdbDel {
         /// The address.
         mac: Mac,
-        /// The VLAN (default 1).
+        /// The port (`dev PORT`, as `bridge fdb del`): its access or native VLAN is the
+        /// default VLAN, as for `fdb add`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        port: Option<String>,
+        /// The VLAN (default: the port's; one of the two is needed).
         #[serde(default)]
         vlan: Option<u16>,
     },
@@ -91,6 +95,11 @@ pub enum Request {
     FdbFlush,
     /// The routing table.
     RouteShow,
+    /// The route a packet to this address takes (`ip route get`).
+    RouteGet {
+        /// The destination address.
+        addr: IpAddr,
+    },
     /// Adds a route (refused if the prefix has one).
     RouteAdd {
         /// The destination.
@@ -206,6 +215,7 @@ impl Request {
         "fdb_del",
         "fdb_flush",
         "route_show",
+        "route_get",
         "route_add",
         "route_replace",
         "route_del",
@@ -239,6 +249,7 @@ impl Request {
             Request::FdbDel { .. } => "fdb_del",
             Request::FdbFlush => "fdb_flush",
             Request::RouteShow => "route_show",
+            Request::RouteGet { .. } => "route_get",
             Request::RouteAdd { .. } => "route_add",
             Request::RouteReplace { .. } => "route_replace",
             Request::RouteDel { .. } => "route_del",
@@ -318,12 +329,16 @@ impl fmt::Display for Request {
                 write!(f, "fdb add {mac} dev {port}")?;
                 vlan.map_or(Ok(()), |v| write!(f, " vlan {v}"))
             }
-            Request::FdbDel { mac, vlan } => {
+            Request::FdbDel { mac, port, vlan } => {
                 write!(f, "fdb del {mac}")?;
+                if let Some(p) = port {
+                    write!(f, " dev {p}")?;
+                }
                 vlan.map_or(Ok(()), |v| write!(f, " vlan {v}"))
             }
             Request::FdbFlush => f.write_str("fdb flush"),
             Request::RouteShow => f.write_str("route show"),
+            Request::RouteGet { addr } => write!(f, "route get {addr}"),
             Request::RouteAdd { prefix, hops: h } => {
                 write!(f, "route add {prefix}")?;
                 hops(f, h)
@@ -613,9 +628,16 @@ mod tests {
                 port: "lan".into(),
                 vlan: Some(10),
             },
-            Request::FdbDel { mac, vlan: None },
+            Request::FdbDel {
+                mac,
+                port: Some("lan".into()),
+                vlan: None,
+            },
             Request::FdbFlush,
             Request::RouteShow,
+            Request::RouteGet {
+                addr: "10.9.0.5".parse().unwrap(),
+            },
             Request::RouteAdd {
                 prefix: "10.9.0.0/24".into(),
                 hops: Hops::Via(vec!["10.0.20.7".parse().unwrap(), "10.0.20.8".parse().unwrap()]),
