@@ -11,6 +11,8 @@ use freeway_bridge::Padded;
 use freeway_datapath::config::{self, Checked};
 use freeway_datapath::report;
 use freeway_datapath::runtime::{self, RunOptions};
+
+mod top;
 use freeway_datapath::{out, outln};
 
 #[derive(Parser)]
@@ -67,6 +69,19 @@ enum Cmd {
     /// The running daemon's connection table, like `conntrack -L` (`--config`: run a
     /// configuration once and list the connections at its end).
     Conntrack(TableArgs),
+    /// The running daemon's counters: per port packets, bytes and their rates over the last
+    /// second, per worker, drops by reason (`--config`: run a configuration once and print its
+    /// summary).
+    Stats(TableArgs),
+    /// A live view of the running daemon: rates per port and worker, drops, table sizes.
+    Top {
+        /// The daemon's control socket.
+        #[arg(long = "ctl", short = 'S', value_name = "PATH", default_value = DEFAULT_SOCKET)]
+        socket: PathBuf,
+        /// How often the screen is refreshed: seconds (0.5) or with a unit (500ms, 2s).
+        #[arg(short, long, value_name = "DURATION", value_parser = config::parse_duration, default_value = "1")]
+        interval: Duration,
+    },
     /// Capture packets on a port of the running daemon, like tcpdump; or read a capture file
     /// (`-r`); or run a configuration once with a capture on it (`--config`).
     Capture(CaptureArgs),
@@ -211,6 +226,7 @@ fn table_request(show: Show) -> &'static [&'static str] {
         Show::Fdb => &["fdb", "show"],
         Show::Neigh => &["neigh", "show"],
         Show::Conntrack => &["conntrack", "list"],
+        Show::Summary => &["stats"],
         _ => &["route", "show"],
     }
 }
@@ -689,6 +705,8 @@ fn main() -> ExitCode {
         Cmd::Neigh(a) => table_cmd(a, Show::Neigh),
         Cmd::Conntrack(a) => table_cmd(a, Show::Conntrack),
         Cmd::Route(a) => table_cmd(a, Show::Route),
+        Cmd::Stats(a) => table_cmd(a, Show::Summary),
+        Cmd::Top { socket, interval } => top::run(&socket, interval),
         Cmd::Capture(a) => capture_cmd(a),
         Cmd::Ctl(a) => ctl_cmd(a),
         Cmd::Check { config } => check_cmd(config),

@@ -39,6 +39,7 @@ pub mod access;
 pub mod cli;
 mod nft;
 pub mod protocol;
+pub mod rates;
 pub mod stream;
 
 use std::io::{Read, Write};
@@ -195,6 +196,8 @@ impl ClientStats {
 /// What the control thread works on.
 pub(crate) struct Control<L: Layout> {
     pub snap: Snapper<L>,
+    /// The counters sampled about once a second, for the rates of `stats`.
+    pub rates: rates::RateSampler,
     pub start: Instant,
     pub clock: Clock,
     pub fdb: Fdb<L>,
@@ -405,6 +408,11 @@ pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicB
         }
     };
     while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if c.rates.due(now) {
+            let s = c.snap.snap(c.start.elapsed());
+            c.rates.push(now, &s);
+        }
         if let Ok(job) = jobs.recv_timeout(IDLE_POLL) {
             let answer = c.job(job.request, job.stream, &stats);
             let _ = job.answer.send(answer);
@@ -963,19 +971,49 @@ impl<L: Layout> Control<L> {
         }
     }
 
-    /// `stats`: ports, workers and drops.
+    /// `stats`: ports (packets, bytes, and their rates over the last second), workers and
+    /// drops.
     fn stats(&self) -> Result<Reply, CtlError> {
         let s = self.snap.snap(self.start.elapsed());
-        let mut text = String::new();
-        for p in &s.ports {
+        let r = self.rates.rates(&s);
+        let h = rates::human;
+        let mut text = format!(
+            "{:<12} {:>12} {:>14} {:>8} {:>8} {:>12} {:>14} {:>8} {:>8} {:>9}\n",
+            "port",
+            "rx packets",
+            "rx bytes",
+            "rx pps",
+            "rx bit/s",
+            "tx packets",
+            "tx bytes",
+            "tx pps",
+            "tx bit/s",
+            "dropped"
+        );
+        for (i, p) in s.ports.iter().enumerate() {
+            let pr = r.as_ref().and_then(|r| r.ports.get(i));
+            let rate = |f: fn(&rates::PortRate) -> f64| pr.map_or_else(|| "-".to_string(), |x| h(f(x)));
             text.push_str(&format!(
-                "{:<12} rx {} tx {} tx_dropped {}\n",
-                p.name, p.rx_packets, p.tx_packets, p.tx_dropped
+                "{:<12} {:>12} {:>14} {:>8} {:>8} {:>12} {:>14} {:>8} {:>8} {:>9}\n",
+                p.name,
+                p.rx_packets,
+                p.rx_bytes,
+                rate(|x| x.rx_pps),
+                rate(|x| x.rx_bps),
+                p.tx_packets,
+                p.tx_bytes,
+                rate(|x| x.tx_pps),
+                rate(|x| x.tx_bps),
+                p.rx_dropped + p.tx_dropped
             ));
         }
-        for w in &s.workers {
+        for (i, w) in s.workers.iter().enumerate() {
+            let pps = r
+                .as_ref()
+                .and_then(|r| r.workers_pps.get(i))
+                .map_or_else(|| "-".into(), |x| h(*x));
             text.push_str(&format!(
-                "worker {} packets {} batches {}\n",
+                "worker {} packets {} batches {} pps {pps}\n",
                 w.id, w.packets, w.batches
             ));
         }
@@ -984,7 +1022,9 @@ impl<L: Layout> Control<L> {
             "drops: {}\n",
             if d.is_empty() { "none".into() } else { d.join(", ") }
         ));
-        Ok(Reply::new(text, to_data(&s)?))
+        let mut data = to_data(&s)?;
+        data["rates"] = to_data(&r)?;
+        Ok(Reply::new(text, data))
     }
 
     /// `fdb add MAC dev PORT [vlan N]`: a static entry for a unicast address that is not the

@@ -323,6 +323,7 @@ pub(crate) struct ShareCtl<'a, L: Layout, R: TapRegistry> {
 /// writers' change queues, and the tap registry's attach/detach.
 pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>) -> Control<L> {
     Control {
+        rates: Default::default(),
         snap: x.snapper.clone(),
         start: x.start,
         clock: x.clock.clone(),
