@@ -73,6 +73,6 @@ pub use locked::LockedTaps;
 #[cfg(not(loom))]
 pub use pcap::Format;
 #[cfg(not(loom))]
-pub use tap::{Direction, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, Taps};
+pub use tap::{Direction, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, Taps, ANY_PORT};
 #[cfg(not(loom))]
 pub use writer::{TapStats, TapWriter, WriterOptions};

@@ -934,3 +934,33 @@ fn every_duration_flag_takes_one_syntax_and_refuses_unrepresentable_durations_cl
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn capture_on_any_port_sees_every_port() {
+    let dir = std::env::temp_dir().join(format!("freeway-cli-any-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let demo = demo_config(&dir);
+    // Frames received from host-b and from host-c: two ports, one tap on `any`.
+    for src in ["02:00:00:00:00:0b", "02:00:00:00:00:0c"] {
+        let o = ok(&[
+            "capture",
+            "--config",
+            demo.to_str().unwrap(),
+            "-i",
+            "any",
+            "-Q",
+            "in",
+            "-c",
+            "5",
+            "-w",
+            "-",
+            "ether",
+            "src",
+            src,
+        ]);
+        let frames = pcap_frames(&o.stdout);
+        assert_eq!(frames.len(), 5, "{src}");
+        assert!(frames.iter().all(|f| f[6..12] == common::mac_bytes(src)), "{src}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -44,7 +44,11 @@ impl TapList {
     fn new(entries: Vec<Entry>) -> TapList {
         let (mut rx_ports, mut tx_ports) = (0u64, 0u64);
         for e in &entries {
-            let bit = 1u64 << (e.tap.port % 64);
+            let bit = if e.tap.port == super::ANY_PORT {
+                u64::MAX
+            } else {
+                1u64 << (e.tap.port % 64)
+            };
             if e.tap.dir.covers(Direction::Rx) {
                 rx_ports |= bit;
             }

@@ -82,10 +82,13 @@ impl Direction {
 /// Identifies an attached tap.
 pub type TapId = u64;
 
+/// The port of a tap on every port (`tcpdump -i any`).
+pub const ANY_PORT: u16 = u16::MAX;
+
 /// What to attach.
 #[derive(Clone, Debug)]
 pub struct TapSpec {
-    /// Port index.
+    /// Port index, or [`ANY_PORT`] for every port.
     pub port: u16,
     /// Direction(s).
     pub dir: Direction,

@@ -122,7 +122,7 @@ impl Entry {
     /// filter [`LANES`] at a time) if the tap is on this port and direction.
     #[inline]
     pub(crate) fn offer_frames(&self, key: &mut ProducerKey, port: u16, dir: Direction, frames: &[&[u8]], ts: u64) {
-        if self.tap.port == port && self.tap.dir.covers(dir) {
+        if (self.tap.port == port || self.tap.port == super::ANY_PORT) && self.tap.dir.covers(dir) {
             for chunk in frames.chunks(LANES) {
                 self.tap.offer(key, &self.filter, dir, chunk, ts);
             }
@@ -133,7 +133,7 @@ impl Entry {
     /// frames straight from the packets).
     #[inline]
     pub(crate) fn offer_packets(&self, key: &mut ProducerKey, port: u16, dir: Direction, pkts: &[Packet], ts: u64) {
-        if self.tap.port == port && self.tap.dir.covers(dir) {
+        if (self.tap.port == port || self.tap.port == super::ANY_PORT) && self.tap.dir.covers(dir) {
             for chunk in pkts.chunks(LANES) {
                 self.tap.offer_packets(key, &self.filter, dir, chunk, ts);
             }

@@ -186,13 +186,17 @@ impl TapOptions {
         compile: impl Fn(&str, u32) -> Result<(), String>,
         write: Option<PathBuf>,
     ) -> Result<TapSpec, TapOptionsError> {
-        let port = ports
-            .iter()
-            .position(|p| *p == self.port)
-            .ok_or_else(|| TapOptionsError::NoSuchPort {
-                name: self.port.clone(),
-                ports: ports.to_vec(),
-            })?;
+        let port = if self.port == "any" && !ports.iter().any(|p| p == "any") {
+            usize::from(freeway_capture::ANY_PORT)
+        } else {
+            ports
+                .iter()
+                .position(|p| *p == self.port)
+                .ok_or_else(|| TapOptionsError::NoSuchPort {
+                    name: self.port.clone(),
+                    ports: ports.to_vec(),
+                })?
+        };
         if self.snaplen == 0 || self.snaplen > MAX_SNAPLEN {
             return Err(TapOptionsError::Snaplen(self.snaplen));
         }

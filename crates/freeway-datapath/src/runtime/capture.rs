@@ -176,7 +176,11 @@ pub(crate) fn attach_to<R: TapRegistry>(
     lossless: bool,
     out: Box<dyn Write + Send>,
 ) -> Result<RunningTap, RunError> {
-    let port_name = port_names.get(usize::from(s.port)).cloned().unwrap_or_default();
+    let port_name = if s.port == freeway_capture::ANY_PORT {
+        "any".to_string()
+    } else {
+        port_names.get(usize::from(s.port)).cloned().unwrap_or_default()
+    };
     let (dir, dir_name) = direction(s.direction);
     let desc = TapDesc {
         port: port_name.clone(),

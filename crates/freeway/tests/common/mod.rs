@@ -90,3 +90,9 @@ pub fn reply_line(s: &UnixStream) -> Value {
     BufReader::new(s).read_line(&mut line).unwrap();
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
 }
+
+/// The six bytes of a MAC address written `aa:bb:cc:dd:ee:ff`.
+pub fn mac_bytes(s: &str) -> [u8; 6] {
+    let v: Vec<u8> = s.split(':').map(|x| u8::from_str_radix(x, 16).unwrap()).collect();
+    v.try_into().unwrap()
+}

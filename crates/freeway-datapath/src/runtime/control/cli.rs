@@ -16,7 +16,7 @@ use crate::config::capture::{TapOptionsError, MAX_SNAPLEN};
 /// The capture flags of `freeway capture` and `freeway ctl capture start` (tcpdump's).
 #[derive(Args, Clone, Debug)]
 pub struct TapArgs {
-    /// The port to capture on (its name in the config).
+    /// The port to capture on (its name in the config; `any`: every port, as tcpdump -i any).
     #[arg(short = 'i', long = "interface", value_name = "PORT")]
     pub interface: Option<String>,
     /// Direction: in, out or inout (as tcpdump -Q).
