@@ -416,6 +416,10 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
         on_ready: Some(&mut notify_ready),
         reload: Some(reload_flag()),
         reload_config: Some(&mut read_again),
+        config_path: args
+            .config
+            .as_ref()
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
     };
     if tables {
         let src = args

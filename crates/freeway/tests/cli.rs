@@ -964,3 +964,70 @@ fn capture_on_any_port_sees_every_port() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn reload_applies_the_changed_tables_live_and_a_bad_file_changes_nothing() {
+    let (dir, sock, child) = running_with_ctl("reload");
+    let cfg = dir.join("router.toml");
+    let s = sock.to_str().unwrap();
+    let ctl = |w: &[&str]| {
+        let mut a = vec!["ctl", "-s", s];
+        a.extend_from_slice(w);
+        freeway(&a)
+    };
+    let original = std::fs::read_to_string(&cfg).unwrap();
+    let added = format!(
+        "{}\n[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.20.7\"\n\n[[neigh]]\nip = \"10.0.20.9\"\nmac = \"02:00:00:00:20:09\"\ndev = \"wan\"\n",
+        original.replace("workers = 2", "workers = 1")
+    );
+    std::fs::write(&cfg, &added).unwrap();
+    // --check says what would change and what waits for a restart, and changes nothing.
+    let text = String::from_utf8(ctl(&["reload", "--check"]).stdout).unwrap();
+    assert!(
+        text.contains("would apply: route replace 203.0.113.0/24 via 10.0.20.7"),
+        "{text}"
+    );
+    assert!(
+        text.contains("would apply: neigh add 10.0.20.9 lladdr 02:00:00:00:20:09 dev wan"),
+        "{text}"
+    );
+    assert!(text.contains("waits for a restart: workers"), "{text}");
+    let routes = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
+    assert!(!routes.contains("203.0.113.0/24"), "{routes}");
+    // reload applies it while forwarding goes on.
+    let j: serde_json::Value = serde_json::from_slice(&ctl(&["-j", "reload"]).stdout).unwrap();
+    assert_eq!(j["changes"].as_array().unwrap().len(), 2, "{j}");
+    assert!(j["changes"].as_array().unwrap().iter().all(|c| c["ok"] == true), "{j}");
+    let routes = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
+    assert!(routes.contains("203.0.113.0/24 via 10.0.20.7 dev wan"), "{routes}");
+    let neigh = String::from_utf8(ctl(&["neigh", "show"]).stdout).unwrap();
+    assert!(neigh.contains("10.0.20.9"), "{neigh}");
+    // A file with an error changes nothing, and says where the error is.
+    std::fs::write(
+        &cfg,
+        format!("{original}\n[[route]]\ndst = \"203.0.113.0/33\"\nvia = \"10.0.20.7\"\n"),
+    )
+    .unwrap();
+    let o = ctl(&["reload"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("router.toml:") && err.contains("nothing changed"), "{err}");
+    let routes = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
+    assert!(routes.contains("203.0.113.0/24"), "{routes}");
+    // SIGHUP applies the file as reload does: back to the original, the route goes.
+    std::fs::write(&cfg, &original).unwrap();
+    signal(&child, "HUP");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut routes = String::new();
+    while std::time::Instant::now() < deadline {
+        routes = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
+        if !routes.contains("203.0.113.0/24") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!routes.contains("203.0.113.0/24"), "SIGHUP removed the route: {routes}");
+    let neigh = String::from_utf8(ctl(&["neigh", "show"]).stdout).unwrap();
+    assert!(!neigh.contains("10.0.20.9"), "{neigh}");
+    stop(child, dir);
+}

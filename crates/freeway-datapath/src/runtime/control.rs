@@ -40,6 +40,7 @@ pub mod cli;
 mod nft;
 pub mod protocol;
 pub mod rates;
+mod reload;
 pub mod stream;
 
 use std::io::{Read, Write};
@@ -198,6 +199,12 @@ pub(crate) struct Control<L: Layout> {
     pub snap: Snapper<L>,
     /// The counters sampled about once a second, for the rates of `stats`.
     pub rates: rates::RateSampler,
+    /// What of the configuration the run applied last can change live (for `reload`).
+    pub live: reload::Live,
+    /// The file the run was started with (the default of `reload`).
+    pub config_path: Option<std::path::PathBuf>,
+    /// Configurations read again on `SIGHUP` by the run's main thread, to apply here.
+    pub reloads: Option<crossbeam_channel::Receiver<crate::config::Checked>>,
     pub start: Instant,
     pub clock: Clock,
     pub fdb: Fdb<L>,
@@ -408,6 +415,15 @@ pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicB
         }
     };
     while !stop.load(Ordering::Relaxed) {
+        if let Some(new) = c.reloads.as_ref().and_then(|r| r.try_recv().ok()) {
+            let (applied, restart) = c.apply_reload(&new, false);
+            let text = reload::report(false, &applied, &restart);
+            tracing::info!(
+                changes = applied.len(),
+                "SIGHUP reload: {}",
+                text.trim_end().replace('\n', "; ")
+            );
+        }
         let now = Instant::now();
         if c.rates.due(now) {
             let s = c.snap.snap(c.start.elapsed());
@@ -717,6 +733,11 @@ pub fn request(path: &Path, words: &[String]) -> Result<Value, String> {
     })
 }
 
+/// The live parts of `cfg`, as the control thread keeps them for `reload`.
+pub(crate) fn reload_live(cfg: &crate::config::Checked) -> reload::Live {
+    reload::Live::of(cfg)
+}
+
 /// The data of a reply, serialized.
 fn to_data<T: serde::Serialize>(x: &T) -> Result<Value, CtlError> {
     serde_json::to_value(x).map_err(|e| CtlError::Failed(format!("cannot encode the reply: {e}")))
@@ -950,6 +971,7 @@ impl<L: Layout> Control<L> {
             Request::NeighDel { ip, dev } => self.neigh_del(*ip, dev),
             Request::NeighFlush { dev } => self.neigh_flush(dev.as_deref()),
             Request::NeighShow => self.neigh_show(),
+            Request::Reload { file, check } => self.reload(file.as_deref(), *check),
             Request::RouteShow => self.route_show(),
             Request::RouteGet { addr } => self.route_get(*addr),
             Request::RouteAdd { prefix, hops } => self.route_add(prefix, hops, false),
@@ -1147,6 +1169,86 @@ impl<L: Layout> Control<L> {
         let (rib, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
         let name = |i: u16| ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
         Ok(Reply::new(rib.show(name).to_string(), to_data(&rib.records(name))?))
+    }
+
+    /// `reload [--check] [FILE]`: the file (or the run's own) read again; see [`reload`].
+    fn reload(&mut self, file: Option<&str>, check: bool) -> Result<Reply, CtlError> {
+        let path = match (file, &self.config_path) {
+            (Some(f), _) => std::path::PathBuf::from(f),
+            (None, Some(p)) => p.clone(),
+            (None, None) => {
+                return Err(CtlError::Usage(
+                    "this run's configuration came from no file (the built-in demo): reload FILE".into(),
+                ))
+            }
+        };
+        let new = crate::config::load(&path).map_err(|e| CtlError::Invalid(format!("{e}; nothing changed")))?;
+        let (applied, restart) = self.apply_reload(&new, check);
+        let text = reload::report(check, &applied, &restart);
+        let data = json!({
+            "file": path.display().to_string(),
+            "check": check,
+            "changes": applied.iter().map(|(c, r)| json!({
+                "change": c.to_string(),
+                "ok": r.is_ok(),
+                "error": r.as_ref().err(),
+            })).collect::<Vec<_>>(),
+            "restart": restart,
+        });
+        Ok(Reply::new(text, data))
+    }
+
+    /// Applies (or with `check`, only lists) what turns the configuration applied last into
+    /// `new`; the ruleset first, so that one that does not compile stops the rest.
+    fn apply_reload(
+        &mut self,
+        new: &crate::config::Checked,
+        check: bool,
+    ) -> (reload::Outcome, Vec<&'static str>) {
+        use reload::Change;
+        let next = reload::Live::of(new);
+        let (changes, restart) = self.live.diff(&next);
+        if check {
+            return (changes.into_iter().map(|c| (c, Ok(()))).collect(), restart);
+        }
+        let mut out = Vec::new();
+        for c in changes {
+            let r = match &c {
+                Change::Ruleset(src, rs) => match self.nft.as_ref() {
+                    Some(fw) => fw.replace(rs.clone(), src),
+                    None => Err("this run has no nftables ruleset to replace: restart to add one".into()),
+                },
+                Change::RouteSet(p, h) => self.route_add(p, h, true).map(drop).map_err(|e| e.to_string()),
+                Change::RouteDel(p) => self.route_del(p).map(drop).map_err(|e| e.to_string()),
+                Change::NeighSet(ip, mac, dev) => self.neigh_add(*ip, mac, dev).map(drop).map_err(|e| e.to_string()),
+                Change::NeighDel(ip, dev) => self.neigh_del(*ip, dev).map(drop).map_err(|e| e.to_string()),
+                Change::FdbSet(mac, vlan, port) => self
+                    .fdb_add(mac, port, Some(*vlan))
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                Change::FdbDel(mac, vlan) => self
+                    .fdb_del(mac, None, Some(*vlan))
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                Change::ZoneLimit(z, n) => match &self.ct {
+                    Some(ct) => {
+                        ct.set_zone_limit(*z, n.map(|n| n.min(u32::MAX as usize) as u32));
+                        Ok(())
+                    }
+                    None => Err("this run has no connection tracker".into()),
+                },
+            };
+            let failed_ruleset = matches!(c, Change::Ruleset(..)) && r.is_err();
+            out.push((c, r));
+            if failed_ruleset {
+                // Nothing else changes when the new ruleset does not compile.
+                return (out, restart);
+            }
+        }
+        if out.iter().all(|(_, r)| r.is_ok()) {
+            self.live = next;
+        }
+        (out, restart)
     }
 
     /// `route get ADDR`: the route that matches, as `ip route get` prints it (the address
@@ -1380,9 +1482,11 @@ stats                                   counters of ports, workers and drops
 clients                                 the control socket's clients: served, refused busy, timed out, dropped
 fdb show                                the forwarding database
 fdb add MAC dev PORT [vlan N]           a static entry (default: the port's access/native VLAN)
-fdb del MAC [vlan N]                    delete an entry (default vlan 1)
+fdb del MAC dev PORT [vlan N]           delete an entry (default: the port's VLAN; or vlan N alone)
 fdb flush                               delete the learned entries
 route show                              the routing table
+route get ADDR                          the route a packet to ADDR takes
+reload [--check] [FILE]                 read the configuration again, apply what changed
 route add PREFIX via GW[,GW...]         add a route (several gateways: ECMP)
 route add PREFIX dev IFACE              add a directly connected route
 route replace PREFIX ...                add or replace

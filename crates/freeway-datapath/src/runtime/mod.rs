@@ -129,11 +129,14 @@ pub struct RunOptions<'a> {
     /// datapath is forwarding (a service manager's "ready").
     pub on_ready: Option<&'a mut dyn FnMut()>,
     /// A reload is asked for when set (`SIGHUP`): the run clears it, reads the configuration
-    /// again with `reload_config` and applies what can change live (the firewall's
-    /// ruleset); everything else waits for a restart, and says so in the log.
+    /// again with `reload_config` and applies what can change live: with a control socket,
+    /// everything `freeway ctl reload` applies; without, the firewall's ruleset. The rest
+    /// waits for a restart, and the log says so.
     pub reload: Option<Arc<AtomicBool>>,
     /// Reads the configuration again, for `reload`.
     pub reload_config: Option<&'a mut dyn FnMut() -> Result<Checked, String>>,
+    /// The file the configuration came from: the default of `freeway ctl reload`.
+    pub config_path: Option<std::path::PathBuf>,
 }
 
 impl Default for RunOptions<'_> {
@@ -151,6 +154,7 @@ impl Default for RunOptions<'_> {
             on_ready: None,
             reload: None,
             reload_config: None,
+            config_path: None,
         }
     }
 }

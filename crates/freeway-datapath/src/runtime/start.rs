@@ -141,9 +141,14 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         .map(|l| spawn_metrics(l, snapper.clone(), start, &writer_stop))
         .transpose()?;
     let mut rib = rib;
+    // SIGHUP: the main thread reads the file again and, with a control thread, hands the
+    // configuration to it (the owner of the RIB and of the tables' change queues).
+    let (reload_tx, reload_rx) = crossbeam_channel::bounded::<Checked>(1);
     let ctl_handle = match control_listener {
         Some(l) => {
             let c = control_state(ShareCtl {
+                config_path: opts.config_path.clone(),
+                reloads: Some(reload_rx),
                 cfg,
                 snapper: &snapper,
                 start,
@@ -169,6 +174,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     if let Some(ready) = opts.on_ready.as_mut() {
         ready();
     }
+    let reload_to = ctl_handle.is_some().then_some(&reload_tx);
     wait(
         cfg,
         &mut opts,
@@ -176,7 +182,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         &snapper,
         &running_taps,
         &worker_handles,
-        firewall.as_ref(),
+        (firewall.as_ref(), reload_to),
     );
     let threads = Threads {
         stop,
@@ -317,6 +323,10 @@ pub(crate) struct ShareCtl<'a, L: Layout, R: TapRegistry> {
     /// Offline run: taps attached from the control socket are lossless too.
     offline: bool,
     running_taps: &'a [RunningTap],
+    /// The file the run was started with (for `reload`).
+    config_path: Option<std::path::PathBuf>,
+    /// Configurations read again on SIGHUP, for the control thread to apply.
+    reloads: Option<crossbeam_channel::Receiver<Checked>>,
 }
 
 /// The control thread's state: read sides of every table, the RIB it owns from now on, the
@@ -324,6 +334,9 @@ pub(crate) struct ShareCtl<'a, L: Layout, R: TapRegistry> {
 pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>) -> Control<L> {
     Control {
         rates: Default::default(),
+        live: super::control::reload_live(x.cfg),
+        config_path: x.config_path.clone(),
+        reloads: x.reloads.take(),
         snap: x.snapper.clone(),
         start: x.start,
         clock: x.clock.clone(),
@@ -756,7 +769,7 @@ pub(crate) fn wait<L: Layout, T>(
     snapper: &Snapper<L>,
     running_taps: &[RunningTap],
     workers: &[JoinHandle<T>],
-    firewall: Option<&FirewallShared>,
+    (firewall, control): (Option<&FirewallShared>, Option<&crossbeam_channel::Sender<Checked>>),
 ) {
     let endless = cfg
         .ports
@@ -778,7 +791,15 @@ pub(crate) fn wait<L: Layout, T>(
         }
         if opts.reload.as_ref().is_some_and(|r| r.swap(false, Ordering::Relaxed)) {
             if let Some(read) = opts.reload_config.as_mut() {
-                reload(read(), firewall);
+                match (read(), control) {
+                    // The control thread applies every live change (see `control/reload.rs`).
+                    (Ok(new), Some(tx)) => {
+                        if tx.try_send(new).is_err() {
+                            tracing::warn!("reload: the previous reload is still being applied; try again");
+                        }
+                    }
+                    (new, _) => reload(new, firewall),
+                }
             }
         }
         let external = opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));

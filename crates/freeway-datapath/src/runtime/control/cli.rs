@@ -140,6 +140,15 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: Option<CaptureCmd>,
     },
+    /// Reads the configuration again and applies what changed (routes, neighbours, static FDB
+    /// entries, the ruleset, zone limits); names what waits for a restart.
+    Reload {
+        /// Only print what would change.
+        #[arg(long)]
+        check: bool,
+        /// The file (default: the one the datapath was started with).
+        file: Option<String>,
+    },
     /// What the datapath does with one packet, stage by stage (nothing is sent or changed).
     Trace {
         /// Fields, OVS style: in_port=PORT dl_src= dl_dst= dl_vlan= ip|ipv6|arp nw_src= nw_dst=
@@ -365,6 +374,10 @@ impl CtlCmd {
         Ok(match self {
             CtlCmd::Help => Request::Help,
             CtlCmd::Stats => Request::Stats,
+            CtlCmd::Reload { check, file } => Request::Reload {
+                file: file.clone(),
+                check: *check,
+            },
             CtlCmd::Clients => Request::Clients,
             CtlCmd::Fdb { cmd } => match cmd {
                 None | Some(FdbCmd::Show) => Request::FdbShow,

@@ -93,6 +93,16 @@ pub enum Request {
     },
     /// Deletes the learned FDB entries.
     FdbFlush,
+    /// Reads the configuration again (this file, or the run's own) and applies the
+    /// difference that can change live; with `check`, only says what it would do.
+    Reload {
+        /// The file (default: the one the run was started with).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file: Option<String>,
+        /// Only compare and print.
+        #[serde(default)]
+        check: bool,
+    },
     /// The routing table.
     RouteShow,
     /// The route a packet to this address takes (`ip route get`).
@@ -214,6 +224,7 @@ impl Request {
         "fdb_add",
         "fdb_del",
         "fdb_flush",
+        "reload",
         "route_show",
         "route_get",
         "route_add",
@@ -248,6 +259,7 @@ impl Request {
             Request::FdbAdd { .. } => "fdb_add",
             Request::FdbDel { .. } => "fdb_del",
             Request::FdbFlush => "fdb_flush",
+            Request::Reload { .. } => "reload",
             Request::RouteShow => "route_show",
             Request::RouteGet { .. } => "route_get",
             Request::RouteAdd { .. } => "route_add",
@@ -280,6 +292,7 @@ impl Request {
             Request::FdbAdd { .. }
                 | Request::FdbDel { .. }
                 | Request::FdbFlush
+                | Request::Reload { .. }
                 | Request::RouteAdd { .. }
                 | Request::RouteReplace { .. }
                 | Request::RouteDel { .. }
@@ -337,6 +350,13 @@ impl fmt::Display for Request {
                 vlan.map_or(Ok(()), |v| write!(f, " vlan {v}"))
             }
             Request::FdbFlush => f.write_str("fdb flush"),
+            Request::Reload { file, check } => {
+                f.write_str("reload")?;
+                if *check {
+                    f.write_str(" --check")?;
+                }
+                file.as_ref().map_or(Ok(()), |x| write!(f, " {x}"))
+            }
             Request::RouteShow => f.write_str("route show"),
             Request::RouteGet { addr } => write!(f, "route get {addr}"),
             Request::RouteAdd { prefix, hops: h } => {
@@ -634,6 +654,10 @@ mod tests {
                 vlan: None,
             },
             Request::FdbFlush,
+            Request::Reload {
+                file: Some("/etc/freeway/freeway.toml".into()),
+                check: true,
+            },
             Request::RouteShow,
             Request::RouteGet {
                 addr: "10.9.0.5".parse().unwrap(),

@@ -1,0 +1,266 @@
+//! `freeway ctl reload [FILE] [--check]` and `SIGHUP`: a configuration read again, compared
+//! with the one the run applied last, and the difference applied while forwarding goes on.
+//!
+//! What changes live, through the same single-writer paths as the matching `freeway ctl`
+//! requests: routes (`route replace`/`route del`), static neighbours (`neigh add`/`del`),
+//! static FDB entries (`fdb add`/`del`), the firewall's nftables ruleset (compiled first and
+//! swapped atomically) and the connection tracker's zone limits. What does not (ports, router
+//! interfaces and addresses, VLAN membership, workers, the FDB's and the tracker's sizes and
+//! timeouts, taps of the file) is named in the answer as waiting for a restart, and left as
+//! it is. A file with an error changes nothing: the error names its file and line.
+//!
+//! Threads: the control thread only; it keeps the [`Live`] view of the configuration it
+//! applied last.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use freeway_bridge::Mac;
+
+use super::protocol::Hops;
+use crate::config::Checked;
+
+/// What of a configuration can change live, keyed as the tables key it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Live {
+    /// Prefix (as `ip route` writes it) → next hops.
+    routes: BTreeMap<String, Hops>,
+    /// (address, interface) → MAC.
+    neighs: BTreeMap<(IpAddr, String), Mac>,
+    /// (MAC, VLAN) → port.
+    statics: BTreeMap<(Mac, u16), String>,
+    /// Where the ruleset came from, and the ruleset.
+    ruleset: Option<(String, freeway_firewall::ast::Ruleset)>,
+    /// Zone → connection limit.
+    zone_limits: BTreeMap<u16, usize>,
+    /// The rest, section by section, in a form that compares (its `Debug` text).
+    rest: Vec<(&'static str, String)>,
+}
+
+/// One change a reload makes, in `freeway ctl` words.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Change {
+    /// `route replace PREFIX ...`.
+    RouteSet(String, Hops),
+    /// `route del PREFIX`.
+    RouteDel(String),
+    /// `neigh add IP lladdr MAC dev IFACE`.
+    NeighSet(IpAddr, Mac, String),
+    /// `neigh del IP dev IFACE`.
+    NeighDel(IpAddr, String),
+    /// `fdb add MAC dev PORT vlan N`.
+    FdbSet(Mac, u16, String),
+    /// `fdb del MAC vlan N`.
+    FdbDel(Mac, u16),
+    /// `firewall load SOURCE` (the new ruleset).
+    Ruleset(String, freeway_firewall::ast::Ruleset),
+    /// A zone's connection limit (none: unlimited).
+    ZoneLimit(u16, Option<usize>),
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::RouteSet(p, Hops::Via(gws)) => {
+                let g: Vec<String> = gws.iter().map(ToString::to_string).collect();
+                write!(f, "route replace {p} via {}", g.join(","))
+            }
+            Change::RouteSet(p, Hops::Dev(d)) => write!(f, "route replace {p} dev {d}"),
+            Change::RouteDel(p) => write!(f, "route del {p}"),
+            Change::NeighSet(ip, mac, dev) => write!(f, "neigh add {ip} lladdr {mac} dev {dev}"),
+            Change::NeighDel(ip, dev) => write!(f, "neigh del {ip} dev {dev}"),
+            Change::FdbSet(mac, vlan, port) => write!(f, "fdb add {mac} dev {port} vlan {vlan}"),
+            Change::FdbDel(mac, vlan) => write!(f, "fdb del {mac} vlan {vlan}"),
+            Change::Ruleset(src, _) => write!(f, "firewall load {src}"),
+            Change::ZoneLimit(z, Some(n)) => write!(f, "conntrack zone {z} limit {n}"),
+            Change::ZoneLimit(z, None) => write!(f, "conntrack zone {z} no limit"),
+        }
+    }
+}
+
+impl Live {
+    /// The live parts of a checked configuration.
+    pub(crate) fn of(c: &Checked) -> Live {
+        let port = |i: u16| {
+            c.ports
+                .get(usize::from(i))
+                .map_or_else(|| format!("port{i}"), |p| p.name.clone())
+        };
+        let mut live = Live {
+            statics: c.statics.iter().map(|(m, v, p)| ((*m, *v), port(*p))).collect(),
+            ruleset: c.firewall.as_ref().and_then(|f| f.ruleset.clone()),
+            zone_limits: c
+                .conntrack
+                .as_ref()
+                .map(|ct| ct.zone_limits.iter().copied().collect())
+                .unwrap_or_default(),
+            ..Live::default()
+        };
+        if let Some(r) = &c.router {
+            let ifname = |i: usize| r.interfaces.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
+            for rt in &r.routes {
+                let prefix = if rt.len == 0 {
+                    "default".to_string()
+                } else {
+                    format!("{}/{}", rt.dst, rt.len)
+                };
+                let hops = if rt.hops.iter().all(|h| h.gateway.is_some()) {
+                    Hops::Via(rt.hops.iter().filter_map(|h| h.gateway).collect())
+                } else {
+                    Hops::Dev(ifname(rt.hops.first().map_or(0, |h| h.iface)))
+                };
+                // A default route of each family: keyed apart.
+                let key = if rt.len == 0 && rt.dst.is_ipv6() {
+                    "::/0".to_string()
+                } else {
+                    prefix
+                };
+                live.routes.insert(key, hops);
+            }
+            for n in &r.neighs {
+                live.neighs.insert((n.ip, ifname(n.iface)), n.mac);
+            }
+        }
+        let router_rest = c
+            .router
+            .as_ref()
+            .map(|r| format!("{:?} {:?} {} {}", r.mac, r.interfaces, r.route_cache, r.neigh_limit));
+        live.rest = vec![
+            ("workers", format!("{} {}", c.workers, c.pin_workers)),
+            ("ports", format!("{:?}", c.ports)),
+            ("the FDB's settings", format!("{:?}", c.fdb)),
+            ("router interfaces and addresses", format!("{router_rest:?}")),
+            (
+                "the connection tracker's size and timeouts",
+                format!("{:?}", c.conntrack.as_ref().map(|ct| (ct.max, &ct.timeouts))),
+            ),
+            (
+                "the firewall's new-connection ports",
+                format!("{:?}", c.firewall.as_ref().map(|f| &f.allow_new_from)),
+            ),
+            ("taps", format!("{:?}", c.taps)),
+        ];
+        live
+    }
+
+    /// What turns `self` into `new`: the changes to apply, in an order that never leaves a
+    /// table worse than before (deletions of what goes, then what is new or changed), and
+    /// the sections that differ but wait for a restart.
+    pub(crate) fn diff(&self, new: &Live) -> (Vec<Change>, Vec<&'static str>) {
+        let mut out = Vec::new();
+        if self.ruleset != new.ruleset {
+            if let Some((src, rs)) = &new.ruleset {
+                out.push(Change::Ruleset(src.clone(), rs.clone()));
+            }
+        }
+        for p in self.routes.keys().filter(|p| !new.routes.contains_key(*p)) {
+            out.push(Change::RouteDel(p.clone()));
+        }
+        for (p, h) in &new.routes {
+            if self.routes.get(p) != Some(h) {
+                out.push(Change::RouteSet(p.clone(), h.clone()));
+            }
+        }
+        for (ip, dev) in self.neighs.keys().filter(|k| !new.neighs.contains_key(*k)) {
+            out.push(Change::NeighDel(*ip, dev.clone()));
+        }
+        for ((ip, dev), mac) in &new.neighs {
+            if self.neighs.get(&(*ip, dev.clone())) != Some(mac) {
+                out.push(Change::NeighSet(*ip, *mac, dev.clone()));
+            }
+        }
+        for (mac, vlan) in self.statics.keys().filter(|k| !new.statics.contains_key(*k)) {
+            out.push(Change::FdbDel(*mac, *vlan));
+        }
+        for ((mac, vlan), port) in &new.statics {
+            if self.statics.get(&(*mac, *vlan)) != Some(port) {
+                out.push(Change::FdbSet(*mac, *vlan, port.clone()));
+            }
+        }
+        for z in self.zone_limits.keys().filter(|z| !new.zone_limits.contains_key(*z)) {
+            out.push(Change::ZoneLimit(*z, None));
+        }
+        for (z, n) in &new.zone_limits {
+            if self.zone_limits.get(z) != Some(n) {
+                out.push(Change::ZoneLimit(*z, Some(*n)));
+            }
+        }
+        let mut restart: Vec<&'static str> = self
+            .rest
+            .iter()
+            .zip(&new.rest)
+            .filter(|(a, b)| a.1 != b.1)
+            .map(|(a, _)| a.0)
+            .collect();
+        if self.ruleset.is_some() && new.ruleset.is_none() {
+            restart.push("the firewall's ruleset (removed)");
+        }
+        (out, restart)
+    }
+}
+
+/// Each change of a reload, and whether it was applied.
+pub(crate) type Outcome = Vec<(Change, Result<(), String>)>;
+
+/// The answer of a reload: what changed (or would, with `--check`), what failed, what waits.
+pub(crate) fn report(check: bool, applied: &[(Change, Result<(), String>)], restart: &[&str]) -> String {
+    let mut s = String::new();
+    if applied.is_empty() {
+        s.push_str("no live change\n");
+    }
+    for (c, r) in applied {
+        match r {
+            Ok(()) if check => s.push_str(&format!("would apply: {c}\n")),
+            Ok(()) => s.push_str(&format!("applied: {c}\n")),
+            Err(e) => s.push_str(&format!("FAILED: {c}: {e}\n")),
+        }
+    }
+    if !restart.is_empty() {
+        s.push_str(&format!("not applied, waits for a restart: {}\n", restart.join(", ")));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+
+    fn live(extra: &str) -> Live {
+        let base = crate::config::ROUTER_CONFIG;
+        Live::of(&parse(&format!("{base}\n{extra}"), "t.toml", None).unwrap())
+    }
+
+    #[test]
+    fn a_route_and_a_neighbour_changed_are_the_changes_and_nothing_waits() {
+        let a = live("");
+        assert_eq!(a.diff(&a), (vec![], vec![]));
+        let b = live(
+            "[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.20.7\"\n\n[[neigh]]\nip = \"10.0.20.9\"\nmac = \"02:00:00:00:20:09\"\ndev = \"wan\"\n",
+        );
+        let (changes, restart) = a.diff(&b);
+        let words: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            words,
+            [
+                "route replace 203.0.113.0/24 via 10.0.20.7",
+                "neigh add 10.0.20.9 lladdr 02:00:00:00:20:09 dev wan"
+            ]
+        );
+        assert!(restart.is_empty(), "{restart:?}");
+        let (back, _) = b.diff(&a);
+        let words: Vec<String> = back.iter().map(ToString::to_string).collect();
+        assert_eq!(words, ["route del 203.0.113.0/24", "neigh del 10.0.20.9 dev wan"]);
+    }
+
+    #[test]
+    fn a_changed_port_waits_for_a_restart() {
+        let a = live("");
+        let text = crate::config::ROUTER_CONFIG.replace("workers = 2", "workers = 1");
+        let b = Live::of(&parse(&text, "t.toml", None).unwrap());
+        let (changes, restart) = a.diff(&b);
+        assert!(changes.is_empty());
+        assert_eq!(restart, ["workers"]);
+    }
+}
