@@ -32,5 +32,5 @@ pub mod wire;
 pub use buffer::*;
 pub use flow_hash::{hash_5tuple_v4, hash_5tuple_v6};
 pub use mac::Mac;
-pub use parse::{parse, parse_frame, ParseError, MAX_FRAME};
+pub use parse::{parse, parse_frame, parse_reassembled, ParseError, MAX_FRAME};
 pub use wire::{vlan_pop, vlan_push};
