@@ -149,7 +149,7 @@ fn v4(p: &Packet, l3: usize) -> Class {
 /// The length of the IPv6 extension header `nh` at `off` (inside `..end`), `None` if `nh`
 /// is not one the walk steps over or it overruns.
 #[inline]
-pub(crate) fn ext_len(f: &[u8], off: usize, end: usize, nh: u8) -> Option<usize> {
+fn ext_len(f: &[u8], off: usize, end: usize, nh: u8) -> Option<usize> {
     if off + 8 > end {
         return None;
     }

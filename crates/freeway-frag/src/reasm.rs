@@ -556,7 +556,6 @@ impl Reassembler {
         let ts = slot.frags.iter().map(|f| f.pkt.meta.ts_ns).max().unwrap_or(0);
         let n = slot.frags.len() as u64;
         let (max_size, id) = (slot.max_size, slot.key.id);
-        let unfrag_len = if v6 { (hdr - l3) as u16 } else { 0 };
         for f in slot.frags.drain(..) {
             pool.put(f.pkt);
         }
@@ -572,11 +571,7 @@ impl Reassembler {
         if !v6 {
             out.meta.flags |= meta_flags::IPV4_CSUM_OK;
         }
-        out.set_frag_note(FragNote {
-            max_size,
-            unfrag_len,
-            id,
-        });
+        out.set_frag_note(FragNote { max_size, id });
         self.counters.reassembled.inc();
         self.counters.merged.add(n);
         Some(out)

@@ -427,9 +427,6 @@ pub struct FragNote {
     /// The largest fragment's IP length (IPv4 total length; IPv6 40 + payload length): the
     /// size the datagram is fragmented to again, as Linux's `frag_max_size`.
     pub max_size: u16,
-    /// IPv6: the length of the unfragmentable part (the IPv6 header and the extension
-    /// headers before the Fragment header); IPv4: 0.
-    pub unfrag_len: u16,
     /// The fragments' identification (IPv4: 16 bits; IPv6: 32).
     pub id: u32,
 }
@@ -450,7 +447,6 @@ impl Packet {
         }
         let Some(f) = self.push_front(h) else { return false };
         f[0..2].copy_from_slice(&note.max_size.to_le_bytes());
-        f[2..4].copy_from_slice(&note.unfrag_len.to_le_bytes());
         f[4..8].copy_from_slice(&note.id.to_le_bytes());
         self.pull_front(h);
         self.meta.flags |= meta_flags::REASSEMBLED;
@@ -469,7 +465,6 @@ impl Packet {
         let b = unsafe { std::slice::from_raw_parts(self.buf.as_ptr(), FragNote::LEN) };
         Some(FragNote {
             max_size: u16::from_le_bytes([b[0], b[1]]),
-            unfrag_len: u16::from_le_bytes([b[2], b[3]]),
             id: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
         })
     }
