@@ -74,25 +74,37 @@ pub enum Class {
     Bad(DropReason),
 }
 
+/// Whether a parsed frame may be a fragment: `false` is certain (the fast test of the
+/// module doc); `true` asks [`classify`].
+#[inline(always)]
+pub fn may_be_fragment(p: &Packet) -> bool {
+    let m = p.meta;
+    let l3 = usize::from(m.l3_off);
+    match m.ethertype {
+        _ if m.l3_off == NO_OFFSET => false,
+        ETHERTYPE_IPV4 => p
+            .data()
+            .get(l3 + 6..l3 + 8)
+            .is_some_and(|b| u16::from_be_bytes([b[0], b[1]]) & 0x3fff != 0),
+        ETHERTYPE_IPV6 => p
+            .data()
+            .get(l3 + 6)
+            .is_some_and(|&nh| nh != m.ip_proto || nh == FRAGMENT),
+        _ => false,
+    }
+}
+
 /// Classifies a parsed frame (see the module doc).
 #[inline]
 pub fn classify(p: &Packet) -> Class {
-    let m = p.meta;
-    if m.l3_off == NO_OFFSET {
+    if !may_be_fragment(p) {
         return Class::NotFragment;
     }
-    let l3 = usize::from(m.l3_off);
-    let f = p.data();
-    match m.ethertype {
-        ETHERTYPE_IPV4 => match f.get(l3 + 6..l3 + 8) {
-            Some(b) if u16::from_be_bytes([b[0], b[1]]) & 0x3fff != 0 => v4(p, l3),
-            _ => Class::NotFragment,
-        },
-        ETHERTYPE_IPV6 => match f.get(l3 + 6) {
-            Some(&nh) if nh != m.ip_proto || nh == FRAGMENT => v6(f, l3),
-            _ => Class::NotFragment,
-        },
-        _ => Class::NotFragment,
+    let l3 = usize::from(p.meta.l3_off);
+    if p.meta.ethertype == ETHERTYPE_IPV4 {
+        v4(p, l3)
+    } else {
+        v6(p.data(), l3)
     }
 }
 
