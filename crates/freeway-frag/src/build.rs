@@ -27,6 +27,21 @@ pub struct FragSpec {
     pub proto: u8,
 }
 
+impl FragSpec {
+    /// UDP from `src` to `dst` with identification `id`, MAC 02:00:00:00:00:01 to
+    /// 02:00:00:00:00:02.
+    pub fn udp(src: IpAddr, dst: IpAddr, id: u32) -> FragSpec {
+        FragSpec {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src,
+            dst,
+            id,
+            proto: IPPROTO_UDP,
+        }
+    }
+}
+
 fn octets(a: IpAddr) -> Vec<u8> {
     match a {
         IpAddr::V4(a) => a.octets().to_vec(),

@@ -585,16 +585,7 @@ impl PacketPool {
     /// A reset packet.
     #[inline]
     pub fn get(&mut self) -> Packet {
-        match self.free.pop() {
-            Some(mut p) => {
-                p.reset();
-                p
-            }
-            None => {
-                self.allocated += 1;
-                Packet::with_capacity(self.buf_size)
-            }
-        }
+        reuse_or_alloc(&mut self.free, &mut self.allocated, self.buf_size)
     }
 
     /// Returns a packet's buffer to the pool.
@@ -637,16 +628,7 @@ impl PacketPool {
     /// A reset packet with a [`MAX_BUF_SIZE`] buffer (for a reassembled datagram): reused
     /// from the large free list, allocated when it is empty.
     pub fn get_large(&mut self) -> Packet {
-        match self.large.pop() {
-            Some(mut p) => {
-                p.reset();
-                p
-            }
-            None => {
-                self.allocated += 1;
-                Packet::with_capacity(MAX_BUF_SIZE)
-            }
-        }
+        reuse_or_alloc(&mut self.large, &mut self.allocated, MAX_BUF_SIZE)
     }
 
     /// Returns a packet to the pool's list that fits it: a [`MAX_BUF_SIZE`] buffer to the
@@ -667,6 +649,21 @@ impl PacketPool {
     /// Buffer size of this pool.
     pub fn buf_size(&self) -> usize {
         self.buf_size
+    }
+}
+
+/// A reset packet from `free`, or a new one of `size` bytes (counted in `allocated`).
+#[inline(always)]
+fn reuse_or_alloc(free: &mut Vec<Packet>, allocated: &mut u64, size: usize) -> Packet {
+    match free.pop() {
+        Some(mut p) => {
+            p.reset();
+            p
+        }
+        None => {
+            *allocated += 1;
+            Packet::with_capacity(size)
+        }
     }
 }
 

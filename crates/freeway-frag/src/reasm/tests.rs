@@ -1,4 +1,4 @@
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::*;
 use crate::build::{fragment, fragments, udp_payload, whole, FragSpec};
@@ -6,22 +6,15 @@ use crate::refragment;
 use freeway_packet::{parse, PacketPool};
 
 fn spec4(id: u32) -> FragSpec {
-    FragSpec {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-        dst: IpAddr::V4(Ipv4Addr::new(10, 0, 1, 2)),
-        id,
-        proto: 17,
-    }
+    FragSpec::udp(Ipv4Addr::new(10, 0, 0, 1).into(), Ipv4Addr::new(10, 0, 1, 2).into(), id)
 }
 
 fn spec6(id: u32) -> FragSpec {
-    FragSpec {
-        src: IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
-        dst: IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2)),
-        ..spec4(id)
-    }
+    FragSpec::udp(
+        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1).into(),
+        Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2).into(),
+        id,
+    )
 }
 
 fn pkt(f: &[u8]) -> Packet {
