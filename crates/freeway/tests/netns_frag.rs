@@ -31,8 +31,9 @@ const POLICY: &str = r#"table inet filter {
 "#;
 
 /// Freeway routing h1 (10.1.0.2) and h2 (10.2.0.2) under [`POLICY`], with a control socket.
-fn frag_bed() -> Bed {
-    let mut bed = Bed::up("frag");
+/// `tag` names the bed (unique per test: the tests of a file run at once).
+fn frag_bed(tag: &str) -> Bed {
+    let mut bed = Bed::up(tag);
     two_subnets(&bed);
     let rules = bed.dir.join("policy.nft");
     std::fs::write(&rules, POLICY).unwrap();
@@ -52,7 +53,7 @@ fn reassembly(bed: &Bed) -> serde_json::Value {
 #[test]
 fn a_fragmented_ping_crosses_the_firewall_both_ways() {
     need_root!();
-    let bed = frag_bed();
+    let bed = frag_bed("fping");
     let o = bed.exec("h1", &["ping", "-c", "3", "-W", "2", "-s", "5000", "10.2.0.2"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "5000-byte pings h1 -> h2: {out}");
@@ -70,7 +71,7 @@ fn a_fragmented_ping_crosses_the_firewall_both_ways() {
 #[test]
 fn a_20000_byte_udp_datagram_crosses_the_firewall_both_ways_intact() {
     need_root!();
-    let bed = frag_bed();
+    let bed = frag_bed("fudp");
     // h2 answers every datagram with a 20,000-byte one of its own, until idle for 4 s.
     let server = "import hashlib,socket\n\
         s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('0.0.0.0',5555))\ns.settimeout(4)\n\
