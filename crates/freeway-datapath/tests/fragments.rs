@@ -221,3 +221,33 @@ fn hostile_fragments_are_counted_and_bounded_while_an_established_flow_passes() 
     assert_eq!(to_lan.len(), flow, "the established flow's packets passed");
     assert_eq!(read_pcap(&wan_out).len(), 1, "lan's one packet");
 }
+
+#[test]
+fn a_reassembled_datagram_flooded_by_the_bridge_reaches_every_port_as_it_came() {
+    let d = TempDir::new("frag-flood");
+    let [a_in, b_out, c_out] = d.files(["a-in.pcap", "b-out.pcap", "c-out.pcap"]);
+    let mut frames = Vec::new();
+    for v6 in [false, true] {
+        // To a MAC nobody has learned: flooded to b and c.
+        let s = FragSpec {
+            dst_mac: [2, 0, 0, 0, 0, 0x99],
+            ..spec(v6, true, 300)
+        };
+        frames.extend(fragments(&s, &udp_payload(&s, 4000, 5001, 20_000), 1448));
+    }
+    write_pcap(&a_in, &frames);
+    let text = [
+        "workers = 1\n".to_string(),
+        pcap_port("a", "", Some(&a_in), None),
+        pcap_port("b", "", None, Some(&b_out)),
+        pcap_port("c", "", None, Some(&c_out)),
+        "\n[firewall]\nallow_new_from = [\"a\"]\n".to_string(),
+    ]
+    .concat();
+    let res = run(&text);
+    let r = res.last.reassembly.as_ref().unwrap();
+    assert_eq!((r.reassembled, r.refragmented), (2, 4), "{r:?}");
+    for out in [&b_out, &c_out] {
+        assert_eq!(read_pcap(out), frames, "{out}: the fragments as they came");
+    }
+}
