@@ -66,7 +66,7 @@ fn well_formed(d: Packet, pool: &mut PacketPool, patterned: bool) {
     if !patterned {
         // Raw frames may nest one fragment in another, or carry headers the fragmenter
         // refuses: only the lengths are checked.
-        pool.put_large(d);
+        pool.put_huge(d);
         return;
     }
     assert_eq!(classify(&d), Class::NotFragment);

@@ -161,7 +161,7 @@ fn throughput_row(limits: Limits, inflight: u32, seconds: f64, refrag: bool) -> 
                             pool.put(black_box(q));
                         }
                     } else {
-                        pool.put_large(black_box(dg));
+                        pool.put_huge(black_box(dg));
                     }
                 }
             }

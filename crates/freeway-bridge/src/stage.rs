@@ -579,7 +579,7 @@ impl<L: Layout> Bridge<L> {
                 let note = orig.frag_note();
                 // A datagram reassembled from fragments may be larger than a pool buffer.
                 let mut q = if note.is_some() {
-                    out.pool().get_large()
+                    out.pool().get_huge()
                 } else {
                     out.pool().get()
                 };

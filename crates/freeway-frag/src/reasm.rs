@@ -7,8 +7,8 @@
 //! never grows, so never allocates after the first datagrams; std's `RandomState` keys it,
 //! so a sender cannot aim fragments at one bucket). A slot keeps its fragments as the very
 //! packets they arrived in, sorted by offset, and copies nothing until the datagram is
-//! complete; then one buffer from the worker's [`PacketPool`] (a large one,
-//! [`PacketPool::get_large`], for a datagram that does not fit a regular buffer) receives the
+//! complete; then one buffer from the worker's [`PacketPool`] (a huge one,
+//! [`PacketPool::get_huge`], for a datagram that does not fit a regular buffer) receives the
 //! first fragment's Ethernet and IP headers and every fragment's data, and the fragments'
 //! buffers go back to the pool. Slots are linked in arrival order of their first fragment,
 //! so [`Reassembler::expire`] looks only at the oldest.
@@ -530,7 +530,7 @@ impl Reassembler {
         let mut out = if HEADROOM + len <= pool.buf_size() {
             pool.get()
         } else {
-            pool.get_large()
+            pool.get_huge()
         };
         let ok = out.fill(len).is_ok();
         if ok {
@@ -563,7 +563,7 @@ impl Reassembler {
         // whose first fragment's upper header was cut short by it can fail here.
         if !ok || parse_reassembled(&mut out).is_err() {
             self.counters.drops[DropReason::Malformed as usize].add(n);
-            pool.put_large(out);
+            pool.put_huge(out);
             return None;
         }
         out.meta.in_port = fm.in_port;

@@ -62,7 +62,7 @@ pub fn refragment(
     mut emit: impl FnMut(Packet),
 ) -> Result<usize, RefragError> {
     let Some(note) = pkt.frag_note() else {
-        pool.put_large(pkt);
+        pool.put_huge(pkt);
         return Err(RefragError::NoNote);
     };
     let size = usize::from(limit.map_or(note.max_size, |l| l.min(note.max_size)));
@@ -95,6 +95,6 @@ pub fn refragment(
             emit(q)
         })
     };
-    pool.put_large(pkt);
+    pool.put_huge(pkt);
     r.map_err(RefragError::Fragment)
 }

@@ -36,8 +36,8 @@ pub const DEFAULT_BUF_SIZE: usize = 2048;
 pub const MAX_BUF_SIZE: usize = 65_535;
 /// Headroom reserved in front of a received frame.
 pub const HEADROOM: usize = 128;
-/// The most idle [`MAX_BUF_SIZE`] buffers a [`PacketPool`] keeps ([`PacketPool::get_large`]).
-pub const MAX_LARGE_FREE: usize = 8;
+/// The most idle [`MAX_BUF_SIZE`] buffers a [`PacketPool`] keeps ([`PacketPool::get_huge`]).
+pub const MAX_HUGE_FREE: usize = 8;
 /// The most packets a [`Batch`] holds.
 pub const MAX_BATCH: usize = 32;
 /// `Meta::vlan` value for a frame that carries no 802.1Q tag.
@@ -558,8 +558,8 @@ impl Batch {
 #[derive(Debug)]
 pub struct PacketPool {
     free: Vec<Packet>,
-    /// Idle [`MAX_BUF_SIZE`] buffers (reassembled datagrams), at most [`MAX_LARGE_FREE`].
-    large: Vec<Packet>,
+    /// Idle [`MAX_BUF_SIZE`] buffers (reassembled datagrams), at most [`MAX_HUGE_FREE`].
+    huge: Vec<Packet>,
     buf_size: usize,
     max_free: usize,
     allocated: u64,
@@ -575,7 +575,7 @@ impl PacketPool {
         }
         PacketPool {
             free,
-            large: Vec::new(),
+            huge: Vec::new(),
             buf_size,
             max_free: max_free.max(prefill),
             allocated: prefill as u64,
@@ -626,18 +626,18 @@ impl PacketPool {
     }
 
     /// A reset packet with a [`MAX_BUF_SIZE`] buffer (for a reassembled datagram): reused
-    /// from the large free list, allocated when it is empty.
-    pub fn get_large(&mut self) -> Packet {
-        reuse_or_alloc(&mut self.large, &mut self.allocated, MAX_BUF_SIZE)
+    /// from the huge free list, allocated when it is empty.
+    pub fn get_huge(&mut self) -> Packet {
+        reuse_or_alloc(&mut self.huge, &mut self.allocated, MAX_BUF_SIZE)
     }
 
     /// Returns a packet to the pool's list that fits it: a [`MAX_BUF_SIZE`] buffer to the
-    /// large list (at most [`MAX_LARGE_FREE`] kept), any other to [`PacketPool::put`].
-    pub fn put_large(&mut self, p: Packet) {
+    /// huge list (at most [`MAX_HUGE_FREE`] kept), any other to [`PacketPool::put`].
+    pub fn put_huge(&mut self, p: Packet) {
         if p.capacity() < MAX_BUF_SIZE {
             self.put(p);
-        } else if self.large.len() < MAX_LARGE_FREE {
-            self.large.push(p);
+        } else if self.huge.len() < MAX_HUGE_FREE {
+            self.huge.push(p);
         }
     }
 
