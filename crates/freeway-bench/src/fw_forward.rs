@@ -61,7 +61,7 @@ pub fn ruleset(rules: usize) -> String {
 }
 
 /// The router topology with conntrack, and the ruleset when `rules > 0`.
-fn config_text(traffic: &str, rules: usize, workers: usize, secs: f64, pin: bool) -> String {
+pub(crate) fn config_text(traffic: &str, rules: usize, workers: usize, secs: f64, pin: bool) -> String {
     let mut s = format!("workers = {workers}\nduration_secs = {secs}\npin_workers = {pin}\n");
     for (i, (me, peer)) in [(10, 20), (20, 10)].into_iter().enumerate() {
         // Established: one flow each, 5001 <-> 1024, mirrors of each other.
@@ -93,8 +93,16 @@ fn config_text(traffic: &str, rules: usize, workers: usize, secs: f64, pin: bool
 
 /// Runs one configuration and returns its Mpps per worker.
 pub fn measure(traffic: &str, rules: usize, workers: usize, seconds: f64, pin: bool) -> Result<f64, String> {
-    let text = config_text(traffic, rules, workers, WARMUP + seconds + 0.3, pin);
-    let cfg = config::parse(&text, "<bench firewall forward>", None).map_err(|e| e.to_string())?;
+    measure_text(
+        &config_text(traffic, rules, workers, WARMUP + seconds + 0.3, pin),
+        seconds,
+    )
+}
+
+/// Runs the configuration `text` (which runs [`WARMUP`] + `seconds` + a little) and returns
+/// its Mpps per worker over the measured window.
+pub(crate) fn measure_text(text: &str, seconds: f64) -> Result<f64, String> {
+    let cfg = config::parse(text, "<bench forward>", None).map_err(|e| e.to_string())?;
     let mut snaps: Vec<Snapshot> = Vec::new();
     let mut cb = |s: &Snapshot| snaps.push(s.clone());
     runtime::run_with::<Padded, Taps>(

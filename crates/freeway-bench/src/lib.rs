@@ -20,6 +20,7 @@ mod cas_ref;
 pub mod churn;
 pub mod conntrack;
 pub mod firewall;
+pub mod frag;
 pub mod fw_forward;
 pub mod route;
 
@@ -49,6 +50,9 @@ pub enum BenchCmd {
     Capture(capture::CaptureArgs),
     /// Firewall classifications per second per worker by ruleset size: classifier vs linear.
     Firewall(firewall::FirewallArgs),
+    /// Fragment reassembly: datagrams and fragments per second of one worker, and the
+    /// unfragmented path's cost with reassembly enabled vs disabled.
+    Frag(frag::FragArgs),
 }
 
 /// `bench refcount` options.
@@ -485,6 +489,7 @@ pub fn main(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Route(a) => route::route(a),
         BenchCmd::Capture(a) => capture::capture(a),
         BenchCmd::Firewall(a) => firewall::firewall(a),
+        BenchCmd::Frag(a) => frag::frag(a),
     }
 }
 

@@ -576,7 +576,13 @@ impl<L: Layout> Bridge<L> {
         while let Some(m) = targets.next() {
             let copy = if targets.peek().is_some() {
                 let orig = p.as_ref().expect("original kept until the last member");
-                let mut q = out.pool().get();
+                let note = orig.frag_note();
+                // A datagram reassembled from fragments may be larger than a pool buffer.
+                let mut q = if note.is_some() {
+                    out.pool().get_huge()
+                } else {
+                    out.pool().get()
+                };
                 if q.set_frame(orig.data()).is_err() {
                     // Pool buffers are never smaller than the frame's own; count, do not panic.
                     c.drop_no_headroom.inc();
@@ -584,6 +590,9 @@ impl<L: Layout> Bridge<L> {
                     continue;
                 }
                 q.meta = orig.meta;
+                if let Some(n) = note {
+                    q.set_frag_note(n);
+                }
                 q
             } else {
                 p.take().expect("original used once, for the last member")

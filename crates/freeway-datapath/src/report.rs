@@ -175,6 +175,13 @@ pub fn write_summary(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Res
             c.connections, c.max, c.new, c.established, c.related, c.untracked, c.invalid, c.created, c.expired
         )?;
     }
+    if let Some(r) = &s.reassembly {
+        writeln!(
+            out,
+            "  reassembly: {} fragments in, {} datagrams reassembled from {}, {} in flight ({} bytes held); refragmented {} into {} fragments",
+            r.fragments, r.reassembled, r.merged, r.in_flight, r.bytes_held, r.refragmented, r.fragments_out
+        )?;
+    }
     if let Some(f) = &s.firewall {
         writeln!(
             out,

@@ -10,7 +10,9 @@
 //!   run no local stack); otherwise forward: drop link-layer group frames, broadcast, multicast
 //!   and martian addresses; TTL ≤ 1 → ICMP time exceeded; route lookup (with `meta.flow_hash`),
 //!   none → ICMP net unreachable; larger than the egress MTU → ICMP fragmentation needed (DF)
-//!   or a counted drop (we do not fragment); TTL - 1 with the RFC 1624 incremental checksum.
+//!   or a counted drop (we do not fragment); a datagram the datapath reassembled is measured
+//!   by its largest original fragment (`FragNote`) instead, and without DF leaves in pieces
+//!   of the MTU; TTL - 1 with the RFC 1624 incremental checksum.
 //! * **IPv6**: validate version and payload length; to one of our addresses or groups: echo
 //!   replies, NS → NA (learning the solicitor), NA → learn, RS/RA/redirects dropped (counted);
 //!   otherwise forward like IPv4 (hop limit, no route, packet too big), never link-local scope.
@@ -622,11 +624,21 @@ impl State {
             // Directed broadcast to a connected subnet: not forwarded (RFC 2644).
             return self.drop(out, pkt, L3Drop::NotForwardable);
         }
-        if tot > usize::from(oif.mtu) {
-            if frag & 0x4000 != 0 {
-                self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(oif.mtu), out);
+        // A datagram reassembled here leaves in fragments of its largest original size: that
+        // is what must fit (Linux's `frag_max_size`); without DF it is cut to the MTU instead.
+        let note = pkt.frag_note();
+        if note.map_or(tot, |n| usize::from(n.max_size)) > usize::from(oif.mtu) {
+            match note {
+                Some(n) if frag & 0x4000 == 0 => {
+                    pkt.set_frag_note(freeway_packet::FragNote { max_size: oif.mtu, ..n });
+                }
+                _ => {
+                    if frag & 0x4000 != 0 {
+                        self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(oif.mtu), out);
+                    }
+                    return self.drop(out, pkt, L3Drop::TooBig);
+                }
             }
-            return self.drop(out, pkt, L3Drop::TooBig);
         }
         // TTL - 1 with the RFC 1624 incremental update of the header checksum.
         let f = pkt.data_mut();
@@ -709,7 +721,8 @@ impl State {
             Ok(r) => r,
             Err(r) => return self.drop(out, pkt, r),
         };
-        if 40 + plen > usize::from(oif.mtu) {
+        // A reassembled datagram leaves in fragments of its largest original size.
+        if pkt.frag_note().map_or(40 + plen, |n| usize::from(n.max_size)) > usize::from(oif.mtu) {
             self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(oif.mtu), out);
             return self.drop(out, pkt, L3Drop::TooBig);
         }

@@ -36,6 +36,8 @@ pub const DEFAULT_BUF_SIZE: usize = 2048;
 pub const MAX_BUF_SIZE: usize = 65_535;
 /// Headroom reserved in front of a received frame.
 pub const HEADROOM: usize = 128;
+/// The most idle [`MAX_BUF_SIZE`] buffers a [`PacketPool`] keeps ([`PacketPool::get_huge`]).
+pub const MAX_HUGE_FREE: usize = 8;
 /// The most packets a [`Batch`] holds.
 pub const MAX_BATCH: usize = 32;
 /// `Meta::vlan` value for a frame that carries no 802.1Q tag.
@@ -108,6 +110,11 @@ pub mod meta_flags {
     /// With [`CT_NEW`]: the connection is not in the table yet (tracked without creating
     /// it); whoever lets the packet through creates it.
     pub const CT_UNCOMMITTED: u8 = 1 << 5;
+    /// The packet is an IP datagram reassembled from fragments: its buffer's headroom holds a
+    /// [`super::FragNote`] (read by [`super::Packet::frag_note`]) that says how to fragment it
+    /// again on its way out. Set by the reassembler (`freeway-frag`); a stage that builds a
+    /// new frame in the buffer resets the metadata, and with it this mark.
+    pub const REASSEMBLED: u8 = 1 << 6;
 }
 
 impl Default for Meta {
@@ -411,6 +418,58 @@ impl Default for Packet {
     }
 }
 
+/// What a reassembled datagram remembers of its fragments, kept in the first
+/// [`FragNote::LEN`] bytes of its buffer's headroom (not in [`Meta`], which stays 28 bytes):
+/// valid while [`meta_flags::REASSEMBLED`] is set and the headroom was never pushed into that
+/// far (a frame's headers grow by a few tags at most, and [`HEADROOM`] is 128 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragNote {
+    /// The largest fragment's IP length (IPv4 total length; IPv6 40 + payload length): the
+    /// size the datagram is fragmented to again, as Linux's `frag_max_size`.
+    pub max_size: u16,
+    /// The fragments' identification (IPv4: 16 bits; IPv6: 32).
+    pub id: u32,
+}
+
+impl FragNote {
+    /// Bytes of headroom the note takes.
+    pub const LEN: usize = 8;
+}
+
+impl Packet {
+    /// Marks the packet reassembled ([`meta_flags::REASSEMBLED`]) and keeps `note` in the
+    /// first bytes of its buffer. `false` (and nothing changed) if the frame starts too close
+    /// to the buffer's start to leave room for it.
+    pub fn set_frag_note(&mut self, note: FragNote) -> bool {
+        let h = self.headroom();
+        if h < FragNote::LEN {
+            return false;
+        }
+        let Some(f) = self.push_front(h) else { return false };
+        f[0..2].copy_from_slice(&note.max_size.to_le_bytes());
+        f[4..8].copy_from_slice(&note.id.to_le_bytes());
+        self.pull_front(h);
+        self.meta.flags |= meta_flags::REASSEMBLED;
+        true
+    }
+
+    /// The note of a reassembled packet; `None` for any other packet, or when its headers
+    /// grew into the note's bytes.
+    #[inline]
+    pub fn frag_note(&self) -> Option<FragNote> {
+        if self.meta.flags & meta_flags::REASSEMBLED == 0 || self.headroom() < FragNote::LEN {
+            return None;
+        }
+        // SAFETY: the buffer's first `FragNote::LEN` bytes lie before `start` (checked
+        // above), inside the allocation and initialised (zeroed when allocated).
+        let b = unsafe { std::slice::from_raw_parts(self.buf.as_ptr(), FragNote::LEN) };
+        Some(FragNote {
+            max_size: u16::from_le_bytes([b[0], b[1]]),
+            id: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        })
+    }
+}
+
 /// Up to [`MAX_BATCH`] packets processed together.
 #[derive(Debug, Default)]
 pub struct Batch {
@@ -499,6 +558,8 @@ impl Batch {
 #[derive(Debug)]
 pub struct PacketPool {
     free: Vec<Packet>,
+    /// Idle [`MAX_BUF_SIZE`] buffers (reassembled datagrams), at most [`MAX_HUGE_FREE`].
+    huge: Vec<Packet>,
     buf_size: usize,
     max_free: usize,
     allocated: u64,
@@ -514,6 +575,7 @@ impl PacketPool {
         }
         PacketPool {
             free,
+            huge: Vec::new(),
             buf_size,
             max_free: max_free.max(prefill),
             allocated: prefill as u64,
@@ -523,16 +585,7 @@ impl PacketPool {
     /// A reset packet.
     #[inline]
     pub fn get(&mut self) -> Packet {
-        match self.free.pop() {
-            Some(mut p) => {
-                p.reset();
-                p
-            }
-            None => {
-                self.allocated += 1;
-                Packet::with_capacity(self.buf_size)
-            }
-        }
+        reuse_or_alloc(&mut self.free, &mut self.allocated, self.buf_size)
     }
 
     /// Returns a packet's buffer to the pool.
@@ -572,6 +625,22 @@ impl PacketPool {
         n
     }
 
+    /// A reset packet with a [`MAX_BUF_SIZE`] buffer (for a reassembled datagram): reused
+    /// from the huge free list, allocated when it is empty.
+    pub fn get_huge(&mut self) -> Packet {
+        reuse_or_alloc(&mut self.huge, &mut self.allocated, MAX_BUF_SIZE)
+    }
+
+    /// Returns a packet to the pool's list that fits it: a [`MAX_BUF_SIZE`] buffer to the
+    /// huge list (at most [`MAX_HUGE_FREE`] kept), any other to [`PacketPool::put`].
+    pub fn put_huge(&mut self, p: Packet) {
+        if p.capacity() < MAX_BUF_SIZE {
+            self.put(p);
+        } else if self.huge.len() < MAX_HUGE_FREE {
+            self.huge.push(p);
+        }
+    }
+
     /// Buffers allocated over the pool's life (a steady state shows this flat).
     pub fn allocated(&self) -> u64 {
         self.allocated
@@ -580,6 +649,21 @@ impl PacketPool {
     /// Buffer size of this pool.
     pub fn buf_size(&self) -> usize {
         self.buf_size
+    }
+}
+
+/// A reset packet from `free`, or a new one of `size` bytes (counted in `allocated`).
+#[inline(always)]
+fn reuse_or_alloc(free: &mut Vec<Packet>, allocated: &mut u64, size: usize) -> Packet {
+    match free.pop() {
+        Some(mut p) => {
+            p.reset();
+            p
+        }
+        None => {
+            *allocated += 1;
+            Packet::with_capacity(size)
+        }
     }
 }
 

@@ -186,7 +186,12 @@ fn clear(meta: &mut Meta) {
 /// what `Ok` guarantees.
 #[inline(always)]
 pub fn parse(pkt: &mut Packet) -> Result<(), ParseError> {
-    match parse_inner(pkt.data()) {
+    parse_up_to(pkt, MAX_FRAME)
+}
+
+#[inline(always)]
+fn parse_up_to(pkt: &mut Packet, max: usize) -> Result<(), ParseError> {
+    match parse_inner(pkt.data(), max) {
         Ok(p) => {
             p.store(&mut pkt.meta);
             Ok(())
@@ -198,11 +203,19 @@ pub fn parse(pkt: &mut Packet) -> Result<(), ParseError> {
     }
 }
 
+/// Parses `pkt` as [`parse`] does, without the [`MAX_FRAME`] bound: for a datagram that
+/// was never on a wire whole (an IP datagram reassembled from fragments, up to a buffer's
+/// [`crate::MAX_BUF_SIZE`] bytes). Same contract otherwise.
+#[inline]
+pub fn parse_reassembled(pkt: &mut Packet) -> Result<(), ParseError> {
+    parse_up_to(pkt, usize::MAX)
+}
+
 /// Parses a frame held in a plain slice into `meta` (all fields but `in_port`, `uncaptured` and `ts_ns`), for callers
 /// that have no [`Packet`]. Same contract as [`parse`].
 #[inline]
 pub fn parse_frame(f: &[u8], meta: &mut Meta) -> Result<(), ParseError> {
-    match parse_inner(f) {
+    match parse_inner(f, MAX_FRAME) {
         Ok(p) => {
             p.store(meta);
             Ok(())
@@ -220,12 +233,12 @@ fn is_tpid(et: u16) -> bool {
 }
 
 #[inline(always)]
-fn parse_inner(f: &[u8]) -> Result<Parsed, ParseError> {
+fn parse_inner(f: &[u8], max: usize) -> Result<Parsed, ParseError> {
     let len = f.len();
     if len < 14 {
         return Err(ParseError::Runt);
     }
-    if len > MAX_FRAME {
+    if len > max {
         return Err(ParseError::Oversized);
     }
     let mut et = rd16(f, 12);

@@ -6,6 +6,13 @@
 //! zone_limits = [{ zone = 1, max = 1000 }]
 //! timeouts = { tcp_established = 86400, udp_single = 30 }   # seconds, conntrack-tools names
 //!
+//! [conntrack.reassembly]                 # IP fragments, per worker (these are the defaults)
+//! enabled = true
+//! max_datagrams = 1024                   # datagrams in flight
+//! max_bytes = 4194304                    # bytes of fragment buffers held (Linux's ipfrag_high_thresh)
+//! max_fragments = 64                     # fragments of one datagram
+//! timeout = 30                           # seconds from the first fragment (Linux's ipfrag_time)
+//!
 //! [firewall]                             # implies [conntrack]
 //! allow_new_from = ["inside"]            # ports where new connections may start
 //!
@@ -13,6 +20,11 @@
 //! name = "inside"
 //! zone = 1                               # conntrack zone of what arrives here (default 0)
 //! ```
+//!
+//! With tracking on, IPv4 and IPv6 fragments are reassembled before they are tracked (each
+//! worker its own, `freeway-frag`): the datagram is judged, bridged and routed whole, and
+//! leaves fragmented again to its largest original fragment's size. With
+//! `reassembly.enabled = false` fragments are tracked as they are, that is found invalid.
 //!
 //! With the firewall on, an IPv4/IPv6 packet is forwarded when its connection is established
 //! or related, or when it is new and arrived on a port of `allow_new_from`; invalid packets
@@ -55,6 +67,25 @@ pub struct ConntrackConfig {
     /// Timeout overrides in seconds, by conntrack-tools name.
     #[serde(default)]
     pub timeouts: BTreeMap<String, Spanned<u64>>,
+    /// `[conntrack.reassembly]`: fragment reassembly.
+    pub reassembly: Option<Spanned<ReassemblyConfig>>,
+}
+
+/// `[conntrack.reassembly]`: the bounds of each worker's reassembly table
+/// (`freeway_frag::Limits`; unset fields keep its defaults).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReassemblyConfig {
+    /// Reassemble fragments (default true).
+    pub enabled: Option<bool>,
+    /// Datagrams in flight per worker.
+    pub max_datagrams: Option<usize>,
+    /// Bytes of fragment buffers held per worker.
+    pub max_bytes: Option<usize>,
+    /// Fragments of one datagram.
+    pub max_fragments: Option<usize>,
+    /// Seconds a datagram may take to complete.
+    pub timeout: Option<u64>,
 }
 
 /// One per-zone limit.
@@ -89,6 +120,8 @@ pub struct ConntrackSpec {
     pub zone_limits: Vec<(u16, usize)>,
     /// Timeout overrides (name, seconds).
     pub timeouts: Vec<(String, u64)>,
+    /// Fragment reassembly's bounds, per worker (`None`: fragments are not reassembled).
+    pub reassembly: Option<freeway_frag::Limits>,
 }
 
 /// Checked firewall settings.
@@ -231,12 +264,43 @@ pub fn check(
         }
         timeouts.push((k.clone(), s));
     }
+    let reassembly = reassembly(c.reassembly.as_ref())?;
     Ok((
         Some(ConntrackSpec {
             max,
             zone_limits,
             timeouts,
+            reassembly,
         }),
         fw,
     ))
+}
+
+/// Checks `[conntrack.reassembly]`: `None` when disabled, else the bounds (defaults for
+/// what it leaves unset).
+fn reassembly(r: Option<&Spanned<ReassemblyConfig>>) -> Result<Option<freeway_frag::Limits>, Err> {
+    let mut l = freeway_frag::Limits::default();
+    let Some(r) = r else { return Ok(Some(l)) };
+    let (span, c) = (r.span(), r.get_ref());
+    if c.enabled == Some(false) {
+        return Ok(None);
+    }
+    let range = |name: &str, v: Option<usize>, lo: usize, hi: usize, into: &mut usize| match v {
+        Some(v) if v < lo || v > hi => Err((
+            Some(span.clone()),
+            format!("conntrack.reassembly.{name}: must be {lo}..={hi} (got {v})"),
+        )),
+        Some(v) => {
+            *into = v;
+            Ok(())
+        }
+        None => Ok(()),
+    };
+    range("max_datagrams", c.max_datagrams, 1, 1 << 20, &mut l.max_datagrams)?;
+    range("max_bytes", c.max_bytes, 64 << 10, 1 << 30, &mut l.max_bytes)?;
+    range("max_fragments", c.max_fragments, 2, 8192, &mut l.max_fragments)?;
+    let mut secs = (l.timeout_ms / 1000) as usize;
+    range("timeout", c.timeout.map(|t| t as usize), 1, 300, &mut secs)?;
+    l.timeout_ms = secs as u64 * 1000;
+    Ok(Some(l))
 }

@@ -1039,6 +1039,12 @@ impl<L: Layout> Control<L> {
                 w.id, w.packets, w.batches
             ));
         }
+        if let Some(r) = &s.reassembly {
+            text.push_str(&format!(
+                "reassembly fragments {} reassembled {} in_flight {} bytes_held {} refragmented {} fragments_out {}\n",
+                r.fragments, r.reassembled, r.in_flight, r.bytes_held, r.refragmented, r.fragments_out
+            ));
+        }
         let d: Vec<String> = s.drops().iter().map(|(k, v)| format!("{k} {v}")).collect();
         text.push_str(&format!(
             "drops: {}\n",

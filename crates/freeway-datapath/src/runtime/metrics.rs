@@ -119,6 +119,9 @@ pub(crate) fn render(s: &Snapshot) -> String {
     if let Some(f) = &s.firewall {
         firewall(&mut r, f);
     }
+    if let Some(f) = &s.reassembly {
+        reassembly(&mut r, f);
+    }
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = encode(&mut out, &r);
@@ -227,6 +230,31 @@ fn conntrack(r: &mut Registry, c: &CtStats) {
     );
     counters(r, "conntrack_created", "Connections created", [(vec![], c.created)]);
     counters(r, "conntrack_expired", "Connections expired", [(vec![], c.expired)]);
+}
+
+/// Fragment reassembly: what came in and out, what is held (its drops are in `drops`).
+fn reassembly(r: &mut Registry, f: &freeway_frag::FragStats) {
+    gauge(
+        r,
+        "reassembly_in_flight",
+        "Datagrams being reassembled",
+        f.in_flight as i64,
+    );
+    gauge(
+        r,
+        "reassembly_bytes_held",
+        "Bytes of fragment buffers held",
+        f.bytes_held as i64,
+    );
+    counters(
+        r,
+        "reassembly_events",
+        "Fragments in, datagrams reassembled, fragments merged, datagrams refragmented, fragments out",
+        labelled(
+            "event",
+            fields!(f: fragments, reassembled, merged, refragmented, fragments_out),
+        ),
+    );
 }
 
 /// Firewall verdicts by reason.

@@ -610,6 +610,8 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
             .router
             .as_ref()
             .map(|(shared, _, _)| RouterWorker::new(shared, fw));
+        let ct = tables.stateful.as_ref().map(Stateful::worker);
+        let frag = ct.as_ref().and_then(|c| c.reasm.as_ref()).map(|r| r.counters().clone());
         let stats = Arc::new(CachePadded::new(WorkerStats {
             packets: Counter::new(),
             batches: Counter::new(),
@@ -622,6 +624,7 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
             bridge: bw.counters.clone(),
             l3: rw.as_ref().map(|r| r.l3.counters().clone()),
             route_cache: rw.as_ref().map(|r| r.cache.counters()),
+            frag: frag.clone(),
         }));
         all_stats.push(stats.clone());
         let tap_worker = taps
@@ -641,11 +644,13 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
                 poll_ns: 0,
                 next: next.clone(),
                 to_router: Vec::new(),
+                refrag: frag,
+                refrag_out: Vec::new(),
             },
             bridge: tables.bridge.clone(),
             bw,
             router: rw,
-            ct: tables.stateful.as_ref().map(Stateful::worker),
+            ct,
             stats,
         });
     }

@@ -15,6 +15,15 @@
 //! every hook. Bridged frames are then not tracked into the table, as in Linux without
 //! bridge netfilter.
 //!
+//! IP fragments are reassembled first, when `[conntrack.reassembly]` is on (the default):
+//! each worker's [`Reassembler`] (`freeway-frag`) holds a datagram's fragments until it is
+//! complete and hands the datagram on as one packet, keyed by the zone of the port its
+//! fragments came in on. The packet is tracked, bridged, routed and judged whole, and the
+//! transmit side (`runtime/tx.rs`) cuts it again into fragments no larger than the largest
+//! it came in ([`freeway_packet::FragNote`], kept in the buffer's headroom, so `Packet` stays
+//! 40 bytes). All fragments of a datagram reach one worker: every worker choice hashes a
+//! fragment by its addresses and protocol (`freeway-frag`'s module doc).
+//!
 //! Threads: a [`CtStage`] per worker, on that worker's thread; the table is lock-free and
 //! the expiry thread (`fw-ct-expiry`) removes expired connections in bounded chunks.
 
@@ -24,9 +33,10 @@ use freeway_conntrack::{
     Conntrack, CtConfig, CtResult, CtState, CtWorker, ExpiryThread, Firewall, FirewallPolicy, FwWorker, Timeouts,
     Verdict,
 };
+use freeway_frag::{Limits, Reassembler};
 use freeway_packet::wire::ETHERTYPE_IPV4;
 use freeway_packet::{meta_flags, Batch, Packet, PacketPool};
-use freeway_sync::Clock;
+use freeway_sync::{Clock, Tick};
 
 use super::RunError;
 use crate::config::stateful::{ConntrackSpec, FirewallSpec};
@@ -41,6 +51,8 @@ pub(crate) struct Stateful {
     pub zones: Arc<[u16]>,
     /// An nftables ruleset judges packets in the router: tracking only records states.
     pub record_only: bool,
+    /// Each worker's reassembly bounds (`None`: fragments are not reassembled).
+    pub reassembly: Option<Limits>,
     expiry: Option<ExpiryThread>,
 }
 
@@ -56,6 +68,7 @@ impl Stateful {
             return Ok(None);
         }
         let mut cfg = CtConfig::default();
+        let reassembly = ct.map_or(Some(Limits::default()), |s| s.reassembly);
         if let Some(s) = ct {
             cfg.max = s.max;
             cfg.zone_limits = s
@@ -83,6 +96,7 @@ impl Stateful {
             fw,
             zones: zones.into(),
             record_only,
+            reassembly,
             expiry: Some(expirer.spawn()),
         }))
     }
@@ -94,6 +108,8 @@ impl Stateful {
             fw: self.fw.as_ref().map(Firewall::worker),
             zones: self.zones.clone(),
             record_only: self.record_only,
+            reasm: self.reassembly.map(Reassembler::new),
+            scratch: Vec::with_capacity(freeway_packet::MAX_BATCH),
         }
     }
 
@@ -117,14 +133,21 @@ pub(crate) struct CtStage {
     fw: Option<FwWorker>,
     zones: Arc<[u16]>,
     record_only: bool,
+    /// The worker's reassembly table, when fragments are reassembled.
+    pub(crate) reasm: Option<Reassembler>,
+    /// The batch's packets while fragments are taken out of it (kept: no allocation).
+    scratch: Vec<Packet>,
 }
 
 impl CtStage {
-    /// Tracks every frame of `batch` (one epoch pin for the batch) and removes, back to the
-    /// pool, those the firewall (or a limit) drops. Drops are counted by the tracker and the
-    /// firewall.
+    /// Reassembles fragments (when configured), then tracks every frame of `batch` (one
+    /// epoch pin for the batch) and removes, back to the pool, those the firewall (or a
+    /// limit) drops. Drops are counted by the reassembler, the tracker and the firewall.
     #[inline]
-    pub fn process(&mut self, batch: &mut Batch, pool: &mut PacketPool) {
+    pub fn process(&mut self, batch: &mut Batch, pool: &mut PacketPool, now: Tick) {
+        if let Some(r) = self.reasm.as_mut() {
+            reassemble(r, &mut self.scratch, &self.zones, batch, pool, now);
+        }
         if batch.is_empty() {
             return;
         }
@@ -151,6 +174,32 @@ impl CtStage {
                 None => !r.over_limit(),
             }
         });
+    }
+}
+
+/// Takes the fragments out of `batch` into `r`, putting back in their place the datagrams
+/// they complete; expires overdue datagrams. A batch without fragments costs one header
+/// word per packet.
+#[inline]
+fn reassemble(
+    r: &mut Reassembler,
+    scratch: &mut Vec<Packet>,
+    zones: &[u16],
+    batch: &mut Batch,
+    pool: &mut PacketPool,
+    now: Tick,
+) {
+    r.expire(now, pool);
+    if !batch.as_slice().iter().any(freeway_frag::classify::may_be_fragment) {
+        return;
+    }
+    scratch.extend(batch.drain());
+    for p in scratch.drain(..) {
+        let zone = zones.get(usize::from(p.meta.in_port)).copied().unwrap_or(0);
+        if let Some(p) = r.push(p, zone, now, pool) {
+            // Cannot fail: at most one packet comes back for each taken out.
+            let _ = batch.push(p);
+        }
     }
 }
 

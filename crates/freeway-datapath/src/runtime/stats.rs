@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use freeway_bridge::{BridgeCounters, Layout};
 use freeway_conntrack::{CtStats, FwStats};
+use freeway_frag::{FragCounters, FragStats};
 use freeway_io::Port;
 use freeway_l3::{L3Counters, L3Stats};
 use freeway_packet::ParseError;
@@ -55,6 +56,8 @@ pub struct WorkerStats {
     pub l3: Option<Arc<CachePadded<L3Counters>>>,
     /// The route cache's counters (with a router).
     pub route_cache: Option<Arc<CachePadded<CacheCounters>>>,
+    /// The reassembler's counters (when fragments are reassembled).
+    pub frag: Option<Arc<CachePadded<FragCounters>>>,
 }
 
 /// Port counters summed over workers.
@@ -129,6 +132,9 @@ pub struct Snapshot {
     /// Firewall verdicts (when configured).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub firewall: Option<FwStats>,
+    /// Fragment reassembly, summed over workers (when configured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reassembly: Option<FragStats>,
     /// Every drop, by stage and reason ([`Snapshot::drops`], filled in by the snapshot).
     pub drops: BTreeMap<String, u64>,
 }
@@ -184,6 +190,14 @@ impl Snapshot {
                 if k.starts_with("limit") || k.starts_with("queue") {
                     m.insert(format!("conntrack:{k}"), *v);
                 }
+            }
+        }
+        if let Some(r) = &self.reassembly {
+            for (k, v) in &r.drops {
+                m.insert(format!("reassembly:{k}"), *v);
+            }
+            if r.refrag_failed > 0 {
+                m.insert("reassembly:refrag_failed".into(), r.refrag_failed);
             }
         }
         for p in &self.ports {
@@ -303,6 +317,9 @@ pub(crate) fn snapshot<L: Layout>(
             if c.get() > 0 {
                 *s.parse_drops.entry(r.name()).or_default() += c.get();
             }
+        }
+        if let Some(f) = &w.frag {
+            f.add_to(s.reassembly.get_or_insert_with(FragStats::default));
         }
         if let Some(l3) = &w.l3 {
             let r = s.router.get_or_insert_with(RouterSnap::default);

@@ -4,14 +4,19 @@
 //! VPP's next nodes): a real port's frames gather in its transmit batch, go through the egress
 //! taps and out by its queue; the router port's frames gather on the edge to the router stage,
 //! which runs after the bridge pass (`RouterWorker::run`) and feeds the bridge again.
+//!
+//! A datagram the reassembler built (`meta_flags::REASSEMBLED`) is cut into fragments again
+//! as it enters a real port's transmit batch ([`freeway_frag::refragment`], to its largest
+//! original fragment's size); on the router's edge it stays whole.
 
 use std::sync::Arc;
 
 use super::stats::WorkerStats;
 use freeway_bridge::Emit;
 use freeway_capture::{Direction, TapPoint};
+use freeway_frag::FragCounters;
 use freeway_io::TxQueue;
-use freeway_packet::{Batch, Packet, PacketPool};
+use freeway_packet::{meta_flags, Batch, Packet, PacketPool};
 use freeway_sync::CachePadded;
 
 /// Where the frames emitted for one bridge port go next.
@@ -45,6 +50,12 @@ pub(crate) struct Tx<T: TapPoint> {
     pub(crate) next: Box<[Next]>,
     /// Frames on the edge to the router stage, waiting for it.
     pub(crate) to_router: Vec<Packet>,
+    /// The reassembler's counters, when fragments are reassembled (reassembled datagrams
+    /// are then refragmented here).
+    pub(crate) refrag: Option<Arc<CachePadded<FragCounters>>>,
+    /// The fragments of one datagram on their way to a transmit batch (kept: no
+    /// allocation once grown).
+    pub(crate) refrag_out: Vec<Packet>,
 }
 
 impl<T: TapPoint> Tx<T> {
@@ -77,6 +88,40 @@ impl<T: TapPoint> Tx<T> {
             self.flush(p);
         }
     }
+
+    /// Queues `pkt` on `port`'s transmit batch (flushed first when full).
+    #[inline(always)]
+    fn queue(&mut self, port: usize, pkt: Packet) {
+        if self.pending[port].is_full() {
+            self.flush(port);
+        }
+        // Cannot fail: flushed above when full.
+        let _ = self.pending[port].push(pkt);
+    }
+
+    /// Queues the fragments of the reassembled `pkt` on `port`; counted in the
+    /// reassembler's counters (a datagram that cannot be cut is a counted drop).
+    #[cold]
+    fn emit_refragmented(&mut self, port: usize, pkt: Packet) {
+        let Some(c) = self.refrag.clone() else {
+            // Not reassembled here: the mark is stale.
+            let mut pkt = pkt;
+            pkt.meta.flags &= !meta_flags::REASSEMBLED;
+            return self.queue(port, pkt);
+        };
+        let mut frags = std::mem::take(&mut self.refrag_out);
+        match freeway_frag::refragment(pkt, None, &mut self.pool, |q| frags.push(q)) {
+            Ok(n) => {
+                c.refragmented.inc();
+                c.fragments_out.add(n as u64);
+            }
+            Err(_) => c.refrag_failed.inc(),
+        }
+        for q in frags.drain(..) {
+            self.queue(port, q);
+        }
+        self.refrag_out = frags;
+    }
 }
 
 impl<T: TapPoint> Emit for Tx<T> {
@@ -92,11 +137,10 @@ impl<T: TapPoint> Emit for Tx<T> {
             self.to_router.push(pkt);
             return;
         }
-        if self.pending[port].is_full() {
-            self.flush(port);
+        if pkt.meta.flags & meta_flags::REASSEMBLED != 0 {
+            return self.emit_refragmented(port, pkt);
         }
-        // Cannot fail: flushed above when full.
-        let _ = self.pending[port].push(pkt);
+        self.queue(port, pkt);
     }
 
     #[inline]
@@ -104,6 +148,17 @@ impl<T: TapPoint> Emit for Tx<T> {
         let port = usize::from(port);
         if self.next[port] == Next::Router {
             self.to_router.extend(batch.drain());
+            return;
+        }
+        if self.refrag.is_some()
+            && batch
+                .as_slice()
+                .iter()
+                .any(|p| p.meta.flags & meta_flags::REASSEMBLED != 0)
+        {
+            for p in batch.drain() {
+                self.emit(port as u16, p);
+            }
             return;
         }
         if !self.pending[port].is_empty() {

@@ -148,6 +148,9 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
                 // the tap handle drops a tap list the control plane has replaced.
                 poll_router(&mut w, now, inline.as_mut());
                 w.tx.taps.idle();
+                if let Some(r) = w.ct.as_mut().and_then(|c| c.reasm.as_mut()) {
+                    r.expire(now, &mut w.tx.pool);
+                }
             }
             idle_wait(idle, &mut waiter, w.tx.taps.any(), &w.stats);
         } else {
@@ -251,7 +254,7 @@ pub(crate) fn process_batch<L: Layout, T: TapPoint>(
     stats.parses.add(n);
     stats.batches.inc();
     if let Some(ct) = ct.as_mut() {
-        ct.process(batch, &mut tx.pool);
+        ct.process(batch, &mut tx.pool, now);
     }
     let (fdb_w, neigh_w) = match inline {
         Some(i) => (i.fdb.as_mut(), i.neigh.as_mut()),

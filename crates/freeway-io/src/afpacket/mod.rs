@@ -10,10 +10,15 @@
 //! itself), `PACKET_QDISC_BYPASS` (if configured), `PACKET_RX_RING` with a `tpacket_req`
 //! (`ring_blocks` × `block_size`, cut into slots of `frame_size`), `mmap` of the ring,
 //! `bind` to the interface index with protocol `ETH_P_ALL`, then, with more than one worker
-//! (or an explicit `fanout_group`), `PACKET_FANOUT` in mode `PACKET_FANOUT_HASH |
-//! PACKET_FANOUT_FLAG_DEFRAG`: the kernel hashes each frame's flow (addresses and ports,
-//! direction-independent, IP fragments reassembled first) and delivers it to one socket of the
-//! group, so each worker gets whole flows. The group id is `fanout_group` if set, else a
+//! (or an explicit `fanout_group`), `PACKET_FANOUT` in mode `PACKET_FANOUT_HASH`: the
+//! kernel hashes each frame's flow (addresses and ports, direction-independent; an IP
+//! fragment, first or not, by its addresses and protocol only, since the flow dissector reads
+//! no ports of a fragment) and delivers it to one socket of the
+//! group, so each worker gets whole flows, and all the fragments of a datagram. Not
+//! `PACKET_FANOUT_FLAG_DEFRAG`: with it the kernel hands the group each IPv4 datagram
+//! reassembled, a frame larger than the link's MTU that no ring slot holds and no transmit
+//! queue sends; the workers reassemble fragments themselves where they need whole datagrams
+//! (conntrack, `freeway-frag`). The group id is `fanout_group` if set, else a
 //! fresh id chosen by the kernel (`PACKET_FANOUT_FLAG_UNIQUEID`), one group per port. The
 //! first socket also puts the interface in promiscuous mode (`PACKET_ADD_MEMBERSHIP`
 //! `PACKET_MR_PROMISC`; undone by the kernel when the socket closes) and reads its MTU
@@ -132,7 +137,7 @@ pub struct AfPacketConfig {
     pub iface: String,
     /// PACKET_FANOUT group id shared by this port's sockets. Default: a fresh id chosen by the
     /// kernel when the port has more than one worker, none with one worker. Set it to share
-    /// a group with another process (same mode: hash + defrag).
+    /// a group with another process (same mode: hash).
     #[serde(default)]
     pub fanout_group: Option<u16>,
     /// Blocks in each RX ring (2..=65536). Default 64.
@@ -441,7 +446,7 @@ impl AfPacketPort {
     }
 
     fn join_fanout(&mut self, s: &sys::Socket) -> io::Result<()> {
-        let mode = (sys::PACKET_FANOUT_HASH | sys::PACKET_FANOUT_FLAG_DEFRAG) << 16;
+        let mode = sys::PACKET_FANOUT_HASH << 16;
         let id = match self.fanout_group.or(self.cfg.fanout_group) {
             Some(id) => id,
             None => {

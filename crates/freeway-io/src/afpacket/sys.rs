@@ -27,7 +27,6 @@ pub(crate) const TPACKET_V2: libc::c_int = 1;
 // Fanout modes and flags (the high 16 bits of the PACKET_FANOUT argument).
 pub(crate) const PACKET_FANOUT_HASH: u32 = 0;
 pub(crate) const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
-pub(crate) const PACKET_FANOUT_FLAG_DEFRAG: u32 = 0x8000;
 
 /// `ETH_P_ALL`: every protocol.
 pub(crate) const ETH_P_ALL: u16 = 0x0003;
