@@ -278,7 +278,9 @@ impl FwHook {
         let f = fields_at(hook, pkt, iif, oif, self.zone(iif));
         let d = self.fw.judge(h, &f, &mut self.st, self.now);
         match d.action {
-            Action::Accept => self.accepted(pkt, iif),
+            // Filter chains never translate (a NAT statement a filter chain reaches does not
+            // compile).
+            Action::Accept | Action::Nat(_) => self.accepted(pkt, iif),
             Action::Drop => FilterVerdict::Drop,
             Action::Reject(w) => FilterVerdict::Reject(reject_of(w)),
         }

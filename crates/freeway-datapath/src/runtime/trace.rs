@@ -680,7 +680,11 @@ impl NftTrace {
             (None, None) => "no base chain on this hook".into(),
         };
         let (word, v) = match d.action {
-            freeway_firewall::Action::Accept => ("accept".to_string(), FilterVerdict::Accept),
+            // Filter chains never translate (a NAT statement a filter chain reaches does not
+            // compile).
+            freeway_firewall::Action::Accept | freeway_firewall::Action::Nat(_) => {
+                ("accept".to_string(), FilterVerdict::Accept)
+            }
             freeway_firewall::Action::Drop => ("drop".to_string(), FilterVerdict::Drop),
             freeway_firewall::Action::Reject(w) => (
                 format!("reject ({w:?})"),

@@ -244,6 +244,9 @@ fn add_commands_build_a_table() {
 fn errors_name_their_place() {
     let wrap =
         |rule: &str| format!("table inet t {{\n chain c {{\n type filter hook input priority 0;\n {rule}\n }}\n}}\n");
+    let nat = |family: &str, hook: &str, rule: &str| {
+        format!("table {family} t {{\n chain c {{\n type nat hook {hook} priority 0;\n {rule}\n }}\n}}\n")
+    };
     let cases: &[(String, &str, &str)] = &[
         ("table inet t {\n chain c {\n".into(), "3:1", "unexpected end of file"),
         ("table inet t {\n bogus\n}\n".into(), "2:2", "unexpected \"bogus\""),
@@ -257,7 +260,56 @@ fn errors_name_their_place() {
         (wrap("ip saddr 10.0.0.0/33"), "4:11", "invalid prefix length"),
         (wrap("tcp dport 90-80"), "4:12", "start is above its end"),
         (wrap("accept counter"), "4:9", "statement after terminal statement"),
-        (wrap("snat to 10.0.0.1"), "4:2", "unsupported: snat"),
+        (wrap("snat ip to 10.0.0.1"), "4:2", "snat is only valid in a nat chain"),
+        (
+            nat("ip", "postrouting", "dnat to 10.0.0.1"),
+            "4:2",
+            "prerouting or output",
+        ),
+        (
+            nat("inet", "postrouting", "snat to 10.0.0.1"),
+            "4:2",
+            "ip or ip6 must be specified",
+        ),
+        (
+            nat("ip", "postrouting", "snat to 10.0.0.1:80"),
+            "4:19",
+            "transport protocol mapping",
+        ),
+        (
+            nat("ip", "postrouting", "masquerade to :1024-2000"),
+            "4:17",
+            "transport protocol mapping",
+        ),
+        (
+            nat("ip", "postrouting", "snat ip6 to fd00::1"),
+            "4:7",
+            "conflicting protocols",
+        ),
+        (
+            nat("ip", "postrouting", "snat to 10.0.0.9-10.0.0.1"),
+            "4:10",
+            "start is above its end",
+        ),
+        (
+            nat("ip", "postrouting", "masquerade to 10.0.0.1"),
+            "4:16",
+            "masquerade takes ports only",
+        ),
+        (
+            nat(
+                "ip",
+                "prerouting",
+                "dnat to tcp dport map { 80 : 10.0.0.1 . 8080, 81 : 10.0.0.2 }",
+            ),
+            "4:51",
+            "every element",
+        ),
+        (
+            nat("ip", "prerouting", "redirect to :80"),
+            "4:2",
+            "unsupported: redirect",
+        ),
         (wrap("ct mark 1"), "4:5", "unsupported: the match ct mark"),
         (
             wrap("tcp dport 22 udp dport 53"),
