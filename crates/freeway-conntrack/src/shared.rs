@@ -45,6 +45,8 @@ pub(crate) struct WorkerStats {
     pub(crate) created: Counter,
     pub(crate) races: Counter,
     pub(crate) reopened: Counter,
+    /// Connections created with a translation.
+    pub(crate) nat_created: Counter,
 }
 
 /// State shared by all handles.
