@@ -166,6 +166,8 @@ pub struct CtStats {
     pub created: u64,
     /// Connections created with a translation (NAT), included in `created`.
     pub nat_created: u64,
+    /// New translated connections refused for want of a free port.
+    pub nat_exhausted: u64,
     /// Inserts that found the connection already created by another worker.
     pub insert_races: u64,
     /// TCP connections re-opened by a SYN after TIME_WAIT/CLOSE.
@@ -394,6 +396,7 @@ impl Conntrack {
             st.untracked += w.untracked.get();
             st.created += w.created.get();
             st.nat_created += w.nat_created.get();
+            st.nat_exhausted += w.nat_exhausted.get();
             st.insert_races += w.races.get();
             st.reopened += w.reopened.get();
             for (i, c) in w.invalid.iter().enumerate() {
@@ -885,6 +888,11 @@ impl CtWorker {
             (false, true, true) => Some(twin.key().tuple(!twin.orig_lo())),
             _ => None,
         }
+    }
+
+    /// Counts a new translated connection refused for want of a free port.
+    pub(crate) fn note_nat_exhausted(&self) {
+        self.stats.nat_exhausted.inc();
     }
 
     /// Whether a connection in `zone` uses tuple `t` (in either direction, translated or not).

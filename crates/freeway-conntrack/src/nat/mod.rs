@@ -30,7 +30,8 @@ pub struct SrcNat {
 /// Why a new connection was not translated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NatFail {
-    /// No free tuple among the candidates (counted by [`NatPorts::exhausted`]).
+    /// No free tuple among the candidates (counted in the tracker's statistics,
+    /// `nat_exhausted`).
     Exhausted,
     /// The packet could not be rewritten (too short for its headers).
     Malformed,
@@ -91,14 +92,18 @@ pub fn commit_new(
             NatCommit::Taken => None,
         })
     };
+    let exhausted = |ct: &CtWorker| {
+        ct.note_nat_exhausted();
+        NatFail::Exhausted
+    };
     let Some(s) = snat else {
-        return commit(ct, pkt, &mut at, cur)?.ok_or(NatFail::Exhausted);
+        return commit(ct, pkt, &mut at, cur)?.ok_or_else(|| exhausted(ct));
     };
     let addr = pick(s.addr, addr_hash(orig.src));
     let echo = matches!(cur.proto, 1 | 58);
     let has_ports = matches!(cur.proto, 6 | 17) || echo;
     if !has_ports {
-        return commit(ct, pkt, &mut at, Tuple { src: addr, ..cur })?.ok_or(NatFail::Exhausted);
+        return commit(ct, pkt, &mut at, Tuple { src: addr, ..cur })?.ok_or_else(|| exhausted(ct));
     }
     // An echo request's identifier is its tuple's source port.
     let range = s.ports.unwrap_or(PortRange::default_for(cur.sport, echo));
@@ -115,5 +120,5 @@ pub fn commit_new(
             return Ok(r);
         }
     }
-    Err(NatFail::Exhausted)
+    Err(exhausted(ct))
 }
