@@ -852,42 +852,53 @@ pub enum NatPlan {
     },
 }
 
+/// The rewrite a packet of a translated connection needs, in its direction.
+#[inline]
+fn nat_plan(s: &Shared, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, l3_csum_verified: bool) -> Option<NatPlan> {
+    match walk::<Tuple>(frame, meta, l3_csum_verified) {
+        Class::Track(t, _) => nat_target(s, g, &t, zone, false).map(|to| NatPlan::Packet { from: t, to }),
+        Class::IcmpError(t) => nat_target(s, g, &t, zone, true).map(|to| NatPlan::IcmpError { from: t, to }),
+        _ => None,
+    }
+}
+
+/// The tuple a packet with tuple `t` must carry: for a packet in the original direction
+/// (untranslated, found under the primary node) the reply node's translated tuple, for a
+/// reply (translated, found under the reply node) the original's reverse. A packet quoted
+/// in an ICMP error (`quoted`) travelled the other way through the translator: it is
+/// mapped back, from its translated form to its original one and the other way round.
+#[inline]
+fn nat_target(s: &Shared, g: &Guard, t: &Tuple, zone: u16, quoted: bool) -> Option<Tuple> {
+    let (key, src_lo) = Key::new(t, zone);
+    let n = s.table.lookup(&key, s.table.hash(&key), g)?;
+    let twin = n.twin()?;
+    let reply = src_lo != n.orig_lo();
+    match (n.is_reply_node(), reply, quoted) {
+        (false, false, false) => Some(twin.key().tuple(twin.orig_lo())),
+        (true, true, false) => Some(twin.key().tuple(twin.orig_lo()).reversed()),
+        // A quoted original-direction packet as translated: back to the original.
+        (true, false, true) => Some(twin.key().tuple(twin.orig_lo())),
+        // A quoted reply as de-translated: to the reply as it was sent.
+        (false, true, true) => Some(twin.key().tuple(!twin.orig_lo())),
+        _ => None,
+    }
+}
+
+impl Conntrack {
+    /// The rewrite a packet of a translated connection needs ([`CtWorker::nat_of`]), for the
+    /// control path (`freeway ctl trace`): reads the table only.
+    pub fn nat_of(&self, frame: &[u8], meta: &Meta, zone: u16) -> Option<NatPlan> {
+        let g = pin();
+        nat_plan(&self.s, &g, frame, meta, zone, false)
+    }
+}
+
 impl CtWorker {
     /// The rewrite a packet of a translated connection needs, in its direction (`None`: not
     /// translated, already translated, or no connection). Reads the table only.
     #[inline]
     pub fn nat_of(&self, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, l3_csum_verified: bool) -> Option<NatPlan> {
-        match walk::<Tuple>(frame, meta, l3_csum_verified) {
-            Class::Track(t, _) => self
-                .nat_target(g, &t, zone, false)
-                .map(|to| NatPlan::Packet { from: t, to }),
-            Class::IcmpError(t) => self
-                .nat_target(g, &t, zone, true)
-                .map(|to| NatPlan::IcmpError { from: t, to }),
-            _ => None,
-        }
-    }
-
-    /// The tuple a packet with tuple `t` must carry: for a packet in the original direction
-    /// (untranslated, found under the primary node) the reply node's translated tuple, for a
-    /// reply (translated, found under the reply node) the original's reverse. A packet quoted
-    /// in an ICMP error (`quoted`) travelled the other way through the translator: it is
-    /// mapped back, from its translated form to its original one and the other way round.
-    #[inline]
-    fn nat_target(&self, g: &Guard, t: &Tuple, zone: u16, quoted: bool) -> Option<Tuple> {
-        let (key, src_lo) = Key::new(t, zone);
-        let n = self.s.table.lookup(&key, self.s.table.hash(&key), g)?;
-        let twin = n.twin()?;
-        let reply = src_lo != n.orig_lo();
-        match (n.is_reply_node(), reply, quoted) {
-            (false, false, false) => Some(twin.key().tuple(twin.orig_lo())),
-            (true, true, false) => Some(twin.key().tuple(twin.orig_lo()).reversed()),
-            // A quoted original-direction packet as translated: back to the original.
-            (true, false, true) => Some(twin.key().tuple(twin.orig_lo())),
-            // A quoted reply as de-translated: to the reply as it was sent.
-            (false, true, true) => Some(twin.key().tuple(!twin.orig_lo())),
-            _ => None,
-        }
+        nat_plan(&self.s, g, frame, meta, zone, l3_csum_verified)
     }
 
     /// Counts a new translated connection refused for want of a free port.

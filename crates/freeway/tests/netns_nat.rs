@@ -123,6 +123,27 @@ fn masquerade_port_forward_and_hairpin() {
         "seen 203.0.113.2 hello",
         "UDP through the port forward, the client's own address kept"
     );
+    // `ctl trace` shows the translation, and follows the packet to where it now goes.
+    let r = bed.ctl(&[
+        "trace",
+        "in_port=h2,dl_dst=02:fe:00:00:00:01",
+        "nw_src=203.0.113.2",
+        "nw_dst=203.0.113.1",
+        "tcp",
+        "tp_src=40000",
+        "tp_dst=8022",
+    ]);
+    let text = r["text"].as_str().unwrap();
+    assert!(
+        text.contains("nat prerouting from wan: dnat to 203.0.113.2:40000 -> 10.1.0.3:22 by rule 1 of chain ip nat prerouting (line 4)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("destination 10.1.0.3: route 10.1.0.0/24 dev lan"),
+        "{text}"
+    );
+    assert!(text.contains("nat postrouting to lan: not translated"), "{text}");
+
     // Other ports of the public address are not forwarded.
     assert_eq!(bed.tcp_transfer_via("h2", "h3", 23, "203.0.113.1", 8023, 1), None);
 

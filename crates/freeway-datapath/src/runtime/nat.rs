@@ -59,8 +59,21 @@ pub(crate) fn masquerade_addrs(ifaces: &Interfaces) -> Arc<[(Option<u128>, Optio
         .collect()
 }
 
+/// Where a destination translation `c` sends a new connection whose tuple is `orig`: an
+/// address (and port) of its ranges, chosen by the original source.
+pub(crate) fn dnat_target(orig: &Tuple, c: &NatChoice) -> Tuple {
+    let h = nat::addr_hash(orig.src);
+    Tuple {
+        dst: c.addr.map_or(orig.dst, |a| nat::pick(a, h)),
+        dport: c
+            .port
+            .map_or(orig.dport, |(lo, hi)| nat::pick((lo.into(), hi.into()), h) as u16),
+        ..*orig
+    }
+}
+
 /// The tuple of a tracked packet.
-fn tuple_of(pkt: &Packet) -> Option<Tuple> {
+pub(crate) fn tuple_of(pkt: &Packet) -> Option<Tuple> {
     let l3_ok = pkt.meta.flags & meta_flags::IPV4_CSUM_OK != 0;
     match extract::classify(pkt.data(), &pkt.meta, l3_ok) {
         extract::Class::Track(t, _) => Some(t),
@@ -149,17 +162,7 @@ impl NatState {
                 self.new_orig = Some(orig);
                 match Self::said(fw, st, Hook::Prerouting, pkt, iif, freeway_firewall::NO_IF, zone, now) {
                     Said::Drop => false,
-                    Said::Nat(c) if c.kind == NatKind::Dnat => {
-                        let h = nat::addr_hash(orig.src);
-                        let to = Tuple {
-                            dst: c.addr.map_or(orig.dst, |a| nat::pick(a, h)),
-                            dport: c
-                                .port
-                                .map_or(orig.dport, |(lo, hi)| nat::pick((lo.into(), hi.into()), h) as u16),
-                            ..orig
-                        };
-                        nat::rewrite_pkt(pkt, &orig, &to)
-                    }
+                    Said::Nat(c) if c.kind == NatKind::Dnat => nat::rewrite_pkt(pkt, &orig, &dnat_target(&orig, &c)),
                     _ => true,
                 }
             }
