@@ -21,6 +21,7 @@ pub mod churn;
 pub mod conntrack;
 pub mod firewall;
 pub mod fw_forward;
+pub mod nat;
 pub mod route;
 
 use clap::{Args, Subcommand};
@@ -49,6 +50,9 @@ pub enum BenchCmd {
     Capture(capture::CaptureArgs),
     /// Firewall classifications per second per worker by ruleset size: classifier vs linear.
     Firewall(firewall::FirewallArgs),
+    /// NAT: new translated connections per second per worker and the per-packet cost of a
+    /// translated flow, each against plain tracking in the same run.
+    Nat(nat::NatArgs),
 }
 
 /// `bench refcount` options.
@@ -485,6 +489,7 @@ pub fn main(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Route(a) => route::route(a),
         BenchCmd::Capture(a) => capture::capture(a),
         BenchCmd::Firewall(a) => firewall::firewall(a),
+        BenchCmd::Nat(a) => nat::nat_cmd(a),
     }
 }
 
