@@ -110,152 +110,139 @@ fn set_client(p: &mut Packet, addr: u32, port: u16, i: usize) {
     wr16(d, l4, port);
 }
 
-/// New connections per second per worker (slowest worker).
-fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, u64) {
+/// One benchmark worker's tools: its tracker, its share of the ports, the translation, the
+/// tracking flags.
+struct Bw {
+    w: freeway_conntrack::CtWorker,
+    ports: NatPorts,
+    snat: SrcNat,
+    flags: TrackFlags,
+}
+
+/// Runs `f` on `workers` threads over one fresh table, started together; returns each one's
+/// result.
+fn on_workers<R: Send + 'static>(
+    workers: usize,
+    f: impl Fn(usize, Bw, &Barrier) -> R + Send + Sync + 'static,
+) -> Vec<R> {
     let ct = table();
     let barrier = Arc::new(Barrier::new(workers));
+    let f = Arc::new(f);
     let hs: Vec<_> = (0..workers)
         .map(|id| {
-            let (ct, barrier) = (ct.clone(), barrier.clone());
+            let (ct, barrier, f) = (ct.clone(), barrier.clone(), f.clone());
             std::thread::spawn(move || {
-                let mut w = ct.worker();
-                let mut ports = NatPorts::new(id, workers);
-                let mut p = template();
-                p.meta.flags |= meta_flags::IPV4_CSUM_OK;
-                let snat = SrcNat {
-                    addr: (u128::from(PUBLIC), u128::from(PUBLIC)),
-                    ports: None,
+                let bw = Bw {
+                    w: ct.worker(),
+                    ports: NatPorts::new(id, workers),
+                    snat: SrcNat {
+                        addr: (u128::from(PUBLIC), u128::from(PUBLIC)),
+                        ports: None,
+                    },
+                    flags: TrackFlags {
+                        commit: true,
+                        l3_csum_verified: true,
+                    },
                 };
-                let flags = TrackFlags {
-                    commit: true,
-                    l3_csum_verified: true,
-                };
-                let mut bad = 0u64;
-                barrier.wait();
-                let t0 = Instant::now();
-                let mut i = 0;
-                while i < conns {
-                    let g = w.pin();
-                    for _ in 0..32 {
-                        if i == conns {
-                            break;
-                        }
-                        set_client(&mut p, client(id, i), 40_000, i);
-                        if translate {
-                            let orig = match extract::classify(p.data(), &p.meta, true) {
-                                extract::Class::Track(t, _) => t,
-                                _ => unreachable!("a UDP frame"),
-                            };
-                            match nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)) {
-                                Ok(r) => bad += u64::from(r.state != CtState::New),
-                                Err(_) => bad += 1,
-                            }
-                        } else {
-                            let r = w.track(&g, p.data(), &p.meta, 0, flags);
-                            bad += u64::from(r.state != CtState::New);
-                        }
-                        i += 1;
-                    }
-                }
-                (conns as f64 / t0.elapsed().as_secs_f64(), bad)
+                f(id, bw, &barrier)
             })
         })
         .collect();
-    let mut slowest = f64::INFINITY;
-    let mut bad = 0;
-    for h in hs {
-        let (r, b) = h.join().expect("worker");
-        slowest = slowest.min(r);
-        bad += b;
+    hs.into_iter().map(|h| h.join().expect("worker")).collect()
+}
+
+/// The tuple of a tracked packet.
+fn tuple_of(p: &Packet) -> freeway_conntrack::Tuple {
+    match extract::classify(p.data(), &p.meta, true) {
+        extract::Class::Track(t, _) => t,
+        _ => unreachable!("a UDP frame"),
     }
-    (slowest, bad)
+}
+
+/// New connections per second per worker (slowest worker).
+fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, u64) {
+    let rs = on_workers(workers, move |id, mut b, barrier| {
+        let mut p = template();
+        p.meta.flags |= meta_flags::IPV4_CSUM_OK;
+        let mut bad = 0u64;
+        barrier.wait();
+        let t0 = Instant::now();
+        for start in (0..conns).step_by(32) {
+            let g = b.w.pin();
+            for i in start..(start + 32).min(conns) {
+                set_client(&mut p, client(id, i), 40_000, i);
+                let r = if translate {
+                    let orig = tuple_of(&p);
+                    nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, Some(b.snat))
+                } else {
+                    Ok(b.w.track(&g, p.data(), &p.meta, 0, b.flags))
+                };
+                bad += u64::from(r.map_or(true, |r| r.state != CtState::New));
+            }
+        }
+        (conns as f64 / t0.elapsed().as_secs_f64(), bad)
+    });
+    let slowest = rs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+    (slowest, rs.iter().map(|r| r.1).sum())
 }
 
 /// Nanoseconds per established packet per worker (slowest worker).
 fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> (f64, u64) {
-    let ct = table();
-    let barrier = Arc::new(Barrier::new(workers));
-    let hs: Vec<_> = (0..workers)
-        .map(|id| {
-            let (ct, barrier) = (ct.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let mut w = ct.worker();
-                let mut ports = NatPorts::new(id, workers);
-                let snat = SrcNat {
-                    addr: (u128::from(PUBLIC), u128::from(PUBLIC)),
-                    ports: None,
-                };
-                let flags = TrackFlags {
-                    commit: true,
-                    l3_csum_verified: true,
-                };
-                // The flows, each created (translated or not) and answered once.
-                let mut bad = 0u64;
-                let mut templates = Vec::with_capacity(flows);
-                {
-                    let g = w.pin();
-                    for i in 0..flows {
-                        let mut p = template();
-                        p.meta.flags |= meta_flags::IPV4_CSUM_OK;
-                        set_client(&mut p, client(id, i), 40_000, i);
-                        let orig = match extract::classify(p.data(), &p.meta, true) {
-                            extract::Class::Track(t, _) => t,
-                            _ => unreachable!("a UDP frame"),
-                        };
-                        let mut q = p.clone();
-                        if translate {
-                            bad += u64::from(
-                                nat::commit_new(&mut w, &mut ports, &g, &mut q, 0, &orig, orig, Some(snat)).is_err(),
-                            );
-                        } else {
-                            let _ = w.track(&g, q.data(), &q.meta, 0, flags);
-                        }
-                        // The reply, so that the connection is established.
-                        let t = match extract::classify(q.data(), &q.meta, true) {
-                            extract::Class::Track(t, _) => t,
-                            _ => unreachable!("a UDP frame"),
-                        };
-                        let r = frames::udp(t.dst_ip(), t.src_ip(), t.dport, t.sport, 16);
-                        let _ = w.track(&g, r.data(), &r.meta, 0, flags);
-                        templates.push(p);
-                    }
-                }
+    let rs = on_workers(workers, move |id, mut b, barrier| {
+        // The flows, each created (translated or not) and answered once.
+        let mut bad = 0u64;
+        let mut templates = Vec::with_capacity(flows);
+        {
+            let g = b.w.pin();
+            for i in 0..flows {
                 let mut p = template();
-                barrier.wait();
-                let t0 = Instant::now();
-                let mut i = 0;
-                while i < packets {
-                    let g = w.pin();
-                    for _ in 0..32 {
-                        let tpl = &templates[i % flows];
-                        p.data_mut().copy_from_slice(tpl.data());
-                        p.meta = tpl.meta;
-                        let r = w.track(&g, p.data(), &p.meta, 0, flags);
-                        bad += u64::from(r.state != CtState::Established);
-                        if translate {
-                            match w.nat_of(&g, p.data(), &p.meta, 0, true) {
-                                Some(NatPlan::Packet { from, to }) => {
-                                    bad += u64::from(!nat::rewrite_pkt(&mut p, &from, &to));
-                                }
-                                _ => bad += 1,
-                            }
+                p.meta.flags |= meta_flags::IPV4_CSUM_OK;
+                set_client(&mut p, client(id, i), 40_000, i);
+                let orig = tuple_of(&p);
+                let mut q = p.clone();
+                if translate {
+                    bad += u64::from(
+                        nat::commit_new(&mut b.w, &mut b.ports, &g, &mut q, 0, &orig, orig, Some(b.snat)).is_err(),
+                    );
+                } else {
+                    let _ = b.w.track(&g, q.data(), &q.meta, 0, b.flags);
+                }
+                // The reply, so that the connection is established.
+                let t = tuple_of(&q);
+                let r = frames::udp(t.dst_ip(), t.src_ip(), t.dport, t.sport, 16);
+                let _ = b.w.track(&g, r.data(), &r.meta, 0, b.flags);
+                templates.push(p);
+            }
+        }
+        let mut p = template();
+        barrier.wait();
+        let t0 = Instant::now();
+        // Packets in batches of 32, each batch under one pin, as a worker's.
+        let mut i = 0;
+        while i < packets {
+            let g = b.w.pin();
+            for _ in 0..32 {
+                let tpl = &templates[i % flows];
+                p.data_mut().copy_from_slice(tpl.data());
+                p.meta = tpl.meta;
+                let r = b.w.track(&g, p.data(), &p.meta, 0, b.flags);
+                bad += u64::from(r.state != CtState::Established);
+                if translate {
+                    match b.w.nat_of(&g, p.data(), &p.meta, 0, true) {
+                        Some(NatPlan::Packet { from, to }) => {
+                            bad += u64::from(!nat::rewrite_pkt(&mut p, &from, &to));
                         }
-                        black_box(&p);
-                        i += 1;
+                        _ => bad += 1,
                     }
                 }
-                (t0.elapsed().as_nanos() as f64 / packets as f64, bad)
-            })
-        })
-        .collect();
-    let mut slowest = 0f64;
-    let mut bad = 0;
-    for h in hs {
-        let (r, b) = h.join().expect("worker");
-        slowest = slowest.max(r);
-        bad += b;
-    }
-    (slowest, bad)
+                black_box(&p);
+                i += 1;
+            }
+        }
+        (t0.elapsed().as_nanos() as f64 / i as f64, bad)
+    });
+    let slowest = rs.iter().map(|r| r.0).fold(0f64, f64::max);
+    (slowest, rs.iter().map(|r| r.1).sum())
 }
 
 /// Runs `bench nat`.

@@ -54,14 +54,7 @@ fn nat_bed() -> Bed {
     }
     let rules = bed.dir.join("nat.nft");
     std::fs::write(&rules, RULESET).unwrap();
-    let mut cfg = ports(2, &[("h1", 10), ("h3", 10), ("h2", 20)]);
-    cfg.push_str("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
-    for (n, v, a) in [("lan", 10, "10.1.0.1/24"), ("wan", 20, "203.0.113.1/24")] {
-        cfg.push_str(&format!(
-            "\n[[interface]]\nname = \"{n}\"\nvlan = {v}\naddr = [\"{a}\"]\n"
-        ));
-    }
-    cfg.push_str(&format!("\n[firewall]\nruleset = \"{}\"\n", rules.display()));
+    let cfg = lan_wan_router(&[("lan", 10, "10.1.0.1/24"), ("wan", 20, "203.0.113.1/24")], &rules);
     bed.start_ctl(&cfg);
     bed
 }
@@ -90,6 +83,22 @@ fn udp_exchange(bed: &Bed, srv: &str, port: u16, cli: &str, dst: &str, dport: u1
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// The port forwards, used from `client`: 1 MiB over TCP to h3's port 22 through
+/// 203.0.113.1:8022, intact, and a UDP datagram to its port 53 through 203.0.113.1:5353,
+/// which h3 sees coming from `seen_from`.
+fn forwarded(bed: &Bed, client: &str, seen_from: &str) {
+    assert_eq!(
+        bed.tcp_transfer_via(client, "h3", 22, "203.0.113.1", 8022, 1),
+        Some(true),
+        "1 MiB intact from {client} through the port forward"
+    );
+    assert_eq!(
+        udp_exchange(bed, "h3", 53, client, "203.0.113.1", 5353),
+        format!("seen {seen_from} hello"),
+        "UDP from {client} through the port forward"
+    );
+}
+
 #[test]
 fn masquerade_port_forward_and_hairpin() {
     need_root!();
@@ -113,16 +122,7 @@ fn masquerade_port_forward_and_hairpin() {
 
     // A port forward: the outside reaches h3's port 22 as 203.0.113.1:8022, and UDP 5353 as
     // its port 53.
-    assert_eq!(
-        bed.tcp_transfer_via("h2", "h3", 22, "203.0.113.1", 8022, 1),
-        Some(true),
-        "1 MiB intact through the port forward"
-    );
-    assert_eq!(
-        udp_exchange(&bed, "h3", 53, "h2", "203.0.113.1", 5353),
-        "seen 203.0.113.2 hello",
-        "UDP through the port forward, the client's own address kept"
-    );
+    forwarded(&bed, "h2", "203.0.113.2");
     // `ctl trace` shows the translation, and follows the packet to where it now goes.
     let r = bed.ctl(&[
         "trace",
@@ -149,16 +149,7 @@ fn masquerade_port_forward_and_hairpin() {
 
     // Hairpin: h1 reaches the forwarded service by the public address; h3 sees the router's
     // inside address, so its replies come back through the router.
-    assert_eq!(
-        bed.tcp_transfer_via("h1", "h3", 22, "203.0.113.1", 8022, 1),
-        Some(true),
-        "1 MiB intact through the hairpin"
-    );
-    assert_eq!(
-        udp_exchange(&bed, "h3", 53, "h1", "203.0.113.1", 5353),
-        "seen 10.1.0.1 hello",
-        "UDP hairpin, seen from the router's inside address"
-    );
+    forwarded(&bed, "h1", "10.1.0.1");
     // In JSON too: translated connections are those whose replies go elsewhere than their
     // originator.
     let d = bed.ctl(&["conntrack", "list"]);

@@ -34,7 +34,7 @@ use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use freeway_packet::{meta_flags, Packet};
 use freeway_sync::Tick;
 
-use super::nat::NatState;
+use super::nat::{NatCx, NatState};
 use super::RunError;
 
 /// The kernel's `ct state` bits, by the tracker's state recorded in a packet's metadata.
@@ -311,9 +311,18 @@ impl FwHook {
         let FwHook {
             fw, st, ct, nat, now, ..
         } = self;
+        let mut cx = NatCx {
+            fw,
+            st,
+            ct,
+            iif,
+            oif,
+            zone,
+            now: *now,
+        };
         match hook {
-            NatHook::Prerouting => nat.prerouting(fw, st, ct, pkt, iif, zone, *now),
-            NatHook::Postrouting => nat.postrouting(fw, st, ct, pkt, iif, oif, zone, *now),
+            NatHook::Prerouting => nat.prerouting(&mut cx, pkt),
+            NatHook::Postrouting => nat.postrouting(&mut cx, pkt),
         }
     }
 

@@ -92,6 +92,62 @@ pub(crate) struct NatState {
     new_orig: Option<Tuple>,
 }
 
+/// What the NAT hooks of one worker work with: the ruleset and the worker's state of it, its
+/// tracker, and where the packet is (interfaces, zone, the batch's time).
+pub(crate) struct NatCx<'a> {
+    /// The ruleset.
+    pub fw: &'a Firewall,
+    /// The worker's state of it.
+    pub st: &'a mut FwState,
+    /// The worker's tracker.
+    pub ct: &'a mut CtWorker,
+    /// The ingress router interface.
+    pub iif: u16,
+    /// The egress router interface (at prerouting, the ingress one).
+    pub oif: u16,
+    /// The ingress interface's conntrack zone.
+    pub zone: u16,
+    /// The batch's time.
+    pub now: Tick,
+}
+
+impl NatCx<'_> {
+    /// What the nat chains of `hook` say about `pkt`, leaving by `oif` (an id, or
+    /// [`freeway_firewall::NO_IF`]).
+    fn said(&mut self, hook: Hook, pkt: &Packet, oif: u32) -> Said {
+        let f = super::firewall::fields_with(pkt, self.iif, oif, self.zone);
+        if !self.fw.has_nat(f.nfproto, hook) {
+            return Said::Nothing;
+        }
+        match self.fw.judge_nat(hook, &f, self.st, self.now).action {
+            Action::Nat(c) => Said::Nat(c),
+            Action::Accept => Said::Nothing,
+            Action::Drop | Action::Reject(_) => Said::Drop,
+        }
+    }
+}
+
+/// Applies what prerouting does of an existing connection's translation `plan` to `pkt`: an
+/// ICMP error's whole mapping, a packet's destination half. Returns whether the rewrite
+/// succeeded, and the source half left for postrouting.
+pub(crate) fn apply_prerouting(pkt: &mut Packet, plan: &NatPlan) -> (bool, Option<(Tuple, Tuple)>) {
+    match *plan {
+        NatPlan::Packet { from, to } => {
+            let mid = Tuple {
+                dst: to.dst,
+                dport: to.dport,
+                ..from
+            };
+            let later = (mid != to).then_some((mid, to));
+            (nat::rewrite_pkt(pkt, &from, &mid), later)
+        }
+        NatPlan::IcmpError { from, to } => {
+            let (l3, l4) = (usize::from(pkt.meta.l3_off), usize::from(pkt.meta.l4_off));
+            (nat::rewrite_icmp_error(pkt.data_mut(), l3, l4, &from, &to), None)
+        }
+    }
+}
+
 /// What a NAT chain said.
 enum Said {
     /// Drop the packet.
@@ -119,40 +175,8 @@ impl NatState {
         self.new_orig.is_some()
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn said(
-        fw: &Firewall,
-        st: &mut FwState,
-        hook: Hook,
-        pkt: &Packet,
-        iif: u16,
-        oif: u32,
-        zone: u16,
-        now: Tick,
-    ) -> Said {
-        let f = super::firewall::fields_with(pkt, iif, oif, zone);
-        if !fw.has_nat(f.nfproto, hook) {
-            return Said::Nothing;
-        }
-        match fw.judge_nat(hook, &f, st, now).action {
-            Action::Nat(c) => Said::Nat(c),
-            Action::Accept => Said::Nothing,
-            Action::Drop | Action::Reject(_) => Said::Drop,
-        }
-    }
-
     /// The prerouting hook; `false` drops the packet.
-    #[allow(clippy::too_many_arguments)]
-    pub fn prerouting(
-        &mut self,
-        fw: &Firewall,
-        st: &mut FwState,
-        ct: &mut CtWorker,
-        pkt: &mut Packet,
-        iif: u16,
-        zone: u16,
-        now: Tick,
-    ) -> bool {
+    pub fn prerouting(&mut self, cx: &mut NatCx<'_>, pkt: &mut Packet) -> bool {
         self.src_half = None;
         self.new_orig = None;
         let flags = pkt.meta.flags;
@@ -160,31 +184,20 @@ impl NatState {
             meta_flags::CT_NEW if flags & meta_flags::CT_UNCOMMITTED != 0 => {
                 let Some(orig) = tuple_of(pkt) else { return true };
                 self.new_orig = Some(orig);
-                match Self::said(fw, st, Hook::Prerouting, pkt, iif, freeway_firewall::NO_IF, zone, now) {
+                match cx.said(Hook::Prerouting, pkt, freeway_firewall::NO_IF) {
                     Said::Drop => false,
                     Said::Nat(c) if c.kind == NatKind::Dnat => nat::rewrite_pkt(pkt, &orig, &dnat_target(&orig, &c)),
                     _ => true,
                 }
             }
             meta_flags::CT_NEW | meta_flags::CT_ESTABLISHED | meta_flags::CT_RELATED => {
-                let g = ct.pin();
+                let g = cx.ct.pin();
                 let l3_ok = flags & meta_flags::IPV4_CSUM_OK != 0;
-                match ct.nat_of(&g, pkt.data(), &pkt.meta, zone, l3_ok) {
-                    Some(NatPlan::Packet { from, to }) => {
-                        // The destination half now; the source half at postrouting.
-                        let mid = Tuple {
-                            dst: to.dst,
-                            dport: to.dport,
-                            ..from
-                        };
-                        if mid != to {
-                            self.src_half = Some((mid, to));
-                        }
-                        nat::rewrite_pkt(pkt, &from, &mid)
-                    }
-                    Some(NatPlan::IcmpError { from, to }) => {
-                        let (l3, l4) = (usize::from(pkt.meta.l3_off), usize::from(pkt.meta.l4_off));
-                        nat::rewrite_icmp_error(pkt.data_mut(), l3, l4, &from, &to)
+                match cx.ct.nat_of(&g, pkt.data(), &pkt.meta, cx.zone, l3_ok) {
+                    Some(plan) => {
+                        let (ok, later) = apply_prerouting(pkt, &plan);
+                        self.src_half = later;
+                        ok
                     }
                     None => true,
                 }
@@ -194,18 +207,7 @@ impl NatState {
     }
 
     /// The postrouting hook; `false` drops the packet.
-    #[allow(clippy::too_many_arguments)]
-    pub fn postrouting(
-        &mut self,
-        fw: &Firewall,
-        st: &mut FwState,
-        ct: &mut CtWorker,
-        pkt: &mut Packet,
-        iif: u16,
-        oif: u16,
-        zone: u16,
-        now: Tick,
-    ) -> bool {
+    pub fn postrouting(&mut self, cx: &mut NatCx<'_>, pkt: &mut Packet) -> bool {
         if let Some((from, to)) = self.src_half.take() {
             return nat::rewrite_pkt(pkt, &from, &to);
         }
@@ -213,7 +215,8 @@ impl NatState {
             return true;
         };
         let Some(cur) = tuple_of(pkt) else { return true };
-        let snat = match Self::said(fw, st, Hook::Postrouting, pkt, iif, u32::from(oif), zone, now) {
+        let (oif, now) = (cx.oif, cx.now);
+        let snat = match cx.said(Hook::Postrouting, pkt, u32::from(oif)) {
             Said::Drop => return false,
             Said::Nat(c) => {
                 let addr = match c.kind {
@@ -234,8 +237,8 @@ impl NatState {
             }
             Said::Nothing => None,
         };
-        let g = ct.pin();
-        match nat::commit_new(ct, &mut self.ports, &g, pkt, zone, &orig, cur, snat) {
+        let g = cx.ct.pin();
+        match nat::commit_new(cx.ct, &mut self.ports, &g, pkt, cx.zone, &orig, cur, snat) {
             // A translated connection that could not be created (a limit) cannot be
             // translated back: its packet is dropped. An untranslated one passes, as it does
             // without NAT.

@@ -734,35 +734,23 @@ impl NftTrace {
         let new = flags & meta_flags::CT_MASK == meta_flags::CT_NEW && flags & meta_flags::CT_UNCOMMITTED != 0;
         if hook == NatHook::Prerouting && !new {
             let plan = self.ct.as_ref().and_then(|ct| ct.nat_of(pkt.data(), &pkt.meta, zone));
-            return match plan {
-                Some(NatPlan::Packet { from, to }) => {
-                    self.said.push(format!(
-                        "{place}: a translated connection: {} becomes {}",
-                        tuple_words(&from),
-                        tuple_words(&to)
-                    ));
-                    let mid = Tuple {
-                        dst: to.dst,
-                        dport: to.dport,
-                        ..from
-                    };
-                    if mid != to {
-                        self.src_half = Some((mid, to));
-                    }
-                    self.routed_dst = Some(mid.dst_ip());
-                    freeway_conntrack::nat::rewrite_pkt(pkt, &from, &mid)
-                }
-                Some(NatPlan::IcmpError { from, to }) => {
-                    self.said.push(format!(
-                        "{place}: an ICMP error about a translated connection: its quote {} becomes {}",
-                        tuple_words(&from),
-                        tuple_words(&to)
-                    ));
-                    let (l3, l4) = (usize::from(pkt.meta.l3_off), usize::from(pkt.meta.l4_off));
-                    freeway_conntrack::nat::rewrite_icmp_error(pkt.data_mut(), l3, l4, &from, &to)
-                }
-                None => true,
-            };
+            let Some(plan) = plan else { return true };
+            self.said.push(match plan {
+                NatPlan::Packet { from, to } => format!(
+                    "{place}: a translated connection: {} becomes {}",
+                    tuple_words(&from),
+                    tuple_words(&to)
+                ),
+                NatPlan::IcmpError { from, to } => format!(
+                    "{place}: an ICMP error about a translated connection: its quote {} becomes {}",
+                    tuple_words(&from),
+                    tuple_words(&to)
+                ),
+            });
+            let (ok, later) = super::nat::apply_prerouting(pkt, &plan);
+            self.src_half = later;
+            self.routed_dst = dest(pkt);
+            return ok;
         }
         let Some(cur) = super::nat::tuple_of(pkt) else {
             return true;

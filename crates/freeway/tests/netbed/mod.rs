@@ -309,3 +309,17 @@ pub fn ports_of(kind: &str, workers: usize, vlans: &[(&str, u16)]) -> String {
     }
     s
 }
+
+/// A router between h1, h3 (VLAN 10) and h2 (VLAN 20), two workers: interfaces `(name, VLAN,
+/// address/len)`, and `[firewall] ruleset` from `ruleset`.
+pub fn lan_wan_router(ifaces: &[(&str, u16, &str)], ruleset: &Path) -> String {
+    let mut cfg = ports(2, &[("h1", 10), ("h3", 10), ("h2", 20)]);
+    cfg.push_str("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
+    for (n, v, a) in ifaces {
+        cfg.push_str(&format!(
+            "\n[[interface]]\nname = \"{n}\"\nvlan = {v}\naddr = [\"{a}\"]\n"
+        ));
+    }
+    cfg.push_str(&format!("\n[firewall]\nruleset = \"{}\"\n", ruleset.display()));
+    cfg
+}
