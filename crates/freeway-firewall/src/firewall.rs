@@ -121,6 +121,8 @@ struct Inner {
     hooks: HookLists,
     /// The same for `type nat` base chains (the bridge row stays empty).
     nat_hooks: HookLists,
+    /// Whether `nat_hooks` has any chain (asked for every routed packet).
+    any_nat: bool,
     /// [v4, v6][hook]: the `ct state` bits the first rule of every base chain of the hook
     /// accepts outright (see [`Firewall::accepts_state`]).
     fast: [[u8; 5]; 2],
@@ -210,6 +212,7 @@ impl Firewall {
                 prog,
                 classifier,
                 hooks,
+                any_nat: nat_hooks.iter().flatten().any(|l| !l.is_empty()),
                 nat_hooks,
                 fast,
                 counters,
@@ -294,8 +297,9 @@ impl Firewall {
     }
 
     /// Whether the ruleset has any `type nat` base chain.
+    #[inline]
     pub fn any_nat(&self) -> bool {
-        self.inner.nat_hooks.iter().flatten().any(|l| !l.is_empty())
+        self.inner.any_nat
     }
 
     /// Runs the `type nat` base chains of `hook` on the first packet of a new connection, in
