@@ -740,6 +740,26 @@ impl Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
+        // The never-published twins of orphaned reply nodes still linked: an orphan is a
+        // linked reply node whose twin is not linked.
+        let mut linked = std::collections::HashSet::new();
+        let mut twins = Vec::new();
+        for b in self.buckets.iter() {
+            let mut p = b.load(Ordering::Acquire);
+            while !p.is_null() {
+                // SAFETY: `&mut self`: the chains are stable and every node in them is live.
+                let n = unsafe { &*p };
+                linked.insert(p as usize);
+                if n.reply_node && !n.twin.is_null() {
+                    twins.push(n.twin as usize);
+                }
+                p = n.next.load(Ordering::Acquire);
+            }
+        }
+        for t in twins.into_iter().filter(|t| !linked.contains(t)) {
+            // SAFETY: a boxed node that was never linked, owned by its orphan, freed once.
+            drop(unsafe { Box::from_raw(t as *mut Conn) });
+        }
         // SAFETY: `&mut self`: no other user remains; every linked node is boxed, in one chain.
         unsafe { chain::free_chains(&self.buckets) };
     }

@@ -314,3 +314,52 @@ proptest! {
         prop_assert_eq!(x, y);
     }
 }
+
+/// The insert race: the connection exists by the time its translation is committed (another
+/// worker created it). The published reply node becomes an orphan, removed at the next
+/// sweep with its twin, and gives back no place under the limits.
+#[test]
+fn an_orphaned_reply_node_is_removed_with_its_twin() {
+    let (ct, mut w, _clock) = setup();
+    let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 4);
+    let orig = tuple_of(&p);
+    let g = w.pin();
+    // The other worker's plain connection of the same tuple.
+    assert_eq!(w.track_packet(&g, &p, 0, true).state, CtState::New);
+    let out = Tuple {
+        src: 0xc000_0201,
+        ..orig
+    };
+    assert!(nat::rewrite_pkt(&mut p, &orig, &out));
+    assert!(matches!(
+        w.commit_nat(&g, p.data(), &p.meta, 0, &orig, false),
+        freeway_conntrack::NatCommit::Done(_)
+    ));
+    assert!(
+        w.tuple_taken(&g, &out, 0),
+        "the orphan is linked until the remover runs"
+    );
+    assert_eq!(ct.len(), 1);
+    drop(g);
+    assert_eq!(ct.expire_now(), 0, "an orphan is not a connection");
+    let g = w.pin();
+    assert!(!w.tuple_taken(&g, &out, 0), "the orphan is gone");
+    assert!(w.tuple_taken(&g, &orig, 0), "the connection stays");
+    assert_eq!((ct.len(), ct.dump().len()), (1, 1));
+    assert_eq!(ct.stats().insert_races, 1);
+    // Another orphan, left linked: the table frees it and its twin when it drops.
+    let mut q = frames::udp(ip("10.0.0.3"), ip("198.51.100.7"), 5000, 53, 4);
+    let orig = tuple_of(&q);
+    assert_eq!(w.track_packet(&g, &q, 0, true).state, CtState::New);
+    assert!(nat::rewrite_pkt(
+        &mut q,
+        &orig,
+        &Tuple {
+            src: 0xc000_0202,
+            ..orig
+        }
+    ));
+    let _ = w.commit_nat(&g, q.data(), &q.meta, 0, &orig, false);
+    drop((g, w));
+    drop(ct);
+}
