@@ -22,6 +22,7 @@ pub mod conntrack;
 pub mod firewall;
 pub mod frag;
 pub mod fw_forward;
+pub mod nat;
 pub mod route;
 
 use clap::{Args, Subcommand};
@@ -53,6 +54,9 @@ pub enum BenchCmd {
     /// Fragment reassembly: datagrams and fragments per second of one worker, and the
     /// unfragmented path's cost with reassembly enabled vs disabled.
     Frag(frag::FragArgs),
+    /// NAT: new translated connections per second per worker and the per-packet cost of a
+    /// translated flow, each against plain tracking in the same run.
+    Nat(nat::NatArgs),
 }
 
 /// `bench refcount` options.
@@ -490,6 +494,7 @@ pub fn main(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Capture(a) => capture::capture(a),
         BenchCmd::Firewall(a) => firewall::firewall(a),
         BenchCmd::Frag(a) => frag::frag(a),
+        BenchCmd::Nat(a) => nat::nat_cmd(a),
     }
 }
 

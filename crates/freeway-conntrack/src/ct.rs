@@ -164,6 +164,10 @@ pub struct CtStats {
     pub invalid_by_reason: BTreeMap<String, u64>,
     /// Connections created.
     pub created: u64,
+    /// Connections created with a translation (NAT), included in `created`.
+    pub nat_created: u64,
+    /// New translated connections refused for want of a free port.
+    pub nat_exhausted: u64,
     /// Inserts that found the connection already created by another worker.
     pub insert_races: u64,
     /// TCP connections re-opened by a SYN after TIME_WAIT/CLOSE.
@@ -313,9 +317,12 @@ impl Conntrack {
         let g = pin();
         let mut out = Vec::new();
         for b in 0..self.s.table.buckets() {
-            self.s
-                .table
-                .for_each_in_bucket(b, &g, |c| out.push(ConnRecord::new(c, now)));
+            self.s.table.for_each_in_bucket(b, &g, |c| {
+                // A translated connection is shown once, by its primary node.
+                if !c.is_reply_node() {
+                    out.push(ConnRecord::new(c, now))
+                }
+            });
         }
         out
     }
@@ -329,7 +336,7 @@ impl Conntrack {
         self.s
             .table
             .lookup(&k, self.s.table.hash(&k), &g)
-            .map(|c| ConnRecord::new(c, now))
+            .map(|c| ConnRecord::new(c.primary(), now))
     }
 
     /// The bucket of the connection of `t` in `zone` (for tests that need chain collisions).
@@ -388,6 +395,8 @@ impl Conntrack {
             st.related += w.related.get();
             st.untracked += w.untracked.get();
             st.created += w.created.get();
+            st.nat_created += w.nat_created.get();
+            st.nat_exhausted += w.nat_exhausted.get();
             st.insert_races += w.races.get();
             st.reopened += w.reopened.get();
             for (i, c) in w.invalid.iter().enumerate() {
@@ -640,7 +649,7 @@ impl CtWorker {
         let _global = s.global.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(c) = s.table.lookup(&key, h, g) {
             let reply = src_lo != c.orig_lo();
-            return self.update(c, reply, &l4, zone, commit);
+            return self.update(c.primary(), reply, &l4, zone, commit);
         }
         self.create(g, key, h, src_lo, l4, zone, commit)
     }
@@ -721,6 +730,11 @@ impl CtWorker {
                 if !commit {
                     return CtResult::orig(CtState::New);
                 }
+                if reply && c.twin().is_some() {
+                    // A translated connection keeps its direction: its translation is keyed
+                    // by it. The old connection expires; a new one starts after it.
+                    return invalid(InvalidReason::TcpState, reply);
+                }
                 match tcp::init(seg, false) {
                     Ok((t, s0)) => {
                         *lk.tcp() = t;
@@ -739,21 +753,40 @@ impl CtWorker {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn create(&self, g: &Guard, key: Key, h: u64, src_lo: bool, l4: L4Info, zone: u16, commit: bool) -> CtResult {
-        let to = self.s.timeouts(zone);
-        let (kind, state, tcp, class) = match l4 {
-            L4Info::Tcp(seg) => match tcp::init(&seg, self.s.tcp_loose) {
+    /// The tracker a new connection of `l4` starts with: kind, state, TCP tracker, timeout
+    /// class; `Err` for a packet that cannot start one.
+    #[inline(always)]
+    fn start(&self, l4: &L4Info) -> Result<(Kind, u8, TcpConn, TimeoutClass), CtResult> {
+        Ok(match l4 {
+            L4Info::Tcp(seg) => match tcp::init(seg, self.s.tcp_loose) {
                 Ok((t, st)) => (Kind::Tcp, st, t, tcp_class(st)),
-                Err(r) => return invalid(r, false),
+                Err(r) => return Err(invalid(r, false)),
             },
             L4Info::Udp => (Kind::Udp, 0, TcpConn::default(), TimeoutClass::UdpSingle),
             L4Info::Echo { request: true } => (Kind::Echo, 0, TcpConn::default(), TimeoutClass::Icmp),
-            L4Info::Echo { request: false } => return invalid(InvalidReason::NoConnection, false),
+            L4Info::Echo { request: false } => return Err(invalid(InvalidReason::NoConnection, false)),
             L4Info::Generic | L4Info::Sctp { starts: true } => {
                 (Kind::Generic, 0, TcpConn::default(), TimeoutClass::Generic)
             }
-            L4Info::Sctp { starts: false } => return invalid(InvalidReason::NoConnection, false),
+            L4Info::Sctp { starts: false } => return Err(invalid(InvalidReason::NoConnection, false)),
+        })
+    }
+
+    /// Checks the worker's queue and reserves a place in `zone` for a new connection.
+    #[inline(always)]
+    fn admit(&self, zone: u16) -> Result<(), CtResult> {
+        if self.queue.is_full() {
+            return Err(invalid(InvalidReason::QueueFull, false));
+        }
+        self.reserve(zone).map_err(|r| invalid(r, false))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create(&self, g: &Guard, key: Key, h: u64, src_lo: bool, l4: L4Info, zone: u16, commit: bool) -> CtResult {
+        let to = self.s.timeouts(zone);
+        let (kind, state, tcp, class) = match self.start(&l4) {
+            Ok(v) => v,
+            Err(r) => return r,
         };
         if !commit {
             return CtResult {
@@ -761,11 +794,8 @@ impl CtWorker {
                 ..CtResult::orig(CtState::New)
             };
         }
-        if self.queue.is_full() {
-            return invalid(InvalidReason::QueueFull, false);
-        }
-        if let Err(r) = self.reserve(zone) {
-            return invalid(r, false);
+        if let Err(r) = self.admit(zone) {
+            return r;
         }
         let node =
             self.nodes
@@ -785,7 +815,172 @@ impl CtWorker {
                 self.s.release(zone);
                 self.stats.races.inc();
                 let reply = src_lo != existing.orig_lo();
-                self.update(existing, reply, &l4, zone, commit)
+                self.update(existing.primary(), reply, &l4, zone, commit)
+            }
+        }
+    }
+}
+
+/// What [`CtWorker::commit_nat`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NatCommit {
+    /// The connection exists now (created with its translation, or created first by another
+    /// worker); the packet's tracking result.
+    Done(CtResult),
+    /// Another connection uses the translated tuple: pick another and try again.
+    Taken,
+}
+
+/// How a packet of a translated connection is rewritten ([`CtWorker::nat_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NatPlan {
+    /// The packet's tuple `from` becomes `to`.
+    Packet {
+        /// The tuple it carries.
+        from: Tuple,
+        /// The tuple it must carry.
+        to: Tuple,
+    },
+    /// An ICMP error about a packet of a translated connection: the quoted packet's tuple
+    /// `from` becomes `to`, and the error's own addresses are mapped the same way (its
+    /// destination is the quoted packet's source).
+    IcmpError {
+        /// The quoted packet's tuple.
+        from: Tuple,
+        /// The tuple it must carry.
+        to: Tuple,
+    },
+}
+
+/// The rewrite a packet of a translated connection needs, in its direction.
+#[inline]
+fn nat_plan(s: &Shared, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, l3_csum_verified: bool) -> Option<NatPlan> {
+    match walk::<Tuple>(frame, meta, l3_csum_verified) {
+        Class::Track(t, _) => nat_target(s, g, &t, zone, false).map(|to| NatPlan::Packet { from: t, to }),
+        Class::IcmpError(t) => nat_target(s, g, &t, zone, true).map(|to| NatPlan::IcmpError { from: t, to }),
+        _ => None,
+    }
+}
+
+/// The tuple a packet with tuple `t` must carry: for a packet in the original direction
+/// (untranslated, found under the primary node) the reply node's translated tuple, for a
+/// reply (translated, found under the reply node) the original's reverse. A packet quoted
+/// in an ICMP error (`quoted`) travelled the other way through the translator: it is
+/// mapped back, from its translated form to its original one and the other way round.
+#[inline]
+fn nat_target(s: &Shared, g: &Guard, t: &Tuple, zone: u16, quoted: bool) -> Option<Tuple> {
+    let (key, src_lo) = Key::new(t, zone);
+    let n = s.table.lookup(&key, s.table.hash(&key), g)?;
+    let twin = n.twin()?;
+    let reply = src_lo != n.orig_lo();
+    match (n.is_reply_node(), reply, quoted) {
+        (false, false, false) => Some(twin.key().tuple(twin.orig_lo())),
+        (true, true, false) => Some(twin.key().tuple(twin.orig_lo()).reversed()),
+        // A quoted original-direction packet as translated: back to the original.
+        (true, false, true) => Some(twin.key().tuple(twin.orig_lo())),
+        // A quoted reply as de-translated: to the reply as it was sent.
+        (false, true, true) => Some(twin.key().tuple(!twin.orig_lo())),
+        _ => None,
+    }
+}
+
+impl Conntrack {
+    /// The rewrite a packet of a translated connection needs ([`CtWorker::nat_of`]), for the
+    /// control path (`freeway ctl trace`): reads the table only.
+    pub fn nat_of(&self, frame: &[u8], meta: &Meta, zone: u16) -> Option<NatPlan> {
+        let g = pin();
+        nat_plan(&self.s, &g, frame, meta, zone, false)
+    }
+}
+
+impl CtWorker {
+    /// The rewrite a packet of a translated connection needs, in its direction (`None`: not
+    /// translated, already translated, or no connection). Reads the table only.
+    #[inline]
+    pub fn nat_of(&self, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, l3_csum_verified: bool) -> Option<NatPlan> {
+        nat_plan(&self.s, g, frame, meta, zone, l3_csum_verified)
+    }
+
+    /// Counts a new translated connection refused for want of a free port.
+    pub(crate) fn note_nat_exhausted(&self) {
+        self.stats.nat_exhausted.inc();
+    }
+
+    /// Whether a connection in `zone` uses tuple `t` (in either direction, translated or not).
+    #[inline]
+    pub fn tuple_taken(&self, g: &Guard, t: &Tuple, zone: u16) -> bool {
+        let (key, _) = Key::new(t, zone);
+        self.s.table.lookup(&key, self.s.table.hash(&key), g).is_some()
+    }
+
+    /// Creates the connection of a new packet that was translated from tuple `orig`:
+    /// `frame`/`meta` is the packet as translated, whose tuple keys the connection's reply
+    /// node. Without a translation (the tuples agree) it is an ordinary commit. Refused like
+    /// any new connection by the limits; [`NatCommit::Taken`] when the translated tuple is
+    /// another connection's.
+    pub fn commit_nat(
+        &mut self,
+        g: &Guard,
+        frame: &[u8],
+        meta: &Meta,
+        zone: u16,
+        orig: &Tuple,
+        l3_csum_verified: bool,
+    ) -> NatCommit {
+        let (mut rkey, r_lo, l4) = match walk::<(Key, bool)>(frame, meta, l3_csum_verified) {
+            Class::Track((k, lo), l4) => (k, lo, l4),
+            Class::Invalid(r) => return NatCommit::Done(invalid(r, false)),
+            _ => return NatCommit::Done(CtResult::orig(CtState::Untracked)),
+        };
+        rkey.set_zone(zone);
+        let (okey, o_lo) = Key::new(orig, zone);
+        if okey == rkey {
+            return NatCommit::Done(self.track_key(g, okey, o_lo, l4, zone, true));
+        }
+        let to = self.s.timeouts(zone);
+        let (kind, state, tcp, class) = match self.start(&l4) {
+            Ok(v) => v,
+            Err(r) => return NatCommit::Done(r),
+        };
+        if let Err(r) = self.admit(zone) {
+            return NatCommit::Done(r);
+        }
+        let (mut p, mut a) = {
+            let mut nodes = self.nodes.borrow_mut();
+            let p = nodes.alloc(Conn::value(okey, o_lo, kind, state, 0, tcp, self.now + to.ms(class)));
+            let a = nodes.alloc(Conn::value(rkey, r_lo, kind, 0, 0, TcpConn::default(), Tick::MAX));
+            (p, a)
+        };
+        Conn::pair(&mut p, &mut a);
+        let s = &self.s;
+        let a = match s.table.insert(a, s.table.hash(&rkey), g) {
+            Ok(a) => a,
+            Err((a, _)) => {
+                drop((p, a));
+                s.release(zone);
+                return NatCommit::Taken;
+            }
+        };
+        match s.table.insert(p, s.table.hash(&okey), g) {
+            Ok(c) => {
+                // Cannot fail: this worker is the queue's only producer and it was not full.
+                let pushed = self.queue.push(ConnPtr(c as *const Conn));
+                debug_assert!(pushed.is_ok());
+                self.stats.created.inc();
+                self.stats.nat_created.inc();
+                NatCommit::Done(CtResult::orig(CtState::New))
+            }
+            Err((p, existing)) => {
+                // Another worker created the connection first: the published reply node is an
+                // orphan that owns its twin until the remover retires both (table doc, NAT).
+                let _ = Box::into_raw(p);
+                a.hot.expires.store(0, freeway_sync::atomic::Ordering::Relaxed);
+                let pushed = self.queue.push(ConnPtr(a as *const Conn));
+                debug_assert!(pushed.is_ok());
+                s.release(zone);
+                self.stats.races.inc();
+                let reply = o_lo != existing.orig_lo();
+                NatCommit::Done(self.update(existing.primary(), reply, &l4, zone, true))
             }
         }
     }

@@ -6,6 +6,9 @@
 //! icmp     1 29 src=10.0.0.1 dst=10.0.0.2 type=8 code=0 id=7 [UNREPLIED] src=10.0.0.2 dst=10.0.0.1 type=0 code=0 id=7 mark=0 zone=0 use=1
 //! ```
 //!
+//! A translated connection's reply tuple is its reply direction's (`src=` the translated
+//! destination, `dst=` the translated source), as `conntrack -L` shows a NAT connection.
+//!
 //! Records are snapshots built on the control path from relaxed reads of a connection's
 //! fields; a connection being updated concurrently may show a mix of its old and new state.
 //! Per-connection packet/byte accounting is not kept (it would be a write per packet).
@@ -117,9 +120,15 @@ pub struct ConnRecord {
 }
 
 impl ConnRecord {
+    /// The record of connection `c` (a primary node).
     pub(crate) fn new(c: &Conn, now: Tick) -> ConnRecord {
         let k = c.key();
         let orig = k.tuple(c.orig_lo());
+        // A translated connection's replies carry its reply node's tuple.
+        let reply = match c.twin() {
+            Some(r) => r.key().tuple(!r.orig_lo()),
+            None => orig.reversed(),
+        };
         let status = c.status();
         let proto_num = k.proto();
         ConnRecord {
@@ -136,7 +145,7 @@ impl ConnRecord {
             state: (c.kind() == Kind::Tcp).then(|| state::NAMES[usize::from(c.state().min(9))]),
             timeout_secs: c.expires().saturating_sub(now).div_ceil(1000),
             orig: TupleRecord::new(&orig, c.kind(), true),
-            reply: TupleRecord::new(&orig.reversed(), c.kind(), false),
+            reply: TupleRecord::new(&reply, c.kind(), false),
             unreplied: status & SEEN_REPLY == 0,
             assured: status & ASSURED != 0,
         }

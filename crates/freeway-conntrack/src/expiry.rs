@@ -19,6 +19,10 @@
 //!    pushed once, by its creator, right after its insert).
 //! 3. Removal gives back the connection's place under the global and zone limits (summed, by
 //!    the end of the sweep or flush that removed it).
+//! 4. A translated connection is listed by its primary node; removing it unlinks its reply
+//!    node too. A listed reply node is an orphan (its connection was created by another
+//!    worker first): it is removed alone, with its never-published twin, and gives back no
+//!    place.
 //!
 //! A connection whose expiry a worker extends while the remover decides to remove it is
 //! removed anyway (the worker's write lands in a node that is being retired); its next
@@ -32,7 +36,7 @@ use std::time::Duration;
 use freeway_sync::Tick;
 
 use crate::shared::{Remover, Shared};
-use crate::table::{pin, Guard, RetireBatch};
+use crate::table::{pin, Conn, Guard, RetireBatch};
 
 /// The remover's operations (its state, [`Remover`], is part of [`Shared`]).
 impl Remover {
@@ -48,15 +52,35 @@ impl Remover {
 
     /// Unlinks list entry `i` (swap-removing it from the list) into `batch`; its place under
     /// the limits goes to `rel`.
-    fn remove_at(&mut self, s: &Shared, i: usize, g: &Guard, batch: &mut RetireBatch, rel: &mut Releases) {
+    /// Returns whether it was a connection (not an orphaned reply node).
+    fn remove_at(&mut self, s: &Shared, i: usize, g: &Guard, batch: &mut RetireBatch, rel: &mut Releases) -> bool {
         let p = self.list.swap_remove(i);
         // SAFETY: invariant 1: `p` is linked; we are the only remover (mutex held).
-        let zone = unsafe { (*p.0).key().zone() };
+        let c = unsafe { &*p.0 };
+        let zone = c.key().zone();
+        let twin = c.twin().map(|t| t as *const Conn);
         // SAFETY: as above; `p` is dropped from the list, so it is removed once; the batch is
         // retired in this table by the caller.
         let linked = unsafe { s.table.unlink(p.0, g, batch) };
         debug_assert!(linked, "a listed connection was not linked");
+        match twin {
+            // An orphaned reply node (only primaries are listed otherwise): its twin was never
+            // published and held no place under the limits.
+            Some(t) if c.is_reply_node() => {
+                // SAFETY: the twin of an orphan was never linked; it is retired once, here.
+                unsafe { s.table.retire_unpublished(t, batch) };
+                return false;
+            }
+            Some(t) => {
+                // SAFETY: a listed primary's reply node is linked with it (table invariant 5)
+                // and unlinked only here, with it.
+                let linked = unsafe { s.table.unlink(t, g, batch) };
+                debug_assert!(linked, "a translated connection's reply node was not linked");
+            }
+            None => {}
+        }
         rel.add(s, zone);
+        true
     }
 
     /// Drains the queues, then examines up to `budget` connections and removes the expired
@@ -80,8 +104,7 @@ impl Remover {
             // SAFETY: invariant 1.
             let c = unsafe { &*self.list[i].0 };
             if c.expires() <= now {
-                self.remove_at(s, i, &g, &mut batch, &mut rel);
-                removed += 1;
+                removed += usize::from(self.remove_at(s, i, &g, &mut batch, &mut rel));
             } else {
                 i += 1;
             }
@@ -105,8 +128,7 @@ impl Remover {
             // SAFETY: invariant 1.
             let c = unsafe { &*self.list[i].0 };
             if zone.is_none_or(|z| c.key().zone() == z) {
-                self.remove_at(s, i, &g, &mut batch, &mut rel);
-                removed += 1;
+                removed += usize::from(self.remove_at(s, i, &g, &mut batch, &mut rel));
             } else {
                 i += 1;
             }

@@ -32,7 +32,7 @@
 //!
 //! # Modules
 //!
-//! [`key`] (symmetric keys), [`extract`] (header checks, tuples), [`table`] (the lock-free
+//! [`key`] (symmetric keys), [`nat`] (packet rewriting and port choice for NAT), [`extract`] (header checks, tuples), [`table`] (the lock-free
 //! table), [`tcp`] (TCP tracker), [`timeout`] (policies), [`ct`] (the shared handle and the
 //! worker), [`expiry`], [`dump`] (records), [`firewall`], [`frames`] (frame builders for
 //! tests and benchmarks).
@@ -45,12 +45,13 @@ pub mod extract;
 pub mod firewall;
 pub mod frames;
 pub mod key;
+pub mod nat;
 mod shared;
 pub mod table;
 pub mod tcp;
 pub mod timeout;
 
-pub use ct::{Conntrack, CtConfig, CtStats, CtWorker, TrackFlags};
+pub use ct::{Conntrack, CtConfig, CtStats, CtWorker, NatCommit, NatPlan, TrackFlags};
 pub use dump::{ConnRecord, TupleRecord};
 pub use expiry::{Expirer, ExpiryThread};
 pub use firewall::{Firewall, FirewallPolicy, FwStats, FwWorker, Verdict};

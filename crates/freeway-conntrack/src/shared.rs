@@ -45,6 +45,10 @@ pub(crate) struct WorkerStats {
     pub(crate) created: Counter,
     pub(crate) races: Counter,
     pub(crate) reopened: Counter,
+    /// Connections created with a translation.
+    pub(crate) nat_created: Counter,
+    /// New translated connections refused: no free port.
+    pub(crate) nat_exhausted: Counter,
 }
 
 /// State shared by all handles.

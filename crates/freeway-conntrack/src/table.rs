@@ -41,7 +41,7 @@
 //! # Node layout
 //!
 //! A [`Conn`] is 128 bytes: the first cache line holds what lookups read (key, chain link,
-//! direction of the originator); the second holds what the connection's own packets write
+//! direction of the originator, the NAT twin); the second holds what the connection's own packets write
 //! (expiry tick, state, status flags, the per-connection lock and the TCP tracker). A busy
 //! connection therefore never dirties the line that lookups of its chain neighbours read.
 //!
@@ -54,6 +54,28 @@
 //!    nodes. Keys are immutable after publication and unique within the table.
 //! 4. The TCP tracker state of a node is touched only with the node's lock held; the lock is
 //!    taken only by packets of that connection (and never by the remover or by dumps).
+//! 5. The two nodes of a translated connection (below) are linked together or not at all,
+//!    but for the instant between their two inserts: the remover unlinks both in the same
+//!    step and retires them in the same batch.
+//!
+//! # NAT: a second node for the reply direction
+//!
+//! A key is symmetric, so an untranslated connection is found by both directions under one
+//! node. A translated connection's reply direction carries another tuple (the translated
+//! addresses and ports), so it gets a second node, its *reply node*, keyed by that tuple, as
+//! Open vSwitch's userspace conntrack keys a NAT connection's reverse direction with its own
+//! node, and Linux hashes a connection's two tuples. The two nodes point at each other
+//! (`twin`, set before either is published); the first (the *primary*, keyed by the original
+//! tuple) holds the state, and a packet found under the reply node updates its twin. Keys
+//! stay unique across both kinds of node, so a translation never takes a tuple that another
+//! connection uses, and the inserter finds a clash the same way it finds a duplicate.
+//!
+//! The reply node is inserted first, then the primary. Only the primary goes to the expiry
+//! list; the remover unlinks its reply node with it. If the primary's insert finds the
+//! connection already created by another worker, the published reply node is an *orphan*:
+//! its creator marks it expired and lists it instead, and the remover unlinks it and retires
+//! its never-published twin with it (a reader may still hold the orphan and read its twin,
+//! so the twin waits for the same grace period).
 
 use std::cell::UnsafeCell;
 
@@ -102,20 +124,27 @@ pub struct Hot {
     tcp: UnsafeCell<TcpConn>,
 }
 
-/// One connection.
+/// One connection, or the reply node of a translated one (see "NAT" in the module doc).
 #[repr(C, align(64))]
 pub struct Conn {
     key: Key,
     next: AtomicPtr<Conn>,
     /// Whether the originator is the key's low endpoint (changes only when a TCP connection
-    /// is re-opened by a SYN from the other side).
+    /// is re-opened by a SYN from the other side; never for a translated connection). In a
+    /// reply node: whether the low endpoint sends the *translated* original direction.
     orig_lo: AtomicBool,
     kind: Kind,
+    /// This node is the reply node of a translated connection.
+    reply_node: bool,
+    /// The other node of a translated connection (null for an untranslated one). Set before
+    /// publication, immutable after.
+    twin: *const Conn,
     pub(crate) hot: Hot,
 }
 
 // SAFETY: the only non-Sync field is the TCP tracker cell, accessed solely under the
-// connection's lock (invariant 4); everything else is atomics or immutable.
+// connection's lock (invariant 4); everything else is atomics or immutable (the twin pointer
+// is written before publication only).
 unsafe impl Sync for Conn {}
 // SAFETY: as above; a node holds no thread-bound data.
 unsafe impl Send for Conn {}
@@ -155,6 +184,8 @@ impl Conn {
             next: AtomicPtr::new(std::ptr::null_mut()),
             orig_lo: AtomicBool::new(orig_lo),
             kind,
+            reply_node: false,
+            twin: std::ptr::null(),
             hot: Hot {
                 expires: AtomicU64::new(expires),
                 state: AtomicU8::new(state),
@@ -169,6 +200,39 @@ impl Conn {
     #[inline(always)]
     pub fn key(&self) -> &Key {
         &self.key
+    }
+
+    /// Makes the unpublished `conn` and `reply` the two nodes of one translated connection:
+    /// `reply` (keyed by the reply direction's tuple) becomes its reply node.
+    pub fn pair(conn: &mut Conn, reply: &mut Conn) {
+        conn.twin = reply as *const Conn;
+        reply.twin = conn as *const Conn;
+        reply.reply_node = true;
+    }
+
+    /// Whether this is the reply node of a translated connection.
+    #[inline(always)]
+    pub fn is_reply_node(&self) -> bool {
+        self.reply_node
+    }
+
+    /// The other node of a translated connection; `None` for an untranslated one.
+    #[inline(always)]
+    pub fn twin(&self) -> Option<&Conn> {
+        // SAFETY: a twin is set before publication and lives as long as this node: the two are
+        // unlinked and retired together (invariant 5), and an orphaned reply node owns its
+        // never-published twin until it is retired itself.
+        unsafe { self.twin.as_ref() }
+    }
+
+    /// The connection this node belongs to: itself, or for a reply node its twin (which holds
+    /// the state).
+    #[inline(always)]
+    pub fn primary(&self) -> &Conn {
+        match self.twin() {
+            Some(t) if self.reply_node => t,
+            _ => self,
+        }
     }
 
     /// Which tracker the connection uses.
@@ -625,6 +689,15 @@ impl Table {
         true
     }
 
+    /// *Remover only.* Adds `p`, a node that was never published but that a published node
+    /// points to (the twin of an orphaned reply node), to `batch`.
+    ///
+    /// # Safety
+    /// `p` must be a boxed node of this table that was never linked, retired once.
+    pub unsafe fn retire_unpublished(&self, p: *const Conn, batch: &mut RetireBatch) {
+        batch.nodes.push(p as usize);
+    }
+
     /// Retires the nodes of `batch` (all unlinked, each once): they are reused or freed after
     /// an epoch grace period. One deferral for the whole batch.
     pub fn retire_batch(&self, batch: RetireBatch, g: &Guard) {
@@ -667,6 +740,26 @@ impl Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
+        // The never-published twins of orphaned reply nodes still linked: an orphan is a
+        // linked reply node whose twin is not linked.
+        let mut linked = std::collections::HashSet::new();
+        let mut twins = Vec::new();
+        for b in self.buckets.iter() {
+            let mut p = b.load(Ordering::Acquire);
+            while !p.is_null() {
+                // SAFETY: `&mut self`: the chains are stable and every node in them is live.
+                let n = unsafe { &*p };
+                linked.insert(p as usize);
+                if n.reply_node && !n.twin.is_null() {
+                    twins.push(n.twin as usize);
+                }
+                p = n.next.load(Ordering::Acquire);
+            }
+        }
+        for t in twins.into_iter().filter(|t| !linked.contains(t)) {
+            // SAFETY: a boxed node that was never linked, owned by its orphan, freed once.
+            drop(unsafe { Box::from_raw(t as *mut Conn) });
+        }
         // SAFETY: `&mut self`: no other user remains; every linked node is boxed, in one chain.
         unsafe { chain::free_chains(&self.buckets) };
     }

@@ -504,6 +504,64 @@ pub enum Verdict {
     Goto(String),
 }
 
+/// Which translation a NAT statement makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NatKind {
+    /// `snat`: the source address (and port) of the connection's original direction.
+    Snat,
+    /// `dnat`: its destination address (and port).
+    Dnat,
+    /// `masquerade`: `snat` to the address of the interface the packet leaves by.
+    Masquerade,
+}
+
+impl NatKind {
+    /// The keyword nftables writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            NatKind::Snat => "snat",
+            NatKind::Dnat => "dnat",
+            NatKind::Masquerade => "masquerade",
+        }
+    }
+}
+
+/// Where a NAT statement translates to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NatTo {
+    /// `to ADDR[-ADDR][:PORT[-PORT]]` (an address range and a port range, each inclusive and
+    /// optional: `masquerade` has no address, `masquerade to :1024-2000` only ports).
+    Range {
+        /// The addresses (IPv4 in the low 32 bits).
+        addr: Option<(u128, u128)>,
+        /// The ports.
+        port: Option<(u16, u16)>,
+    },
+    /// `to FIELD map { KEY : ADDR [. PORT], … }`: the packet's value of `key` picks the
+    /// target (a port forward: `dnat to tcp dport map { 8080 : 10.0.10.5 . 80 }`); a packet
+    /// whose value is in no element is not translated.
+    Map {
+        /// The field the map is looked up by.
+        key: Field,
+        /// Key atom, address, port (if the elements give one), in the order written.
+        elems: Vec<(Atom, u128, Option<u16>)>,
+    },
+}
+
+/// A NAT statement: `snat [ip|ip6] to …`, `dnat [ip|ip6] to …`, `masquerade [to :PORTS]`.
+/// It ends the rule (a terminal statement, accepting the packet in its NAT chain).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nat {
+    /// Which translation.
+    pub kind: NatKind,
+    /// `ip` or `ip6` when written (required in `inet` tables when an address is given).
+    pub family: Option<Family>,
+    /// Its addresses are IPv6 (the table's family, or the written one).
+    pub v6: bool,
+    /// The target.
+    pub to: NatTo,
+}
+
 /// A statement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Stmt {
@@ -518,6 +576,8 @@ pub enum Stmt {
     },
     /// A verdict; ends the rule.
     Verdict(Verdict),
+    /// A NAT statement; ends the rule (only in `type nat` chains).
+    Nat(Nat),
 }
 
 /// One item of a rule, in the order written.

@@ -169,6 +169,8 @@ pub(crate) enum CVerdict {
     Return,
     Jump(u32),
     Goto(u32),
+    /// A NAT statement: index into [`Program::nats`].
+    Nat(u32),
 }
 
 /// One item of a rule, resolved.
@@ -227,6 +229,8 @@ pub(crate) struct Program {
     pub(crate) counter_of: HashMap<(usize, usize, usize), u32>,
     /// Index of each table's first chain in `chains`.
     pub(crate) table_base: Vec<usize>,
+    /// NAT statements.
+    pub(crate) nats: Vec<crate::nat::NatRule>,
 }
 
 impl Program {
@@ -314,6 +318,10 @@ pub(crate) fn build(rs: &ast::Ruleset, ifaces: &[(String, u32)], workers: usize)
                         Item::Stmt(Stmt::Log { prefix }) => {
                             p.logs.push((prefix.clone(), at));
                             CItem::Log(p.logs.len() as u32 - 1)
+                        }
+                        Item::Stmt(Stmt::Nat(n)) => {
+                            p.nats.push(crate::nat::NatRule::new(n, t.family));
+                            CItem::Verdict(CVerdict::Nat(p.nats.len() as u32 - 1))
                         }
                         Item::Stmt(Stmt::Verdict(v)) => CItem::Verdict(match v {
                             Verdict::Accept => CVerdict::Accept,

@@ -10,7 +10,9 @@
 //! of a base chain (or a `return` in it) applies its policy. `jump` runs a chain and comes
 //! back to the next rule, `goto` runs a chain and does not come back, `return` goes back to
 //! the rule after the last `jump`, `continue` (and a rule without a verdict) goes on with
-//! the next rule. Only `type filter` base chains run: there is no NAT.
+//! the next rule. [`Firewall::judge`] runs the `type filter` base chains;
+//! [`Firewall::judge_nat`] the `type nat` ones, for a new connection's first packet, where
+//! the first NAT statement that applies ends the walk (see [`crate::nat`]).
 //!
 //! # Per-worker state
 //!
@@ -49,6 +51,8 @@ pub enum Action {
     Drop,
     /// It is dropped and its sender told so.
     Reject(RejectWith),
+    /// It goes on, translated (only from `type nat` chains, [`Firewall::judge_nat`]).
+    Nat(crate::nat::NatChoice),
 }
 
 /// A rule, as indexes into the [`ast::Ruleset`].
@@ -115,6 +119,10 @@ struct Inner {
     classifier: Option<Classifier>,
     /// [v4, v6, bridge][hook]: global chain indexes.
     hooks: HookLists,
+    /// The same for `type nat` base chains (the bridge row stays empty).
+    nat_hooks: HookLists,
+    /// Whether `nat_hooks` has any chain (asked for every routed packet).
+    any_nat: bool,
     /// [v4, v6][hook]: the `ct state` bits the first rule of every base chain of the hook
     /// accepts outright (see [`Firewall::accepts_state`]).
     fast: [[u8; 5]; 2],
@@ -168,10 +176,16 @@ impl Firewall {
             Strategy::Compiled => Some(Classifier::with_prefix(&prog, prefix)),
             Strategy::Linear => None,
         };
+        check_nat_reach(&rs, &prog)?;
         let mut hooks: HookLists = Default::default();
+        let mut nat_hooks: HookLists = Default::default();
         for (ix, c) in prog.chains.iter().enumerate() {
-            let Some(b) = c.base.filter(|b| b.kind == ast::ChainType::Filter) else {
+            let Some(b) = c.base else {
                 continue;
+            };
+            let hooks = match b.kind {
+                ast::ChainType::Filter => &mut hooks,
+                ast::ChainType::Nat => &mut nat_hooks,
             };
             let classes: &[usize] = match rs.tables[usize::from(c.table)].family {
                 ast::Family::Ip => &[0],
@@ -184,7 +198,7 @@ impl Firewall {
             }
         }
         // Priority order; a stable sort keeps declaration order among equals.
-        for list in hooks.iter_mut().flatten() {
+        for list in hooks.iter_mut().chain(nat_hooks.iter_mut()).flatten() {
             list.sort_by_key(|&c| prog.chains[c as usize].base.map_or(0, |b| b.priority));
         }
         let fast = first_rules_accept(&rs, &prog, &hooks);
@@ -198,6 +212,8 @@ impl Firewall {
                 prog,
                 classifier,
                 hooks,
+                any_nat: nat_hooks.iter().flatten().any(|l| !l.is_empty()),
+                nat_hooks,
                 fast,
                 counters,
             }),
@@ -275,6 +291,28 @@ impl Firewall {
         }
     }
 
+    /// Whether any `type nat` base chain sees IP packets of `nfproto` at `hook`.
+    pub fn has_nat(&self, nfproto: u8, hook: Hook) -> bool {
+        class(nfproto).is_some_and(|k| k < 2 && !self.inner.nat_hooks[k][hook_ix(hook)].is_empty())
+    }
+
+    /// Whether the ruleset has any `type nat` base chain.
+    #[inline]
+    pub fn any_nat(&self) -> bool {
+        self.inner.any_nat
+    }
+
+    /// Runs the `type nat` base chains of `hook` on the first packet of a new connection, in
+    /// priority order: the first NAT statement that applies decides ([`Action::Nat`]); a
+    /// `drop` drops; otherwise [`Action::Accept`] (no translation at this hook).
+    pub fn judge_nat(&self, hook: Hook, f: &Fields, st: &mut FwState, now_ms: u64) -> Decision {
+        let k = match class(f.nfproto) {
+            Some(k) if k < 2 => k,
+            _ => return Decision::NO_CHAIN,
+        };
+        self.run_lists(&self.inner.nat_hooks[k][hook_ix(hook)], f, st, now_ms)
+    }
+
     /// Judges one bridged frame at `hook`: the base chains of the `bridge` tables.
     pub fn judge_bridge(&self, hook: Hook, f: &Fields, st: &mut FwState, now_ms: u64) -> Decision {
         self.run_hook(2, hook, f, st, now_ms)
@@ -303,7 +341,12 @@ impl Firewall {
     }
 
     fn run_hook(&self, k: usize, hook: Hook, f: &Fields, st: &mut FwState, now_ms: u64) -> Decision {
-        let list = &self.inner.hooks[k][hook_ix(hook)];
+        self.run_lists(&self.inner.hooks[k][hook_ix(hook)], f, st, now_ms)
+    }
+
+    /// Runs the base chains of `list` in order until one does not accept (drops, rejects or
+    /// translates).
+    fn run_lists(&self, list: &[u32], f: &Fields, st: &mut FwState, now_ms: u64) -> Decision {
         if list.is_empty() {
             return Decision::NO_CHAIN;
         }
@@ -348,6 +391,14 @@ impl Firewall {
                         CVerdict::Accept => return decided(Action::Accept, at),
                         CVerdict::Drop => return decided(Action::Drop, at),
                         CVerdict::Reject(w) => return decided(Action::Reject(w), at),
+                        CVerdict::Nat(ix) => match p.nats[ix as usize].choose(f) {
+                            Some(n) => return decided(Action::Nat(n), at),
+                            // Not for this packet: the chain goes on with the next rule.
+                            None => {
+                                from = r as u32 + 1;
+                                false
+                            }
+                        },
                         CVerdict::Return | CVerdict::Continue => true,
                         CVerdict::Jump(t) => {
                             if sp == MAX_DEPTH {
@@ -384,6 +435,45 @@ impl Firewall {
             }
         }
     }
+}
+
+/// Refuses a NAT statement in a chain that a `type filter` base chain reaches (by jumps and
+/// gotos): NAT decides once per connection, in `type nat` chains only.
+fn check_nat_reach(rs: &ast::Ruleset, prog: &Program) -> Result<(), ast::Error> {
+    let mut seen = vec![false; prog.chains.len()];
+    let mut stack: Vec<usize> = prog
+        .chains
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.base.is_some_and(|b| b.kind == ast::ChainType::Filter))
+        .map(|(i, _)| i)
+        .collect();
+    while let Some(i) = stack.pop() {
+        if std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        let c = &prog.chains[i];
+        for (ri, r) in c.rules.iter().enumerate() {
+            for it in &r.items {
+                match it {
+                    eval::CItem::Verdict(CVerdict::Jump(t) | CVerdict::Goto(t)) => stack.push(*t as usize),
+                    eval::CItem::Verdict(CVerdict::Nat(_)) => {
+                        let t = &rs.tables[usize::from(c.table)];
+                        let ch = &t.chains[usize::from(c.chain)];
+                        return Err(ast::Error {
+                            span: ch.rules[ri].span,
+                            msg: format!(
+                                "NAT statement in chain \"{}\", which a filter chain reaches: NAT is only valid in type nat chains",
+                                ch.name
+                            ),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn decided(action: Action, by: Option<RuleRef>) -> Decision {

@@ -18,7 +18,8 @@
 //! strategies), `linear` (every rule in order: the reference) and `compile` (the classifier:
 //! bit-vector intersection per chain), [`build`] (helpers that write rulesets as values),
 //! [`parse`] (nftables syntax to [`ast`], errors with line and column) and [`list`] (back to
-//! `nft list ruleset`'s text and `nft -j`'s JSON).
+//! `nft list ruleset`'s text and `nft -j`'s JSON); [`nat`] (NAT statements, resolved: what a
+//! `type nat` chain decides).
 #![warn(missing_docs)]
 
 pub mod ast;
@@ -28,6 +29,7 @@ mod eval;
 pub mod firewall;
 mod linear;
 pub mod list;
+pub mod nat;
 pub mod packet;
 pub mod parse;
 
@@ -35,6 +37,7 @@ pub use firewall::{
     Action, Decision, Firewall, FwState, LogLine, RuleRef, Strategy, LOG_LINES_PER_SEC, NFPROTO_BRIDGE,
 };
 pub use list::{list, list_json};
+pub use nat::NatChoice;
 pub use packet::{Fields, NO_IF};
 pub use parse::parse;
 

@@ -50,7 +50,7 @@ pub fn list(rs: &Ruleset, counters: Counters<'_>) -> String {
                         ChainType::Nat => "nat",
                     },
                     b.hook.name(),
-                    priority(t.family, b.priority),
+                    priority(t.family, b.hook, b.priority),
                     policy(b.policy)
                 );
             }
@@ -71,7 +71,10 @@ fn policy(p: Policy) -> &'static str {
     }
 }
 
-fn priority(f: Family, p: i32) -> String {
+/// A base chain's priority as nft writes it: a standard name, or one with an offset of at
+/// most 10 (`srcnat + 10`), where that name suits the hook (`dstnat` prerouting and output,
+/// `srcnat` postrouting and input; bridge names any hook); otherwise the number.
+fn priority(f: Family, hook: Hook, p: i32) -> String {
     let named: &[(&str, i32)] = if f == Family::Bridge {
         &[("dstnat", -300), ("filter", -200), ("out", 100), ("srcnat", 300)]
     } else {
@@ -84,8 +87,18 @@ fn priority(f: Family, p: i32) -> String {
             ("srcnat", 100),
         ]
     };
-    match named.iter().find(|(_, v)| *v == p) {
-        Some((n, _)) => n.to_string(),
+    let suits = |n: &str| {
+        f == Family::Bridge
+            || match n {
+                "dstnat" => matches!(hook, Hook::Prerouting | Hook::Output),
+                "srcnat" => matches!(hook, Hook::Postrouting | Hook::Input),
+                _ => true,
+            }
+    };
+    match named.iter().find(|(n, v)| (p - v).abs() <= 10 && suits(n)) {
+        Some((n, v)) if p == *v => n.to_string(),
+        Some((n, v)) if p > *v => format!("{n} + {}", p - v),
+        Some((n, v)) => format!("{n} - {}", v - p),
         None => p.to_string(),
     }
 }
@@ -275,6 +288,61 @@ fn verdict(v: &Verdict) -> String {
     }
 }
 
+fn nat_addr_dt(n: &Nat) -> Dt {
+    Dt::Plain(if n.v6 { ValueType::Ipv6Addr } else { ValueType::Ipv4Addr })
+}
+
+/// `ADDR[-ADDR][:PORT[-PORT]]` as nft writes it (IPv6 addresses in brackets before a port).
+fn nat_target(n: &Nat, addr: Option<(u128, u128)>, port: Option<(u16, u16)>) -> String {
+    let dt = nat_addr_dt(n);
+    let br = |v: u128| {
+        if n.v6 && port.is_some() {
+            format!("[{}]", dt.show(v))
+        } else {
+            dt.show(v)
+        }
+    };
+    let mut s = match addr {
+        Some((l, h)) if l == h => br(l),
+        Some((l, h)) => format!("{}-{}", br(l), br(h)),
+        None => String::new(),
+    };
+    match port {
+        Some((l, h)) if l == h => s.push_str(&format!(":{l}")),
+        Some((l, h)) => s.push_str(&format!(":{l}-{h}")),
+        None => {}
+    }
+    s
+}
+
+fn nat(n: &Nat) -> String {
+    let mut s = n.kind.name().to_string();
+    if let Some(f) = n.family {
+        s.push(' ');
+        s.push_str(f.name());
+    }
+    match &n.to {
+        NatTo::Range { addr: None, port: None } => {}
+        NatTo::Range { addr, port } => {
+            s.push_str(" to ");
+            s.push_str(&nat_target(n, *addr, *port));
+        }
+        NatTo::Map { key, elems } => {
+            let dt = Dt::of_field(*key);
+            let adt = nat_addr_dt(n);
+            let es: Vec<String> = elems
+                .iter()
+                .map(|(k, a, p)| match p {
+                    Some(p) => format!("{} : {} . {p}", atom(dt, k), adt.show(*a)),
+                    None => format!("{} : {}", atom(dt, k), adt.show(*a)),
+                })
+                .collect();
+            s.push_str(&format!(" to {} map {{ {} }}", key.name(), es.join(", ")));
+        }
+    }
+    s
+}
+
 fn rule(r: &Rule, counter: Option<(u64, u64)>) -> String {
     let (p, b) = counter.unwrap_or((0, 0));
     let mut parts: Vec<String> = r
@@ -287,6 +355,7 @@ fn rule(r: &Rule, counter: Option<(u64, u64)>) -> String {
             Item::Stmt(Stmt::Log { prefix: None }) => "log".into(),
             Item::Stmt(Stmt::Log { prefix: Some(x) }) => format!("log prefix \"{x}\""),
             Item::Stmt(Stmt::Verdict(v)) => verdict(v),
+            Item::Stmt(Stmt::Nat(n)) => nat(n),
         })
         .collect();
     if let Some(c) = &r.comment {
@@ -393,8 +462,60 @@ fn json_match(m: &Match) -> Value {
     json!({"match": {"op": op, "left": left, "right": right}})
 }
 
+fn json_nat(n: &Nat) -> Value {
+    let adt = nat_addr_dt(n);
+    let mut o = Map::new();
+    if let Some(f) = n.family {
+        o.insert("family".into(), json!(f.name()));
+    }
+    let range = |l: u128, h: u128, show: &dyn Fn(u128) -> Value| {
+        if l == h {
+            show(l)
+        } else {
+            json!({"range": [show(l), show(h)]})
+        }
+    };
+    match &n.to {
+        NatTo::Range { addr, port } => {
+            if let Some((l, h)) = addr {
+                o.insert("addr".into(), range(*l, *h, &|v| json!(adt.show(v))));
+            }
+            if let Some((l, h)) = port {
+                o.insert(
+                    "port".into(),
+                    range(u128::from(*l), u128::from(*h), &|v| json!(v as u64)),
+                );
+            }
+        }
+        NatTo::Map { key, elems } => {
+            let dt = Dt::of_field(*key);
+            let set: Vec<Value> = elems
+                .iter()
+                .map(|(k, a, p)| {
+                    let data = match p {
+                        Some(p) => json!({"concat": [adt.show(*a), p]}),
+                        None => json!(adt.show(*a)),
+                    };
+                    json!([json_atom(dt, k), data])
+                })
+                .collect();
+            o.insert(
+                "addr".into(),
+                json!({"map": {"key": json_field(*key), "data": {"set": set}}}),
+            );
+        }
+    }
+    let mut outer = Map::new();
+    outer.insert(
+        n.kind.name().into(),
+        if o.is_empty() { Value::Null } else { Value::Object(o) },
+    );
+    Value::Object(outer)
+}
+
 fn json_stmt(s: &Stmt, family: Family, counter: Option<(u64, u64)>) -> Value {
     match s {
+        Stmt::Nat(n) => json_nat(n),
         Stmt::Counter => {
             let (p, b) = counter.unwrap_or((0, 0));
             json!({"counter": {"packets": p, "bytes": b}})

@@ -946,3 +946,72 @@ fn a_leading_ct_state_accept_is_a_shortcut_only_when_exact() {
         assert!(!fw.accepts_state(NFPROTO_IPV4, Hook::Forward, 2));
     }
 }
+
+/// NAT chains: the first NAT statement that applies decides, on every strategy; a map
+/// misses or a statement of the other family lets the chain go on; filter chains never see
+/// NAT statements.
+#[test]
+fn nat_chains_decide_once() {
+    use crate::ast::NatKind;
+    use crate::nat::NatChoice;
+    let rs = crate::parse(
+        "table inet n {\n chain pre {\n  type nat hook prerouting priority dstnat;\n  \
+         iifname \"wan0\" dnat ip to tcp dport map { 8080 : 10.0.10.5 . 80, 9000-9009 : 10.0.10.6 . 22 }\n  \
+         iifname \"wan0\" dnat ip6 to fd00::1\n  iifname \"wan0\" tcp dport 53 drop\n }\n \
+         chain post {\n  type nat hook postrouting priority srcnat;\n  oifname \"wan0\" meta l4proto tcp masquerade to :2000-2999\n  \
+         oifname \"eth1\" snat ip to 192.0.2.1-192.0.2.3\n }\n}\n",
+    )
+    .expect("parses");
+    for fw in all_ways(&rs) {
+        let mut st = fw.worker(0);
+        let mut f = crate::build::tcp4(v4(10, 0, 0, 1), v4(192, 0, 2, 1), 8080);
+        f.iif = 3;
+        let d = |f: &Fields, h: Hook, st: &mut crate::FwState| fw.judge_nat(h, f, st, 0).action;
+        let dnat = |a: u128, p: u16| {
+            Action::Nat(NatChoice {
+                kind: NatKind::Dnat,
+                addr: Some((a, a)),
+                port: Some((p, p)),
+            })
+        };
+        assert_eq!(d(&f, Hook::Prerouting, &mut st), dnat(v4(10, 0, 10, 5), 80));
+        f.dport = 9005;
+        assert_eq!(d(&f, Hook::Prerouting, &mut st), dnat(v4(10, 0, 10, 6), 22));
+        f.dport = 7;
+        assert_eq!(
+            d(&f, Hook::Prerouting, &mut st),
+            Action::Accept,
+            "map miss, ip6 rule skipped"
+        );
+        f.dport = 53;
+        assert_eq!(d(&f, Hook::Prerouting, &mut st), Action::Drop);
+        assert!(fw.has_nat(NFPROTO_IPV4, Hook::Prerouting) && fw.any_nat());
+        assert!(!fw.has_hook(NFPROTO_IPV4, Hook::Prerouting), "no filter chain there");
+        f.oif = 3;
+        assert_eq!(
+            d(&f, Hook::Postrouting, &mut st),
+            Action::Nat(NatChoice {
+                kind: NatKind::Masquerade,
+                addr: None,
+                port: Some((2000, 2999)),
+            })
+        );
+        f.oif = 2;
+        assert_eq!(
+            d(&f, Hook::Postrouting, &mut st),
+            Action::Nat(NatChoice {
+                kind: NatKind::Snat,
+                addr: Some((v4(192, 0, 2, 1), v4(192, 0, 2, 3))),
+                port: None,
+            })
+        );
+        assert_eq!(fw.judge(Hook::Forward, &f, &mut st, 0).action, Action::Accept);
+    }
+    let bad = crate::parse(
+        "table ip t {\n chain f {\n  type filter hook forward priority 0;\n  jump n\n }\n chain n {\n  snat to 10.0.0.1\n }\n}\n",
+    )
+    .expect("parses");
+    let e = Firewall::new(bad, &ifaces(), 1, Strategy::Compiled).expect_err("NAT reached from a filter chain");
+    assert_eq!((e.span.line, e.span.col), (7, 3));
+    assert!(e.msg.contains("which a filter chain reaches"), "{e}");
+}

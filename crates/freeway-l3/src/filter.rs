@@ -10,6 +10,11 @@
 //! * [`FilterHook::Input`]: a packet for one of the router's own addresses (echo requests,
 //!   neighbour discovery, anything else it would drop as `local`), before it is answered.
 //!
+//! Two more hooks let a translator rewrite a routed packet ([`NatHook`], answered by
+//! [`crate::L3Out::nat`]): prerouting, before the local-address check and the route lookup,
+//! and postrouting, right after the forward hook. A packet the translator refuses is
+//! counted as `filtered`.
+//!
 //! ARP is not IP and meets no hook. The default verdict ([`crate::L3Out::filter`]'s default)
 //! accepts, so a stage without a firewall pays nothing.
 //!
@@ -32,6 +37,17 @@ pub enum FilterHook {
     Input,
     /// Forwarded by the router.
     Forward,
+}
+
+/// Where in the stage a packet may be translated (NAT), as Linux's NAT hooks sit: before the
+/// route lookup (a destination translation changes where it goes) and after the forward
+/// hook (a source translation, with the egress interface known).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NatHook {
+    /// Before the local-address check and the route lookup.
+    Prerouting,
+    /// After the forward filter hook, before neighbour resolution.
+    Postrouting,
 }
 
 /// What a reject sends back.

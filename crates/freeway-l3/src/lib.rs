@@ -28,7 +28,7 @@ pub mod stage;
 use freeway_route::prefix::{mask4, mask6};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub use filter::{FilterHook, FilterVerdict, Reject};
+pub use filter::{FilterHook, FilterVerdict, NatHook, Reject};
 pub use icmp::TokenBucket;
 pub use iface::{ConnectedPrefix, IfaceError, Interface, Interfaces, Wants};
 pub use neigh::{

@@ -27,7 +27,9 @@
 //!
 //! The firewall is asked ([`L3Out::filter`], see [`crate::filter`]) at the input hook, before a
 //! packet for our addresses is answered, and at the forward hook, after the TTL and MTU checks
-//! and before neighbour resolution; a drop or reject is counted as `filtered`.
+//! and before neighbour resolution; a drop or reject is counted as `filtered`. A translator
+//! ([`L3Out::nat`]) may rewrite an IP packet at prerouting, before the local-address check
+//! and the route lookup, and at postrouting, right after the forward hook.
 //!
 //! ICMP errors go back out of the ingress interface to the frame's source MAC (the previous
 //! hop), from the ingress interface's address, through the worker's token bucket; the rules of
@@ -49,7 +51,7 @@ use freeway_packet::{meta_flags, Batch, Packet, PacketPool, NO_OFFSET};
 use freeway_sync::{CachePadded, Counter, Tick};
 use serde::{Deserialize, Serialize};
 
-use crate::filter::{build_tcp_reset, FilterHook, FilterVerdict, Reject};
+use crate::filter::{build_tcp_reset, FilterHook, FilterVerdict, NatHook, Reject};
 use crate::frame::{is_group, set_egress_tag};
 use crate::icmp::{
     self, addr6, v4, v4_error_allowed, v4_unicast_source, v6, v6_error_allowed, v6_upper, TokenBucket, L2,
@@ -114,6 +116,16 @@ pub trait L3Out {
     fn filter(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16) -> FilterVerdict {
         let _ = (hook, pkt, iif, oif);
         FilterVerdict::Accept
+    }
+    /// Translates `pkt` in place at `hook` (NAT): it arrived on router interface `iif` and,
+    /// at [`NatHook::Postrouting`], leaves by `oif` (at prerouting `oif == iif`). A translation
+    /// keeps the frame's layout and its metadata valid (a verified IPv4 header checksum stays
+    /// verified). `false` drops the packet (counted as `filtered`). The default changes
+    /// nothing.
+    #[inline(always)]
+    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> bool {
+        let _ = (hook, pkt, iif, oif);
+        true
     }
 }
 
@@ -578,6 +590,9 @@ impl State {
             }
             pkt.meta.flags |= meta_flags::IPV4_CSUM_OK;
         }
+        if !out.nat(NatHook::Prerouting, &mut pkt, iif, iif) {
+            return self.drop(out, pkt, L3Drop::Filtered);
+        }
         let f = pkt.data();
         let src = Ipv4Addr::new(f[l3 + 12], f[l3 + 13], f[l3 + 14], f[l3 + 15]);
         let dst = Ipv4Addr::new(f[l3 + 16], f[l3 + 17], f[l3 + 18], f[l3 + 19]);
@@ -690,6 +705,10 @@ impl State {
         if end > f.len() {
             return self.drop(out, pkt, L3Drop::Malformed);
         }
+        if !out.nat(NatHook::Prerouting, &mut pkt, iif, iif) {
+            return self.drop(out, pkt, L3Drop::Filtered);
+        }
+        let f = pkt.data();
         let src = addr6(&f[l3 + 8..l3 + 24]);
         let dst = addr6(&f[l3 + 24..l3 + 40]);
         let hop_limit = f[l3 + 7];
@@ -822,9 +841,12 @@ impl State {
     // ---- Neighbours, pending queue, transmit ----
 
     fn forward(&mut self, cx: &Ctx, pkt: Packet, iif: u16, oif: u16, nh: IpAddr, out: &mut impl L3Out) {
-        let Some(pkt) = self.hook(cx, FilterHook::Forward, pkt, iif, oif, out) else {
+        let Some(mut pkt) = self.hook(cx, FilterHook::Forward, pkt, iif, oif, out) else {
             return;
         };
+        if !out.nat(NatHook::Postrouting, &mut pkt, iif, oif) {
+            return self.drop(out, pkt, L3Drop::Filtered);
+        }
         match cx.neigh.lookup(nh, oif, cx.g) {
             Some(v) if v.state.usable() => {
                 if v.state == NeighState::Stale {

@@ -240,15 +240,7 @@ fn lan_wan_bed(tag: &str) -> Bed {
 
 /// The router of [`lan_wan_bed`], interfaces named `lan` and `wan`, with `[firewall] ruleset`.
 fn lan_wan_config(ruleset: &Path) -> String {
-    let mut cfg = ports(2, &[("h1", 10), ("h3", 10), ("h2", 20)]);
-    cfg.push_str("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
-    for (n, v, a) in [("lan", 10, "10.1.0.1/24"), ("wan", 20, "10.2.0.1/24")] {
-        cfg.push_str(&format!(
-            "\n[[interface]]\nname = \"{n}\"\nvlan = {v}\naddr = [\"{a}\"]\n"
-        ));
-    }
-    cfg.push_str(&format!("\n[firewall]\nruleset = \"{}\"\n", ruleset.display()));
-    cfg
+    lan_wan_router(&[("lan", 10, "10.1.0.1/24"), ("wan", 20, "10.2.0.1/24")], ruleset)
 }
 
 /// A small edge policy: the inside goes out, the outside reaches SSH on h1 only and may

@@ -29,11 +29,12 @@ use std::sync::{Arc, Mutex};
 use freeway_conntrack::{Conntrack, CtWorker};
 use freeway_firewall::ast::{ChainType, Family, Hook, RejectWith, Ruleset};
 use freeway_firewall::{Action, Fields, Firewall, FwState, LogLine, Strategy};
-use freeway_l3::{FilterHook, FilterVerdict, Interfaces, Reject};
+use freeway_l3::{FilterHook, FilterVerdict, Interfaces, NatHook, Reject};
 use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use freeway_packet::{meta_flags, Packet};
 use freeway_sync::Tick;
 
+use super::nat::{NatCx, NatState};
 use super::RunError;
 
 /// The kernel's `ct state` bits, by the tracker's state recorded in a packet's metadata.
@@ -65,12 +66,19 @@ pub(crate) fn zone_of(zones: &[u16], iif: u16) -> u16 {
 /// interfaces (no egress at the input hook), the connection state the tracker recorded in
 /// its metadata, and the ingress interface's zone.
 pub(crate) fn fields_at(hook: FilterHook, pkt: &Packet, iif: u16, oif: u16, zone: u16) -> Fields {
-    let mut f = Fields::from_packet(pkt.data(), &pkt.meta);
-    f.iif = u32::from(iif);
-    f.oif = match hook {
+    let oif = match hook {
         FilterHook::Forward => u32::from(oif),
         FilterHook::Input => freeway_firewall::NO_IF,
     };
+    fields_with(pkt, iif, oif, zone)
+}
+
+/// What the ruleset reads of `pkt` from router interface `iif` to `oif` (an id, or
+/// [`freeway_firewall::NO_IF`]) in conntrack zone `zone`.
+pub(crate) fn fields_with(pkt: &Packet, iif: u16, oif: u32, zone: u16) -> Fields {
+    let mut f = Fields::from_packet(pkt.data(), &pkt.meta);
+    f.iif = u32::from(iif);
+    f.oif = oif;
     f.ct_state = ct_state_bits(pkt.meta.flags);
     f.ct_zone = zone;
     f
@@ -94,8 +102,9 @@ pub(crate) fn reject_of(w: RejectWith) -> Reject {
 }
 
 /// Refuses what the datapath does not run yet, rather than loading a policy that would be
-/// silently ignored: bridge tables, NAT chains, and base chains on hooks other than `input`
-/// and `forward`.
+/// silently ignored: bridge tables, filter chains on hooks other than `input` and `forward`,
+/// nat chains on hooks other than `prerouting` and `postrouting` (the router sends no
+/// traffic of its own through them).
 fn check_runnable(rs: &Ruleset) -> Result<(), String> {
     for t in &rs.tables {
         if t.family == Family::Bridge {
@@ -106,18 +115,17 @@ fn check_runnable(rs: &Ruleset) -> Result<(), String> {
         }
         for c in &t.chains {
             let Some(b) = c.base else { continue };
-            if b.kind == ChainType::Nat {
+            let runs = match b.kind {
+                ChainType::Nat => matches!(b.hook, Hook::Prerouting | Hook::Postrouting),
+                ChainType::Filter => matches!(b.hook, Hook::Input | Hook::Forward),
+            };
+            if !runs {
                 return Err(format!(
-                    "{}: Error: chain {}: NAT chains are not run by Freeway yet",
-                    c.span, c.name
-                ));
-            }
-            if !matches!(b.hook, Hook::Input | Hook::Forward) {
-                return Err(format!(
-                    "{}: Error: chain {}: hook {} is not run by Freeway yet (input and forward are)",
+                    "{}: Error: chain {}: hook {} is not run by Freeway yet for {} chains (filter: input and forward; nat: prerouting and postrouting)",
                     c.span,
                     c.name,
-                    b.hook.name()
+                    b.hook.name(),
+                    if b.kind == ChainType::Nat { "nat" } else { "filter" },
                 ));
             }
         }
@@ -151,6 +159,8 @@ pub(crate) struct FirewallShared {
     zones: Arc<[u16]>,
     /// Where the current ruleset came from.
     source: Arc<Mutex<String>>,
+    /// Each router interface's masquerade addresses.
+    masq: Arc<[(Option<u128>, Option<u128>)]>,
 }
 
 impl FirewallShared {
@@ -178,6 +188,7 @@ impl FirewallShared {
             ct,
             zones: zones.into(),
             source: Arc::new(Mutex::new(source.to_string())),
+            masq: super::nat::masquerade_addrs(ifaces),
         })
     }
 
@@ -223,6 +234,7 @@ impl FirewallShared {
             zones: self.zones.clone(),
             now: 0,
             logs: Vec::new(),
+            nat: NatState::new(index, self.workers, self.masq.clone()),
         }
     }
 }
@@ -240,6 +252,8 @@ pub(crate) struct FwHook {
     now: Tick,
     /// Log lines of `log` statements, moved out of the state once per batch.
     logs: Vec<LogLine>,
+    /// NAT: the worker's ports and what prerouting leaves for postrouting.
+    nat: NatState,
 }
 
 impl FwHook {
@@ -273,14 +287,42 @@ impl FwHook {
         // without reading the packet.
         let h = hook_of(hook);
         if self.fw.accepts_state(nfproto, h, ct_state_bits(pkt.meta.flags)) || !self.fw.has_hook(nfproto, h) {
-            return self.accepted(pkt, iif);
+            return self.accepted(pkt, iif, hook);
         }
         let f = fields_at(hook, pkt, iif, oif, self.zone(iif));
         let d = self.fw.judge(h, &f, &mut self.st, self.now);
         match d.action {
-            Action::Accept => self.accepted(pkt, iif),
+            // Filter chains never translate (a NAT statement a filter chain reaches does not
+            // compile).
+            Action::Accept | Action::Nat(_) => self.accepted(pkt, iif, hook),
             Action::Drop => FilterVerdict::Drop,
             Action::Reject(w) => FilterVerdict::Reject(reject_of(w)),
+        }
+    }
+
+    /// Translates `pkt` at `hook` ([`super::nat`]); `false` drops it. A ruleset without nat
+    /// chains costs one test.
+    #[inline]
+    pub fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> bool {
+        if !self.fw.any_nat() {
+            return true;
+        }
+        let zone = self.zone(iif);
+        let FwHook {
+            fw, st, ct, nat, now, ..
+        } = self;
+        let mut cx = NatCx {
+            fw,
+            st,
+            ct,
+            iif,
+            oif,
+            zone,
+            now: *now,
+        };
+        match hook {
+            NatHook::Prerouting => nat.prerouting(&mut cx, pkt),
+            NatHook::Postrouting => nat.postrouting(&mut cx, pkt),
         }
     }
 
@@ -304,10 +346,13 @@ impl FwHook {
         zone_of(&self.zones, iif)
     }
 
-    /// An accepted packet of a new connection not in the table yet creates it.
+    /// An accepted packet of a new connection not in the table yet creates it (a forwarded
+    /// one under nat chains at postrouting instead, with its translation).
     #[inline]
-    fn accepted(&mut self, pkt: &Packet, iif: u16) -> FilterVerdict {
-        if pkt.meta.flags & meta_flags::CT_UNCOMMITTED != 0 {
+    fn accepted(&mut self, pkt: &Packet, iif: u16, hook: FilterHook) -> FilterVerdict {
+        if pkt.meta.flags & meta_flags::CT_UNCOMMITTED != 0
+            && !(hook == FilterHook::Forward && self.nat.commits_later())
+        {
             let zone = self.zone(iif);
             let g = self.ct.pin();
             let _ = self.ct.track_packet(&g, pkt, zone, true);

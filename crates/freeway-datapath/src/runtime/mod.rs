@@ -29,6 +29,7 @@ mod capture;
 pub mod control;
 mod firewall;
 mod metrics;
+mod nat;
 mod router;
 mod start;
 mod stateful;

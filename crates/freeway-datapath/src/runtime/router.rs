@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use freeway_l3::neigh::{NeighConfig, NeighWriter};
 use freeway_l3::{
-    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Out, L3Worker, Neigh, RouteLookup, Wants,
+    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Out, L3Worker, NatHook, Neigh, RouteLookup, Wants,
 };
 use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, MAX_BATCH};
 use freeway_route::{Fib, FibConfig, Guard, NextHop, Prefix, Rib, Route, RouteCache};
@@ -167,6 +167,14 @@ impl L3Out for ToBridge<'_> {
         match self.fw.as_deref_mut() {
             Some(fw) => fw.judge(hook, pkt, iif, oif),
             None => FilterVerdict::Accept,
+        }
+    }
+
+    #[inline]
+    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> bool {
+        match self.fw.as_deref_mut() {
+            Some(fw) => fw.nat(hook, pkt, iif, oif),
+            None => true,
         }
     }
 }

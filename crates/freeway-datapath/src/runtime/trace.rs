@@ -27,9 +27,11 @@ use std::sync::Arc;
 
 use freeway_bridge::{Bridge, BridgeWorker, Emit, Fdb, Layout, Learning, Mac, PortVlan};
 use freeway_conntrack::extract::{classify, Class, L4Info};
-use freeway_conntrack::{Conntrack, CtConfig, Firewall};
+use freeway_conntrack::{Conntrack, CtConfig, Firewall, NatPlan, Tuple};
 use freeway_l3::neigh::NeighConfig;
-use freeway_l3::{FilterHook, FilterVerdict, Interfaces, L3Config, L3Drop, L3Out, L3Worker, Neigh, RouteLookup, Wants};
+use freeway_l3::{
+    FilterHook, FilterVerdict, Interfaces, L3Config, L3Drop, L3Out, L3Worker, NatHook, Neigh, RouteLookup, Wants,
+};
 use freeway_packet::build::{build_arp_request, build_frame, tcp_flags, FrameSpec, L4};
 use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, NO_VLAN};
 use freeway_route::{Fib, NextHop, Rib};
@@ -84,7 +86,8 @@ pub(crate) struct Tables<'a, L: Layout> {
 /// The metadata flag of a connection state, by its name in the trace.
 fn ct_flags(state: &str) -> u8 {
     match state {
-        "new" => meta_flags::CT_NEW,
+        // Not in the table yet: its first packet creates it, as in the datapath.
+        "new" => meta_flags::CT_NEW | meta_flags::CT_UNCOMMITTED,
         "established" => meta_flags::CT_ESTABLISHED,
         "related" => meta_flags::CT_RELATED,
         "invalid" => meta_flags::CT_INVALID,
@@ -528,10 +531,23 @@ impl<L: Layout> Tables<'_, L> {
                 zones,
                 now: self.now,
                 said: Vec::new(),
+                ct: self.ct.cloned(),
+                src_half: None,
+                new_orig: None,
+                routed_dst: None,
             }),
             ifaces: Some(r.ifaces.clone()),
         };
-        let (dst, route) = dest(&p)
+        let mut lookup = FibLookup { fib: r.rib.fib() };
+        let before_nat = dest(&p);
+        let flow_hash = p.meta.flow_hash;
+        // The state conntrack found, where the datapath keeps it: in the packet's metadata.
+        let mut p = p;
+        p.meta.flags = (p.meta.flags & !meta_flags::CT_MASK) | self.ct_state.get();
+        l3.process_one(p, &mut lookup, self.now, &mut rec);
+        // Where the packet went after a destination translation at prerouting.
+        let routed = rec.nft.as_ref().and_then(|n| n.routed_dst).or(before_nat);
+        let (dst, route) = routed
             .map(|d| {
                 let s = match r.rib.lookup(d) {
                     None => "no route".to_string(),
@@ -543,7 +559,7 @@ impl<L: Layout> Tables<'_, L> {
                         let hops: Vec<String> = rt.hops.iter().map(hop).collect();
                         let mut s = format!("route {} {}", rt.prefix, hops.join(", "));
                         if rt.hops.len() > 1 {
-                            if let Some(h) = r.rib.fib().next_hop(d, p.meta.flow_hash) {
+                            if let Some(h) = r.rib.fib().next_hop(d, flow_hash) {
                                 s.push_str(&format!(" (ECMP: the flow hash picks {})", hop(&h)));
                             }
                         }
@@ -553,11 +569,6 @@ impl<L: Layout> Tables<'_, L> {
                 (Some(d), s)
             })
             .unwrap_or((None, String::new()));
-        let mut lookup = FibLookup { fib: r.rib.fib() };
-        // The state conntrack found, where the datapath keeps it: in the packet's metadata.
-        let mut p = p;
-        p.meta.flags = (p.meta.flags & !meta_flags::CT_MASK) | self.ct_state.get();
-        l3.process_one(p, &mut lookup, self.now, &mut rec);
         let queued = l3.pending_len() > 0;
         let local = dst.is_some_and(|d| match d {
             IpAddr::V4(a) => r.ifaces.local_v4(a).is_some(),
@@ -649,16 +660,28 @@ struct NftTrace {
     st: freeway_firewall::FwState,
     now: Tick,
     said: Vec<String>,
+    /// The connection table, for the translations of existing connections.
+    ct: Option<Conntrack>,
+    /// What prerouting leaves for postrouting: the source half of an existing connection's
+    /// translation, or a new connection's tuple before any translation.
+    src_half: Option<(Tuple, Tuple)>,
+    new_orig: Option<Tuple>,
+    /// The destination after a translation at prerouting.
+    routed_dst: Option<IpAddr>,
+}
+
+/// A tuple in words: `10.1.0.2:40000 -> 203.0.113.2:22`.
+fn tuple_words(t: &Tuple) -> String {
+    let ep = |a: IpAddr, p: u16| match a {
+        IpAddr::V6(a) => format!("[{a}]:{p}"),
+        IpAddr::V4(a) => format!("{a}:{p}"),
+    };
+    format!("{} -> {}", ep(t.src_ip(), t.sport), ep(t.dst_ip(), t.dport))
 }
 
 impl NftTrace {
-    /// Judges `pkt` at `hook` with the real ruleset and puts the verdict in words: which
-    /// chain and rule (with its line) decided.
-    fn judge(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16, ifs: &Interfaces) -> FilterVerdict {
-        let h = super::firewall::hook_of(hook);
-        let zone = super::firewall::zone_of(&self.zones, iif);
-        let f = super::firewall::fields_at(hook, pkt, iif, oif, zone);
-        let d = self.fw.judge(h, &f, &mut self.st, self.now);
+    /// Which rule or policy gave decision `d`, in words.
+    fn by_words(&self, d: &freeway_firewall::Decision) -> String {
         let rs = self.fw.ruleset();
         let chain = |t: u16, c: u16| {
             rs.tables.get(usize::from(t)).map_or_else(String::new, |t| {
@@ -666,7 +689,7 @@ impl NftTrace {
                 format!("{} {} {name}", t.family.name(), t.name)
             })
         };
-        let by = match (d.by, d.policy_of) {
+        match (d.by, d.policy_of) {
             (Some(r), _) => {
                 let line = rs
                     .tables
@@ -678,9 +701,143 @@ impl NftTrace {
             }
             (None, Some((t, c))) => format!("the policy of chain {}", chain(t, c)),
             (None, None) => "no base chain on this hook".into(),
+        }
+    }
+
+    /// NAT at `hook`, as the datapath does it ([`super::nat`]) but creating nothing: a new
+    /// connection's destination translation is applied, its source translation applied to
+    /// the address only (the port is chosen when the connection is created); an existing
+    /// connection's translation is applied. Says what it did.
+    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16, ifs: &Interfaces) -> bool {
+        use freeway_firewall::ast::{Hook, NatKind};
+        use freeway_firewall::Action;
+        if !self.fw.any_nat() {
+            return true;
+        }
+        let zone = super::firewall::zone_of(&self.zones, iif);
+        let (h, place) = match hook {
+            NatHook::Prerouting => {
+                self.src_half = None;
+                self.new_orig = None;
+                (Hook::Prerouting, format!("nat prerouting from {}", if_name(ifs, iif)))
+            }
+            NatHook::Postrouting => (Hook::Postrouting, format!("nat postrouting to {}", if_name(ifs, oif))),
         };
+        if let Some((from, to)) = self.src_half.take().filter(|_| hook == NatHook::Postrouting) {
+            self.said.push(format!(
+                "{place}: the connection's source translation to {}",
+                tuple_words(&to)
+            ));
+            return freeway_conntrack::nat::rewrite_pkt(pkt, &from, &to);
+        }
+        let flags = pkt.meta.flags;
+        let new = flags & meta_flags::CT_MASK == meta_flags::CT_NEW && flags & meta_flags::CT_UNCOMMITTED != 0;
+        if hook == NatHook::Prerouting && !new {
+            let plan = self.ct.as_ref().and_then(|ct| ct.nat_of(pkt.data(), &pkt.meta, zone));
+            let Some(plan) = plan else { return true };
+            self.said.push(match plan {
+                NatPlan::Packet { from, to } => format!(
+                    "{place}: a translated connection: {} becomes {}",
+                    tuple_words(&from),
+                    tuple_words(&to)
+                ),
+                NatPlan::IcmpError { from, to } => format!(
+                    "{place}: an ICMP error about a translated connection: its quote {} becomes {}",
+                    tuple_words(&from),
+                    tuple_words(&to)
+                ),
+            });
+            let (ok, later) = super::nat::apply_prerouting(pkt, &plan);
+            self.src_half = later;
+            self.routed_dst = dest(pkt);
+            return ok;
+        }
+        let Some(cur) = super::nat::tuple_of(pkt) else {
+            return true;
+        };
+        let orig = match hook {
+            NatHook::Prerouting => {
+                self.new_orig = Some(cur);
+                cur
+            }
+            NatHook::Postrouting => match self.new_orig.take() {
+                Some(o) => o,
+                None => return true,
+            },
+        };
+        let oif_id = if hook == NatHook::Postrouting {
+            u32::from(oif)
+        } else {
+            freeway_firewall::NO_IF
+        };
+        let f = super::firewall::fields_with(pkt, iif, oif_id, zone);
+        if !self.fw.has_nat(f.nfproto, h) {
+            return true;
+        }
+        let d = self.fw.judge_nat(h, &f, &mut self.st, self.now);
+        let by = self.by_words(&d);
+        match d.action {
+            Action::Drop | Action::Reject(_) => {
+                self.said.push(format!("{place}: drop by {by}"));
+                false
+            }
+            Action::Accept => {
+                self.said.push(format!("{place}: not translated ({by})"));
+                true
+            }
+            Action::Nat(c) if c.kind == NatKind::Dnat => {
+                let to = super::nat::dnat_target(&orig, &c);
+                self.said.push(format!("{place}: dnat to {} by {by}", tuple_words(&to)));
+                self.routed_dst = Some(to.dst_ip());
+                freeway_conntrack::nat::rewrite_pkt(pkt, &cur, &to)
+            }
+            Action::Nat(c) => {
+                let addr = match c.kind {
+                    NatKind::Masquerade => {
+                        let m = super::nat::masquerade_addrs(ifs);
+                        let (v4, v6) = m.get(usize::from(oif)).copied().unwrap_or((None, None));
+                        if cur.v6 {
+                            v6
+                        } else {
+                            v4
+                        }
+                    }
+                    _ => c.addr.map(|(lo, hi)| {
+                        freeway_conntrack::nat::pick((lo, hi), freeway_conntrack::nat::addr_hash(orig.src))
+                    }),
+                };
+                let Some(addr) = addr else {
+                    self.said.push(format!(
+                        "{place}: {} by {by}, but the interface has no address: drop",
+                        c.kind.name()
+                    ));
+                    return false;
+                };
+                let to = Tuple { src: addr, ..cur };
+                self.said.push(format!(
+                    "{place}: {} to {} by {by} (the source port is chosen when the connection is created: its own if free)",
+                    c.kind.name(),
+                    to.src_ip()
+                ));
+                freeway_conntrack::nat::rewrite_pkt(pkt, &cur, &to)
+            }
+        }
+    }
+
+    /// Judges `pkt` at `hook` with the real ruleset and puts the verdict in words: which
+    /// chain and rule (with its line) decided.
+    fn judge(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16, ifs: &Interfaces) -> FilterVerdict {
+        let h = super::firewall::hook_of(hook);
+        let zone = super::firewall::zone_of(&self.zones, iif);
+        let f = super::firewall::fields_at(hook, pkt, iif, oif, zone);
+        let d = self.fw.judge(h, &f, &mut self.st, self.now);
+        let by = self.by_words(&d);
         let (word, v) = match d.action {
-            freeway_firewall::Action::Accept => ("accept".to_string(), FilterVerdict::Accept),
+            // Filter chains never translate (a NAT statement a filter chain reaches does not
+            // compile).
+            freeway_firewall::Action::Accept | freeway_firewall::Action::Nat(_) => {
+                ("accept".to_string(), FilterVerdict::Accept)
+            }
             freeway_firewall::Action::Drop => ("drop".to_string(), FilterVerdict::Drop),
             freeway_firewall::Action::Reject(w) => (
                 format!("reject ({w:?})"),
@@ -713,6 +870,12 @@ impl L3Out for Record {
         match (self.nft.as_mut(), self.ifaces.as_ref()) {
             (Some(n), Some(ifs)) => n.judge(hook, pkt, iif, oif, ifs),
             _ => FilterVerdict::Accept,
+        }
+    }
+    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> bool {
+        match (self.nft.as_mut(), self.ifaces.as_ref()) {
+            (Some(n), Some(ifs)) => n.nat(hook, pkt, iif, oif, ifs),
+            _ => true,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The lexer: nftables text into tokens, each with the line and column where it begins.
 //!
-//! A word is a run of letters, digits and `_ - . : / *` that begins with a letter, a digit,
-//! `_` or `:` (so `10.0.0.0/8`, `fd01::/64`, `aa:bb:cc:dd:ee:ff`, `1024-65535`,
+//! A word is a run of letters, digits and `_ - . : / * [ ]` that begins with a letter, a digit,
+//! `_`, `:` or `[` (so `[fd00::1]:80`, `10.0.0.0/8`, `fd01::/64`, `aa:bb:cc:dd:ee:ff`, `1024-65535`,
 //! `echo-request` and `10/second` are single words); a lone `.` is the concatenation
 //! operator, a lone `-` or `/` an operator of their own. `#` starts a comment that runs to the
 //! end of the line. Newlines are tokens: they end statements, as `;` does.
@@ -118,11 +118,13 @@ pub struct Token {
 }
 
 fn word_start(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == ':'
+    c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '[')
 }
 
+/// Brackets are word characters so that an IPv6 address with a port (`[fd00::1]:80`, a NAT
+/// statement's target) is one word.
 fn word_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/' | '*')
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/' | '*' | '[' | ']')
 }
 
 fn name_char(c: char) -> bool {

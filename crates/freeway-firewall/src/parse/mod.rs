@@ -1092,6 +1092,8 @@ impl Parser {
         let mut l3: Option<(&str, Field)> = None;
         let mut l4: Option<(&str, Field)> = None;
         let mut ended = false;
+        // A transport protocol was matched: a NAT statement may give ports.
+        let mut l4_known = false;
         loop {
             let ispan = self.span();
             let w = match self.peek() {
@@ -1135,12 +1137,17 @@ impl Parser {
                     self.bump();
                     self.log()?
                 }
-                "snat" | "dnat" | "masquerade" | "redirect" => {
-                    return Err(unsupported(
-                        ispan,
-                        &format!("{w}: NAT statements are not supported yet"),
-                    ))
+                "snat" | "dnat" | "masquerade" => {
+                    self.bump();
+                    ended = true;
+                    let kind = match w.as_str() {
+                        "snat" => NatKind::Snat,
+                        "dnat" => NatKind::Dnat,
+                        _ => NatKind::Masquerade,
+                    };
+                    Stmt::Nat(self.nat(kind, t, c, ispan, l4_known)?)
                 }
+                "redirect" => return Err(unsupported(ispan, "redirect (write dnat to the router's address)")),
                 "queue" | "notrack" | "quota" | "fib" | "rt" | "ipsec" | "numgen" | "jhash" | "symhash" | "osf"
                 | "tproxy" | "synproxy" | "dup" | "fwd" | "exthdr" | "sctp" | "dccp" | "udplite" | "ah" | "esp"
                 | "comp" | "arp" | "frag" | "hbh" | "mh" | "dst" | "set" | "update" | "add" | "delete" | "meter"
@@ -1149,6 +1156,13 @@ impl Parser {
                 | "secmark" => return Err(unsupported(ispan, &format!("\"{w}\" in a rule"))),
                 _ => {
                     let m = self.a_match()?;
+                    if m.fields.iter().any(|f| {
+                        matches!(f, Field::L4Proto | Field::IpProtocol | Field::Ip6Nexthdr)
+                            || matches!(implied(*f).1, Some("tcp" | "udp"))
+                            || matches!(f, Field::ThSport | Field::ThDport)
+                    }) {
+                        l4_known = true;
+                    }
                     for f in &m.fields {
                         let (a, b) = implied(*f);
                         for (slot, p) in [(&mut l3, a), (&mut l4, b)] {
@@ -1201,6 +1215,183 @@ impl Parser {
             }
             _ => Verdict::Reject(self.reject(span)?),
         })
+    }
+
+    /// A NAT statement after its keyword: `[ip|ip6] to TARGET` (`masquerade [to :PORTS]`).
+    /// `l4` says whether the rule matched a transport protocol before it (ports need one).
+    fn nat(&mut self, kind: NatKind, t: usize, c: usize, span: Span, l4: bool) -> Result<Nat, Error> {
+        let table_family = self.family;
+        let base = self.rs.tables[t].chains[c].base;
+        if let Some(b) = base {
+            let ok = match kind {
+                NatKind::Dnat => matches!(b.hook, Hook::Prerouting | Hook::Output),
+                _ => matches!(b.hook, Hook::Postrouting | Hook::Input),
+            };
+            if b.kind != ChainType::Nat || !ok {
+                let hooks = if kind == NatKind::Dnat {
+                    "prerouting or output"
+                } else {
+                    "postrouting or input"
+                };
+                return Err(err(
+                    span,
+                    format!("{} is only valid in a nat chain of the {hooks} hook", kind.name()),
+                ));
+            }
+        }
+        let mut family = None;
+        if kind != NatKind::Masquerade && (self.is_word("ip") || self.is_word("ip6")) {
+            let (f, fs) = self.word("ip or ip6")?;
+            let f = if f == "ip" { Family::Ip } else { Family::Ip6 };
+            if table_family != Family::Inet && table_family != f {
+                return Err(err(
+                    fs,
+                    format!(
+                        "conflicting protocols specified: {} {} in a table of family {}",
+                        kind.name(),
+                        f.name(),
+                        table_family.name()
+                    ),
+                ));
+            }
+            family = Some(f);
+        }
+        let v6 = family.unwrap_or(table_family) == Family::Ip6;
+        if kind == NatKind::Masquerade {
+            if ["random", "fully-random", "persistent"].iter().any(|w| self.is_word(w)) {
+                return Err(unsupported(self.span(), "masquerade flags"));
+            }
+            if !self.eat_word("to") {
+                return Ok(Nat {
+                    kind,
+                    family,
+                    v6,
+                    to: NatTo::Range { addr: None, port: None },
+                });
+            }
+        } else {
+            self.expect_word("to")?;
+        }
+        let ts = self.span();
+        let text = match self.peek() {
+            Tok::Word(w) => w.clone(),
+            _ => return Err(self.unexpected("an address, a port or a map")),
+        };
+        let is_map = matches!(self.peek2(), Tok::Word(_)) && !text.starts_with(':') && nat_target(&text, v6).is_err();
+        if is_map {
+            let (key, elems) = self.nat_map(v6)?;
+            if table_family == Family::Inet && family.is_none() {
+                return Err(err(span, "ip or ip6 must be specified with address for inet tables."));
+            }
+            // nft lists a map of addresses and ports with the family written.
+            if elems.iter().any(|e| e.2.is_some()) {
+                family = Some(family.unwrap_or(table_family));
+            }
+            return Ok(Nat {
+                kind,
+                family,
+                v6,
+                to: NatTo::Map { key, elems },
+            });
+        }
+        self.bump();
+        let (addr, port) = nat_target(&text, v6).map_err(|(off, m)| {
+            err(
+                Span {
+                    col: ts.col + off,
+                    ..ts
+                },
+                m,
+            )
+        })?;
+        if kind == NatKind::Masquerade && addr.is_some() {
+            return Err(err(ts, "masquerade takes ports only (to :PORT[-PORT])"));
+        }
+        if kind != NatKind::Masquerade && addr.is_none() {
+            return Err(err(ts, format!("{} needs an address", kind.name())));
+        }
+        if addr.is_some() && table_family == Family::Inet && family.is_none() {
+            return Err(err(span, "ip or ip6 must be specified with address for inet tables."));
+        }
+        if port.is_some() && !l4 {
+            let off = text.rfind(':').unwrap_or(0) as u32 + 1;
+            return Err(err(
+                Span {
+                    col: ts.col + off,
+                    ..ts
+                },
+                "transport protocol mapping is only valid after transport protocol match",
+            ));
+        }
+        Ok(Nat {
+            kind,
+            family,
+            v6,
+            to: NatTo::Range { addr, port },
+        })
+    }
+
+    /// `FIELD map { KEY : ADDR [. PORT], … }` of a NAT statement.
+    #[allow(clippy::type_complexity)]
+    fn nat_map(&mut self, v6: bool) -> Result<(Field, Vec<(Atom, u128, Option<u16>)>), Error> {
+        let (key, ks) = self.field()?;
+        if key.value_type() == ValueType::Ifname {
+            return Err(unsupported(ks, "maps keyed by interface names"));
+        }
+        self.expect_word("map")?;
+        self.expect(&Tok::LBrace, "'{'")?;
+        let dt = Dt::of_field(key);
+        let adt = Dt::Plain(if v6 { ValueType::Ipv6Addr } else { ValueType::Ipv4Addr });
+        let pdt = Dt::Plain(ValueType::InetService);
+        let mut elems = Vec::new();
+        loop {
+            self.skip_nl();
+            if self.eat(&Tok::RBrace) {
+                break;
+            }
+            let k = self.atom(dt)?;
+            // `:` lexes as a word of its own, or begins the address's word (`:10.0.0.1`).
+            let cs = self.span();
+            let addr_text = match self.peek().clone() {
+                Tok::Word(w) if w == ":" => {
+                    self.bump();
+                    self.word("an address")?.0
+                }
+                Tok::Word(w) if w.len() > 1 && w.starts_with(':') => {
+                    self.bump();
+                    w[1..].to_string()
+                }
+                _ => return Err(self.unexpected("':'")),
+            };
+            let a = adt.parse_one(&addr_text).map_err(|m| err(cs, m))?;
+            let port = if self.eat(&Tok::Dot) {
+                let ps = self.span();
+                let (pw, _) = self.word("a port")?;
+                Some(pdt.parse_one(&pw).map_err(|m| err(ps, m))? as u16)
+            } else {
+                None
+            };
+            if elems
+                .first()
+                .is_some_and(|e: &(Atom, u128, Option<u16>)| e.2.is_some() != port.is_some())
+            {
+                return Err(err(cs, "every element of the map gives a port, or none does"));
+            }
+            elems.push((k, a, port));
+            if elems.len() > 65_536 {
+                return Err(err(cs, "map too large"));
+            }
+            self.skip_nl();
+            if !self.eat(&Tok::Comma) {
+                self.skip_nl();
+                self.expect(&Tok::RBrace, "',' or '}'")?;
+                break;
+            }
+        }
+        if elems.is_empty() {
+            return Err(err(ks, "an anonymous map needs at least one element"));
+        }
+        Ok((key, elems))
     }
 
     fn reject(&mut self, span: Span) -> Result<RejectWith, Error> {
@@ -1496,6 +1687,76 @@ fn ifname(s: &str) -> Result<Atom, String> {
         return Err(format!("invalid interface name \"{s}\""));
     }
     Ok(Atom::Name(s.to_string()))
+}
+
+/// A NAT target written as one word: `ADDR[-ADDR][:PORT[-PORT]]`, `:PORT[-PORT]`, and for
+/// IPv6 with ports `[ADDR][-[ADDR]]:PORT[-PORT]`. An error carries the column offset of the
+/// bad part.
+#[allow(clippy::type_complexity)]
+pub(crate) fn nat_target(s: &str, v6: bool) -> Result<(Option<(u128, u128)>, Option<(u16, u16)>), (u32, String)> {
+    let adt = Dt::Plain(if v6 { ValueType::Ipv6Addr } else { ValueType::Ipv4Addr });
+    // Where the address part ends and the ports begin.
+    let (addr_part, port_part) = if v6 {
+        if s.starts_with('[') {
+            match s.rfind("]:") {
+                Some(i) => (&s[..=i], Some(&s[i + 2..])),
+                None => (s, None),
+            }
+        } else if let Some(p) = s.strip_prefix(':') {
+            ("", Some(p))
+        } else {
+            (s, None)
+        }
+    } else {
+        match s.split_once(':') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        }
+    };
+    let unbracket = |a: &str| -> String { a.trim_start_matches('[').trim_end_matches(']').to_string() };
+    let addr = if addr_part.is_empty() {
+        None
+    } else {
+        let one = |a: &str| adt.parse_one(&unbracket(a)).map_err(|m| (0, m));
+        let (lo, hi) = match adt.parse_one(&unbracket(addr_part)) {
+            Ok(v) => (v, v),
+            Err(e) => {
+                // No address holds a '-'.
+                let split = addr_part.split_once('-');
+                match split {
+                    Some((a, b)) => (one(a)?, one(b)?),
+                    None => return Err((0, e)),
+                }
+            }
+        };
+        if hi < lo {
+            return Err((0, format!("invalid range \"{addr_part}\": its start is above its end")));
+        }
+        Some((lo, hi))
+    };
+    let port = match port_part {
+        None => None,
+        Some(p) => {
+            let off = (s.len() - p.len()) as u32;
+            let pdt = Dt::Plain(ValueType::InetService);
+            let one = |x: &str| pdt.parse_one(x).map(|v| v as u16).map_err(|m| (off, m));
+            let (lo, hi) = match p.split_once('-') {
+                Some((a, b)) => (one(a)?, one(b)?),
+                None => {
+                    let v = one(p)?;
+                    (v, v)
+                }
+            };
+            if hi < lo {
+                return Err((off, format!("invalid port range \"{p}\": its start is above its end")));
+            }
+            Some((lo, hi))
+        }
+    };
+    if addr.is_none() && port.is_none() {
+        return Err((0, format!("invalid NAT target \"{s}\"")));
+    }
+    Ok((addr, port))
 }
 
 /// A value, prefix (`10.0.0.0/8`) or range (`1024-65535`) of type `dt`.

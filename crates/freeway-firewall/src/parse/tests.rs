@@ -244,111 +244,162 @@ fn add_commands_build_a_table() {
 fn errors_name_their_place() {
     let wrap =
         |rule: &str| format!("table inet t {{\n chain c {{\n type filter hook input priority 0;\n {rule}\n }}\n}}\n");
-    let cases: &[(String, &str, &str)] = &[
-        ("table inet t {\n chain c {\n".into(), "3:1", "unexpected end of file"),
-        ("table inet t {\n bogus\n}\n".into(), "2:2", "unexpected \"bogus\""),
-        ("tables ip t\n".into(), "1:1", "unexpected \"tables\", expecting table"),
-        (wrap("jump nowhere"), "4:7", "unknown chain \"nowhere\""),
-        (wrap("tcp dport @nope"), "4:2", "unknown set \"nope\""),
-        (wrap("tcp dport 70000"), "4:12", "exceeds valid range 0-65535"),
-        (wrap("vlan id 4096"), "4:10", "exceeds valid range 0-4095"),
-        (wrap("tcp dport bogus"), "4:12", "unknown inet_service \"bogus\""),
-        (wrap("ip saddr 10.0.0.256"), "4:11", "IPv4 address"),
-        (wrap("ip saddr 10.0.0.0/33"), "4:11", "invalid prefix length"),
-        (wrap("tcp dport 90-80"), "4:12", "start is above its end"),
-        (wrap("accept counter"), "4:9", "statement after terminal statement"),
-        (wrap("snat to 10.0.0.1"), "4:2", "unsupported: snat"),
-        (wrap("ct mark 1"), "4:5", "unsupported: the match ct mark"),
+    // NAT statements, in a nat chain of a table's family and hook: `("FAMILY HOOK", rule,
+    // where, what)`.
+    let nat_cases = [
+        ("ip postrouting", "dnat to 10.0.0.1", "4:2", "prerouting or output"),
         (
-            wrap("tcp dport 22 udp dport 53"),
-            "4:15",
-            "conflicting protocols specified: tcp dport vs. udp dport",
-        ),
-        (wrap("iifname \"abcdefghijklmnop\""), "4:10", "invalid interface name"),
-        (wrap("tcp dport < 0"), "4:14", "no value satisfies"),
-        (wrap("tcp dport 22 }"), "6:1", "unexpected '}'"),
-        (wrap("ip saddr $NOPE"), "4:11", "unknown variable $NOPE"),
-        (wrap("limit rate 0/second"), "4:13", "invalid rate"),
-        (wrap("log prefix \"x\" group 1"), "4:17", "unsupported: log options"),
-        (wrap("tcp dport { }"), "4:14", "at least one element"),
-        (wrap("\"unterminated"), "4:2", "unterminated string"),
-        (
-            "table ip6 t {\n chain c {\n  ip saddr 10.0.0.1\n }\n}\n".into(),
-            "3:3",
-            "conflicting protocols specified: ip saddr in a table of family ip6",
+            "inet postrouting",
+            "snat to 10.0.0.1",
+            "4:2",
+            "ip or ip6 must be specified",
         ),
         (
-            "table ip t {\n chain c {\n  reject with icmpv6 type no-route\n }\n}\n".into(),
-            "3:15",
-            "reject with icmpv6 in a table of family ip",
+            "ip postrouting",
+            "snat to 10.0.0.1:80",
+            "4:19",
+            "transport protocol mapping",
         ),
         (
-            "table ip t {\n set s { type ipv4_addr; }\n chain c {\n  tcp dport @s\n }\n}\n".into(),
-            "4:3",
-            "set \"s\" has type ipv4_addr, the match gives inet_service",
+            "ip postrouting",
+            "masquerade to :1024-2000",
+            "4:17",
+            "transport protocol mapping",
+        ),
+        ("ip postrouting", "snat ip6 to fd00::1", "4:7", "conflicting protocols"),
+        (
+            "ip postrouting",
+            "snat to 10.0.0.9-10.0.0.1",
+            "4:10",
+            "start is above its end",
         ),
         (
-            "table ip t {\n set s { type ipv4_addr; elements = { 10.0.0.0/8 } }\n}\n".into(),
-            "2:39",
-            "flags interval",
+            "ip postrouting",
+            "masquerade to 10.0.0.1",
+            "4:16",
+            "masquerade takes ports only",
         ),
         (
-            "table ip t {\n set s { flags interval; }\n}\n".into(),
-            "2:2",
-            "set \"s\" has no type",
+            "ip prerouting",
+            "dnat to tcp dport map { 80 : 10.0.0.1 . 8080, 81 : 10.0.0.2 }",
+            "4:51",
+            "every element",
         ),
-        (
-            "table ip t {\n chain a {\n  jump b\n }\n chain b {\n  goto a\n }\n}\n".into(),
-            "6:8",
-            "jump loop: a -> b -> a",
-        ),
-        (
-            "table ip t {\n chain a {\n  jump a\n }\n}\n".into(),
-            "3:8",
-            "jump loop: a -> a",
-        ),
-        (
-            "table ip t {\n chain a {\n type filter hook input priority 0;\n }\n chain b {\n  jump a\n }\n}\n".into(),
-            "6:8",
-            "cannot jump to base chain \"a\"",
-        ),
-        (
-            "table bridge t {\n chain c {\n  type nat hook input priority 0;\n }\n}\n".into(),
-            "3:8",
-            "not available in bridge tables",
-        ),
-        (
-            "table ip t {\n chain c {\n  type nat hook forward priority 0;\n }\n}\n".into(),
-            "3:17",
-            "forward hook",
-        ),
-        (
-            "table ip t {\n chain c {\n  type filter hook ingress priority 0;\n }\n}\n".into(),
-            "3:20",
-            "unsupported: the ingress hook",
-        ),
-        (
-            "table ip t {\n chain c {\n  type filter hook input priority bogus;\n }\n}\n".into(),
-            "3:35",
-            "unknown priority \"bogus\"",
-        ),
-        (
-            "table ip t {\n chain c {\n  policy drop;\n }\n}\n".into(),
-            "3:3",
-            "a policy needs a base chain",
-        ),
-        ("table netdev t\n".into(), "1:7", "unsupported: tables of family netdev"),
-        ("add rule ip nope c accept\n".into(), "1:13", "unknown table \"nope\""),
-        (
-            "table ip t\nadd rule ip t c accept\n".into(),
-            "2:15",
-            "unknown chain \"c\"",
-        ),
-        ("include \"x.nft\"\n".into(), "1:1", "unsupported: the include command"),
-        ("table ip t ~\n".into(), "1:12", "unexpected character"),
+        ("ip prerouting", "redirect to :80", "4:2", "unsupported: redirect"),
     ];
+    let nat = nat_cases.iter().map(|(fh, rule, at, msg)| {
+        let (family, hook) = fh.split_once(' ').expect("family and hook");
+        let text = format!("table {family} t {{\n chain c {{\n type nat hook {hook} priority 0;\n {rule}\n }}\n}}\n");
+        (text, *at, *msg)
+    });
+    let cases: Vec<(String, &str, &str)> = nat
+        .chain([
+            ("table inet t {\n chain c {\n".into(), "3:1", "unexpected end of file"),
+            ("table inet t {\n bogus\n}\n".into(), "2:2", "unexpected \"bogus\""),
+            ("tables ip t\n".into(), "1:1", "unexpected \"tables\", expecting table"),
+            (wrap("jump nowhere"), "4:7", "unknown chain \"nowhere\""),
+            (wrap("tcp dport @nope"), "4:2", "unknown set \"nope\""),
+            (wrap("tcp dport 70000"), "4:12", "exceeds valid range 0-65535"),
+            (wrap("vlan id 4096"), "4:10", "exceeds valid range 0-4095"),
+            (wrap("tcp dport bogus"), "4:12", "unknown inet_service \"bogus\""),
+            (wrap("ip saddr 10.0.0.256"), "4:11", "IPv4 address"),
+            (wrap("ip saddr 10.0.0.0/33"), "4:11", "invalid prefix length"),
+            (wrap("tcp dport 90-80"), "4:12", "start is above its end"),
+            (wrap("accept counter"), "4:9", "statement after terminal statement"),
+            (wrap("snat ip to 10.0.0.1"), "4:2", "snat is only valid in a nat chain"),
+            (wrap("ct mark 1"), "4:5", "unsupported: the match ct mark"),
+            (
+                wrap("tcp dport 22 udp dport 53"),
+                "4:15",
+                "conflicting protocols specified: tcp dport vs. udp dport",
+            ),
+            (wrap("iifname \"abcdefghijklmnop\""), "4:10", "invalid interface name"),
+            (wrap("tcp dport < 0"), "4:14", "no value satisfies"),
+            (wrap("tcp dport 22 }"), "6:1", "unexpected '}'"),
+            (wrap("ip saddr $NOPE"), "4:11", "unknown variable $NOPE"),
+            (wrap("limit rate 0/second"), "4:13", "invalid rate"),
+            (wrap("log prefix \"x\" group 1"), "4:17", "unsupported: log options"),
+            (wrap("tcp dport { }"), "4:14", "at least one element"),
+            (wrap("\"unterminated"), "4:2", "unterminated string"),
+            (
+                "table ip6 t {\n chain c {\n  ip saddr 10.0.0.1\n }\n}\n".into(),
+                "3:3",
+                "conflicting protocols specified: ip saddr in a table of family ip6",
+            ),
+            (
+                "table ip t {\n chain c {\n  reject with icmpv6 type no-route\n }\n}\n".into(),
+                "3:15",
+                "reject with icmpv6 in a table of family ip",
+            ),
+            (
+                "table ip t {\n set s { type ipv4_addr; }\n chain c {\n  tcp dport @s\n }\n}\n".into(),
+                "4:3",
+                "set \"s\" has type ipv4_addr, the match gives inet_service",
+            ),
+            (
+                "table ip t {\n set s { type ipv4_addr; elements = { 10.0.0.0/8 } }\n}\n".into(),
+                "2:39",
+                "flags interval",
+            ),
+            (
+                "table ip t {\n set s { flags interval; }\n}\n".into(),
+                "2:2",
+                "set \"s\" has no type",
+            ),
+            (
+                "table ip t {\n chain a {\n  jump b\n }\n chain b {\n  goto a\n }\n}\n".into(),
+                "6:8",
+                "jump loop: a -> b -> a",
+            ),
+            (
+                "table ip t {\n chain a {\n  jump a\n }\n}\n".into(),
+                "3:8",
+                "jump loop: a -> a",
+            ),
+            (
+                "table ip t {\n chain a {\n type filter hook input priority 0;\n }\n chain b {\n  jump a\n }\n}\n"
+                    .into(),
+                "6:8",
+                "cannot jump to base chain \"a\"",
+            ),
+            (
+                "table bridge t {\n chain c {\n  type nat hook input priority 0;\n }\n}\n".into(),
+                "3:8",
+                "not available in bridge tables",
+            ),
+            (
+                "table ip t {\n chain c {\n  type nat hook forward priority 0;\n }\n}\n".into(),
+                "3:17",
+                "forward hook",
+            ),
+            (
+                "table ip t {\n chain c {\n  type filter hook ingress priority 0;\n }\n}\n".into(),
+                "3:20",
+                "unsupported: the ingress hook",
+            ),
+            (
+                "table ip t {\n chain c {\n  type filter hook input priority bogus;\n }\n}\n".into(),
+                "3:35",
+                "unknown priority \"bogus\"",
+            ),
+            (
+                "table ip t {\n chain c {\n  policy drop;\n }\n}\n".into(),
+                "3:3",
+                "a policy needs a base chain",
+            ),
+            ("table netdev t\n".into(), "1:7", "unsupported: tables of family netdev"),
+            ("add rule ip nope c accept\n".into(), "1:13", "unknown table \"nope\""),
+            (
+                "table ip t\nadd rule ip t c accept\n".into(),
+                "2:15",
+                "unknown chain \"c\"",
+            ),
+            ("include \"x.nft\"\n".into(), "1:1", "unsupported: the include command"),
+            ("table ip t ~\n".into(), "1:12", "unexpected character"),
+        ])
+        .collect();
     let mut wrong = Vec::new();
-    for (text, at, msg) in cases {
+    for (text, at, msg) in &cases {
         match parse(text) {
             Ok(_) => wrong.push(format!("accepted: {text}")),
             Err(e) if e.span.to_string() != *at || !e.msg.contains(msg) => {

@@ -202,6 +202,12 @@ impl Bed {
     /// Sends `mb` MiB of deterministic bytes from `from` to `to`:`port` over TCP; the
     /// receiver hashes what it got. Returns whether both hashes agree (None: connect failed).
     pub fn tcp_transfer(&self, from: &str, to: &str, port: u16, mb: usize) -> Option<bool> {
+        self.tcp_transfer_via(from, to, port, &self.addr_of(to), port, mb)
+    }
+
+    /// [`Bed::tcp_transfer`] to a server listening on `port` in `to`, reached by the client
+    /// at `dst`:`dport` (through a translation, say).
+    pub fn tcp_transfer_via(&self, from: &str, to: &str, port: u16, dst: &str, dport: u16, mb: usize) -> Option<bool> {
         let server = format!(
             "import hashlib,socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
              s.bind(('0.0.0.0',{port}))\ns.listen(1)\ns.settimeout(10)\nc,_=s.accept()\nh=hashlib.sha256()\n\
@@ -214,9 +220,8 @@ impl Bed {
             .spawn()
             .ok()?;
         std::thread::sleep(Duration::from_millis(300));
-        let dst = self.addr_of(to);
         let client = format!(
-            "import hashlib,socket,sys\nh=hashlib.sha256()\ns=socket.create_connection(('{dst}',{port}),timeout=3)\n\
+            "import hashlib,socket,sys\nh=hashlib.sha256()\ns=socket.create_connection(('{dst}',{dport}),timeout=3)\n\
              for i in range({n}):\n    b=bytes([(i*7+j)%251 for j in range(256)])*64\n    h.update(b)\n    s.sendall(b)\n\
              s.close()\nprint(h.hexdigest())\n",
             n = mb * 64
@@ -303,4 +308,18 @@ pub fn ports_of(kind: &str, workers: usize, vlans: &[(&str, u16)]) -> String {
         ));
     }
     s
+}
+
+/// A router between h1, h3 (VLAN 10) and h2 (VLAN 20), two workers: interfaces `(name, VLAN,
+/// address/len)`, and `[firewall] ruleset` from `ruleset`.
+pub fn lan_wan_router(ifaces: &[(&str, u16, &str)], ruleset: &Path) -> String {
+    let mut cfg = ports(2, &[("h1", 10), ("h3", 10), ("h2", 20)]);
+    cfg.push_str("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
+    for (n, v, a) in ifaces {
+        cfg.push_str(&format!(
+            "\n[[interface]]\nname = \"{n}\"\nvlan = {v}\naddr = [\"{a}\"]\n"
+        ));
+    }
+    cfg.push_str(&format!("\n[firewall]\nruleset = \"{}\"\n", ruleset.display()));
+    cfg
 }

@@ -1,0 +1,301 @@
+//! `freeway bench nat`: what NAT costs the tracker, against plain tracking in the same run.
+//!
+//! * **New connections**: each worker creates connections from its own clients (UDP, one
+//!   packet each, to one server), either plainly (`track` with commit: one lookup, one insert)
+//!   or translated as the datapath's postrouting does (`nat::commit_new` with a source
+//!   translation to one public address: a candidate port from the worker's blocks, a lookup
+//!   of the translated tuple, the rewrite, two inserts). The two variants alternate, each in
+//!   a fresh table, at every worker count; the ratio is NAT over plain.
+//! * **Established packets**: `flows` connections per worker are created first, then each
+//!   worker sends packets of them in turn (original direction), either tracked (`track`) or
+//!   tracked and translated as the datapath does (`track`, then `nat_of` and the rewrite).
+//!   Each packet is first copied from its template in both variants, so the copy cancels out.
+//!
+//! Nothing here asserts timings; debug builds say nothing about speed.
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use clap::Args;
+use freeway_conntrack::frames;
+use freeway_conntrack::nat::{self, NatPorts, SrcNat};
+use freeway_conntrack::{extract, Conntrack, CtConfig, CtState, NatPlan, TrackFlags};
+use freeway_packet::bytes::{wr16, wr32};
+use freeway_packet::{meta_flags, Packet};
+use freeway_sync::Clock;
+use serde::Serialize;
+
+use crate::{median, write_json};
+
+/// `bench nat`.
+#[derive(Args, Clone)]
+pub struct NatArgs {
+    /// Worker counts, e.g. 1,2.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub workers: Vec<usize>,
+    /// New connections per worker.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub conns: usize,
+    /// Established connections per worker for the per-packet part.
+    #[arg(long, default_value_t = 4096)]
+    pub flows: usize,
+    /// Packets per worker for the per-packet part.
+    #[arg(long, default_value_t = 5_000_000)]
+    pub packets: usize,
+    /// Runs per configuration (the median is shown).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Write results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// One configuration's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct NatRow {
+    /// Workers.
+    pub workers: usize,
+    /// New connections per second per worker (slowest worker, median run): plain, NAT.
+    pub new_plain: f64,
+    /// See `new_plain`.
+    pub new_nat: f64,
+    /// Nanoseconds per established packet per worker: plain tracking, tracking + NAT.
+    pub ns_plain: f64,
+    /// See `ns_plain`.
+    pub ns_nat: f64,
+    /// Packets or connections that did not go as expected (must be 0).
+    pub unexpected: u64,
+}
+
+const PUBLIC: u32 = 0xc000_0201; // 192.0.2.1
+const SERVER: u32 = 0xc633_0000; // 198.51.0.0, and up
+
+fn table() -> Conntrack {
+    let clock = Clock::manual();
+    clock.set(1_000);
+    let cfg = CtConfig {
+        max: 16 << 20,
+        expiry_queue: 1 << 22,
+        ..CtConfig::default()
+    };
+    Conntrack::new(cfg, clock).expect("valid config").0
+}
+
+/// Client `i` of worker `id`: a distinct address per connection.
+fn client(id: usize, i: usize) -> u32 {
+    0x0a00_0000 | ((id as u32) << 20) | (i as u32 & 0xf_ffff)
+}
+
+fn template() -> Packet {
+    frames::udp(
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::from(SERVER)),
+        40_000,
+        53,
+        16,
+    )
+}
+
+/// Sets the client address (and a port) of the UDP template, and the server: one of many, 256
+/// connections each (one public address has at most 64,512 ports towards one server). Its
+/// checksums are not kept (the benchmark marks the IPv4 header verified, and NAT's
+/// incremental update does not care whether they were right).
+fn set_client(p: &mut Packet, addr: u32, port: u16, i: usize) {
+    let (l3, l4) = (usize::from(p.meta.l3_off), usize::from(p.meta.l4_off));
+    let d = p.data_mut();
+    wr32(d, l3 + 12, addr);
+    wr32(d, l3 + 16, SERVER + (i as u32 >> 8));
+    wr16(d, l4, port);
+}
+
+/// One benchmark worker's tools: its tracker, its share of the ports, the translation, the
+/// tracking flags.
+struct Bw {
+    w: freeway_conntrack::CtWorker,
+    ports: NatPorts,
+    snat: SrcNat,
+    flags: TrackFlags,
+}
+
+/// Runs `f` on `workers` threads over one fresh table, started together; returns each one's
+/// result.
+fn on_workers<R: Send + 'static>(
+    workers: usize,
+    f: impl Fn(usize, Bw, &Barrier) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    let ct = table();
+    let barrier = Arc::new(Barrier::new(workers));
+    let f = Arc::new(f);
+    let hs: Vec<_> = (0..workers)
+        .map(|id| {
+            let (ct, barrier, f) = (ct.clone(), barrier.clone(), f.clone());
+            std::thread::spawn(move || {
+                let bw = Bw {
+                    w: ct.worker(),
+                    ports: NatPorts::new(id, workers),
+                    snat: SrcNat {
+                        addr: (u128::from(PUBLIC), u128::from(PUBLIC)),
+                        ports: None,
+                    },
+                    flags: TrackFlags {
+                        commit: true,
+                        l3_csum_verified: true,
+                    },
+                };
+                f(id, bw, &barrier)
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().expect("worker")).collect()
+}
+
+/// The tuple of a tracked packet.
+fn tuple_of(p: &Packet) -> freeway_conntrack::Tuple {
+    match extract::classify(p.data(), &p.meta, true) {
+        extract::Class::Track(t, _) => t,
+        _ => unreachable!("a UDP frame"),
+    }
+}
+
+/// New connections per second per worker (slowest worker).
+fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, u64) {
+    let rs = on_workers(workers, move |id, mut b, barrier| {
+        let mut p = template();
+        p.meta.flags |= meta_flags::IPV4_CSUM_OK;
+        let mut bad = 0u64;
+        barrier.wait();
+        let t0 = Instant::now();
+        for start in (0..conns).step_by(32) {
+            let g = b.w.pin();
+            for i in start..(start + 32).min(conns) {
+                set_client(&mut p, client(id, i), 40_000, i);
+                let r = if translate {
+                    let orig = tuple_of(&p);
+                    nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, Some(b.snat))
+                } else {
+                    Ok(b.w.track(&g, p.data(), &p.meta, 0, b.flags))
+                };
+                bad += u64::from(r.map_or(true, |r| r.state != CtState::New));
+            }
+        }
+        (conns as f64 / t0.elapsed().as_secs_f64(), bad)
+    });
+    let slowest = rs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+    (slowest, rs.iter().map(|r| r.1).sum())
+}
+
+/// Nanoseconds per established packet per worker (slowest worker).
+fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> (f64, u64) {
+    let rs = on_workers(workers, move |id, mut b, barrier| {
+        // The flows, each created (translated or not) and answered once.
+        let mut bad = 0u64;
+        let mut templates = Vec::with_capacity(flows);
+        {
+            let g = b.w.pin();
+            for i in 0..flows {
+                let mut p = template();
+                p.meta.flags |= meta_flags::IPV4_CSUM_OK;
+                set_client(&mut p, client(id, i), 40_000, i);
+                let orig = tuple_of(&p);
+                let mut q = p.clone();
+                if translate {
+                    bad += u64::from(
+                        nat::commit_new(&mut b.w, &mut b.ports, &g, &mut q, 0, &orig, orig, Some(b.snat)).is_err(),
+                    );
+                } else {
+                    let _ = b.w.track(&g, q.data(), &q.meta, 0, b.flags);
+                }
+                // The reply, so that the connection is established.
+                let t = tuple_of(&q);
+                let r = frames::udp(t.dst_ip(), t.src_ip(), t.dport, t.sport, 16);
+                let _ = b.w.track(&g, r.data(), &r.meta, 0, b.flags);
+                templates.push(p);
+            }
+        }
+        let mut p = template();
+        barrier.wait();
+        let t0 = Instant::now();
+        // Packets in batches of 32, each batch under one pin, as a worker's.
+        let mut i = 0;
+        while i < packets {
+            let g = b.w.pin();
+            for _ in 0..32 {
+                let tpl = &templates[i % flows];
+                p.data_mut().copy_from_slice(tpl.data());
+                p.meta = tpl.meta;
+                let r = b.w.track(&g, p.data(), &p.meta, 0, b.flags);
+                bad += u64::from(r.state != CtState::Established);
+                if translate {
+                    match b.w.nat_of(&g, p.data(), &p.meta, 0, true) {
+                        Some(NatPlan::Packet { from, to }) => {
+                            bad += u64::from(!nat::rewrite_pkt(&mut p, &from, &to));
+                        }
+                        _ => bad += 1,
+                    }
+                }
+                black_box(&p);
+                i += 1;
+            }
+        }
+        (t0.elapsed().as_nanos() as f64 / i as f64, bad)
+    });
+    let slowest = rs.iter().map(|r| r.0).fold(0f64, f64::max);
+    (slowest, rs.iter().map(|r| r.1).sum())
+}
+
+/// Runs `bench nat`.
+pub fn nat_cmd(a: NatArgs) -> Result<(), String> {
+    if a.workers.iter().any(|&n| n == 0 || n > 64) || a.conns == 0 || a.flows == 0 || a.packets == 0 {
+        return Err("need workers 1..=64 and conns, flows, packets >= 1".into());
+    }
+    if a.conns > 1 << 20 {
+        return Err("at most 1048576 new connections per worker (one client address each)".into());
+    }
+    println!("bench nat: new connections per second per worker, and ns per established packet per worker");
+    println!("workers  new plain M/s  new NAT M/s  NAT/plain   plain ns/pkt  NAT ns/pkt  NAT/plain");
+    let mut rows = Vec::new();
+    for &n in &a.workers {
+        let (mut np, mut nn, mut pp, mut pn) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut unexpected = 0;
+        for _ in 0..a.runs.max(1) {
+            let (r, b) = new_conns(n, a.conns, false);
+            np.push(r);
+            unexpected += b;
+            let (r, b) = new_conns(n, a.conns, true);
+            nn.push(r);
+            unexpected += b;
+            let (r, b) = per_packet(n, a.flows, a.packets, false);
+            pp.push(r);
+            unexpected += b;
+            let (r, b) = per_packet(n, a.flows, a.packets, true);
+            pn.push(r);
+            unexpected += b;
+        }
+        let row = NatRow {
+            workers: n,
+            new_plain: median(&np),
+            new_nat: median(&nn),
+            ns_plain: median(&pp),
+            ns_nat: median(&pn),
+            unexpected,
+        };
+        println!(
+            "{n:>7}  {:>13.2}  {:>11.2}  {:>9.2}   {:>12.1}  {:>10.1}  {:>9.2}",
+            row.new_plain / 1e6,
+            row.new_nat / 1e6,
+            row.new_nat / row.new_plain,
+            row.ns_plain,
+            row.ns_nat,
+            row.ns_nat / row.ns_plain
+        );
+        if unexpected > 0 {
+            return Err(format!(
+                "nat: {unexpected} packets or connections did not go as expected"
+            ));
+        }
+        rows.push(row);
+    }
+    write_json(a.json.as_deref(), &rows)
+}

@@ -1,0 +1,124 @@
+//! Network address translation: rewriting packets ([`rewrite`]) and choosing translated
+//! ports ([`ports`]). The table side (a translated connection's two nodes) is in
+//! [`crate::table`], the tracker's NAT calls ([`CtWorker::commit_nat`](crate::CtWorker::commit_nat),
+//! [`CtWorker::nat_of`](crate::CtWorker::nat_of)) in [`crate::ct`].
+
+pub mod ports;
+pub mod rewrite;
+
+pub use ports::{NatPorts, PortRange};
+pub use rewrite::{rewrite, rewrite_icmp_error};
+
+use freeway_packet::Packet;
+
+use crate::ct::{CtWorker, NatCommit};
+use crate::key::Tuple;
+use crate::table::Guard;
+use crate::CtResult;
+
+/// A source translation for a new connection: the addresses to pick from (one, chosen by
+/// the original source, so a host keeps its external address), and the ports (`None`: keep
+/// the connection's own port if free, else one of its class, [`PortRange::default_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrcNat {
+    /// Inclusive address range (IPv4 in the low 32 bits).
+    pub addr: (u128, u128),
+    /// Ports.
+    pub ports: Option<PortRange>,
+}
+
+/// Why a new connection was not translated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NatFail {
+    /// No free tuple among the candidates (counted in the tracker's statistics,
+    /// `nat_exhausted`).
+    Exhausted,
+    /// The packet could not be rewritten (too short for its headers).
+    Malformed,
+}
+
+/// The value of `range` that `h` picks (a stable choice per original source).
+pub fn pick(range: (u128, u128), h: u64) -> u128 {
+    let (lo, hi) = range;
+    match (hi - lo).checked_add(1) {
+        Some(n) => lo + u128::from(h) % n,
+        None => lo.wrapping_add(u128::from(h)),
+    }
+}
+
+/// A small hash of an address, for [`pick`].
+pub fn addr_hash(a: u128) -> u64 {
+    let x = (a as u64) ^ ((a >> 64) as u64);
+    x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 17
+}
+
+/// Rewrites `pkt` (`l3`/`l4`/`proto` from its metadata) from tuple `from` to `to`.
+pub fn rewrite_pkt(pkt: &mut Packet, from: &Tuple, to: &Tuple) -> bool {
+    if from == to {
+        return true;
+    }
+    let (l3, l4, proto) = (
+        usize::from(pkt.meta.l3_off),
+        usize::from(pkt.meta.l4_off),
+        pkt.meta.ip_proto,
+    );
+    rewrite(pkt.data_mut(), l3, l4, proto, from, to)
+}
+
+/// Creates the connection of a new packet with its translation: `orig` is its tuple before
+/// any translation, `cur` its tuple now (after a destination translation, if any); with
+/// `snat`, its source becomes a free address and port of it. The packet is rewritten to the
+/// final tuple. Tries the candidates of [`NatPorts::candidates`] until the table takes one.
+#[allow(clippy::too_many_arguments)]
+pub fn commit_new(
+    ct: &mut CtWorker,
+    ports: &mut NatPorts,
+    g: &Guard,
+    pkt: &mut Packet,
+    zone: u16,
+    orig: &Tuple,
+    cur: Tuple,
+    snat: Option<SrcNat>,
+) -> Result<CtResult, NatFail> {
+    let l3_ok = pkt.meta.flags & freeway_packet::meta_flags::IPV4_CSUM_OK != 0;
+    let mut at = cur;
+    let commit = |ct: &mut CtWorker, pkt: &mut Packet, at: &mut Tuple, t: Tuple| -> Result<Option<CtResult>, NatFail> {
+        if !rewrite_pkt(pkt, at, &t) {
+            return Err(NatFail::Malformed);
+        }
+        *at = t;
+        Ok(match ct.commit_nat(g, pkt.data(), &pkt.meta, zone, orig, l3_ok) {
+            NatCommit::Done(r) => Some(r),
+            NatCommit::Taken => None,
+        })
+    };
+    let exhausted = |ct: &CtWorker| {
+        ct.note_nat_exhausted();
+        NatFail::Exhausted
+    };
+    let Some(s) = snat else {
+        return commit(ct, pkt, &mut at, cur)?.ok_or_else(|| exhausted(ct));
+    };
+    let addr = pick(s.addr, addr_hash(orig.src));
+    let echo = matches!(cur.proto, 1 | 58);
+    let has_ports = matches!(cur.proto, 6 | 17) || echo;
+    if !has_ports {
+        return commit(ct, pkt, &mut at, Tuple { src: addr, ..cur })?.ok_or_else(|| exhausted(ct));
+    }
+    // An echo request's identifier is its tuple's source port.
+    let range = s.ports.unwrap_or(PortRange::default_for(cur.sport, echo));
+    for p in ports.candidates(range, cur.sport) {
+        let t = Tuple {
+            src: addr,
+            sport: p,
+            ..cur
+        };
+        if ct.tuple_taken(g, &t, zone) {
+            continue;
+        }
+        if let Some(r) = commit(ct, pkt, &mut at, t)? {
+            return Ok(r);
+        }
+    }
+    Err(exhausted(ct))
+}

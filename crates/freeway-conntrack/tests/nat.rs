@@ -1,0 +1,365 @@
+//! NAT in the tracker: a translated connection is found by both directions and rewrites
+//! each to the other's view; its two nodes leave the table together; port choice avoids
+//! taken tuples; translated packets keep valid checksums and translating back restores the
+//! original (property tests); ICMP errors about a translated connection are mapped.
+#![cfg(not(loom))]
+
+use std::net::IpAddr;
+
+use freeway_conntrack::frames::{self, Seg};
+use freeway_conntrack::nat::{self, NatPorts, PortRange, SrcNat};
+use freeway_conntrack::{extract, Conntrack, CtConfig, CtState, CtWorker, NatPlan, Tuple};
+use freeway_packet::build::tcp_flags::{ACK, SYN};
+use freeway_packet::bytes::rd16;
+use freeway_packet::checksum::{fold, pseudo_v4, pseudo_v6, sum, verify};
+use freeway_packet::Packet;
+use freeway_sync::Clock;
+use proptest::prelude::*;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn setup() -> (Conntrack, CtWorker, Clock) {
+    let clock = Clock::manual();
+    clock.set(1_000_000);
+    let (ct, _exp) = Conntrack::new(CtConfig::default(), clock.clone()).unwrap();
+    let w = ct.worker();
+    (ct, w, clock)
+}
+
+fn tuple_of(p: &Packet) -> Tuple {
+    match extract::classify(p.data(), &p.meta, false) {
+        extract::Class::Track(t, _) => t,
+        other => panic!("not a tracked packet: {other:?}"),
+    }
+}
+
+/// Whether every checksum of the IP packet in `p` is right.
+fn checksums_ok(p: &Packet) -> bool {
+    let f = p.data();
+    let (l3, l4) = (usize::from(p.meta.l3_off), usize::from(p.meta.l4_off));
+    let v6 = f[l3] >> 4 == 6;
+    let end = if v6 {
+        l3 + 40 + usize::from(rd16(f, l3 + 4))
+    } else {
+        l3 + usize::from(rd16(f, l3 + 2))
+    };
+    if !v6 && !verify(&f[l3..l3 + usize::from(f[l3] & 0xf) * 4]) {
+        return false;
+    }
+    let len = end - l4;
+    let proto = p.meta.ip_proto;
+    let pseudo = if v6 {
+        pseudo_v6(
+            f[l3 + 8..l3 + 24].try_into().unwrap(),
+            f[l3 + 24..l3 + 40].try_into().unwrap(),
+            proto,
+            len as u32,
+        )
+    } else {
+        pseudo_v4(
+            f[l3 + 12..l3 + 16].try_into().unwrap(),
+            f[l3 + 16..l3 + 20].try_into().unwrap(),
+            proto,
+            len as u16,
+        )
+    };
+    match proto {
+        17 if !v6 && rd16(f, l4 + 6) == 0 => true,
+        6 | 17 | 58 => fold(sum(&f[l4..end], pseudo)) == 0,
+        1 => fold(sum(&f[l4..end], 0)) == 0,
+        _ => true,
+    }
+}
+
+/// A masqueraded UDP flow: 10.0.0.2:5000 -> 198.51.100.7:53 leaves as 192.0.2.1:PORT.
+#[test]
+fn a_translated_connection_is_found_both_ways_and_rewrites_each() {
+    let (ct, mut w, _clock) = setup();
+    let mut ports = NatPorts::new(0, 1);
+    let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 20);
+    let orig = tuple_of(&p);
+    let g = w.pin();
+    let snat = SrcNat {
+        addr: (0xc000_0201, 0xc000_0201),
+        ports: None,
+    };
+    let r = nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).expect("translated");
+    assert_eq!(r.state, CtState::New);
+    let out = tuple_of(&p);
+    assert_eq!(out.src_ip(), ip("192.0.2.1"));
+    assert_eq!(out.sport, 5000, "the own port is kept when free");
+    assert!(checksums_ok(&p));
+    // The next packet of the original direction: rewritten the same way.
+    let p2 = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 3);
+    let plan = w.nat_of(&g, p2.data(), &p2.meta, 0, false);
+    assert_eq!(plan, Some(NatPlan::Packet { from: orig, to: out }));
+    // The reply arrives for 192.0.2.1:5000 and is de-translated to the inside host.
+    let mut rep = frames::udp(ip("198.51.100.7"), ip("192.0.2.1"), 53, 5000, 7);
+    let r = w.track_packet(&g, &rep, 0, false);
+    assert_eq!((r.state, r.reply), (CtState::Established, true));
+    let Some(NatPlan::Packet { from, to }) = w.nat_of(&g, rep.data(), &rep.meta, 0, false) else {
+        panic!("reply not translated");
+    };
+    assert_eq!(to, orig.reversed());
+    assert!(nat::rewrite_pkt(&mut rep, &from, &to));
+    assert_eq!(tuple_of(&rep), orig.reversed());
+    assert!(checksums_ok(&rep));
+    // An already translated packet is not translated again.
+    let again = frames::udp(ip("192.0.2.1"), ip("198.51.100.7"), 5000, 53, 3);
+    assert_eq!(w.nat_of(&g, again.data(), &again.meta, 0, false), None);
+    // conntrack -L: the original tuple, then the reply tuple with the translated address.
+    let d = ct.dump();
+    assert_eq!(d.len(), 1, "one record for both nodes");
+    let line = d[0].to_string();
+    assert!(
+        line.contains(
+            "src=10.0.0.2 dst=198.51.100.7 sport=5000 dport=53 src=198.51.100.7 dst=192.0.2.1 sport=53 dport=5000"
+        ),
+        "{line}"
+    );
+    assert_eq!(ct.stats().nat_created, 1);
+    drop(g);
+    // Both nodes leave together.
+    assert_eq!(ct.flush(), 1);
+    let g = w.pin();
+    assert_eq!(w.nat_of(&g, rep.data(), &rep.meta, 0, false), None);
+    assert!(!w.tuple_taken(&g, &out, 0) && !w.tuple_taken(&g, &orig, 0));
+}
+
+/// Two inside hosts with the same source port to the same server: the second gets another
+/// port (the first's tuple is taken).
+#[test]
+fn a_taken_tuple_is_never_reused() {
+    let (ct, mut w, _clock) = setup();
+    let mut ports = NatPorts::new(0, 1);
+    let snat = SrcNat {
+        addr: (0xc000_0201, 0xc000_0201),
+        ports: Some(PortRange { lo: 2000, hi: 2003 }),
+    };
+    let g = w.pin();
+    let mut got = Vec::new();
+    for host in 2..=5 {
+        let mut p = frames::tcp(
+            ip(&format!("10.0.0.{host}")),
+            ip("198.51.100.7"),
+            2001,
+            80,
+            Seg::new(SYN, 1, 0),
+        );
+        let orig = tuple_of(&p);
+        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).expect("a port is free");
+        assert!(checksums_ok(&p));
+        got.push(tuple_of(&p).sport);
+    }
+    got.sort_unstable();
+    assert_eq!(got, vec![2000, 2001, 2002, 2003]);
+    let mut p = frames::tcp(ip("10.0.0.9"), ip("198.51.100.7"), 2001, 80, Seg::new(SYN, 1, 0));
+    let orig = tuple_of(&p);
+    assert_eq!(
+        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)),
+        Err(nat::NatFail::Exhausted)
+    );
+    assert!(ports.exhausted(0));
+    // Another destination may use the same ports.
+    let mut p = frames::tcp(ip("10.0.0.9"), ip("198.51.100.8"), 2001, 80, Seg::new(SYN, 1, 0));
+    let orig = tuple_of(&p);
+    assert!(nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).is_ok());
+    assert_eq!(ct.len(), 5);
+}
+
+/// A port forward (destination translation) with a TCP handshake through it, expiry
+/// removing both nodes, and an ICMP error about the translated connection mapped back.
+#[test]
+fn port_forward_handshake_expiry_and_icmp_error() {
+    let (ct, mut w, clock) = setup();
+    let mut ports = NatPorts::new(0, 1);
+    let client = ip("198.51.100.7");
+    let public = ip("192.0.2.1");
+    let server = ip("10.0.10.5");
+    let mut syn = frames::tcp(client, public, 40000, 8080, Seg::new(SYN, 100, 0));
+    let orig = tuple_of(&syn);
+    let dnat = Tuple {
+        dst: 0x0a00_0a05,
+        dport: 80,
+        ..orig
+    };
+    let g = w.pin();
+    assert!(nat::rewrite_pkt(&mut syn, &orig, &dnat));
+    nat::commit_new(&mut w, &mut ports, &g, &mut syn, 0, &orig, dnat, None).expect("created");
+    assert_eq!(tuple_of(&syn), dnat);
+    assert!(checksums_ok(&syn));
+    // The server's SYN-ACK, de-translated.
+    let mut sa = frames::tcp(server, client, 80, 40000, Seg::new(SYN | ACK, 500, 101));
+    assert_eq!(w.track_packet(&g, &sa, 0, false).state, CtState::Established);
+    let Some(NatPlan::Packet { from, to }) = w.nat_of(&g, sa.data(), &sa.meta, 0, false) else {
+        panic!("reply not translated");
+    };
+    assert!(nat::rewrite_pkt(&mut sa, &from, &to));
+    assert_eq!(tuple_of(&sa), orig.reversed());
+    assert!(checksums_ok(&sa));
+    // A router beyond the client reports the SYN-ACK it could not deliver: the error
+    // quotes the reply as translated (public:8080 -> client) and goes to the public address.
+    let err = frames::icmp_error(ip("203.0.113.1"), public, 3, 1, &sa);
+    let mut err = err;
+    let Some(NatPlan::IcmpError { from, to }) = w.nat_of(&g, err.data(), &err.meta, 0, false) else {
+        panic!("error not matched to the translated connection");
+    };
+    assert_eq!(to, dnat.reversed(), "the quote goes back to the server's view");
+    let (l3, l4) = (usize::from(err.meta.l3_off), usize::from(err.meta.l4_off));
+    assert!(nat::rewrite_icmp_error(err.data_mut(), l3, l4, &from, &to));
+    let f = err.data();
+    assert_eq!(&f[l3 + 16..l3 + 20], &[10, 0, 10, 5], "the error goes to the server");
+    assert!(verify(&f[l3..l3 + 20]));
+    assert_eq!(fold(sum(&f[l4..], 0)), 0, "ICMP checksum");
+    assert!(verify(&f[l4 + 8..l4 + 28]), "the quoted header's checksum");
+    assert_eq!(
+        &f[l4 + 8 + 12..l4 + 8 + 16],
+        &[10, 0, 10, 5],
+        "quoted source: the server"
+    );
+    drop(g);
+    // Expiry removes the connection and its reply node.
+    clock.set(1_000_000 + 10 * 24 * 3_600_000);
+    assert_eq!(ct.expire_now(), 1);
+    let g = w.pin();
+    assert!(!w.tuple_taken(&g, &dnat, 0));
+    assert!(!w.tuple_taken(&g, &orig, 0));
+    assert!(ct.is_empty());
+}
+
+/// Echo: the identifier is translated, and the reply's identifier translated back.
+#[test]
+fn echo_identifier_is_translated() {
+    let (_ct, mut w, _clock) = setup();
+    let mut ports = NatPorts::new(0, 1);
+    let g = w.pin();
+    // Two hosts ping the same server with the same identifier.
+    let mut ids = Vec::new();
+    for host in ["10.0.0.2", "10.0.0.3"] {
+        let mut p = frames::echo(ip(host), ip("198.51.100.7"), 77, 1, true);
+        let orig = tuple_of(&p);
+        let snat = SrcNat {
+            addr: (0xc000_0201, 0xc000_0201),
+            ports: None,
+        };
+        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).unwrap();
+        assert!(checksums_ok(&p));
+        ids.push(tuple_of(&p).sport);
+    }
+    assert_eq!(ids[0], 77);
+    assert_ne!(ids[1], 77);
+    let mut rep = frames::echo(ip("198.51.100.7"), ip("192.0.2.1"), ids[1], 1, false);
+    let Some(NatPlan::Packet { from, to }) = w.nat_of(&g, rep.data(), &rep.meta, 0, false) else {
+        panic!("echo reply not translated");
+    };
+    assert!(nat::rewrite_pkt(&mut rep, &from, &to));
+    let t = tuple_of(&rep);
+    assert_eq!((t.dst_ip(), t.dport), (ip("10.0.0.3"), 77));
+    assert!(checksums_ok(&rep));
+}
+
+fn any_packet() -> impl Strategy<Value = Packet> {
+    let v4 = any::<[u8; 4]>().prop_map(IpAddr::from);
+    let v6 = any::<[u8; 16]>().prop_map(IpAddr::from);
+    let pair = prop_oneof![(v4.clone(), v4), (v6.clone(), v6)];
+    (pair, 0u8..4, any::<u16>(), any::<u16>(), 0usize..64).prop_map(|((a, b), kind, sp, dp, len)| match kind {
+        0 => frames::udp(a, b, sp, dp, len),
+        1 => frames::tcp(a, b, sp, dp, Seg::new(ACK, 1, 2).data(len)),
+        2 => frames::echo(a, b, sp, dp, true),
+        _ => frames::echo(a, b, sp, dp, false),
+    })
+}
+
+proptest! {
+    /// Any packet rewritten to any tuple of its family is well-formed with valid checksums,
+    /// carries that tuple, and rewriting it back restores it byte for byte.
+    #[test]
+    fn rewrite_keeps_checksums_and_undoes(p in any_packet(), a in any::<u128>(), b in any::<u128>(),
+                                          sp in any::<u16>(), dp in any::<u16>()) {
+        let from = tuple_of(&p);
+        let mask = if from.v6 { u128::MAX } else { u128::from(u32::MAX) };
+        let echo = matches!(from.proto, 1 | 58);
+        // An echo's tuple holds its identifier in one port and zero in the other.
+        let (sp, dp) = if echo {
+            if from.sport != 0 || from.dport == 0 { (sp, 0) } else { (0, dp) }
+        } else {
+            (sp, dp)
+        };
+        let to = Tuple { src: a & mask, dst: b & mask, sport: sp, dport: dp, ..from };
+        let before = p.data().to_vec();
+        let udp0 = from.proto == 17 && !from.v6 && rd16(&before, usize::from(p.meta.l4_off) + 6) == 0;
+        let mut q = p.clone();
+        prop_assert!(nat::rewrite_pkt(&mut q, &from, &to));
+        prop_assert!(checksums_ok(&q));
+        prop_assert_eq!(tuple_of(&q).src, to.src);
+        prop_assert_eq!(tuple_of(&q).dst, to.dst);
+        if !echo || sp | dp != 0 {
+            prop_assert_eq!(tuple_of(&q), to);
+        }
+        if udp0 {
+            prop_assert_eq!(rd16(q.data(), usize::from(q.meta.l4_off) + 6), 0, "a zero UDP checksum stays zero");
+        }
+        prop_assert!(nat::rewrite_pkt(&mut q, &to, &from));
+        // A checksum may come back as the other zero (0x0000 vs 0xffff) only where both mean
+        // the same; everything else is the original.
+        prop_assert!(checksums_ok(&q));
+        prop_assert_eq!(tuple_of(&q), from);
+        let l4 = usize::from(p.meta.l4_off);
+        let csum_at = match from.proto { 6 => l4 + 16, 17 => l4 + 6, _ => l4 + 2 };
+        let (mut x, mut y) = (before.clone(), q.data().to_vec());
+        x[csum_at..csum_at + 2].fill(0);
+        y[csum_at..csum_at + 2].fill(0);
+        prop_assert_eq!(x, y);
+    }
+}
+
+/// The insert race: the connection exists by the time its translation is committed (another
+/// worker created it). The published reply node becomes an orphan, removed at the next
+/// sweep with its twin, and gives back no place under the limits.
+#[test]
+fn an_orphaned_reply_node_is_removed_with_its_twin() {
+    let (ct, mut w, _clock) = setup();
+    let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 4);
+    let orig = tuple_of(&p);
+    let g = w.pin();
+    // The other worker's plain connection of the same tuple.
+    assert_eq!(w.track_packet(&g, &p, 0, true).state, CtState::New);
+    let out = Tuple {
+        src: 0xc000_0201,
+        ..orig
+    };
+    assert!(nat::rewrite_pkt(&mut p, &orig, &out));
+    assert!(matches!(
+        w.commit_nat(&g, p.data(), &p.meta, 0, &orig, false),
+        freeway_conntrack::NatCommit::Done(_)
+    ));
+    assert!(
+        w.tuple_taken(&g, &out, 0),
+        "the orphan is linked until the remover runs"
+    );
+    assert_eq!(ct.len(), 1);
+    drop(g);
+    assert_eq!(ct.expire_now(), 0, "an orphan is not a connection");
+    let g = w.pin();
+    assert!(!w.tuple_taken(&g, &out, 0), "the orphan is gone");
+    assert!(w.tuple_taken(&g, &orig, 0), "the connection stays");
+    assert_eq!((ct.len(), ct.dump().len()), (1, 1));
+    assert_eq!(ct.stats().insert_races, 1);
+    // Another orphan, left linked: the table frees it and its twin when it drops.
+    let mut q = frames::udp(ip("10.0.0.3"), ip("198.51.100.7"), 5000, 53, 4);
+    let orig = tuple_of(&q);
+    assert_eq!(w.track_packet(&g, &q, 0, true).state, CtState::New);
+    assert!(nat::rewrite_pkt(
+        &mut q,
+        &orig,
+        &Tuple {
+            src: 0xc000_0202,
+            ..orig
+        }
+    ));
+    let _ = w.commit_nat(&g, q.data(), &q.meta, 0, &orig, false);
+    drop((g, w));
+    drop(ct);
+}
