@@ -13,6 +13,7 @@
 //! - [`checksum`]: the Internet checksum, full and incremental (RFC 1624).
 //! - [`mac`]: [`Mac`], a 48-bit Ethernet address with its colon form (parse, print, serde).
 //! - [`build`]: frame builders for tests and the traffic generator.
+//! - [`fragment`]: IPv4 output fragmentation and IPv6 fragmentation of reassembled datagrams.
 //!
 //! Invariants: nothing in this crate panics on any packet content; every parser and view
 //! bounds-checks before it reads. Nothing here is shared between threads: a [`Packet`] is
@@ -25,6 +26,7 @@ pub mod build;
 pub mod bytes;
 pub mod checksum;
 pub mod flow_hash;
+pub mod fragment;
 pub mod mac;
 pub mod parse;
 pub mod wire;
