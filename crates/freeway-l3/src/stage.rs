@@ -622,9 +622,10 @@ impl State {
             // Directed broadcast to a connected subnet: not forwarded (RFC 2644).
             return self.drop(out, pkt, L3Drop::NotForwardable);
         }
-        if tot > usize::from(oif.mtu) {
+        let mtu = cx.ifaces.mtu(hop.iface);
+        if tot > usize::from(mtu) {
             if frag & 0x4000 != 0 {
-                self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(oif.mtu), out);
+                self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(mtu), out);
             }
             return self.drop(out, pkt, L3Drop::TooBig);
         }
@@ -698,7 +699,7 @@ impl State {
         {
             return self.drop(out, pkt, L3Drop::NotForwardable);
         }
-        let (hop, oif) = match self.route(
+        let (hop, _) = match self.route(
             cx,
             &pkt,
             iif,
@@ -709,8 +710,9 @@ impl State {
             Ok(r) => r,
             Err(r) => return self.drop(out, pkt, r),
         };
-        if 40 + plen > usize::from(oif.mtu) {
-            self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(oif.mtu), out);
+        let mtu = cx.ifaces.mtu(hop.iface);
+        if 40 + plen > usize::from(mtu) {
+            self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(mtu), out);
             return self.drop(out, pkt, L3Drop::TooBig);
         }
         pkt.data_mut()[l3 + 7] = hop_limit - 1;

@@ -29,6 +29,7 @@ mod capture;
 pub mod control;
 mod firewall;
 mod metrics;
+mod mtu;
 mod router;
 mod start;
 mod stateful;
