@@ -31,7 +31,7 @@ use crate::bytes::{rd16, wr16, wr32};
 use crate::checksum::checksum;
 use crate::parse::parse_frame;
 use crate::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
-use crate::{meta_flags, Meta, Packet, PacketPool, HEADROOM, NO_OFFSET};
+use crate::{meta_flags, Meta, Packet, PacketPool, NO_OFFSET};
 
 /// The smallest MTU of an IPv4 link (RFC 791): a 60-byte header and 8 bytes of payload.
 pub const IPV4_MIN_MTU: usize = 68;
@@ -95,10 +95,10 @@ fn l3_of(pkt: &Packet, ethertype: u16) -> Result<usize, FragError> {
     Ok(usize::from(l3))
 }
 
-/// The room for an IP packet: the MTU, or less when the pool's buffers cannot hold the
-/// L2 header and `mtu` bytes behind their headroom.
+/// The room for an IP packet: the MTU, or less when the pool's buffers (its large ones, if
+/// it has them) cannot hold the L2 header and `mtu` bytes behind their headroom.
 fn ip_room(pool: &PacketPool, l2: usize, mtu: usize) -> usize {
-    mtu.min(pool.buf_size().saturating_sub(HEADROOM + l2))
+    mtu.min(pool.max_frame().saturating_sub(l2))
 }
 
 /// Gives a fragment the original's metadata, with its L4 offset found again (the first
@@ -190,8 +190,8 @@ pub fn fragment_v4(
         let take = ((room - h.len()) & !7).min(data.len() - off);
         let last = off + take == data.len();
         let mf = if last { word & IPV4_MF } else { IPV4_MF };
-        let mut p = pool.get();
         let ip_len = h.len() + take;
+        let mut p = pool.get_for(l3 + ip_len);
         // `ip_room` kept `l3 + ip_len` within the buffer behind its headroom.
         let Ok(out) = p.fill(l3 + ip_len) else {
             return Err(FragError::MtuTooSmall);
@@ -277,8 +277,8 @@ pub fn fragment_v6(
     loop {
         let take = ((room - head) & !7).min(data.len() - off);
         let last = off + take == data.len();
-        let mut p = pool.get();
         let ip_len = head + take;
+        let mut p = pool.get_for(l3 + ip_len);
         let Ok(out) = p.fill(l3 + ip_len) else {
             return Err(FragError::MtuTooSmall);
         };
@@ -488,8 +488,18 @@ mod tests {
         let p = packet(f.clone());
         let mut pool = PacketPool::new(1024, 0, 64);
         let frags = split_v4(&p, 9000, &mut pool).unwrap();
-        let room = 1024 - HEADROOM - l3;
+        let room = 1024 - crate::HEADROOM - l3;
         assert_eq!(reassemble_v4(&frags, l3, room), f[l3 + 20..]);
+    }
+
+    #[test]
+    fn a_pool_with_large_buffers_gives_fragments_up_to_the_mtu() {
+        let (f, l3) = v4_frame(9014, None, &[]);
+        let p = packet(f.clone());
+        let mut pool = PacketPool::new(2048, 0, 64).with_large(crate::large_buf_size_for_mtu(9000));
+        let frags = split_v4(&p, 4000, &mut pool).unwrap();
+        assert_eq!(frags.len(), 3, "4000-byte fragments, not the small buffers' 1900");
+        assert_eq!(reassemble_v4(&frags, l3, 4000), f[l3 + 20..]);
     }
 
     fn v6_frame(len: usize, hop_by_hop: bool) -> (Vec<u8>, usize) {
@@ -576,7 +586,7 @@ mod tests {
             let (f, l3) = v4_frame(len, None, &[]);
             let p = packet(f.clone());
             let mut pool = PacketPool::new(buf, 0, 64);
-            let room = mtu.min(pool.buf_size().max(HEADROOM + 64) - HEADROOM - l3);
+            let room = mtu.min(pool.buf_size().max(crate::HEADROOM + 64) - crate::HEADROOM - l3);
             match split_v4(&p, mtu, &mut pool) {
                 Ok(frags) => proptest::prop_assert_eq!(reassemble_v4(&frags, l3, room), &f[l3 + 20..]),
                 Err(e) => {
