@@ -60,14 +60,11 @@ fn df_over_the_live_mtu_gets_fragmentation_needed_with_the_mtu() {
 
 #[test]
 fn fragmentation_needed_is_rate_limited_and_every_packet_counted() {
-    let mut r = Rig::with(
-        L3Config {
-            icmp_rate: 10,
-            icmp_burst: 2,
-            ..Default::default()
-        },
-        Default::default(),
-    );
+    let cfg = L3Config {
+        icmp_burst: 2,
+        ..L3Config::default()
+    };
+    let mut r = Rig::with(cfg, Default::default());
     with_statics(&mut r);
     r.rx_times(1, &udp_v4(1600, true), 5);
     let s = r.stats();

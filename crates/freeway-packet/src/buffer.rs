@@ -573,16 +573,7 @@ impl PacketPool {
     /// A reset packet.
     #[inline]
     pub fn get(&mut self) -> Packet {
-        match self.free.pop() {
-            Some(mut p) => {
-                p.reset();
-                p
-            }
-            None => {
-                self.allocated += 1;
-                Packet::with_capacity(self.buf_size)
-            }
-        }
+        pop_or_alloc(&mut self.free, self.buf_size, &mut self.allocated)
     }
 
     /// A reset packet with room for a frame of `len` bytes when the pool has one: a main
@@ -607,16 +598,7 @@ impl PacketPool {
 
     #[cold]
     fn take_large(&mut self) -> Packet {
-        match self.large.pop() {
-            Some(mut p) => {
-                p.reset();
-                p
-            }
-            None => {
-                self.allocated += 1;
-                Packet::with_capacity(self.large_size)
-            }
-        }
+        pop_or_alloc(&mut self.large, self.large_size, &mut self.allocated)
     }
 
     /// Returns a packet's buffer to the pool.
@@ -685,6 +667,21 @@ impl PacketPool {
     /// Buffer size of this pool.
     pub fn buf_size(&self) -> usize {
         self.buf_size
+    }
+}
+
+/// A reset packet from `list`, or a new one of `size` bytes (counted in `allocated`).
+#[inline(always)]
+fn pop_or_alloc(list: &mut Vec<Packet>, size: usize, allocated: &mut u64) -> Packet {
+    match list.pop() {
+        Some(mut p) => {
+            p.reset();
+            p
+        }
+        None => {
+            *allocated += 1;
+            Packet::with_capacity(size)
+        }
     }
 }
 

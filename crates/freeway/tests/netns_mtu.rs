@@ -121,13 +121,14 @@ fn a_df_packet_over_the_egress_mtu_gets_fragmentation_needed() {
     let set = bed.ctl(&["link", "set", "dev", "v20", "mtu", "1500"]);
     assert_eq!(set["data"]["was"], 1400, "{set}");
     let shown = bed.ctl(&["link", "show"]);
-    let v20 = shown["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["ifname"] == "v20")
-        .cloned();
-    assert_eq!(v20.map(|l| l["mtu"].clone()), Some(1500.into()), "{shown}");
+    let named = |n: &str| {
+        shown["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|l| l["ifname"] == n)
+    };
+    assert_eq!(named("v20").map(|l| &l["mtu"]), Some(&1500.into()), "{shown}");
     bed.sh_ok("h1", "ip route flush cache");
     let (ok, out) = ping_with(&bed, "h1", &["-M", "do", "-s", "1472", "10.2.0.2"]);
     assert!(ok, "after the change the same ping passes: {out}");

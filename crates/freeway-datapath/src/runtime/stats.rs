@@ -290,8 +290,8 @@ pub(crate) fn snapshot<L: Layout>(
                 p.tx_packets += c.tx_packets.get();
                 p.tx_bytes += c.tx_bytes.get();
                 p.tx_dropped += c.tx_dropped.get();
-                p.tx_over_mtu += c.tx_over_mtu.get();
             }
+            p.tx_over_mtu = stats.iter().map(|w| w.ports[i].tx_over_mtu.get()).sum();
             p
         })
         .collect();
