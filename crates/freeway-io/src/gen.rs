@@ -744,7 +744,16 @@ impl RxQueue for GenQueue {
             p.meta.ts_ns = ts;
             let t = self.tpl[self.cursor];
             let frame = &self.data[t.off as usize..(t.off + t.len) as usize];
-            if p.set_frame(frame).is_ok() {
+            let mut fits = p.set_frame(frame).is_ok();
+            if !fits {
+                // A frame beyond the main buffers: a large one, when the pool has them.
+                if let Some(mut big) = pool.get_large() {
+                    fits = big.set_frame(frame).is_ok();
+                    big.meta.ts_ns = ts;
+                    pool.put(std::mem::replace(p, big));
+                }
+            }
+            if fits {
                 if let Some(patch) = &self.patch {
                     patch.apply(&t, p.data_mut());
                 }

@@ -407,7 +407,7 @@ impl PcapReader {
         self.stats.frames_read.inc();
         // Like libpcap, a record longer than the file's snap length is cut to it.
         let keep = rec.caplen.min(f.snaplen) as usize;
-        let mut p = pool.get();
+        let mut p = pool.get_for(keep);
         let Ok(buf) = p.fill(keep) else {
             f.read_data(&rec, &mut [])?;
             self.stats.too_big.inc();

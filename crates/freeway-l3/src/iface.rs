@@ -12,10 +12,15 @@
 //!
 //! [`Interfaces`] is built once (configuration) and then shared read-only (`Arc`) by all
 //! workers; lookups are bisections of small sorted arrays, no lock, no shared write. A new
-//! configuration is a new `Interfaces` handed to new workers.
+//! configuration is a new `Interfaces` handed to new workers. The one live setting is each
+//! interface's IP MTU ([`Interfaces::mtu`], [`Interfaces::set_mtu`]): a relaxed atomic per
+//! interface, written by the control thread and read by the L3 stage for packets it
+//! forwards (a load, never a write, on the fast path).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
 
 use freeway_packet::wire::{ETHERTYPE_ARP, ETHERTYPE_IPV6, IPPROTO_ICMPV6};
 use freeway_packet::{Packet, NO_OFFSET};
@@ -27,6 +32,12 @@ use crate::prefix_contains;
 
 /// The default IP MTU of an interface.
 pub const DEFAULT_MTU: u16 = 1500;
+/// The smallest IP MTU of an interface with IPv4 only (RFC 791).
+pub const MIN_MTU_V4: u16 = 68;
+/// The smallest IP MTU of an interface with IPv6 addresses (RFC 8200).
+pub const MIN_MTU_V6: u16 = 1280;
+/// The largest IP MTU of an interface (a 9216-byte jumbo frame's payload).
+pub const MAX_MTU: u16 = 9216;
 
 /// One router interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +54,8 @@ pub struct Interface {
     pub v4: Vec<(Ipv4Addr, u8)>,
     /// IPv6 addresses with prefix length (the link-local one is added automatically).
     pub v6: Vec<(Ipv6Addr, u8)>,
-    /// IP MTU (largest IP packet sent on this interface; default [`DEFAULT_MTU`]).
+    /// IP MTU (largest IP packet sent on this interface; default [`DEFAULT_MTU`]) as
+    /// configured; the live value is [`Interfaces::mtu`].
     pub mtu: u16,
 }
 
@@ -71,6 +83,30 @@ impl Interface {
     pub fn with_v6(mut self, addr: Ipv6Addr, len: u8) -> Self {
         self.v6.push((addr, len));
         self
+    }
+
+    /// Sets the IP MTU (builder style).
+    pub fn with_mtu(mut self, mtu: u16) -> Self {
+        self.mtu = mtu;
+        self
+    }
+
+    /// Checks `mtu` as this interface's IP MTU: [`MIN_MTU_V4`]..=[`MAX_MTU`], and at least
+    /// [`MIN_MTU_V6`] with IPv6 addresses; the error says which bound and why.
+    pub fn check_mtu(&self, mtu: u32) -> Result<u16, String> {
+        let min = if self.v6.is_empty() { MIN_MTU_V4 } else { MIN_MTU_V6 };
+        if mtu < u32::from(min) || mtu > u32::from(MAX_MTU) {
+            let why = if self.v6.is_empty() {
+                "IPv4 needs at least 68"
+            } else {
+                "an interface with IPv6 addresses needs at least 1280"
+            };
+            return Err(format!(
+                "interface {:?}: mtu {mtu} is out of range {min}..={MAX_MTU} ({why})",
+                self.name
+            ));
+        }
+        Ok(mtu as u16)
     }
 
     /// The link-local address derived from the MAC (fe80::/64 + modified EUI-64).
@@ -251,9 +287,13 @@ impl std::fmt::Display for IfaceError {
 impl std::error::Error for IfaceError {}
 
 /// The router's interfaces, indexed by position (`u16`).
+///
+/// A clone shares the live MTUs with the original (they are the running router's).
 #[derive(Clone, Debug, Default)]
 pub struct Interfaces {
     list: Vec<Interface>,
+    /// The live IP MTU of each interface, by index.
+    mtus: Arc<[AtomicU16]>,
     by_port_vlan: SortedMap<u32>,
     local_v4: SortedMap<u32>,
     local_v6: SortedMap<u128>,
@@ -308,9 +348,7 @@ impl Interfaces {
             if is_group(&it.mac) {
                 return Err(IfaceError::BadInterface(format!("{}: group MAC", it.name)));
             }
-            if it.mtu < 68 || (!it.v6.is_empty() && it.mtu < 1280) {
-                return Err(IfaceError::BadInterface(format!("{}: mtu {}", it.name, it.mtu)));
-            }
+            it.check_mtu(u32::from(it.mtu)).map_err(IfaceError::BadInterface)?;
             if let Some(j) = s.by_port_vlan.insert(pv_key(it.port, it.vlan), idx) {
                 return Err(IfaceError::DuplicatePortVlan(
                     list[usize::from(j)].name.clone(),
@@ -334,8 +372,25 @@ impl Interfaces {
                 }
             }
         }
+        s.mtus = list.iter().map(|i| AtomicU16::new(i.mtu)).collect();
         s.list = list;
         Ok(s)
+    }
+
+    /// The live IP MTU of interface `idx` ([`DEFAULT_MTU`] for an index that names none).
+    #[inline(always)]
+    pub fn mtu(&self, idx: u16) -> u16 {
+        self.mtus
+            .get(usize::from(idx))
+            .map_or(DEFAULT_MTU, |m| m.load(Ordering::Relaxed))
+    }
+
+    /// Sets the live IP MTU of interface `idx` (checked as [`Interface::check_mtu`] does);
+    /// returns the previous one. Packets forwarded after the store see the new value.
+    pub fn set_mtu(&self, idx: u16, mtu: u32) -> Result<u16, String> {
+        let it = self.get(idx).ok_or_else(|| format!("no interface {idx}"))?;
+        let mtu = it.check_mtu(mtu)?;
+        Ok(self.mtus[usize::from(idx)].swap(mtu, Ordering::Relaxed))
     }
 
     /// Number of interfaces.

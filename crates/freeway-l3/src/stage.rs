@@ -9,13 +9,18 @@
 //!   frame); to one of our addresses: answer echo requests in place, drop the rest (counted: we
 //!   run no local stack); otherwise forward: drop link-layer group frames, broadcast, multicast
 //!   and martian addresses; TTL ≤ 1 → ICMP time exceeded; route lookup (with `meta.flow_hash`),
-//!   none → ICMP net unreachable; larger than the egress MTU → ICMP fragmentation needed (DF)
-//!   or a counted drop (we do not fragment); a datagram the datapath reassembled is measured
+//!   none → ICMP net unreachable; larger than the egress interface's MTU
+//!   ([`Interfaces::mtu`], live) with DF → ICMP fragmentation needed carrying that MTU and a
+//!   counted drop; TTL - 1 with the RFC 1624 incremental checksum; larger without DF → the
+//!   forward hook judges the whole packet, then it is fragmented
+//!   ([`freeway_packet::fragment::fragment_v4`]) and each fragment is delivered on its own
+//!   (neighbour resolution, pending queue). A datagram the datapath reassembled is measured
 //!   by its largest original fragment (`FragNote`) instead, and without DF leaves in pieces
-//!   of the MTU; TTL - 1 with the RFC 1624 incremental checksum.
+//!   of the MTU (refragmented on transmit).
 //! * **IPv6**: validate version and payload length; to one of our addresses or groups: echo
 //!   replies, NS → NA (learning the solicitor), NA → learn, RS/RA/redirects dropped (counted);
-//!   otherwise forward like IPv4 (hop limit, no route, packet too big), never link-local scope.
+//!   otherwise forward like IPv4 (hop limit, no route, larger than the egress MTU → ICMPv6
+//!   packet too big with the MTU: routers never fragment IPv6), never link-local scope.
 //! * **Neighbour**: usable entry (`REACHABLE`/`STALE`/`PERMANENT`) → rewrite source MAC (egress
 //!   interface), destination MAC (neighbour), 802.1Q tag (egress interface) and emit on the
 //!   egress port; a `STALE` one is also probed (unicast ARP/NS, at most once per `retrans_ms`
@@ -46,6 +51,7 @@ use std::sync::Arc;
 
 use freeway_packet::bytes::{mac_at, rd16, rd32, wr16};
 use freeway_packet::checksum::{update16, verify};
+use freeway_packet::fragment::{fragment_v4, IPV4_DF};
 use freeway_packet::wire::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6};
 use freeway_packet::{meta_flags, Batch, Packet, PacketPool, NO_OFFSET};
 use freeway_sync::{CachePadded, Counter, Tick};
@@ -323,6 +329,10 @@ counters! {
     neigh_updates,
     /// Neighbour updates dropped: the queue was full.
     neigh_queue_full,
+    /// IPv4 packets larger than their egress MTU, without DF, fragmented.
+    fragmented_v4,
+    /// Fragments made of them.
+    fragments_v4,
 }
 
 struct Waiting {
@@ -398,6 +408,9 @@ struct State {
     pending: Vec<Waiting>,
     pending_pkts: usize,
     probes: Box<[(IpAddr, u16, Tick); PROBE_SLOTS]>,
+    /// The fragments of the packet being fragmented (kept, so fragmenting allocates nothing
+    /// once warm).
+    frags: Vec<Packet>,
 }
 
 /// Per-worker state of the L3 stage.
@@ -417,6 +430,7 @@ impl L3Worker {
             pending: Vec::with_capacity(cfg.pending_total),
             pending_pkts: 0,
             probes: Box::new([(IpAddr::V4(Ipv4Addr::UNSPECIFIED), u16::MAX, 0); PROBE_SLOTS]),
+            frags: Vec::new(),
         };
         L3Worker { ifaces, neigh, cfg, st }
     }
@@ -639,21 +653,20 @@ impl State {
             // Directed broadcast to a connected subnet: not forwarded (RFC 2644).
             return self.drop(out, pkt, L3Drop::NotForwardable);
         }
+        let mtu = cx.ifaces.mtu(hop.iface);
         // A datagram reassembled here leaves in fragments of its largest original size: that
-        // is what must fit (Linux's `frag_max_size`); without DF it is cut to the MTU instead.
+        // is what must fit (Linux's `frag_max_size`).
         let note = pkt.frag_note();
-        if note.map_or(tot, |n| usize::from(n.max_size)) > usize::from(oif.mtu) {
-            match note {
-                Some(n) if frag & 0x4000 == 0 => {
-                    pkt.set_frag_note(freeway_packet::FragNote { max_size: oif.mtu, ..n });
-                }
-                _ => {
-                    if frag & 0x4000 != 0 {
-                        self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(oif.mtu), out);
-                    }
-                    return self.drop(out, pkt, L3Drop::TooBig);
-                }
-            }
+        let mut over = note.map_or(tot, |n| usize::from(n.max_size)) > usize::from(mtu);
+        if over && frag & IPV4_DF != 0 {
+            // Quoting the packet as it arrived (before its TTL changes), as Linux does.
+            self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(mtu), out);
+            return self.drop(out, pkt, L3Drop::TooBig);
+        }
+        if let (true, Some(n)) = (over, note) {
+            // Without DF a reassembled datagram is cut to the MTU when it is refragmented.
+            pkt.set_frag_note(freeway_packet::FragNote { max_size: mtu, ..n });
+            over = false;
         }
         // TTL - 1 with the RFC 1624 incremental update of the header checksum.
         let f = pkt.data_mut();
@@ -663,7 +676,47 @@ impl State {
         let c = update16(rd16(f, l3 + 10), old_word, new_word);
         wr16(f, l3 + 10, c);
         let nh = hop.gateway.unwrap_or(IpAddr::V4(dst));
+        if over {
+            return self.forward_fragmented(cx, pkt, iif, hop.iface, nh, mtu, out);
+        }
         self.forward(cx, pkt, iif, hop.iface, nh, out);
+    }
+
+    /// Forwards an IPv4 packet larger than its egress MTU (DF clear): the forward hook judges
+    /// the whole packet, as Linux's does before it fragments on output; then each fragment
+    /// is delivered. A packet the fragmenter refuses (options leaving no room under a tiny
+    /// MTU) is a counted `too_big` drop.
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn forward_fragmented(
+        &mut self,
+        cx: &Ctx,
+        pkt: Packet,
+        iif: u16,
+        oif: u16,
+        nh: IpAddr,
+        mtu: u16,
+        out: &mut impl L3Out,
+    ) {
+        let Some(mut pkt) = self.hook(cx, FilterHook::Forward, pkt, iif, oif, out) else {
+            return;
+        };
+        if !out.nat(NatHook::Postrouting, &mut pkt, iif, oif) {
+            return self.drop(out, pkt, L3Drop::Filtered);
+        }
+        let mut frags = std::mem::take(&mut self.frags);
+        match fragment_v4(&pkt, usize::from(mtu), out.pool(), |f| frags.push(f)) {
+            Ok(n) => {
+                self.c.fragmented_v4.inc();
+                self.c.fragments_v4.add(n as u64);
+                out.pool().put(pkt);
+                for f in frags.drain(..) {
+                    self.deliver(cx, f, iif, oif, nh, out);
+                }
+            }
+            Err(_) => self.drop(out, pkt, L3Drop::TooBig),
+        }
+        self.frags = frags;
     }
 
     /// The forwarding decision both families share: a packet whose TTL (hop limit) would
@@ -729,7 +782,7 @@ impl State {
         {
             return self.drop(out, pkt, L3Drop::NotForwardable);
         }
-        let (hop, oif) = match self.route(
+        let (hop, _) = match self.route(
             cx,
             &pkt,
             iif,
@@ -740,9 +793,10 @@ impl State {
             Ok(r) => r,
             Err(r) => return self.drop(out, pkt, r),
         };
+        let mtu = cx.ifaces.mtu(hop.iface);
         // A reassembled datagram leaves in fragments of its largest original size.
-        if pkt.frag_note().map_or(40 + plen, |n| usize::from(n.max_size)) > usize::from(oif.mtu) {
-            self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(oif.mtu), out);
+        if pkt.frag_note().map_or(40 + plen, |n| usize::from(n.max_size)) > usize::from(mtu) {
+            self.icmp_error(cx, &pkt, iif, IcmpErr::TooBig(mtu), out);
             return self.drop(out, pkt, L3Drop::TooBig);
         }
         pkt.data_mut()[l3 + 7] = hop_limit - 1;
@@ -847,6 +901,13 @@ impl State {
         if !out.nat(NatHook::Postrouting, &mut pkt, iif, oif) {
             return self.drop(out, pkt, L3Drop::Filtered);
         }
+        self.deliver(cx, pkt, iif, oif, nh, out);
+    }
+
+    /// Sends a packet the forward hook let through to its next hop `nh` on `oif`: at once
+    /// when the neighbour is usable, into the pending queue while it resolves.
+    #[inline(always)]
+    fn deliver(&mut self, cx: &Ctx, pkt: Packet, iif: u16, oif: u16, nh: IpAddr, out: &mut impl L3Out) {
         match cx.neigh.lookup(nh, oif, cx.g) {
             Some(v) if v.state.usable() => {
                 if v.state == NeighState::Stale {

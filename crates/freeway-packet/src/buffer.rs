@@ -34,6 +34,15 @@ use std::ptr::NonNull;
 pub const DEFAULT_BUF_SIZE: usize = 2048;
 /// Largest buffer a packet may have (offsets are 16-bit).
 pub const MAX_BUF_SIZE: usize = 65_535;
+/// Bytes a frame has beyond its L2 MTU at most: the Ethernet header and two VLAN tags.
+pub const L2_OVERHEAD: usize = 14 + 8;
+
+/// The longest frame of a port whose L2 MTU is `mtu`: `mtu` bytes of payload behind an
+/// Ethernet header and up to two VLAN tags.
+#[inline]
+pub const fn max_frame_for_mtu(mtu: usize) -> usize {
+    mtu + L2_OVERHEAD
+}
 /// Headroom reserved in front of a received frame.
 pub const HEADROOM: usize = 128;
 /// The most idle [`MAX_BUF_SIZE`] buffers a [`PacketPool`] keeps ([`PacketPool::get_huge`]).
@@ -555,6 +564,17 @@ impl Batch {
 ///
 /// `get` reuses a buffer when one is free and allocates otherwise; `put` keeps at most
 /// `max_free` buffers and frees the rest, so the pool is bounded.
+///
+/// # Two sizes: jumbo frames without slowing small ones
+///
+/// Every buffer of the main list is `buf_size` bytes ([`DEFAULT_BUF_SIZE`]: a 1518-byte
+/// frame and its tags fit). A datapath with a port whose MTU needs more turns on a second
+/// list of larger buffers ([`PacketPool::with_large`]): a receiving port takes one only for a
+/// frame that does not fit a small buffer ([`PacketPool::get_for`], [`PacketPool::get_large`]),
+/// so small frames keep small buffers (fewer cache lines, less memory) on every port, and a
+/// pool without the large list does exactly what it did before (one well-predicted branch
+/// in `put`). With the large list on, `put` sends each buffer back to its own list by its
+/// capacity.
 #[derive(Debug)]
 pub struct PacketPool {
     free: Vec<Packet>,
@@ -563,6 +583,10 @@ pub struct PacketPool {
     buf_size: usize,
     max_free: usize,
     allocated: u64,
+    /// The large buffers' size; 0: no large list.
+    large_size: usize,
+    large: Vec<Packet>,
+    max_large: usize,
 }
 
 impl PacketPool {
@@ -579,7 +603,33 @@ impl PacketPool {
             buf_size,
             max_free: max_free.max(prefill),
             allocated: prefill as u64,
+            large_size: 0,
+            large: Vec::new(),
+            max_large: 0,
         }
+    }
+
+    /// Turns on the list of `size`-byte buffers for frames larger than the main ones hold
+    /// (see the type's doc), keeping at most a quarter of `max_free` of them idle (at least
+    /// two batches' worth). A `size` no larger than the main buffers turns nothing on.
+    pub fn with_large(mut self, size: usize) -> PacketPool {
+        let size = size.min(MAX_BUF_SIZE);
+        if size > self.buf_size {
+            self.large_size = size;
+            self.max_large = (self.max_free / 4).max(2 * MAX_BATCH);
+            self.large = Vec::with_capacity(self.max_large);
+        }
+        self
+    }
+
+    /// The large buffers' size (0: the pool has none).
+    pub fn large_size(&self) -> usize {
+        self.large_size
+    }
+
+    /// The most frame bytes a buffer of this pool holds: a large one's if the pool has them.
+    pub fn max_frame(&self) -> usize {
+        self.large_size.max(self.buf_size).saturating_sub(HEADROOM)
     }
 
     /// A reset packet.
@@ -588,18 +638,64 @@ impl PacketPool {
         reuse_or_alloc(&mut self.free, &mut self.allocated, self.buf_size)
     }
 
+    /// A reset packet with room for a frame of `len` bytes when the pool has one: a main
+    /// buffer when it fits one, else a large one (if the pool has them; else a main buffer,
+    /// which the caller then finds too small).
+    #[inline]
+    pub fn get_for(&mut self, len: usize) -> Packet {
+        if len > self.buf_size.saturating_sub(HEADROOM) && self.large_size != 0 {
+            return self.take_large();
+        }
+        self.get()
+    }
+
+    /// A reset packet with a large buffer; `None` if the pool has no large list.
+    #[inline]
+    pub fn get_large(&mut self) -> Option<Packet> {
+        if self.large_size == 0 {
+            return None;
+        }
+        Some(self.take_large())
+    }
+
+    #[cold]
+    fn take_large(&mut self) -> Packet {
+        reuse_or_alloc(&mut self.large, &mut self.allocated, self.large_size)
+    }
+
     /// Returns a packet's buffer to the pool.
     #[inline]
     pub fn put(&mut self, p: Packet) {
+        if self.large_size != 0 && p.capacity() > self.buf_size {
+            return self.put_large(p);
+        }
         if self.free.len() < self.max_free {
             self.free.push(p);
         }
     }
 
+    #[cold]
+    fn put_large(&mut self, p: Packet) {
+        if self.large.len() < self.max_large {
+            self.large.push(p);
+        }
+    }
+
     /// Returns every packet of a batch to the pool, leaving the batch empty. Moves the
-    /// packets in bulk; buffers beyond `max_free` are freed.
+    /// packets in bulk (one by one when the pool has large buffers, each to its list);
+    /// buffers beyond `max_free` are freed.
     #[inline]
     pub fn put_batch(&mut self, b: &mut Batch) {
+        if self.large_size != 0 {
+            for p in b.pkts.drain(..) {
+                if p.capacity() > self.buf_size {
+                    self.put_large(p);
+                } else if self.free.len() < self.max_free {
+                    self.free.push(p);
+                }
+            }
+            return;
+        }
         let room = self.max_free.saturating_sub(self.free.len());
         if b.pkts.len() > room {
             b.pkts.truncate(room);
@@ -664,6 +760,18 @@ fn reuse_or_alloc(free: &mut Vec<Packet>, allocated: &mut u64, size: usize) -> P
             *allocated += 1;
             Packet::with_capacity(size)
         }
+    }
+}
+
+/// The buffer size a pool needs for frames of a port whose L2 MTU is `mtu`: 0 when the
+/// [`DEFAULT_BUF_SIZE`] buffers hold them, else enough for the frame, its tags and the
+/// headroom, in whole cache lines.
+pub fn large_buf_size_for_mtu(mtu: usize) -> usize {
+    let need = HEADROOM + max_frame_for_mtu(mtu);
+    if need <= DEFAULT_BUF_SIZE {
+        0
+    } else {
+        need.next_multiple_of(64).min(MAX_BUF_SIZE)
     }
 }
 
@@ -807,5 +915,34 @@ mod tests {
         let mut b = Batch::new();
         pool.get_into(&mut b, 5);
         assert_eq!(b.len(), 5);
+    }
+
+    /// A pool with a large list hands a large buffer only to a frame that needs one, and
+    /// each buffer goes back to its own list; a pool without one has no large buffers.
+    #[test]
+    fn large_buffers_are_for_large_frames_only() {
+        let mut small_only = PacketPool::new(DEFAULT_BUF_SIZE, 0, 64);
+        assert!(small_only.get_large().is_none());
+        assert_eq!(small_only.get_for(9000).capacity(), DEFAULT_BUF_SIZE);
+        assert_eq!(large_buf_size_for_mtu(1500), 0);
+        let big = large_buf_size_for_mtu(9000);
+        assert!(big >= HEADROOM + 9000 + L2_OVERHEAD && big % 64 == 0);
+        let mut pool = PacketPool::new(DEFAULT_BUF_SIZE, 0, 64).with_large(big);
+        assert_eq!(pool.max_frame(), big - HEADROOM);
+        let small = pool.get_for(1514);
+        let large = pool.get_for(9014);
+        assert_eq!((small.capacity(), large.capacity()), (DEFAULT_BUF_SIZE, big));
+        let mut large = large;
+        assert!(large.set_frame(&[7u8; 9014]).is_ok());
+        pool.put(large);
+        pool.put(small);
+        let before = pool.allocated();
+        let mut b = Batch::new();
+        b.push(pool.get_for(9014)).unwrap();
+        b.push(pool.get()).unwrap();
+        assert_eq!(pool.allocated(), before, "each came back to its own list");
+        assert!(b.as_slice()[0].is_empty(), "a reused large buffer is reset");
+        pool.put_batch(&mut b);
+        assert_eq!((pool.free.len(), pool.large.len()), (1, 1));
     }
 }

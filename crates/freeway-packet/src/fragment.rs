@@ -29,9 +29,9 @@
 
 use crate::bytes::{rd16, wr16, wr32};
 use crate::checksum::checksum;
-use crate::parse::parse_frame;
+use crate::parse::{parse_frame, IPV6_DSTOPTS, IPV6_FRAGMENT, IPV6_HOPOPTS, IPV6_ROUTING};
 use crate::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
-use crate::{meta_flags, Meta, Packet, PacketPool, HEADROOM, NO_OFFSET};
+use crate::{meta_flags, Meta, Packet, PacketPool, NO_OFFSET};
 
 /// The smallest MTU of an IPv4 link (RFC 791): a 60-byte header and 8 bytes of payload.
 pub const IPV4_MIN_MTU: usize = 68;
@@ -44,14 +44,7 @@ pub const IPV4_MF: u16 = 0x2000;
 /// IPv4 fragment offset (in 8-byte units), in the flags/fragment-offset word.
 pub const IPV4_OFFSET_MASK: u16 = 0x1fff;
 /// The IPv6 Fragment header's next-header value.
-pub const IPPROTO_FRAGMENT: u8 = 44;
-
-const IPV6_HOPOPTS: u8 = 0;
-const IPV6_ROUTING: u8 = 43;
-const IPV6_DSTOPTS: u8 = 60;
-const IPV6_FRAG_HEADER_LEN: usize = 8;
-/// The largest IP datagram: fragment offsets plus payload stay below it.
-const MAX_DATAGRAM: usize = 65_535;
+pub const IPPROTO_FRAGMENT: u8 = IPV6_FRAGMENT;
 
 /// Why a packet was not fragmented (nothing was emitted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,20 +78,44 @@ impl std::fmt::Display for FragError {
 
 impl std::error::Error for FragError {}
 
-/// The L3 offset of a parsed packet of ethertype `ethertype`, or [`FragError::NotIp`].
-fn l3_of(pkt: &Packet, ethertype: u16) -> Result<usize, FragError> {
+/// An IPv6 Fragment header's length.
+const IPV6_FRAG_HEADER_LEN: usize = 8;
+/// The largest IP datagram: fragment offsets plus payload stay below it.
+const MAX_DATAGRAM: usize = 65_535;
+
+/// A packet from `pool` holding a frame of `l2 + ip_len` bytes that starts with the first
+/// `l2` bytes of `f` (the Ethernet header and tags); the IP part is for the caller to fill.
+/// `ip_room` kept `l2 + ip_len` within the pool's buffers behind their headroom.
+fn start_fragment(pool: &mut PacketPool, f: &[u8], l2: usize, ip_len: usize) -> Result<Packet, FragError> {
+    let mut p = pool.get_for(l2 + ip_len);
+    let Ok(out) = p.fill(l2 + ip_len) else {
+        pool.put(p);
+        return Err(FragError::MtuTooSmall);
+    };
+    out[..l2].copy_from_slice(&f[..l2]);
+    Ok(p)
+}
+
+/// The frame and L3 offset of a parsed packet of ethertype `ethertype` ([`FragError::NotIp`]
+/// otherwise) whose IP header has version `version` and at least `min` bytes
+/// ([`FragError::Malformed`] otherwise).
+fn ip_of(pkt: &Packet, ethertype: u16, version: u8, min: usize) -> Result<(&[u8], usize), FragError> {
     let m = &pkt.meta;
     let (flags, et, l3) = (m.flags, m.ethertype, m.l3_off);
     if flags & meta_flags::PARSED == 0 || et != ethertype || l3 == NO_OFFSET {
         return Err(FragError::NotIp);
     }
-    Ok(usize::from(l3))
+    let (f, l3) = (pkt.data(), usize::from(l3));
+    if f.len() < l3 + min || f[l3] >> 4 != version {
+        return Err(FragError::Malformed);
+    }
+    Ok((f, l3))
 }
 
-/// The room for an IP packet: the MTU, or less when the pool's buffers cannot hold the
-/// L2 header and `mtu` bytes behind their headroom.
+/// The room for an IP packet: the MTU, or less when the pool's buffers (its large ones, if
+/// it has them) cannot hold the L2 header and `mtu` bytes behind their headroom.
 fn ip_room(pool: &PacketPool, l2: usize, mtu: usize) -> usize {
-    mtu.min(pool.buf_size().saturating_sub(HEADROOM + l2))
+    mtu.min(pool.max_frame().saturating_sub(l2))
 }
 
 /// Gives a fragment the original's metadata, with its L4 offset found again (the first
@@ -155,11 +172,7 @@ pub fn fragment_v4(
     pool: &mut PacketPool,
     mut emit: impl FnMut(Packet),
 ) -> Result<usize, FragError> {
-    let l3 = l3_of(pkt, ETHERTYPE_IPV4)?;
-    let f = pkt.data();
-    if f.len() < l3 + 20 || f[l3] >> 4 != 4 {
-        return Err(FragError::Malformed);
-    }
+    let (f, l3) = ip_of(pkt, ETHERTYPE_IPV4, 4, 20)?;
     let hl = usize::from(f[l3] & 0x0f) * 4;
     let tot = usize::from(rd16(f, l3 + 2));
     if hl < 20 || tot < hl || l3 + tot > f.len() {
@@ -190,14 +203,9 @@ pub fn fragment_v4(
         let take = ((room - h.len()) & !7).min(data.len() - off);
         let last = off + take == data.len();
         let mf = if last { word & IPV4_MF } else { IPV4_MF };
-        let mut p = pool.get();
         let ip_len = h.len() + take;
-        // `ip_room` kept `l3 + ip_len` within the buffer behind its headroom.
-        let Ok(out) = p.fill(l3 + ip_len) else {
-            return Err(FragError::MtuTooSmall);
-        };
-        out[..l3].copy_from_slice(&f[..l3]);
-        let ip = &mut out[l3..];
+        let mut p = start_fragment(pool, f, l3, ip_len)?;
+        let ip = &mut p.data_mut()[l3..];
         ip[..h.len()].copy_from_slice(h);
         ip[h.len()..].copy_from_slice(&data[off..off + take]);
         ip[0] = 0x40 | (h.len() / 4) as u8;
@@ -228,11 +236,7 @@ pub fn fragment_v6(
     pool: &mut PacketPool,
     mut emit: impl FnMut(Packet),
 ) -> Result<usize, FragError> {
-    let l3 = l3_of(pkt, ETHERTYPE_IPV6)?;
-    let f = pkt.data();
-    if f.len() < l3 + 40 || f[l3] >> 4 != 6 {
-        return Err(FragError::Malformed);
-    }
+    let (f, l3) = ip_of(pkt, ETHERTYPE_IPV6, 6, 40)?;
     let end = l3 + 40 + usize::from(rd16(f, l3 + 4));
     if end > f.len() {
         return Err(FragError::Malformed);
@@ -277,13 +281,9 @@ pub fn fragment_v6(
     loop {
         let take = ((room - head) & !7).min(data.len() - off);
         let last = off + take == data.len();
-        let mut p = pool.get();
         let ip_len = head + take;
-        let Ok(out) = p.fill(l3 + ip_len) else {
-            return Err(FragError::MtuTooSmall);
-        };
-        out[..l3].copy_from_slice(&f[..l3]);
-        let ip = &mut out[l3..];
+        let mut p = start_fragment(pool, f, l3, ip_len)?;
+        let ip = &mut p.data_mut()[l3..];
         ip[..unfrag.len()].copy_from_slice(unfrag);
         ip[nh_at - l3] = IPPROTO_FRAGMENT;
         wr16(ip, 4, (ip_len - 40) as u16);
@@ -488,8 +488,18 @@ mod tests {
         let p = packet(f.clone());
         let mut pool = PacketPool::new(1024, 0, 64);
         let frags = split_v4(&p, 9000, &mut pool).unwrap();
-        let room = 1024 - HEADROOM - l3;
+        let room = 1024 - crate::HEADROOM - l3;
         assert_eq!(reassemble_v4(&frags, l3, room), f[l3 + 20..]);
+    }
+
+    #[test]
+    fn a_pool_with_large_buffers_gives_fragments_up_to_the_mtu() {
+        let (f, l3) = v4_frame(9014, None, &[]);
+        let p = packet(f.clone());
+        let mut pool = PacketPool::new(2048, 0, 64).with_large(crate::large_buf_size_for_mtu(9000));
+        let frags = split_v4(&p, 4000, &mut pool).unwrap();
+        assert_eq!(frags.len(), 3, "4000-byte fragments, not the small buffers' 1900");
+        assert_eq!(reassemble_v4(&frags, l3, 4000), f[l3 + 20..]);
     }
 
     fn v6_frame(len: usize, hop_by_hop: bool) -> (Vec<u8>, usize) {
@@ -576,7 +586,7 @@ mod tests {
             let (f, l3) = v4_frame(len, None, &[]);
             let p = packet(f.clone());
             let mut pool = PacketPool::new(buf, 0, 64);
-            let room = mtu.min(pool.buf_size().max(HEADROOM + 64) - HEADROOM - l3);
+            let room = mtu.min(pool.buf_size().max(crate::HEADROOM + 64) - crate::HEADROOM - l3);
             match split_v4(&p, mtu, &mut pool) {
                 Ok(frags) => proptest::prop_assert_eq!(reassemble_v4(&frags, l3, room), &f[l3 + 20..]),
                 Err(e) => {

@@ -45,12 +45,12 @@ pub const MAX_VLAN_DEPTH: u8 = 2;
 pub const MAX_IPV6_EXT_HEADERS: usize = 8;
 
 const IPPROTO_UDPLITE: u8 = 136;
-const IPV6_HOPOPTS: u8 = 0;
-const IPV6_ROUTING: u8 = 43;
-const IPV6_FRAGMENT: u8 = 44;
+pub(crate) const IPV6_HOPOPTS: u8 = 0;
+pub(crate) const IPV6_ROUTING: u8 = 43;
+pub(crate) const IPV6_FRAGMENT: u8 = 44;
 const IPV6_AH: u8 = 51;
 const IPV6_NONXT: u8 = 59;
-const IPV6_DSTOPTS: u8 = 60;
+pub(crate) const IPV6_DSTOPTS: u8 = 60;
 
 /// Why the parser dropped a frame. `e as usize` indexes per-reason counters; [`ParseError::ALL`]
 /// lists the reasons in that order.

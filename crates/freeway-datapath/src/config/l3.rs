@@ -12,6 +12,7 @@
 //! name = "v10"
 //! vlan = 10
 //! addr = ["10.0.10.1/24", "2001:db8:10::1/64"]
+//! mtu = 1500                 # IP MTU (68..=9216, at least 1280 with IPv6; default 1500)
 //!
 //! [[route]]
 //! dst = "0.0.0.0/0"
@@ -63,6 +64,10 @@ pub struct InterfaceConfig {
     /// Addresses with prefix length, IPv4 or IPv6.
     #[serde(default)]
     pub addr: Vec<Spanned<String>>,
+    /// IP MTU: the largest IP packet sent on this interface (default 1500; 68..=9216, at
+    /// least 1280 with IPv6 addresses).
+    #[serde(default)]
+    pub mtu: Option<Spanned<u32>>,
 }
 
 /// A string or a list of strings.
@@ -121,6 +126,8 @@ pub struct IfaceSpec {
     pub v4: Vec<(Ipv4Addr, u8)>,
     /// IPv6 addresses.
     pub v6: Vec<(Ipv6Addr, u8)>,
+    /// IP MTU.
+    pub mtu: u16,
 }
 
 /// A checked next hop: an interface index and an optional gateway.
@@ -369,6 +376,7 @@ fn check_interface(
         mac: imac,
         v4: Vec::new(),
         v6: Vec::new(),
+        mtu: freeway_l3::iface::DEFAULT_MTU,
     };
     for a in &f.addr {
         let (ip, len) = parse_prefix(a.get_ref(), true)
@@ -377,6 +385,11 @@ fn check_interface(
             IpAddr::V4(v) => spec.v4.push((v, len)),
             IpAddr::V6(v) => spec.v6.push((v, len)),
         }
+    }
+    if let Some(m) = &f.mtu {
+        let mut probe = freeway_l3::Interface::new(spec.name.clone(), 0, None, imac.0);
+        probe.v6 = spec.v6.clone();
+        spec.mtu = probe.check_mtu(*m.get_ref()).map_err(|e| (Some(m.span()), e))?;
     }
     Ok(spec)
 }

@@ -18,6 +18,7 @@
 //! isolated = false                     # and learning, flood, mcast_flood, bcast_flood (true)
 //! bpdu_guard = false                   # an STP BPDU received here disables the port
 //! storm_control = { broadcast = 1000, multicast = 1000, unknown_unicast = 1000 }  # frames/s in
+//! mtu = 1500                           # L2 MTU, 68..=9216 (frames of mtu + 14 + tags bytes)
 //!
 //! [bridge]
 //! learn_limit = 65536
@@ -28,6 +29,7 @@
 pub mod capture;
 pub mod duration;
 pub mod l3;
+pub mod mtu;
 pub mod stateful;
 
 use std::collections::HashMap;
@@ -178,6 +180,9 @@ pub struct PortConfig {
     /// optional; none: no limit).
     #[serde(default)]
     pub storm_control: Option<StormConfig>,
+    /// The port's L2 MTU (see [`mtu`]); default 1500.
+    #[serde(default)]
+    pub mtu: Option<Spanned<u32>>,
 }
 
 /// `storm_control = { ... }` of a `[[port]]`: frames a second, by class.
@@ -277,6 +282,8 @@ pub struct PortSpec {
     pub flags: freeway_bridge::PortFlags,
     /// The port's storm control, for the whole port (the datapath shares it among workers).
     pub storm: freeway_bridge::StormControl,
+    /// The port's L2 MTU (see [`mtu`]).
+    pub mtu: u16,
 }
 
 /// A checked configuration.
@@ -518,8 +525,25 @@ fn check_port(
         }
         None => None,
     };
-    let afpacket = iface_table(at, &name, p, PortKind::Afpacket, p.afpacket.as_ref(), |c| c.validate())?;
+    let mut afpacket = iface_table(at, &name, p, PortKind::Afpacket, p.afpacket.as_ref(), |c| c.validate())?;
     let afxdp = iface_table(at, &name, p, PortKind::Afxdp, p.afxdp.as_ref(), |c| c.validate())?;
+    let mtu = match &p.mtu {
+        Some(m) => mtu::check_port_mtu(*m.get_ref(), afxdp.as_ref())
+            .map_err(|e| at.err(Some(m.span()), format!("port {name:?}: {e}")))?,
+        None => mtu::DEFAULT_PORT_MTU,
+    };
+    if let Some(a) = afpacket.as_mut() {
+        a.frame_size = mtu::ring_frame_size(a.frame_size, mtu);
+        if a.frame_size > a.block_size {
+            return Err(at.err(
+                p.mtu.as_ref().map(|m| m.span()),
+                format!(
+                    "port {name:?}: mtu {mtu} needs ring slots of {} bytes, more than afpacket.block_size ({})",
+                    a.frame_size, a.block_size
+                ),
+            ));
+        }
+    }
     let group_fwd_mask = match &p.group_fwd_mask {
         Some(m) => {
             freeway_bridge::check_group_fwd_mask(*m.get_ref())
@@ -547,6 +571,7 @@ fn check_port(
                 multicast: s.multicast.unwrap_or(0),
                 unknown_unicast: s.unknown_unicast.unwrap_or(0),
             }),
+        mtu,
     })
 }
 

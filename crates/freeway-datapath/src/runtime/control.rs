@@ -241,6 +241,8 @@ pub(crate) struct Control<L: Layout> {
     pub zones: Arc<[u16]>,
     /// The L3 stage's settings (for traces).
     pub l3: Option<freeway_l3::L3Config>,
+    /// The ports' live MTUs.
+    pub mtus: Arc<super::mtu::PortMtus>,
 }
 
 /// A capture that ended: its id, what it was, how it ended, its final counters.
@@ -984,6 +986,7 @@ impl<L: Layout> Control<L> {
             Request::Trace { fields } => self.trace(fields),
             Request::LinkShow => Ok(self.link_show()),
             Request::LinkUp { port } => self.link_up(port),
+            Request::LinkMtu { dev, mtu } => self.link_mtu(dev, *mtu),
             Request::FirewallList => nft::list(self.nft()?),
             Request::FirewallLoad { path } => nft::load(self.nft()?, path),
             Request::SetAdd { set, elements } => nft::set_change(self.nft()?, set, elements, true),
@@ -1336,8 +1339,9 @@ impl<L: Layout> Control<L> {
                 "forwarding"
             };
             let on = |b: bool| if b { "on" } else { "off" };
+            let mtu = self.mtus.mtu(i);
             text.push_str(&format!(
-                "{}: {name}: state {state} learning {} flood {} mcast_flood {} bcast_flood {} isolated {} guard {}\n",
+                "{}: {name}: mtu {mtu} state {state} learning {} flood {} mcast_flood {} bcast_flood {} isolated {} guard {}\n",
                 i + 1,
                 on(f.learning),
                 on(f.flood),
@@ -1349,6 +1353,7 @@ impl<L: Layout> Control<L> {
             data.push(json!({
                 "ifindex": i + 1,
                 "ifname": name,
+                "mtu": mtu,
                 "state": state,
                 "learning": f.learning,
                 "flood": f.flood,
@@ -1358,7 +1363,43 @@ impl<L: Layout> Control<L> {
                 "guard": f.bpdu_guard,
             }));
         }
+        if let Some((_, ifs, _)) = &self.rib {
+            for (i, it) in ifs.iter().enumerate() {
+                let mtu = ifs.mtu(i as u16);
+                let n = self.nports + 1 + i;
+                text.push_str(&format!(
+                    "{n}: {}: router interface vlan {} mtu {mtu}\n",
+                    it.name,
+                    it.vlan.unwrap_or(0)
+                ));
+                data.push(json!({"ifindex": n, "ifname": it.name, "kind": "router", "vlan": it.vlan, "mtu": mtu}));
+            }
+        }
         Reply::new(text, Value::Array(data))
+    }
+
+    /// `link set dev NAME mtu N`: a port's L2 MTU or a router interface's IP MTU, live.
+    fn link_mtu(&self, dev: &str, mtu: u32) -> Result<Reply, CtlError> {
+        if let Some(i) = self.port_names.iter().take(self.nports).position(|n| n == dev) {
+            let was = self
+                .mtus
+                .set(i, mtu)
+                .map_err(|e| CtlError::Invalid(format!("port {dev:?}: {e}")))?;
+            return Ok(Reply::new(
+                format!("{dev}: mtu {mtu} (was {was})\n"),
+                json!({"ifname": dev, "mtu": mtu, "was": was}),
+            ));
+        }
+        if let Some((_, ifs, _)) = &self.rib {
+            if let Some(i) = ifs.by_name(dev) {
+                let was = ifs.set_mtu(i, mtu).map_err(CtlError::Invalid)?;
+                return Ok(Reply::new(
+                    format!("{dev}: mtu {mtu} (was {was})\n"),
+                    json!({"ifname": dev, "mtu": mtu, "was": was}),
+                ));
+            }
+        }
+        Err(CtlError::NotFound(format!("no port or router interface named {dev:?}")))
     }
 
     /// `link set dev PORT up`: enables a port its BPDU guard disabled.
@@ -1509,6 +1550,7 @@ capture start -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] -w /ABS/FILE [FI
 capture stop ID                         detach a tap (its file is completed)
 link show                               the bridge ports: state (forwarding, disabled) and flags
 link set dev PORT up                    enable a port its BPDU guard disabled
+link set dev NAME mtu N                 a port's (L2) or router interface's (IP) MTU, live
 firewall list                           the nftables ruleset with its counters (nft list ruleset)
 firewall load FILE                      replace the ruleset, atomically (a bad file changes nothing)
 set add|del SET ELEMENT[, ELEMENT...]   elements of a named set (SET: NAME or TABLE/NAME)

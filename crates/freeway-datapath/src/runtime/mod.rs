@@ -30,6 +30,7 @@ pub mod control;
 mod firewall;
 mod metrics;
 mod nat;
+mod mtu;
 mod router;
 mod start;
 mod stateful;

@@ -66,7 +66,7 @@ pub(crate) fn build(spec: &RouterSpec, port: u16, now: Tick) -> Result<(RouterSh
         .interfaces
         .iter()
         .map(|i| {
-            let mut it = Interface::new(i.name.clone(), port, Some(i.vlan), i.mac.0);
+            let mut it = Interface::new(i.name.clone(), port, Some(i.vlan), i.mac.0).with_mtu(i.mtu);
             for (a, l) in &i.v4 {
                 it = it.with_v4(*a, *l);
             }

@@ -120,6 +120,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         stateful,
         bridge,
         firewall,
+        mtus,
     } = tables;
     let (router_shared, rib, neigh_w) = match router {
         Some((s, r, n)) => (Some(s), Some(r), Some(n)),
@@ -160,6 +161,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 router: router_shared.as_ref(),
                 stateful: stateful.as_ref(),
                 firewall: firewall.as_ref(),
+                mtus: &mtus,
                 writers: &writers,
                 taps: &taps,
                 nworkers,
@@ -317,6 +319,7 @@ pub(crate) struct ShareCtl<'a, L: Layout, R: TapRegistry> {
     router: Option<&'a RouterShared>,
     stateful: Option<&'a Stateful>,
     firewall: Option<&'a FirewallShared>,
+    mtus: &'a Arc<super::mtu::PortMtus>,
     writers: &'a Writers<L>,
     taps: &'a R,
     nworkers: usize,
@@ -377,6 +380,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
             .as_ref()
             .map_or_else(|| Arc::from(Vec::new()), |s| s.zones.clone()),
         l3: x.router.map(|r| r.l3.clone()),
+        mtus: x.mtus.clone(),
     }
 }
 
@@ -428,6 +432,8 @@ pub(crate) struct Tables<L: Layout> {
     pub(crate) stateful: Option<Stateful>,
     /// The nftables firewall (with `[firewall] ruleset`).
     pub(crate) firewall: Option<FirewallShared>,
+    /// The ports' live MTUs and the buffer sizes they need.
+    pub(crate) mtus: Arc<super::mtu::PortMtus>,
 }
 
 /// The VLANs of the router's internal bridge port: a trunk of its interfaces' VLANs.
@@ -488,6 +494,7 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock, nworkers: us
         bridge,
         stateful,
         firewall,
+        mtus: Arc::new(super::mtu::PortMtus::new(cfg)),
     })
 }
 
@@ -646,6 +653,7 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
                 to_router: Vec::new(),
                 refrag: frag,
                 refrag_out: Vec::new(),
+                mtus: tables.mtus.clone(),
             },
             bridge: tables.bridge.clone(),
             bw,

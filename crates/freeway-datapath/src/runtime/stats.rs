@@ -27,6 +27,9 @@ pub struct PortCounters {
     pub tx_bytes: Counter,
     /// Frames the transmit queue refused.
     pub tx_dropped: Counter,
+    /// Frames larger than the port's MTU, dropped before its transmit queue (L2 never
+    /// fragments).
+    pub tx_over_mtu: Counter,
 }
 
 /// One worker's counters. Single writer: that worker.
@@ -77,6 +80,8 @@ pub struct PortSnap {
     pub tx_bytes: u64,
     /// Frames refused by the transmit queue.
     pub tx_dropped: u64,
+    /// Frames larger than the port's MTU, dropped before its transmit queue.
+    pub tx_over_mtu: u64,
     /// Frames the port lost on receive before any worker saw them (sum of `rx_drops`).
     pub rx_dropped: u64,
     /// Those losses by reason (`too_big`, `kernel`), only non-zero ones.
@@ -209,6 +214,10 @@ impl Snapshot {
         if tx > 0 {
             m.insert("tx:queue_full".into(), tx);
         }
+        let over: u64 = self.ports.iter().map(|p| p.tx_over_mtu).sum();
+        if over > 0 {
+            m.insert("bridge:egress_over_mtu".into(), over);
+        }
         m
     }
 }
@@ -296,6 +305,7 @@ pub(crate) fn snapshot<L: Layout>(
                 p.tx_bytes += c.tx_bytes.get();
                 p.tx_dropped += c.tx_dropped.get();
             }
+            p.tx_over_mtu = stats.iter().map(|w| w.ports[i].tx_over_mtu.get()).sum();
             p
         })
         .collect();

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use super::mtu::{over_mtu, PortMtus};
 use super::stats::WorkerStats;
 use freeway_bridge::Emit;
 use freeway_capture::{Direction, TapPoint};
@@ -56,6 +57,8 @@ pub(crate) struct Tx<T: TapPoint> {
     /// The fragments of one datagram on their way to a transmit batch (kept: no
     /// allocation once grown).
     pub(crate) refrag_out: Vec<Packet>,
+    /// The ports' MTUs: a frame larger than its port's is dropped here, counted.
+    pub(crate) mtus: Arc<PortMtus>,
 }
 
 impl<T: TapPoint> Tx<T> {
@@ -65,11 +68,25 @@ impl<T: TapPoint> Tx<T> {
         if b.is_empty() {
             return;
         }
+        // One pass for the byte count and the MTU check: an over-size frame is rare.
+        let mtu = self.mtus.mtu(port);
+        let mut bytes = 0usize;
+        let mut over = false;
+        for p in b.as_slice() {
+            bytes += p.len();
+            over |= over_mtu(p, mtu);
+        }
+        if over {
+            bytes = self.drop_over_mtu(port, mtu);
+        }
+        let b = &mut self.pending[port];
+        if b.is_empty() {
+            return;
+        }
         if self.taps.any() {
             self.taps.tap(port as u16, Direction::Tx, b.as_slice(), self.poll_ns);
         }
         let n = b.len() as u64;
-        let bytes: usize = b.as_slice().iter().map(Packet::len).sum();
         let sent = self.queues[port].tx_burst(b, &mut self.pool) as u64;
         let pc = &self.stats.ports[port];
         pc.tx_packets.add(sent);
@@ -81,6 +98,20 @@ impl<T: TapPoint> Tx<T> {
         if sent < n {
             pc.tx_dropped.add(n - sent);
         }
+    }
+
+    /// Drops the frames of port `port`'s batch larger than its MTU, counted; returns the
+    /// bytes of the frames left.
+    #[cold]
+    fn drop_over_mtu(&mut self, port: usize, mtu: u16) -> usize {
+        let mut dropped = 0u64;
+        self.pending[port].retain_or_recycle(&mut self.pool, |p| {
+            let over = over_mtu(p, mtu);
+            dropped += u64::from(over);
+            !over
+        });
+        self.stats.ports[port].tx_over_mtu.add(dropped);
+        self.pending[port].as_slice().iter().map(Packet::len).sum()
     }
 
     pub(crate) fn flush_all(&mut self) {

@@ -103,7 +103,7 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     // Allocate the worker's own buffers here, on its thread: the allocator then serves them
     // from this thread's arena, so no line of them neighbours another worker's hot data.
     w.tx.pending = (0..w.tx.pending.len()).map(|_| Batch::new()).collect();
-    w.tx.pool = PacketPool::default();
+    w.tx.pool = PacketPool::default().with_large(w.tx.mtus.large_buf());
     w.tx.to_router = Vec::with_capacity(2 * freeway_packet::MAX_BATCH);
     if let Some(r) = w.router.as_mut() {
         r.on_thread();

@@ -229,7 +229,9 @@ impl RxQueue for AfPacketRx {
                 // SAFETY: `mac + snap <= frame_size` (checked above); the bytes belong to us
                 // until the slot is handed back, which happens after this slice is dropped.
                 let data = unsafe { std::slice::from_raw_parts(h.add(mac), snap) };
-                let mut p = pool.get();
+                // A large buffer only for a frame that needs one (the pool has them when
+                // some port's MTU does); 4 bytes for a tag to re-insert.
+                let mut p = pool.get_for(snap + 4);
                 match copy_frame(&mut p, data, len, status, tci, tpid) {
                     Ok(c) => {
                         if c == Copied::Retagged {

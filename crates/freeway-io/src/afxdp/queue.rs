@@ -147,7 +147,7 @@ impl RxQueue for AfXdpRx {
             // put it back on the FILL ring below, after the slice is gone.
             match unsafe { self.side.umem.bytes(d.addr, d.len as usize) } {
                 Some(data) => {
-                    let mut p = pool.get();
+                    let mut p = pool.get_for(data.len());
                     if p.set_frame(data).is_ok() {
                         p.meta.ts_ns = ts;
                         bytes += data.len() as u64;

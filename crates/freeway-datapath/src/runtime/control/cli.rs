@@ -443,7 +443,7 @@ impl CtlCmd {
             },
             CtlCmd::Link { cmd } => match cmd {
                 None | Some(LinkCmd::Show) => Request::LinkShow,
-                Some(LinkCmd::Set { port, .. }) => Request::LinkUp { port: port.clone() },
+                Some(LinkCmd::Set { port, what, .. }) => link_set(port, what)?,
             },
             CtlCmd::Firewall { cmd } => match cmd {
                 None | Some(FirewallCmd::List) => Request::FirewallList,
@@ -474,22 +474,42 @@ impl CtlCmd {
     }
 }
 
+/// `link set dev NAME up` or `link set dev NAME mtu N`.
+fn link_set(dev: &str, what: &[String]) -> Result<Request, CtlError> {
+    let words: Vec<&str> = what.iter().map(String::as_str).collect();
+    match words.as_slice() {
+        ["up"] => Ok(Request::LinkUp { port: dev.to_string() }),
+        ["mtu", n] => n
+            .parse()
+            .map(|mtu| Request::LinkMtu {
+                dev: dev.to_string(),
+                mtu,
+            })
+            .map_err(|_| CtlError::Usage(format!("mtu {n:?} is not a number; usage: link set dev NAME mtu N"))),
+        _ => Err(CtlError::Usage(format!(
+            "link set dev {dev} {}: expected `up` or `mtu N`",
+            words.join(" ")
+        ))),
+    }
+}
+
 /// `freeway ctl link ...`.
 #[derive(Subcommand, Clone, Debug)]
 pub enum LinkCmd {
     /// Every port's state and flags (`bridge link show`).
     #[command(visible_alias = "list")]
     Show,
-    /// Enables a port its BPDU guard disabled: `set dev PORT up`.
+    /// Enables a port its BPDU guard disabled (`set dev PORT up`), or sets the MTU of a port
+    /// or a router interface (`set dev NAME mtu N`, as `ip link`).
     Set {
         /// `dev`.
         #[arg(value_parser = keyword!("dev"))]
         dev_kw: String,
-        /// The port.
+        /// The port (or, with `mtu`, the router interface).
         port: String,
-        /// `up`.
-        #[arg(value_parser = keyword!("up"))]
-        up: String,
+        /// `up`, or `mtu N`.
+        #[arg(required = true, num_args = 1..=2, value_name = "up | mtu N")]
+        what: Vec<String>,
     },
 }
 
@@ -600,6 +620,7 @@ mod tests {
             "capture stop 4",
             "link show",
             "link set dev lan up",
+            "link set dev lan mtu 9000",
             "firewall list",
             "firewall load /etc/freeway/rules.nft",
             "set add allowed { 10.0.0.5, 10.0.1.0/24 }",

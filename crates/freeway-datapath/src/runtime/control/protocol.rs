@@ -185,6 +185,14 @@ pub enum Request {
         /// The port.
         port: String,
     },
+    /// Sets the MTU of a port (its L2 MTU) or of a router interface (its IP MTU), live
+    /// (`link set dev NAME mtu N`, as `ip link`).
+    LinkMtu {
+        /// The port or router interface.
+        dev: String,
+        /// The new MTU.
+        mtu: u32,
+    },
     /// The firewall's ruleset, with its counters (`nft list ruleset`).
     FirewallList,
     /// Replaces the firewall's ruleset with an nftables file, atomically: a file that does
@@ -242,6 +250,7 @@ impl Request {
         "capture",
         "link_show",
         "link_up",
+        "link_mtu",
         "firewall_list",
         "firewall_load",
         "set_add",
@@ -277,6 +286,7 @@ impl Request {
             Request::Capture(_) => "capture",
             Request::LinkShow => "link_show",
             Request::LinkUp { .. } => "link_up",
+            Request::LinkMtu { .. } => "link_mtu",
             Request::FirewallList => "firewall_list",
             Request::FirewallLoad { .. } => "firewall_load",
             Request::SetAdd { .. } => "set_add",
@@ -303,6 +313,7 @@ impl Request {
                 | Request::CaptureStart { .. }
                 | Request::CaptureStop { .. }
                 | Request::LinkUp { .. }
+                | Request::LinkMtu { .. }
                 | Request::FirewallLoad { .. }
                 | Request::SetAdd { .. }
                 | Request::SetDel { .. }
@@ -393,6 +404,7 @@ impl fmt::Display for Request {
             }
             Request::LinkShow => f.write_str("link show"),
             Request::LinkUp { port } => write!(f, "link set dev {port} up"),
+            Request::LinkMtu { dev, mtu } => write!(f, "link set dev {dev} mtu {mtu}"),
             Request::FirewallList => f.write_str("firewall list"),
             Request::FirewallLoad { path } => write!(f, "firewall load {}", path.display()),
             Request::SetAdd { set, elements } => write!(f, "set add {set} {{ {elements} }}"),
@@ -695,6 +707,10 @@ mod tests {
             Request::Capture(tap),
             Request::LinkShow,
             Request::LinkUp { port: "lan".into() },
+            Request::LinkMtu {
+                dev: "lan".into(),
+                mtu: 9000,
+            },
             Request::FirewallList,
             Request::FirewallLoad {
                 path: "/etc/freeway/rules.nft".into(),
