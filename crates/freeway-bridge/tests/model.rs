@@ -291,7 +291,7 @@ proptest! {
             age_chunk_buckets: 1 << 20,
             ..Default::default()
         };
-        let (fdb, mut writer, mut bridge, mut bw, mut em) = setup_with(cfg, 3);
+        let (fdb, mut writer, bridge, mut bw, mut em) = setup_with(cfg, 3);
         let ports = ports();
         let mut model = Model::default();
         if with_flags {
@@ -484,7 +484,7 @@ fn one(
 /// it is enabled again; the same BPDU on an unguarded port is only dropped.
 #[test]
 fn bpdu_guard_disables_the_port_until_enabled() {
-    let (_fdb, mut w, mut bridge, mut bw, _em) = setup();
+    let (_fdb, mut w, bridge, mut bw, _em) = setup();
     let d = PortFlags::default();
     bridge.set_port_flags(1, PortFlags { bpdu_guard: true, ..d }).unwrap();
     assert_eq!(
