@@ -316,6 +316,16 @@ impl MdbView {
         self.groups.get(&(vid, group_bits(group)))
     }
 
+    /// (VLAN, group) entries.
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Whether no group is snooped.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
     /// Every (VLAN, group, member ports), sorted.
     pub fn entries(&self) -> Vec<(u16, IpAddr, PortSet)> {
         let mut v: Vec<_> = self
@@ -362,13 +372,13 @@ impl MdbStats {
     /// Every counter by name.
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         vec![
-            ("mdb_reports", self.reports.get()),
-            ("mdb_leaves", self.leaves.get()),
-            ("mdb_queries", self.queries.get()),
-            ("mdb_groups_added", self.groups_added.get()),
-            ("mdb_members_expired", self.members_expired.get()),
-            ("mdb_hash_max_reached", self.hash_max_reached.get()),
-            ("mdb_published", self.published.get()),
+            ("reports", self.reports.get()),
+            ("leaves", self.leaves.get()),
+            ("queries", self.queries.get()),
+            ("groups_added", self.groups_added.get()),
+            ("members_expired", self.members_expired.get()),
+            ("hash_max_reached", self.hash_max_reached.get()),
+            ("published", self.published.get()),
         ]
     }
 }
@@ -457,6 +467,21 @@ pub fn new(cfg: MdbConfig, seed: u64) -> (Mdb, MdbWriter) {
             dirty: false,
         },
     )
+}
+
+/// Like [`new`] with a random hash seed, the ports' (`multicast_router`, fast leave) in
+/// order, and the first view published.
+pub fn new_random(cfg: MdbConfig, ports: impl IntoIterator<Item = (McastRouter, bool)>) -> (Mdb, MdbWriter) {
+    let seed = {
+        use std::hash::BuildHasher;
+        std::collections::hash_map::RandomState::new().hash_one(0x6d64_62u64)
+    };
+    let (r, mut w) = new(cfg, seed);
+    for (i, (router, fast)) in ports.into_iter().enumerate() {
+        w.set_port(i as u16, router, fast);
+    }
+    w.publish();
+    (r, w)
 }
 
 impl MdbWriter {

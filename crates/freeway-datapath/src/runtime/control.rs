@@ -37,6 +37,7 @@
 
 pub mod access;
 pub mod cli;
+mod lan;
 mod nft;
 pub mod protocol;
 pub mod rates;
@@ -984,6 +985,15 @@ impl<L: Layout> Control<L> {
             Request::Trace { fields } => self.trace(fields),
             Request::LinkShow => Ok(self.link_show()),
             Request::LinkUp { port } => self.link_up(port),
+            Request::LinkSet { port, up, flags } => {
+                let i = self.port_index(port)?;
+                let r = lan::link_set(&self.bridge, i, port, flags)?;
+                if *up {
+                    self.link_up(port)?;
+                }
+                Ok(r)
+            }
+            Request::MdbShow => lan::mdb_show(&self.bridge, &self.port_names),
             Request::FirewallList => nft::list(self.nft()?),
             Request::FirewallLoad { path } => nft::load(self.nft()?, path),
             Request::SetAdd { set, elements } => nft::set_change(self.nft()?, set, elements, true),
@@ -1335,41 +1345,30 @@ impl<L: Layout> Control<L> {
             } else {
                 "forwarding"
             };
-            let on = |b: bool| if b { "on" } else { "off" };
-            text.push_str(&format!(
-                "{}: {name}: state {state} learning {} flood {} mcast_flood {} bcast_flood {} isolated {} guard {}\n",
-                i + 1,
-                on(f.learning),
-                on(f.flood),
-                on(f.mcast_flood),
-                on(f.bcast_flood),
-                on(f.isolated),
-                on(f.bpdu_guard)
-            ));
-            data.push(json!({
-                "ifindex": i + 1,
-                "ifname": name,
-                "state": state,
-                "learning": f.learning,
-                "flood": f.flood,
-                "mcast_flood": f.mcast_flood,
-                "bcast_flood": f.bcast_flood,
-                "isolated": f.isolated,
-                "guard": f.bpdu_guard,
-            }));
+            text.push_str(&format!("{}: {name}: state {state} {}\n", i + 1, lan::flags_words(&f)));
+            let mut row = json!({"ifindex": i + 1, "ifname": name, "state": state});
+            if let (Some(r), Value::Object(fl)) = (row.as_object_mut(), lan::flags_json(&f)) {
+                r.extend(fl);
+            }
+            data.push(row);
         }
         Reply::new(text, Value::Array(data))
     }
 
-    /// `link set dev PORT up`: enables a port its BPDU guard disabled.
-    fn link_up(&self, port: &str) -> Result<Reply, CtlError> {
-        let i = self
-            .port_names
+    /// The index of the bridge port named `port` (not the router's internal one).
+    fn port_index(&self, port: &str) -> Result<u16, CtlError> {
+        self.port_names
             .iter()
             .take(self.nports)
             .position(|n| n == port)
-            .ok_or_else(|| CtlError::NotFound(format!("no port named {port:?}")))?;
-        let was = self.bridge.enable_port(i as u16).map_err(CtlError::Invalid)?;
+            .map(|i| i as u16)
+            .ok_or_else(|| CtlError::NotFound(format!("no port named {port:?}")))
+    }
+
+    /// `link set dev PORT up`: enables a port its BPDU guard disabled.
+    fn link_up(&self, port: &str) -> Result<Reply, CtlError> {
+        let i = self.port_index(port)?;
+        let was = self.bridge.enable_port(i).map_err(CtlError::Invalid)?;
         let text = if was {
             format!("{port}: enabled (its BPDU guard had disabled it)\n")
         } else {
@@ -1509,6 +1508,9 @@ capture start -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] -w /ABS/FILE [FI
 capture stop ID                         detach a tap (its file is completed)
 link show                               the bridge ports: state (forwarding, disabled) and flags
 link set dev PORT up                    enable a port its BPDU guard disabled
+link set dev PORT FLAG on|off ...       change flags while forwarding: learning flood mcast_flood
+                                        bcast_flood isolated guard
+mdb show                                IGMP/MLD snooping: groups' member ports per VLAN, router ports
 firewall list                           the nftables ruleset with its counters (nft list ruleset)
 firewall load FILE                      replace the ruleset, atomically (a bad file changes nothing)
 set add|del SET ELEMENT[, ELEMENT...]   elements of a named set (SET: NAME or TABLE/NAME)

@@ -116,11 +116,17 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: Option<ConntrackCmd>,
     },
-    /// The bridge ports: show | set dev PORT up.
+    /// The bridge ports: show | set dev PORT up | set dev PORT FLAG on|off ...
     Link {
         /// The subcommand (default: show).
         #[command(subcommand)]
         cmd: Option<LinkCmd>,
+    },
+    /// The multicast database (IGMP/MLD snooping): show.
+    Mdb {
+        /// The subcommand (default: show).
+        #[command(subcommand)]
+        cmd: Option<MdbCmd>,
     },
     /// The firewall's nftables ruleset: list | load FILE.
     Firewall {
@@ -443,7 +449,17 @@ impl CtlCmd {
             },
             CtlCmd::Link { cmd } => match cmd {
                 None | Some(LinkCmd::Show) => Request::LinkShow,
-                Some(LinkCmd::Set { port, .. }) => Request::LinkUp { port: port.clone() },
+                Some(LinkCmd::Set { port, settings, .. }) => match super::lan::parse_settings(settings)? {
+                    (true, f) if f == super::protocol::LinkFlags::default() => Request::LinkUp { port: port.clone() },
+                    (up, flags) => Request::LinkSet {
+                        port: port.clone(),
+                        up,
+                        flags,
+                    },
+                },
+            },
+            CtlCmd::Mdb { cmd } => match cmd {
+                None | Some(MdbCmd::Show) => Request::MdbShow,
             },
             CtlCmd::Firewall { cmd } => match cmd {
                 None | Some(FirewallCmd::List) => Request::FirewallList,
@@ -480,17 +496,27 @@ pub enum LinkCmd {
     /// Every port's state and flags (`bridge link show`).
     #[command(visible_alias = "list")]
     Show,
-    /// Enables a port its BPDU guard disabled: `set dev PORT up`.
+    /// Changes a port while it forwards: `set dev PORT up` enables a port its BPDU guard
+    /// disabled; `set dev PORT learning off flood on ...` sets flags (learning, flood,
+    /// mcast_flood, bcast_flood, isolated, guard: on or off).
     Set {
         /// `dev`.
         #[arg(value_parser = keyword!("dev"))]
         dev_kw: String,
         /// The port.
         port: String,
-        /// `up`.
-        #[arg(value_parser = keyword!("up"))]
-        up: String,
+        /// `up`, and `FLAG on|off` pairs.
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        settings: Vec<String>,
     },
+}
+
+/// `freeway ctl mdb ...`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum MdbCmd {
+    /// Groups and their member ports per VLAN, and router ports (`bridge mdb show`).
+    #[command(visible_alias = "list")]
+    Show,
 }
 
 /// `freeway ctl firewall ...`.

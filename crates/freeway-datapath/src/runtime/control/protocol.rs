@@ -37,6 +37,44 @@ use serde_json::Value;
 
 pub use crate::config::capture::{Direction, FileFormat, TapOptions};
 
+/// The port flags a [`Request::LinkSet`] changes (`None`: left as they are).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkFlags {
+    /// `learning on|off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning: Option<bool>,
+    /// `flood on|off` (unknown unicast).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flood: Option<bool>,
+    /// `mcast_flood on|off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcast_flood: Option<bool>,
+    /// `bcast_flood on|off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bcast_flood: Option<bool>,
+    /// `isolated on|off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolated: Option<bool>,
+    /// `guard on|off` (BPDU guard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bpdu_guard: Option<bool>,
+}
+
+impl LinkFlags {
+    /// Every flag with its `link set` word.
+    pub fn named(&self) -> [(&'static str, Option<bool>); 6] {
+        [
+            ("learning", self.learning),
+            ("flood", self.flood),
+            ("mcast_flood", self.mcast_flood),
+            ("bcast_flood", self.bcast_flood),
+            ("isolated", self.isolated),
+            ("guard", self.bpdu_guard),
+        ]
+    }
+}
+
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -185,6 +223,20 @@ pub enum Request {
         /// The port.
         port: String,
     },
+    /// Changes a port's flags while it forwards (`link set dev PORT learning off ...`), and
+    /// enables it again if `up`.
+    LinkSet {
+        /// The port.
+        port: String,
+        /// Enable the port too (`up`).
+        #[serde(default)]
+        up: bool,
+        /// The flags to change.
+        flags: LinkFlags,
+    },
+    /// The multicast database: groups and their member ports per VLAN, router ports
+    /// (`bridge mdb show`).
+    MdbShow,
     /// The firewall's ruleset, with its counters (`nft list ruleset`).
     FirewallList,
     /// Replaces the firewall's ruleset with an nftables file, atomically: a file that does
@@ -242,6 +294,8 @@ impl Request {
         "capture",
         "link_show",
         "link_up",
+        "link_set",
+        "mdb_show",
         "firewall_list",
         "firewall_load",
         "set_add",
@@ -277,6 +331,8 @@ impl Request {
             Request::Capture(_) => "capture",
             Request::LinkShow => "link_show",
             Request::LinkUp { .. } => "link_up",
+            Request::LinkSet { .. } => "link_set",
+            Request::MdbShow => "mdb_show",
             Request::FirewallList => "firewall_list",
             Request::FirewallLoad { .. } => "firewall_load",
             Request::SetAdd { .. } => "set_add",
@@ -303,6 +359,7 @@ impl Request {
                 | Request::CaptureStart { .. }
                 | Request::CaptureStop { .. }
                 | Request::LinkUp { .. }
+                | Request::LinkSet { .. }
                 | Request::FirewallLoad { .. }
                 | Request::SetAdd { .. }
                 | Request::SetDel { .. }
@@ -393,6 +450,16 @@ impl fmt::Display for Request {
             }
             Request::LinkShow => f.write_str("link show"),
             Request::LinkUp { port } => write!(f, "link set dev {port} up"),
+            Request::LinkSet { port, up, flags } => {
+                write!(f, "link set dev {port}{}", if *up { " up" } else { "" })?;
+                for (k, v) in flags.named() {
+                    if let Some(v) = v {
+                        write!(f, " {k} {}", if v { "on" } else { "off" })?;
+                    }
+                }
+                Ok(())
+            }
+            Request::MdbShow => f.write_str("mdb show"),
             Request::FirewallList => f.write_str("firewall list"),
             Request::FirewallLoad { path } => write!(f, "firewall load {}", path.display()),
             Request::SetAdd { set, elements } => write!(f, "set add {set} {{ {elements} }}"),
@@ -695,6 +762,16 @@ mod tests {
             Request::Capture(tap),
             Request::LinkShow,
             Request::LinkUp { port: "lan".into() },
+            Request::LinkSet {
+                port: "lan".into(),
+                up: true,
+                flags: LinkFlags {
+                    learning: Some(false),
+                    bpdu_guard: Some(true),
+                    ..Default::default()
+                },
+            },
+            Request::MdbShow,
             Request::FirewallList,
             Request::FirewallLoad {
                 path: "/etc/freeway/rules.nft".into(),
