@@ -474,7 +474,7 @@ pub fn new(cfg: MdbConfig, seed: u64) -> (Mdb, MdbWriter) {
 pub fn new_random(cfg: MdbConfig, ports: impl IntoIterator<Item = (McastRouter, bool)>) -> (Mdb, MdbWriter) {
     let seed = {
         use std::hash::BuildHasher;
-        std::collections::hash_map::RandomState::new().hash_one(0x6d64_62u64)
+        std::collections::hash_map::RandomState::new().hash_one(0x006d_6462_u64)
     };
     let (r, mut w) = new(cfg, seed);
     for (i, (router, fast)) in ports.into_iter().enumerate() {
