@@ -307,6 +307,19 @@ struct BridgePort {
     /// Disabled by its BPDU guard: written once by the worker that saw the BPDU, cleared
     /// by the control plane.
     disabled: AtomicBool,
+    /// Its name, for the log.
+    name: Box<str>,
+}
+
+/// Says, once per disabling, that a port's BPDU guard disabled it (a worker, cold path).
+#[cold]
+#[inline(never)]
+fn guard_log(port: u16, name: &str) {
+    tracing::warn!(
+        port = name,
+        index = port,
+        "an STP BPDU arrived on port {name:?}, which has BPDU guard: the port is disabled until `freeway ctl link set dev {name} up`"
+    );
 }
 
 /// The bridge: its FDB and the VLAN tables of its ports. Shared read-only by all workers.
@@ -342,6 +355,7 @@ impl<L: Layout> Bridge<L> {
                     group_fwd: 0,
                     storm: StormControl::default(),
                     disabled: AtomicBool::new(false),
+                    name: "".into(),
                 })
                 .collect(),
             members,
@@ -378,6 +392,12 @@ impl<L: Layout> Bridge<L> {
             .ok_or_else(|| format!("no port {port}"))?
             .flags
             .store(flags.to_bits(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Names `port` (for the log); an unknown port is refused.
+    pub fn set_port_name(&mut self, port: u16, name: &str) -> Result<(), String> {
+        self.port_mut(port)?.name = name.into();
         Ok(())
     }
 
@@ -568,7 +588,9 @@ impl<L: Layout> Bridge<L> {
             } else if is_link_local(&dst) && !Self::forwards_link_local(bp.group_fwd, dst[5]) {
                 if dst[5] == 0 && in_flags.bpdu_guard && !read_only {
                     // An STP BPDU where no switch should be: the port goes down.
-                    bp.disabled.store(true, Ordering::Relaxed);
+                    if !bp.disabled.swap(true, Ordering::Relaxed) {
+                        guard_log(in_port, &bp.name);
+                    }
                     c.bpdu_guard.inc();
                 }
                 c.drop_link_local.inc();

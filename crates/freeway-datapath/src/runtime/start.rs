@@ -475,6 +475,7 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock, nworkers: us
     for (i, p) in cfg.ports.iter().enumerate() {
         bridge
             .set_group_fwd_mask(i as u16, p.group_fwd_mask)
+            .and_then(|()| bridge.set_port_name(i as u16, &p.name))
             .and_then(|()| bridge.set_port_flags(i as u16, p.flags))
             .and_then(|()| bridge.set_storm_control(i as u16, per_worker(p.storm, nworkers)))
             .map_err(|e| RunError(format!("port {:?}: {e}", p.name)))?;
