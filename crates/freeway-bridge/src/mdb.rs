@@ -137,13 +137,14 @@ impl Default for MdbConfig {
 impl MdbConfig {
     /// Checks the settings; the error names the offending key.
     pub fn validate(&self) -> Result<(), String> {
-        if self.multicast_hash_max == 0 || self.multicast_hash_max > 1 << 20 {
-            return Err(format!(
-                "multicast_hash_max must be between 1 and {} (got {})",
-                1 << 20,
-                self.multicast_hash_max
-            ));
-        }
+        in_range("multicast_hash_max", self.multicast_hash_max as u64, 1, 1 << 20)?;
+        in_range("multicast_queue", self.multicast_queue as u64, 1, 1 << 20)?;
+        in_range(
+            "multicast_last_member_count",
+            self.multicast_last_member_count.into(),
+            1,
+            100,
+        )?;
         for (k, v) in [
             (
                 "multicast_membership_interval_ms",
@@ -155,24 +156,18 @@ impl MdbConfig {
                 self.multicast_last_member_interval_ms,
             ),
         ] {
-            if !(100..=86_400_000).contains(&v) {
-                return Err(format!("{k} must be between 100 and 86400000 (got {v})"));
-            }
-        }
-        if self.multicast_last_member_count == 0 || self.multicast_last_member_count > 100 {
-            return Err(format!(
-                "multicast_last_member_count must be between 1 and 100 (got {})",
-                self.multicast_last_member_count
-            ));
-        }
-        if self.multicast_queue == 0 || self.multicast_queue > 1 << 20 {
-            return Err(format!(
-                "multicast_queue must be between 1 and {} (got {})",
-                1 << 20,
-                self.multicast_queue
-            ));
+            in_range(k, v, 100, 86_400_000)?;
         }
         Ok(())
+    }
+}
+
+/// `Ok` if `lo <= v <= hi`, else an error naming the key first.
+fn in_range(key: &str, v: u64, lo: u64, hi: u64) -> Result<(), String> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{key} must be between {lo} and {hi} (got {v})"))
     }
 }
 
@@ -447,26 +442,25 @@ pub struct MdbWriter {
 
 /// Creates a multicast database: its read side and its single writer.
 pub fn new(cfg: MdbConfig, seed: u64) -> (Mdb, MdbWriter) {
-    let shared = Arc::new(Shared {
-        view: Published::new(MdbView::empty(cfg.multicast_snooping, seed)),
-        queue: ArrayQueue::new(cfg.multicast_queue.max(1)),
-        stats: MdbStats::default(),
-    });
-    (
-        Mdb { shared: shared.clone() },
-        MdbWriter {
-            shared,
-            cfg,
-            seed,
-            groups: BTreeMap::new(),
-            routers: BTreeMap::new(),
-            queriers: BTreeMap::new(),
-            ports: Vec::new(),
-            next_expiry: Tick::MAX,
-            last_age: 0,
-            dirty: false,
-        },
-    )
+    let view = Published::new(MdbView::empty(cfg.multicast_snooping, seed));
+    let queue = ArrayQueue::new(cfg.multicast_queue.max(1));
+    let w = MdbWriter {
+        shared: Arc::new(Shared {
+            stats: MdbStats::default(),
+            view,
+            queue,
+        }),
+        cfg,
+        seed,
+        groups: BTreeMap::new(),
+        routers: BTreeMap::new(),
+        queriers: BTreeMap::new(),
+        ports: Vec::new(),
+        next_expiry: Tick::MAX,
+        last_age: 0,
+        dirty: false,
+    };
+    (w.reader(), w)
 }
 
 /// Like [`new`] with a random hash seed, the ports' (`multicast_router`, fast leave) in
@@ -821,66 +815,85 @@ fn records(m: &[u8], mut at: usize, count: usize, addr: usize, events: &mut impl
     }
 }
 
-fn igmp(m: &[u8], src_set: bool, events: &mut impl FnMut(MdbEvent)) -> McastFrame {
-    let Some(&t) = m.first() else { return McastFrame::Other };
-    match t {
-        IGMP_QUERY => {
-            if src_set {
-                events(MdbEvent::Query);
-            }
-            McastFrame::Query
+/// The message types of one protocol: IGMP or MLD.
+struct Kinds {
+    query: u8,
+    /// Reports of the older versions (IGMPv1 and v2; MLDv1 twice).
+    reports: [u8; 2],
+    leave: u8,
+    /// IGMPv3 / MLDv2 report.
+    records: u8,
+    /// Where the group of a query, report or leave is.
+    group_at: usize,
+    /// Address length.
+    addr: usize,
+}
+
+const IGMP: Kinds = Kinds::new(
+    IGMP_QUERY,
+    [IGMP_V1_REPORT, IGMP_V2_REPORT],
+    IGMP_V2_LEAVE,
+    IGMP_V3_REPORT,
+    4,
+    4,
+);
+const MLD: Kinds = Kinds::new(MLD_QUERY, [MLD_V1_REPORT; 2], MLD_V1_DONE, MLD_V2_REPORT, 8, 16);
+
+impl Kinds {
+    const fn new(query: u8, reports: [u8; 2], leave: u8, records: u8, group_at: usize, addr: usize) -> Kinds {
+        Kinds {
+            query,
+            reports,
+            leave,
+            records,
+            group_at,
+            addr,
         }
-        IGMP_V1_REPORT | IGMP_V2_REPORT => {
-            if let Some(g) = v4_at(m, 4).and_then(tracked) {
-                events(MdbEvent::Join(g));
-            }
-            McastFrame::Report
-        }
-        IGMP_V2_LEAVE => {
-            if let Some(g) = v4_at(m, 4).and_then(tracked) {
-                events(MdbEvent::Leave(g));
-            }
-            McastFrame::Report
-        }
-        IGMP_V3_REPORT => {
-            let n = m.get(6..8).map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
-            records(m, 8, n, 4, events);
-            McastFrame::Report
-        }
-        _ => McastFrame::Other,
     }
+}
+
+/// Reads an IGMP or MLD message; `None` if it is none of the types snooping reads.
+fn message(m: &[u8], k: &Kinds, src_set: bool, events: &mut impl FnMut(MdbEvent)) -> Option<McastFrame> {
+    let &t = m.first()?;
+    let group = || {
+        if k.addr == 4 {
+            v4_at(m, k.group_at)
+        } else {
+            v6_at(m, k.group_at)
+        }
+        .and_then(tracked)
+    };
+    if t == k.query {
+        if src_set {
+            events(MdbEvent::Query);
+        }
+        return Some(McastFrame::Query);
+    }
+    if k.reports.contains(&t) || t == k.leave {
+        if let Some(g) = group() {
+            events(if t == k.leave {
+                MdbEvent::Leave(g)
+            } else {
+                MdbEvent::Join(g)
+            });
+        }
+    } else if t == k.records {
+        let n = m.get(6..8).map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+        records(m, 8, n, k.addr, events);
+    } else {
+        return None;
+    }
+    Some(McastFrame::Report)
+}
+
+fn igmp(m: &[u8], src_set: bool, events: &mut impl FnMut(MdbEvent)) -> McastFrame {
+    message(m, &IGMP, src_set, events).unwrap_or(McastFrame::Other)
 }
 
 /// `None` for an ICMPv6 message that is not MLD (the frame is then classified by its
 /// destination).
 fn mld(m: &[u8], src_set: bool, events: &mut impl FnMut(MdbEvent)) -> Option<McastFrame> {
-    let &t = m.first()?;
-    Some(match t {
-        MLD_QUERY => {
-            if src_set {
-                events(MdbEvent::Query);
-            }
-            McastFrame::Query
-        }
-        MLD_V1_REPORT => {
-            if let Some(g) = v6_at(m, 8).and_then(tracked) {
-                events(MdbEvent::Join(g));
-            }
-            McastFrame::Report
-        }
-        MLD_V1_DONE => {
-            if let Some(g) = v6_at(m, 8).and_then(tracked) {
-                events(MdbEvent::Leave(g));
-            }
-            McastFrame::Report
-        }
-        MLD_V2_REPORT => {
-            let n = m.get(6..8).map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
-            records(m, 8, n, 16, events);
-            McastFrame::Report
-        }
-        _ => return None,
-    })
+    message(m, &MLD, src_set, events)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -949,11 +962,8 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded() {
-        let cfg = MdbConfig {
-            multicast_hash_max: 3,
-            ..Default::default()
-        };
-        let (mdb, mut w) = new(cfg, 1);
+        let (mdb, mut w) = new(MdbConfig::default(), 1);
+        w.cfg.multicast_hash_max = 3;
         for i in 0..5 {
             w.apply(join(1, 1, g4(i)), 0);
         }

@@ -12,10 +12,13 @@ use std::net::IpAddr;
 use freeway_bridge::fdb::{new_seeded, FdbConfig};
 use freeway_bridge::mdb::{self, McastRouter, MdbConfig};
 use freeway_bridge::{
-    Bridge, BridgeWorker, Emit, FdbWriter, Learning, Padded, PortFlags, PortVlan, PortVlanConfig, StormControl,
+    Bridge, BridgeWorker, FdbWriter, Learning, Padded, PortFlags, PortVlan, PortVlanConfig, StormControl,
 };
-use freeway_packet::{parse, Batch, Packet, PacketPool};
+use freeway_packet::{parse, Batch, Packet};
 use proptest::prelude::*;
+
+mod common;
+use common::Collect;
 
 /// Ports 0-2: access VLAN 1; 3: trunk of VLANs 1 and 2 (tagged); 4: access VLAN 2.
 fn ports() -> Vec<PortVlan> {
@@ -254,25 +257,8 @@ fn frame(msg: Msg, port: u8, tag: Option<u16>, seq: u8) -> Packet {
     p
 }
 
-/// What left a port: (port, the frame's VLAN tag, its first byte after the addresses).
-type Out = (u16, Option<u16>);
-
-#[derive(Default)]
-struct Collect {
-    pool: PacketPool,
-    out: Vec<Out>,
-}
-
-impl Emit for Collect {
-    fn pool(&mut self) -> &mut PacketPool {
-        &mut self.pool
-    }
-    fn emit(&mut self, port: u16, pkt: Packet) {
-        let d = pkt.data();
-        let tag = (d[12..14] == [0x81, 0x00]).then(|| u16::from_be_bytes([d[14], d[15]]) & 0x0fff);
-        self.out.push((port, tag));
-    }
-}
+/// What left a port: (port, the frame's VLAN tag).
+type Sent = (u16, Option<u16>);
 
 /// The reference: what the documentation says, written plainly.
 #[derive(Default)]
@@ -308,7 +294,7 @@ impl Model {
         }
     }
 
-    fn frame(&mut self, ports: &[PortVlan], msg: Msg, inp: u16, tag: Option<u16>, now: u64) -> Vec<Out> {
+    fn frame(&mut self, ports: &[PortVlan], msg: Msg, inp: u16, tag: Option<u16>, now: u64) -> Vec<Sent> {
         if self.disabled[inp as usize] {
             return vec![];
         }
@@ -461,7 +447,7 @@ proptest! {
                     b.push(frame(msg, port as u8, tag, i as u8)).unwrap();
                     let mut em = Collect::default();
                     bridge.process(&mut bw, &mut b, now, &mut em, &mut Learning::Inline(&mut w));
-                    let mut got = em.out;
+                    let mut got: Vec<Sent> = em.out.into_iter().map(|o| (o.0, o.1)).collect();
                     let mut want = model.frame(&ports, msg, port, tag, now);
                     got.sort();
                     want.sort();
@@ -506,40 +492,20 @@ fn a_stream_reaches_members_and_router_ports_once_a_querier_speaks() {
         v
     };
     let data = Msg::Data { g: 0 };
-    assert_eq!(
-        run(&mut bw, &mut w, Msg::Report { g: 0, v3: false }, 1, 1_000),
-        vec![0, 2, 3]
-    );
-    assert_eq!(
-        run(&mut bw, &mut w, data, 0, 1_000),
-        vec![1, 2, 3],
-        "no querier: flooded"
-    );
-    // A query from port 0 (a querier, so a router port); queries are flooded.
-    assert_eq!(
-        run(&mut bw, &mut w, Msg::Query { v6: false, zero: false }, 0, 1_000),
-        vec![1, 2, 3]
-    );
-    assert_eq!(
-        run(&mut bw, &mut w, data, 2, 1_000),
-        vec![0, 1, 3],
-        "member 1, routers 0 and 3"
-    );
-    assert_eq!(
-        run(&mut bw, &mut w, Msg::Report { g: 1, v3: true }, 2, 1_000),
-        vec![0, 3]
-    );
-    assert_eq!(run(&mut bw, &mut w, Msg::Data { g: 1 }, 0, 1_000), vec![2, 3]);
-    assert_eq!(
-        run(&mut bw, &mut w, Msg::LinkLocal, 0, 1_000),
-        vec![1, 2, 3],
-        "224.0.0.x floods"
-    );
-    assert_eq!(
-        run(&mut bw, &mut w, Msg::Data { g: 2 }, 0, 1_000),
-        vec![1, 2, 3],
-        "unknown group floods"
-    );
+    let q = Msg::Query { v6: false, zero: false };
+    let (r0, r1) = (Msg::Report { g: 0, v3: false }, Msg::Report { g: 1, v3: true });
+    for (msg, port, want, why) in [
+        (r0, 1, &[0, 2, 3][..], "no querier: a report floods"),
+        (data, 0, &[1, 2, 3], "no querier: flooded"),
+        (q, 0, &[1, 2, 3], "a query from port 0 (a router port now) floods"),
+        (data, 2, &[0, 1, 3], "member 1, routers 0 and 3"),
+        (r1, 2, &[0, 3], "reports go to router ports"),
+        (Msg::Data { g: 1 }, 0, &[2, 3], "member 2, router 3"),
+        (Msg::LinkLocal, 0, &[1, 2, 3], "224.0.0.x floods"),
+        (Msg::Data { g: 2 }, 0, &[1, 2, 3], "an unknown group floods"),
+    ] {
+        assert_eq!(run(&mut bw, &mut w, msg, port, 1_000), want, "{why}");
+    }
     assert!(bw.counters.mcast_snooped.get() >= 3);
     assert!(bw.counters.mdb_requests.get() >= 3);
     // Fast leave on port 1: its group is gone at once.

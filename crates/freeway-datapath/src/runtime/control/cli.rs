@@ -450,7 +450,7 @@ impl CtlCmd {
             CtlCmd::Link { cmd } => match cmd {
                 None | Some(LinkCmd::Show) => Request::LinkShow,
                 Some(LinkCmd::Set { port, settings, .. }) => match super::lan::parse_settings(settings)? {
-                    (true, f) if f == super::protocol::LinkFlags::default() => Request::LinkUp { port: port.clone() },
+                    (true, f) if f.is_empty() => Request::LinkUp { port: port.clone() },
                     (up, flags) => Request::LinkSet {
                         port: port.clone(),
                         up,

@@ -8,7 +8,9 @@
 use freeway_bridge::{Bridge, Layout, PortFlags};
 use serde_json::{json, Value};
 
-use super::protocol::{CtlError, LinkFlags, Reply};
+use std::collections::BTreeMap;
+
+use super::protocol::{CtlError, Reply};
 
 /// The name the bridge goes by in `mdb show` (Freeway's bridge has no device of its own;
 /// scripts written for `bridge mdb show` look for `dev br0`).
@@ -65,21 +67,32 @@ pub fn mdb_show<L: Layout>(bridge: &Bridge<L>, port_names: &[String]) -> Result<
     Ok(Reply::new(text, data))
 }
 
+/// The flags `link set` changes, by name.
+pub type LinkFlags = BTreeMap<String, bool>;
+
+/// Sets the flag called `name` (bridge(8)'s word; `guard` and `bpdu_guard` are the same).
+fn set_flag(f: &mut PortFlags, name: &str, v: bool) -> Result<(), String> {
+    *match name {
+        "learning" => &mut f.learning,
+        "flood" => &mut f.flood,
+        "mcast_flood" => &mut f.mcast_flood,
+        "bcast_flood" => &mut f.bcast_flood,
+        "isolated" => &mut f.isolated,
+        "guard" | "bpdu_guard" => &mut f.bpdu_guard,
+        _ => {
+            return Err(format!(
+                "unknown setting {name:?}; expected up, or learning, flood, mcast_flood, bcast_flood, isolated or guard followed by on or off"
+            ))
+        }
+    } = v;
+    Ok(())
+}
+
 /// `link set dev PORT FLAG on|off ...`: applies the flags named to the port's current ones.
 pub fn link_set<L: Layout>(bridge: &Bridge<L>, i: u16, port: &str, set: &LinkFlags) -> Result<Reply, CtlError> {
     let mut f = bridge.port_flags(i);
-    let fields: [(&mut bool, Option<bool>); 6] = [
-        (&mut f.learning, set.learning),
-        (&mut f.flood, set.flood),
-        (&mut f.mcast_flood, set.mcast_flood),
-        (&mut f.bcast_flood, set.bcast_flood),
-        (&mut f.isolated, set.isolated),
-        (&mut f.bpdu_guard, set.bpdu_guard),
-    ];
-    for (field, v) in fields {
-        if let Some(v) = v {
-            *field = v;
-        }
+    for (k, v) in set {
+        set_flag(&mut f, k, *v).map_err(CtlError::Invalid)?;
     }
     bridge.set_port_flags(i, f).map_err(CtlError::Invalid)?;
     Ok(Reply::new(
@@ -118,27 +131,15 @@ pub fn flags_json(f: &PortFlags) -> Value {
 /// `guard` and `bpdu_guard` name the same flag). Returns whether `up` was asked and the flags.
 pub fn parse_settings(words: &[String]) -> Result<(bool, LinkFlags), CtlError> {
     let mut up = false;
-    let mut f = LinkFlags::default();
+    let mut f = LinkFlags::new();
     let mut it = words.iter();
     while let Some(w) = it.next() {
         if w == "up" {
             up = true;
             continue;
         }
-        let slot = match w.as_str() {
-            "learning" => &mut f.learning,
-            "flood" => &mut f.flood,
-            "mcast_flood" => &mut f.mcast_flood,
-            "bcast_flood" => &mut f.bcast_flood,
-            "isolated" => &mut f.isolated,
-            "guard" | "bpdu_guard" => &mut f.bpdu_guard,
-            _ => {
-                return Err(CtlError::Usage(format!(
-                    "link set: unknown setting {w:?}; expected up, or learning, flood, mcast_flood, bcast_flood, isolated or guard followed by on or off"
-                )))
-            }
-        };
-        *slot = Some(match it.next().map(String::as_str) {
+        set_flag(&mut PortFlags::default(), w, true).map_err(|e| CtlError::Usage(format!("link set: {e}")))?;
+        let v = match it.next().map(String::as_str) {
             Some("on") => true,
             Some("off") => false,
             other => {
@@ -147,9 +148,10 @@ pub fn parse_settings(words: &[String]) -> Result<(bool, LinkFlags), CtlError> {
                     other.map_or("nothing".into(), |o| format!("{o:?}"))
                 )))
             }
-        });
+        };
+        f.insert(if w == "bpdu_guard" { "guard".into() } else { w.clone() }, v);
     }
-    if !up && f == LinkFlags::default() {
+    if !up && f.is_empty() {
         return Err(CtlError::Usage(
             "link set dev PORT: say what to set (up, or FLAG on|off ...)".into(),
         ));
@@ -169,11 +171,11 @@ mod tests {
     fn settings_are_read_as_bridge_link_set_words() {
         let (up, f) = parse_settings(&words("learning off guard on mcast_flood off")).unwrap();
         assert!(!up);
-        assert_eq!(f.learning, Some(false));
-        assert_eq!(f.bpdu_guard, Some(true));
-        assert_eq!(f.mcast_flood, Some(false));
-        assert_eq!(f.flood, None);
-        assert_eq!(parse_settings(&words("up")).unwrap(), (true, LinkFlags::default()));
+        assert_eq!(f.get("learning"), Some(&false));
+        assert_eq!(f.get("guard"), Some(&true));
+        assert_eq!(f.get("mcast_flood"), Some(&false));
+        assert_eq!(f.get("flood"), None);
+        assert_eq!(parse_settings(&words("up")).unwrap(), (true, LinkFlags::new()));
         let e = parse_settings(&words("learning maybe")).unwrap_err();
         assert!(e.message().contains("on or off"), "{e}");
         let e = parse_settings(&words("hairpin on")).unwrap_err();

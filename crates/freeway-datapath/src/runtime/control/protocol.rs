@@ -37,44 +37,6 @@ use serde_json::Value;
 
 pub use crate::config::capture::{Direction, FileFormat, TapOptions};
 
-/// The port flags a [`Request::LinkSet`] changes (`None`: left as they are).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinkFlags {
-    /// `learning on|off`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub learning: Option<bool>,
-    /// `flood on|off` (unknown unicast).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flood: Option<bool>,
-    /// `mcast_flood on|off`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mcast_flood: Option<bool>,
-    /// `bcast_flood on|off`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bcast_flood: Option<bool>,
-    /// `isolated on|off`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub isolated: Option<bool>,
-    /// `guard on|off` (BPDU guard).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bpdu_guard: Option<bool>,
-}
-
-impl LinkFlags {
-    /// Every flag with its `link set` word.
-    pub fn named(&self) -> [(&'static str, Option<bool>); 6] {
-        [
-            ("learning", self.learning),
-            ("flood", self.flood),
-            ("mcast_flood", self.mcast_flood),
-            ("bcast_flood", self.bcast_flood),
-            ("isolated", self.isolated),
-            ("guard", self.bpdu_guard),
-        ]
-    }
-}
-
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -231,8 +193,9 @@ pub enum Request {
         /// Enable the port too (`up`).
         #[serde(default)]
         up: bool,
-        /// The flags to change.
-        flags: LinkFlags,
+        /// The flags to change, by their `link set` words (`learning`, `flood`,
+        /// `mcast_flood`, `bcast_flood`, `isolated`, `guard`): on (true) or off.
+        flags: std::collections::BTreeMap<String, bool>,
     },
     /// The multicast database: groups and their member ports per VLAN, router ports
     /// (`bridge mdb show`).
@@ -452,10 +415,8 @@ impl fmt::Display for Request {
             Request::LinkUp { port } => write!(f, "link set dev {port} up"),
             Request::LinkSet { port, up, flags } => {
                 write!(f, "link set dev {port}{}", if *up { " up" } else { "" })?;
-                for (k, v) in flags.named() {
-                    if let Some(v) = v {
-                        write!(f, " {k} {}", if v { "on" } else { "off" })?;
-                    }
+                for (k, v) in flags {
+                    write!(f, " {k} {}", if *v { "on" } else { "off" })?;
                 }
                 Ok(())
             }
@@ -765,11 +726,7 @@ mod tests {
             Request::LinkSet {
                 port: "lan".into(),
                 up: true,
-                flags: LinkFlags {
-                    learning: Some(false),
-                    bpdu_guard: Some(true),
-                    ..Default::default()
-                },
+                flags: [("learning".to_string(), false), ("guard".to_string(), true)].into(),
             },
             Request::MdbShow,
             Request::FirewallList,
