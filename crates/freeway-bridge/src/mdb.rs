@@ -28,7 +28,9 @@
 //!   last-member interval (the time a querier's group-specific queries would take).
 //! * A query with a non-zero source makes its port a router port of the VLAN (unless the
 //!   port's `multicast_router` is 0) for the querier interval, and marks the VLAN as having
-//!   a querier. A port with `multicast_router = 2` is always a router port.
+//!   a querier. A port with `multicast_router = 2` is always a router port. IGMP and MLD
+//!   are apart, as in Linux: an IGMP querier is no MLD querier, and router ports are learned
+//!   per protocol.
 //! * Forwarding (see the stage): while the VLAN has a querier, a frame to a snooped group goes
 //!   to its members and the VLAN's router ports only, and reports go to router ports only.
 //!   Without a querier, memberships cannot be refreshed, so multicast is flooded as unsnooped
@@ -202,8 +204,11 @@ pub enum MdbEvent {
     Join(IpAddr),
     /// A leave (or an empty INCLUDE record): the port no longer wants the group.
     Leave(IpAddr),
-    /// A query from a real querier (source not 0.0.0.0 / ::).
-    Query,
+    /// A query from a real querier (source not 0.0.0.0 / ::): IGMP, or MLD if `v6`.
+    Query {
+        /// MLD (IPv6), not IGMP.
+        v6: bool,
+    },
 }
 
 /// A worker's request to the writer.
@@ -267,7 +272,7 @@ fn group_bits(g: IpAddr) -> u128 {
     }
 }
 
-/// A VLAN's multicast state in the view.
+/// A VLAN's multicast state for one protocol (IGMP or MLD) in the view.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct VlanMcast {
     /// Its router ports (learned and permanent).
@@ -281,7 +286,8 @@ pub struct VlanMcast {
 pub struct MdbView {
     snooping: bool,
     groups: HashMap<(u16, u128), PortSet, Seeded>,
-    vlans: HashMap<u16, VlanMcast, Seeded>,
+    /// By (VLAN, MLD rather than IGMP).
+    vlans: HashMap<(u16, bool), VlanMcast, Seeded>,
 }
 
 impl MdbView {
@@ -299,10 +305,10 @@ impl MdbView {
         self.snooping
     }
 
-    /// The VLAN's state, when it has a querier or router ports.
+    /// The VLAN's IGMP state (MLD's if `v6`), when it has a querier or router ports.
     #[inline]
-    pub fn vlan(&self, vid: u16) -> Option<&VlanMcast> {
-        self.vlans.get(&vid)
+    pub fn vlan(&self, vid: u16, v6: bool) -> Option<&VlanMcast> {
+        self.vlans.get(&(vid, v6))
     }
 
     /// The member ports of `group` in `vid`, if it is snooped.
@@ -336,8 +342,8 @@ impl MdbView {
         v
     }
 
-    /// Every VLAN with router ports or a querier, sorted.
-    pub fn vlans(&self) -> Vec<(u16, VlanMcast)> {
+    /// Every (VLAN, MLD rather than IGMP) with router ports or a querier, sorted.
+    pub fn vlans(&self) -> Vec<((u16, bool), VlanMcast)> {
         let mut v: Vec<_> = self.vlans.iter().map(|(k, s)| (*k, *s)).collect();
         v.sort_by_key(|e| e.0);
         v
@@ -428,10 +434,10 @@ pub struct MdbWriter {
     seed: u64,
     /// (VLAN, group) → member port → expiry.
     groups: BTreeMap<(u16, IpAddr), BTreeMap<u16, Tick>>,
-    /// (VLAN, port) → expiry of a learned router port.
-    routers: BTreeMap<(u16, u16), Tick>,
-    /// VLAN → expiry of its querier.
-    queriers: BTreeMap<u16, Tick>,
+    /// (VLAN, MLD, port) → expiry of a learned router port.
+    routers: BTreeMap<(u16, bool, u16), Tick>,
+    /// (VLAN, MLD) → expiry of its querier.
+    queriers: BTreeMap<(u16, bool), Tick>,
     /// Per port: `multicast_router` and fast leave.
     ports: Vec<(McastRouter, bool)>,
     /// The earliest timer of all (ageing skips scans before it).
@@ -500,7 +506,7 @@ impl MdbWriter {
         }
         self.ports[i] = (router, fast_leave);
         if router == McastRouter::Disabled {
-            self.routers.retain(|(_, p), _| *p != port);
+            self.routers.retain(|(_, _, p), _| *p != port);
         }
         self.dirty = true;
     }
@@ -571,13 +577,14 @@ impl MdbWriter {
                     self.due(lmqt);
                 }
             }
-            MdbEvent::Query => {
+            MdbEvent::Query { v6 } => {
                 stats.queries.inc();
                 let exp = now + self.cfg.multicast_querier_interval_ms;
-                if self.queriers.insert(r.vid, exp).is_none() {
+                if self.queriers.insert((r.vid, v6), exp).is_none() {
                     self.dirty = true;
                 }
-                if self.port(r.port).0 == McastRouter::Learn && self.routers.insert((r.vid, r.port), exp).is_none() {
+                if self.port(r.port).0 == McastRouter::Learn && self.routers.insert((r.vid, v6, r.port), exp).is_none()
+                {
                     self.dirty = true;
                 }
                 self.due(exp);
@@ -632,11 +639,11 @@ impl MdbWriter {
                 perm.insert(i as u16);
             }
         }
-        for vid in self.queriers.keys() {
-            v.vlans.entry(*vid).or_default().querier = true;
+        for k in self.queriers.keys() {
+            v.vlans.entry(*k).or_default().querier = true;
         }
-        for (vid, p) in self.routers.keys() {
-            v.vlans.entry(*vid).or_default().routers.insert(*p);
+        for (vid, v6, p) in self.routers.keys() {
+            v.vlans.entry((*vid, *v6)).or_default().routers.insert(*p);
         }
         for s in v.vlans.values_mut() {
             s.routers = s.routers.union(&perm);
@@ -693,8 +700,11 @@ pub enum McastFrame {
     Other,
     /// IP multicast data to a group.
     Data(IpAddr),
-    /// An IGMP or MLD report or leave: forwarded to router ports.
-    Report,
+    /// An IGMP or MLD (`v6`) report or leave: forwarded to router ports.
+    Report {
+        /// MLD, not IGMP.
+        v6: bool,
+    },
     /// An IGMP or MLD query: flooded.
     Query,
 }
@@ -865,7 +875,7 @@ fn message(m: &[u8], k: &Kinds, src_set: bool, events: &mut impl FnMut(MdbEvent)
     };
     if t == k.query {
         if src_set {
-            events(MdbEvent::Query);
+            events(MdbEvent::Query { v6: k.addr == 16 });
         }
         return Some(McastFrame::Query);
     }
@@ -883,7 +893,7 @@ fn message(m: &[u8], k: &Kinds, src_set: bool, events: &mut impl FnMut(MdbEvent)
     } else {
         return None;
     }
-    Some(McastFrame::Report)
+    Some(McastFrame::Report { v6: k.addr == 16 })
 }
 
 fn igmp(m: &[u8], src_set: bool, events: &mut impl FnMut(MdbEvent)) -> McastFrame {
@@ -982,19 +992,20 @@ mod tests {
                 MdbRequest {
                     vid: 7,
                     port: p,
-                    event: MdbEvent::Query,
+                    event: MdbEvent::Query { v6: false },
                 },
                 0,
             );
         }
         w.publish();
         mdb.with_view(|v| {
-            let s = v.vlan(7).unwrap();
+            assert!(v.vlan(7, true).is_none(), "an IGMP querier is no MLD querier");
+            let s = v.vlan(7, false).unwrap();
             assert!(s.querier);
             assert_eq!(s.routers.iter().collect::<Vec<_>>(), vec![1, 5]);
         });
         w.service(MdbConfig::default().multicast_querier_interval_ms);
-        mdb.with_view(|v| assert!(v.vlan(7).is_none()));
+        mdb.with_view(|v| assert!(v.vlan(7, false).is_none()));
     }
 
     #[test]
@@ -1007,7 +1018,7 @@ mod tests {
         m.extend([5, 0, 0, 1, 239, 1, 1, 3, 10, 0, 0, 1]);
         m.extend([4, 0, 0, 0, 239]);
         let mut ev = Vec::new();
-        assert_eq!(igmp(&m, true, &mut |e| ev.push(e)), McastFrame::Report);
+        assert_eq!(igmp(&m, true, &mut |e| ev.push(e)), McastFrame::Report { v6: false });
         assert_eq!(
             ev,
             vec![MdbEvent::Join(g4(1)), MdbEvent::Leave(g4(2)), MdbEvent::Join(g4(3))]

@@ -683,11 +683,15 @@ impl<L: Layout> Bridge<L> {
                 }
             }
         });
-        let v = view.vlan(vid).filter(|v| v.querier)?;
+        let v6 = match kind {
+            McastFrame::Report { v6 } => v6,
+            McastFrame::Data(g) => g.is_ipv6(),
+            McastFrame::Query | McastFrame::Other => return None,
+        };
+        let v = view.vlan(vid, v6).filter(|v| v.querier)?;
         match kind {
-            McastFrame::Report => Some((None, &v.routers)),
             McastFrame::Data(g) => view.group(vid, g).map(|s| (Some(s), &v.routers)),
-            McastFrame::Query | McastFrame::Other => None,
+            _ => Some((None, &v.routers)),
         }
     }
 

@@ -267,8 +267,10 @@ struct Model {
     disabled: [bool; 5],
     /// (VLAN, group) → port → expiry.
     groups: BTreeMap<(u16, usize), BTreeMap<u16, u64>>,
-    routers: BTreeMap<(u16, u16), u64>,
-    queriers: BTreeMap<u16, u64>,
+    /// (VLAN, MLD, port) → expiry.
+    routers: BTreeMap<(u16, bool, u16), u64>,
+    /// (VLAN, MLD) → expiry.
+    queriers: BTreeMap<(u16, bool), u64>,
     /// Storm buckets (thousandths of a frame, last refill), made at first use.
     storm: BTreeMap<(u16, bool), (u64, u64)>,
 }
@@ -336,16 +338,22 @@ impl Model {
                     }
                 }
             }
-            Msg::Query { zero: false, .. } => {
-                self.queriers.insert(vid, now + QI);
+            Msg::Query { zero: false, v6 } => {
+                self.queriers.insert((vid, v6), now + QI);
                 if ROUTER[inp as usize].0 == McastRouter::Learn {
-                    self.routers.insert((vid, inp), now + QI);
+                    self.routers.insert((vid, v6, inp), now + QI);
                 }
             }
             _ => {}
         }
-        let querier = self.queriers.contains_key(&vid);
-        let router = |p: u16| ROUTER[p as usize].0 == McastRouter::Permanent || self.routers.contains_key(&(vid, p));
+        // IGMP and MLD apart: the family of the message's group.
+        let v6 = match msg {
+            Msg::Report { g, .. } | Msg::Leave { g, .. } | Msg::Data { g } => groups()[g].is_ipv6(),
+            _ => false,
+        };
+        let querier = self.queriers.contains_key(&(vid, v6));
+        let router =
+            |p: u16| ROUTER[p as usize].0 == McastRouter::Permanent || self.routers.contains_key(&(vid, v6, p));
         let snooped: Option<Vec<u16>> = match msg {
             Msg::Report { .. } | Msg::Leave { .. } if querier => Some((0..5).filter(|p| router(*p)).collect()),
             Msg::Data { g } if querier => self

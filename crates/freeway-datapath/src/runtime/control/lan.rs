@@ -45,24 +45,30 @@ pub fn mdb_show<L: Layout>(bridge: &Bridge<L>, port_names: &[String]) -> Result<
         }
     }
     let mut routers = Vec::new();
-    for (vid, v) in &vlans {
+    let mut queriers = Vec::new();
+    for ((vid, v6), v) in &vlans {
+        let proto = if *v6 { "mld" } else { "igmp" };
         let ports: Vec<String> = v.routers.iter().map(name).collect();
         if !ports.is_empty() {
             text.push_str(&format!(
-                "router ports on {BRIDGE_DEV} vid {vid}: {} \n",
+                "router ports on {BRIDGE_DEV} vid {vid} {proto}: {} \n",
                 ports.join(" ")
             ));
         }
-        routers.extend(ports.into_iter().map(|p| json!({"port": p, "vid": vid})));
+        routers.extend(
+            ports
+                .into_iter()
+                .map(|p| json!({"port": p, "vid": vid, "proto": proto})),
+        );
         if v.querier {
-            text.push_str(&format!("querier on {BRIDGE_DEV} vid {vid}: present\n"));
+            text.push_str(&format!("{proto} querier on {BRIDGE_DEV} vid {vid}: present\n"));
+            queriers.push(json!({"vid": vid, "proto": proto}));
         }
     }
-    let queriers: Vec<u16> = vlans.iter().filter(|(_, v)| v.querier).map(|(vid, _)| *vid).collect();
     let data = json!([{
         "mdb": rows,
         "router": { BRIDGE_DEV: routers },
-        "querier_vids": queriers,
+        "queriers": queriers,
     }]);
     Ok(Reply::new(text, data))
 }
