@@ -202,7 +202,9 @@ pub struct BridgeArgs {
     /// FDB entries (hosts, one per port).
     #[arg(long, default_value_t = 3)]
     pub entries: usize,
-    /// Layouts to measure: padded, naive, or both.
+    /// Layouts to measure: padded, naive, and lan (padded with every port's LAN protections
+    /// on: BPDU guard, storm control of every flooded class, multicast flooding off, IGMP/MLD
+    /// snooping on), any of them.
     #[arg(long, value_delimiter = ',', default_value = "padded,naive")]
     pub layout: Vec<String>,
     /// Measured seconds per run (after a warm-up).
@@ -321,8 +323,15 @@ pub(crate) fn window(snaps: &[Snapshot], seconds: f64) -> Result<(&Snapshot, &Sn
     Ok((first, last, per))
 }
 
-fn measure<L: Layout>(a: &BridgeArgs, workers: usize) -> Result<BridgeRun, String> {
-    let text = bridge_config(a.entries, workers, a.frame_size, !a.no_pin, WARMUP + a.seconds + 0.3);
+/// The LAN protections the `lan` variant turns on for every port.
+const LAN_PORT: &str = "bpdu_guard = true\nmcast_flood = false\nstorm_control = { broadcast = 1000, multicast = 1000, unknown_unicast = 1000 }\n";
+
+fn measure<L: Layout>(a: &BridgeArgs, workers: usize, lan: bool) -> Result<BridgeRun, String> {
+    let mut text = bridge_config(a.entries, workers, a.frame_size, !a.no_pin, WARMUP + a.seconds + 0.3);
+    if lan {
+        text = text.replace("kind = \"gen\"\n", &format!("kind = \"gen\"\n{LAN_PORT}"));
+        text.push_str("\n[bridge]\nmulticast_snooping = true\n");
+    }
     let cfg = config::parse(&text, "<bench bridge>", None).map_err(|e| e.to_string())?;
     let mut snaps: Vec<Snapshot> = Vec::new();
     let mut cb = |s: &Snapshot| snaps.push(s.clone());
@@ -340,7 +349,7 @@ fn measure<L: Layout>(a: &BridgeArgs, workers: usize) -> Result<BridgeRun, Strin
     let rx = b(last, "rx") - b(first, "rx");
     let fwd = b(last, "forwarded") - b(first, "forwarded");
     Ok(BridgeRun {
-        layout: L::NAME.into(),
+        layout: if lan { "lan".into() } else { L::NAME.into() },
         workers,
         mpps_total: per.iter().sum(),
         mpps_per_worker: per,
@@ -379,8 +388,8 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
         ));
     }
     for l in &a.layout {
-        if l != "padded" && l != "naive" {
-            return Err(format!("--layout: unknown layout {l:?} (padded or naive)"));
+        if l != "padded" && l != "naive" && l != "lan" {
+            return Err(format!("--layout: unknown layout {l:?} (padded, naive or lan)"));
         }
     }
     let total = (a.layout.len() * a.workers.len() * a.runs) as u64;
@@ -397,8 +406,9 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
             for l in &a.layout {
                 bar.set_message(format!("{l} layout, {w} workers, run {}", r + 1));
                 let run = match l.as_str() {
-                    "padded" => measure::<Padded>(&a, w)?,
-                    _ => measure::<Naive>(&a, w)?,
+                    "padded" => measure::<Padded>(&a, w, false)?,
+                    "lan" => measure::<Padded>(&a, w, true)?,
+                    _ => measure::<Naive>(&a, w, false)?,
                 };
                 runs.push(run);
                 bar.inc(1);
@@ -457,6 +467,12 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
             if n > 0.0 {
                 println!("padded/naive at {w} workers: {:.2}x", p / n);
                 ratios.push(serde_json::json!({"workers": w, "padded_over_naive": p / n}));
+            }
+        }
+        if let (Some(l), Some(p)) = (get("lan"), get("padded")) {
+            if p > 0.0 {
+                println!("lan/padded at {w} workers: {:.3}x", l / p);
+                ratios.push(serde_json::json!({"workers": w, "lan_over_padded": l / p}));
             }
         }
     }

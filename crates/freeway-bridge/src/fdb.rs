@@ -203,6 +203,8 @@ pub struct FdbWriter<L: Layout = Padded> {
     statics: usize,
     cursor: usize,
     last_age: Option<Tick>,
+    /// The multicast database's writer, serviced with the FDB's (same thread).
+    mdb: Option<crate::mdb::MdbWriter>,
 }
 
 /// Creates an FDB: the shared read side and its single writer.
@@ -231,6 +233,7 @@ pub fn new_seeded<L: Layout>(cfg: FdbConfig, seed: u64) -> (Fdb<L>, FdbWriter<L>
             statics: 0,
             cursor: 0,
             last_age: None,
+            mdb: None,
         },
     )
 }
@@ -331,6 +334,16 @@ impl<L: Layout> FdbWriter<L> {
     /// Learned entries currently in the table.
     pub fn learned_len(&self) -> usize {
         self.learned
+    }
+
+    /// Takes on the multicast database's writer: [`FdbWriter::service`] services it too.
+    pub fn attach_mdb(&mut self, w: crate::mdb::MdbWriter) {
+        self.mdb = Some(w);
+    }
+
+    /// The multicast database's writer, when attached.
+    pub fn mdb_mut(&mut self) -> Option<&mut crate::mdb::MdbWriter> {
+        self.mdb.as_mut()
     }
 
     /// Learns `key` on `port` now (the writer's side of a [`LearnRequest`]).
@@ -483,7 +496,7 @@ impl<L: Layout> FdbWriter<L> {
     pub fn service(&mut self, now: Tick) -> usize {
         let n = self.drain_learn_queue(now, 65_536);
         self.age(now);
-        n
+        n + self.mdb.as_mut().map_or(0, |m| m.service(now))
     }
 }
 

@@ -6,6 +6,8 @@
 //!   per tick; or the naive "before" layout for the benchmark).
 //! * [`fdb`]: the forwarding database on top of the table: the workers' read handle, the single
 //!   writer (learning queue, learning limit, static entries, flush, chunked ageing).
+//! * [`mdb`]: IGMP/MLD snooping: the multicast database (one writer, epoch-published views
+//!   read by workers), the parsing of reports, leaves and queries.
 //! * [`vlan`]: access and trunk ports, ingress filtering, egress tagging.
 //! * [`stage`]: the per-batch L2 stage run by workers.
 //!
@@ -16,6 +18,7 @@
 
 pub mod fdb;
 pub mod layout;
+pub mod mdb;
 pub mod stage;
 pub mod table;
 pub mod vlan;
@@ -26,6 +29,7 @@ pub use fdb::{Fdb, FdbConfig, FdbEntry, FdbError, FdbStats, FdbWriter, LearnRequ
 pub use freeway_packet::mac;
 pub use freeway_packet::Mac;
 pub use layout::{Layout, Naive, Padded};
+pub use mdb::{McastRouter, Mdb, MdbConfig, MdbWriter};
 pub use stage::{
     check_group_fwd_mask, is_link_local, Bridge, BridgeCounters, BridgeWorker, Emit, Learning, PortFlags, StormControl,
     GROUP_FWD_RESTRICTED,

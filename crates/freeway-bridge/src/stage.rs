@@ -10,7 +10,10 @@
 //! ingress port's mode (drop if filtered); learn or refresh the source; forward to the port of
 //! a known unicast destination (drop if that is the ingress port), or flood broadcast,
 //! multicast and unknown unicast to every other member port of the VLAN; tag or untag each
-//! copy for its egress port.
+//! copy for its egress port. With IGMP/MLD snooping ([`crate::mdb`]), a multicast frame's
+//! reports, leaves and queries go to the multicast database's writer (like learn requests),
+//! and while its VLAN has a querier, a frame to a known group goes only to the group's
+//! members and the VLAN's router ports, a report only to the router ports.
 //!
 //! Two protections for a real LAN, as switches have them: **BPDU guard** (a port flag): an
 //! STP BPDU received on a guarded port, where no switch should be, disables the port (every
@@ -20,7 +23,7 @@
 //! frames received beyond a rate are dropped and counted, by token buckets each worker keeps
 //! for itself (no shared write; each worker gets an even share of the rate).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use freeway_packet::bytes::{rd16, wr16};
 use freeway_packet::{vlan_pop, vlan_push, Batch, Packet, PacketPool, MAX_BATCH, NO_VLAN};
@@ -28,6 +31,7 @@ use freeway_sync::{CachePadded, Counter, Tick, TokenBucket};
 
 use crate::fdb::{Fdb, FdbWriter, LearnRequest};
 use crate::layout::{Layout, Padded};
+use crate::mdb::{self, McastFrame, Mdb, MdbRequest, PortSet};
 use crate::table::key;
 use crate::vlan::PortVlan;
 
@@ -109,6 +113,13 @@ counters! {
         /// Broadcast, multicast and unknown-unicast frames over their port's storm-control
         /// rate.
         drop_storm,
+        /// Multicast frames forwarded by snooping: to a known group's members and the VLAN's
+        /// router ports (data), or to the router ports only (IGMP/MLD reports and leaves).
+        mcast_snooped,
+        /// IGMP/MLD events handed to the multicast database's writer.
+        mdb_requests,
+        /// IGMP/MLD events dropped because the writer's queue was full.
+        mdb_queue_full,
         /// Learn requests sent to the FDB writer.
         learn_requests,
         /// Learn requests dropped because the queue was full (retried on a later frame).
@@ -217,6 +228,37 @@ impl StormControl {
     }
 }
 
+impl PortFlags {
+    /// The flags as bits (one byte, so a port's flags change with one store).
+    pub fn to_bits(self) -> u8 {
+        [
+            self.learning,
+            self.flood,
+            self.mcast_flood,
+            self.bcast_flood,
+            self.isolated,
+            self.bpdu_guard,
+        ]
+        .iter()
+        .enumerate()
+        .fold(0, |b, (i, on)| b | (u8::from(*on) << i))
+    }
+
+    /// The flags of [`PortFlags::to_bits`].
+    #[inline(always)]
+    pub fn from_bits(b: u8) -> PortFlags {
+        let on = |i: u8| b & (1 << i) != 0;
+        PortFlags {
+            learning: on(0),
+            flood: on(1),
+            mcast_flood: on(2),
+            bcast_flood: on(3),
+            isolated: on(4),
+            bpdu_guard: on(5),
+        }
+    }
+}
+
 impl Default for PortFlags {
     fn default() -> Self {
         PortFlags {
@@ -238,6 +280,10 @@ enum FloodClass {
     Broadcast,
 }
 
+/// Where a snooped multicast frame goes: the group's members (none for a report) and the
+/// VLAN's router ports.
+type Snooped<'g> = Option<(Option<&'g PortSet>, &'g PortSet)>;
+
 impl PortFlags {
     #[inline]
     fn floods(&self, class: FloodClass) -> bool {
@@ -252,7 +298,8 @@ impl PortFlags {
 /// A port as the stage sees it.
 struct BridgePort {
     vlan: PortVlan,
-    flags: PortFlags,
+    /// [`PortFlags::to_bits`]: changed by the control plane while workers forward.
+    flags: AtomicU8,
     /// Which link-local groups (bit N for 01:80:c2:00:00:0N) it forwards.
     group_fwd: u16,
     /// Per-worker storm-control rates.
@@ -260,6 +307,19 @@ struct BridgePort {
     /// Disabled by its BPDU guard: written once by the worker that saw the BPDU, cleared
     /// by the control plane.
     disabled: AtomicBool,
+    /// Its name, for the log.
+    name: Box<str>,
+}
+
+/// Says, once per disabling, that a port's BPDU guard disabled it (a worker, cold path).
+#[cold]
+#[inline(never)]
+fn guard_log(port: u16, name: &str) {
+    tracing::warn!(
+        port = name,
+        index = port,
+        "an STP BPDU arrived on port {name:?}, which has BPDU guard: the port is disabled until `freeway ctl link set dev {name} up`"
+    );
 }
 
 /// The bridge: its FDB and the VLAN tables of its ports. Shared read-only by all workers.
@@ -269,6 +329,8 @@ pub struct Bridge<L: Layout = Padded> {
     ports: Box<[BridgePort]>,
     /// For each VLAN, its member ports.
     members: Box<[Box<[u16]>]>,
+    /// The multicast database, when snooping is set up.
+    mdb: Option<Mdb>,
 }
 
 impl<L: Layout> Bridge<L> {
@@ -289,14 +351,27 @@ impl<L: Layout> Bridge<L> {
                 .into_iter()
                 .map(|vlan| BridgePort {
                     vlan,
-                    flags: PortFlags::default(),
+                    flags: AtomicU8::new(PortFlags::default().to_bits()),
                     group_fwd: 0,
                     storm: StormControl::default(),
                     disabled: AtomicBool::new(false),
+                    name: "".into(),
                 })
                 .collect(),
             members,
+            mdb: None,
         }
+    }
+
+    /// Snoops IGMP and MLD with `mdb` (whose writer the FDB writer services, see
+    /// [`crate::FdbWriter::attach_mdb`]).
+    pub fn set_mdb(&mut self, mdb: Mdb) {
+        self.mdb = Some(mdb);
+    }
+
+    /// The multicast database, when snooping is set up.
+    pub fn mdb(&self) -> Option<&Mdb> {
+        self.mdb.as_ref()
     }
 
     /// Lets `port` forward the link-local groups of `mask` (bit N for 01:80:c2:00:00:0N), as
@@ -309,9 +384,20 @@ impl<L: Layout> Bridge<L> {
         Ok(())
     }
 
-    /// Sets `port`'s flags; an unknown port is refused.
-    pub fn set_port_flags(&mut self, port: u16, flags: PortFlags) -> Result<(), String> {
-        self.port_mut(port)?.flags = flags;
+    /// Sets `port`'s flags, also while workers forward (one store, seen by each worker from
+    /// its next frame on); an unknown port is refused.
+    pub fn set_port_flags(&self, port: u16, flags: PortFlags) -> Result<(), String> {
+        self.ports
+            .get(usize::from(port))
+            .ok_or_else(|| format!("no port {port}"))?
+            .flags
+            .store(flags.to_bits(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Names `port` (for the log); an unknown port is refused.
+    pub fn set_port_name(&mut self, port: u16, name: &str) -> Result<(), String> {
+        self.port_mut(port)?.name = name.into();
         Ok(())
     }
 
@@ -347,7 +433,10 @@ impl<L: Layout> Bridge<L> {
     /// The flags of `port` (defaults for an unknown one).
     #[inline]
     pub fn port_flags(&self, port: u16) -> PortFlags {
-        self.ports.get(usize::from(port)).map(|p| p.flags).unwrap_or_default()
+        self.ports
+            .get(usize::from(port))
+            .map(|p| PortFlags::from_bits(p.flags.load(Ordering::Relaxed)))
+            .unwrap_or_default()
     }
 
     /// Whether a frame to the link-local group `01:80:c2:00:00:0{low}` received on a port
@@ -399,6 +488,8 @@ impl<L: Layout> Bridge<L> {
         // Per packet: the output port, or DROP / FLOOD; for floods, the VLAN and original tag.
         let mut fate = [DROP; MAX_BATCH];
         let mut flood_vid = [(0u16, None::<u16>, FloodClass::Unknown); MAX_BATCH];
+        let mut snooped: [Snooped<'_>; MAX_BATCH] = [None; MAX_BATCH];
+        let mut mview: Option<&mdb::MdbView> = None;
         let mut uniform = true;
         let read_only = matches!(learning, Learning::ReadOnly);
         for (i, p) in batch.as_mut_slice().iter_mut().enumerate() {
@@ -434,7 +525,7 @@ impl<L: Layout> Bridge<L> {
             };
 
             // Learn the source.
-            let in_flags = bp.flags;
+            let in_flags = PortFlags::from_bits(bp.flags.load(Ordering::Relaxed));
             let sk = key(src, vid);
             match table.lookup(sk, &guard) {
                 _ if read_only || !in_flags.learning => {}
@@ -497,7 +588,9 @@ impl<L: Layout> Bridge<L> {
             } else if is_link_local(&dst) && !Self::forwards_link_local(bp.group_fwd, dst[5]) {
                 if dst[5] == 0 && in_flags.bpdu_guard && !read_only {
                     // An STP BPDU where no switch should be: the port goes down.
-                    bp.disabled.store(true, Ordering::Relaxed);
+                    if !bp.disabled.swap(true, Ordering::Relaxed) {
+                        guard_log(in_port, &bp.name);
+                    }
                     c.bpdu_guard.inc();
                 }
                 c.drop_link_local.inc();
@@ -524,6 +617,15 @@ impl<L: Layout> Bridge<L> {
                     continue;
                 }
             }
+            if let (FloodClass::Multicast, Some(m)) = (class, &self.mdb) {
+                let view = *mview.get_or_insert_with(|| m.view(&guard));
+                if view.snooping() {
+                    snooped[i] = Self::snoop(view, m, p, vid, c, learning, now);
+                    if snooped[i].is_some() {
+                        c.mcast_snooped.inc();
+                    }
+                }
+            }
             fate[i] = FLOOD;
             flood_vid[i] = (vid, tag, class);
             uniform = false;
@@ -539,31 +641,84 @@ impl<L: Layout> Bridge<L> {
                 FLOOD => {
                     let (vid, tag, class) = flood_vid[i];
                     let in_port = p.meta.in_port;
-                    self.flood(p, in_port, (vid, tag, class), c, out);
+                    self.flood(p, in_port, (vid, tag, class), snooped[i], c, out);
                 }
                 o => out.emit(o, p),
             }
         }
     }
 
+    /// Reads a multicast frame for snooping: hands what an IGMP/MLD message says to the
+    /// multicast database's writer (unless read-only), and says where the frame goes when
+    /// snooping decides it (the VLAN has a querier, and the frame is a report or is to a
+    /// known group); `None`: flood as unsnooped.
+    #[inline(never)]
+    fn snoop<'g>(
+        view: &'g mdb::MdbView,
+        m: &Mdb,
+        p: &Packet,
+        vid: u16,
+        c: &BridgeCounters,
+        learning: &mut Learning<'_, L>,
+        now: Tick,
+    ) -> Snooped<'g> {
+        let port = p.meta.in_port;
+        let kind = mdb::classify(p.data(), &p.meta, |event| {
+            let r = MdbRequest { vid, port, event };
+            match learning {
+                Learning::ReadOnly => {}
+                Learning::Inline(wr) => {
+                    if let Some(w) = wr.mdb_mut() {
+                        w.apply(r, now);
+                        w.publish();
+                        c.mdb_requests.inc();
+                    }
+                }
+                Learning::Queue => {
+                    if m.request(r) {
+                        c.mdb_requests.inc();
+                    } else {
+                        c.mdb_queue_full.inc();
+                    }
+                }
+            }
+        });
+        let v6 = match kind {
+            McastFrame::Report { v6 } => v6,
+            McastFrame::Data(g) => g.is_ipv6(),
+            McastFrame::Query | McastFrame::Other => return None,
+        };
+        let v = view.vlan(vid, v6).filter(|v| v.querier)?;
+        match kind {
+            McastFrame::Data(g) => view.group(vid, g).map(|s| (Some(s), &v.routers)),
+            _ => Some((None, &v.routers)),
+        }
+    }
+
     /// Sends copies of `p` to the members of its VLAN that take this class of flooded frame
-    /// (their egress flags), except `in_port` and, from an isolated port, the isolated ones.
+    /// (their egress flags), or for a snooped frame to the group's members and router ports
+    /// of the VLAN, except `in_port` and, from an isolated port, the isolated ones.
     fn flood<E: Emit>(
         &self,
         p: Packet,
         in_port: u16,
         (vid, tag, class): (u16, Option<u16>, FloodClass),
+        snooped: Snooped<'_>,
         c: &BridgeCounters,
         out: &mut E,
     ) {
         let members = self.members(vid);
         let isolated = self.port_flags(in_port).isolated;
+        let wants = |m: u16, f: PortFlags| match snooped {
+            None => f.floods(class),
+            Some((group, routers)) => group.is_some_and(|g| g.contains(m)) || routers.contains(m),
+        };
         let mut targets = members
             .iter()
             .copied()
             .filter(|&m| {
                 let f = self.port_flags(m);
-                m != in_port && f.floods(class) && !(isolated && f.isolated) && !self.port_disabled(m)
+                m != in_port && wants(m, f) && !(isolated && f.isolated) && !self.port_disabled(m)
             })
             .peekable();
         if targets.peek().is_none() {

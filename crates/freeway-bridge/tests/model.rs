@@ -7,11 +7,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use freeway_bridge::fdb::{new_seeded, FdbConfig};
 use freeway_bridge::{
-    Bridge, BridgeWorker, Emit, Fdb, FdbWriter, Learning, Mac, Padded, PortFlags, PortVlan, PortVlanConfig,
-    StormControl,
+    Bridge, BridgeWorker, Fdb, FdbWriter, Learning, Mac, Padded, PortFlags, PortVlan, PortVlanConfig, StormControl,
 };
-use freeway_packet::{Batch, Packet, PacketPool, NO_VLAN};
+use freeway_packet::{Batch, Packet, NO_VLAN};
 use proptest::prelude::*;
+
+mod common;
+use common::{untag, Collect, Out};
 
 const LEARN_LIMIT: usize = 5;
 const STATIC_LIMIT: usize = 3;
@@ -64,36 +66,6 @@ fn frame(src: Mac, dst: Mac, tag: Option<u16>, payload: u8) -> Packet {
     p.meta.vlan = tag.unwrap_or(NO_VLAN);
     p.meta.vlan_depth = tag.is_some() as u8;
     p
-}
-
-/// What left a port: (port, VLAN tag if tagged, the frame without any tag).
-type Out = (u16, Option<u16>, Vec<u8>);
-
-fn untag(d: &[u8]) -> (Option<u16>, Vec<u8>) {
-    if d[12..14] == [0x81, 0x00] {
-        let tci = u16::from_be_bytes([d[14], d[15]]);
-        let mut v = d[..12].to_vec();
-        v.extend_from_slice(&d[16..]);
-        (Some(tci & 0x0fff), v)
-    } else {
-        (None, d.to_vec())
-    }
-}
-
-#[derive(Default)]
-struct Collect {
-    pool: PacketPool,
-    out: Vec<Out>,
-}
-
-impl Emit for Collect {
-    fn pool(&mut self) -> &mut PacketPool {
-        &mut self.pool
-    }
-    fn emit(&mut self, port: u16, pkt: Packet) {
-        let (t, f) = untag(pkt.data());
-        self.out.push((port, t, f));
-    }
 }
 
 /// A bridge over [`ports`] with a fresh FDB, a worker context and a collecting emitter.
@@ -291,7 +263,7 @@ proptest! {
             age_chunk_buckets: 1 << 20,
             ..Default::default()
         };
-        let (fdb, mut writer, mut bridge, mut bw, mut em) = setup_with(cfg, 3);
+        let (fdb, mut writer, bridge, mut bw, mut em) = setup_with(cfg, 3);
         let ports = ports();
         let mut model = Model::default();
         if with_flags {
@@ -484,7 +456,7 @@ fn one(
 /// it is enabled again; the same BPDU on an unguarded port is only dropped.
 #[test]
 fn bpdu_guard_disables_the_port_until_enabled() {
-    let (_fdb, mut w, mut bridge, mut bw, _em) = setup();
+    let (_fdb, mut w, bridge, mut bw, _em) = setup();
     let d = PortFlags::default();
     bridge.set_port_flags(1, PortFlags { bpdu_guard: true, ..d }).unwrap();
     assert_eq!(

@@ -152,6 +152,20 @@ pub fn write_summary(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Res
         s.fdb.get("limit_reached").copied().unwrap_or(0),
         b("learn_queue_full")
     )?;
+    if !s.mdb.is_empty() {
+        let m = |k: &str| s.mdb.get(k).copied().unwrap_or(0);
+        writeln!(
+            out,
+            "  mdb: {} groups; reports {}, leaves {}, queries {}, refused at hash_max {}; snooped frames {}, queue full {}",
+            m("groups"),
+            m("reports"),
+            m("leaves"),
+            m("queries"),
+            m("hash_max_reached"),
+            b("mcast_snooped"),
+            b("mdb_queue_full")
+        )?;
+    }
     if let Some(r) = &s.router {
         let l = &r.l3;
         writeln!(

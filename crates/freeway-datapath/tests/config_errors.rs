@@ -261,3 +261,39 @@ fn bpdu_guard_and_storm_control_are_port_settings() {
         &["anycast"],
     );
 }
+
+/// Multicast snooping: on by default (as Linux), its `[bridge]` keys and the ports'
+/// `multicast_router` (0, 1, 2) and `multicast_fast_leave` reach the settings; bad values are
+/// refused at their line, naming the key.
+#[test]
+fn multicast_snooping_settings_are_read_and_checked() {
+    let c = config::parse(PORT, "t", None).unwrap();
+    assert!(c.mdb.multicast_snooping);
+    assert_eq!(c.ports[0].mcast, (freeway_bridge::McastRouter::Learn, false));
+    let c = config::parse(
+        &format!(
+            "{PORT}multicast_router = 2\nmulticast_fast_leave = true\n[bridge]\nmulticast_snooping = false\nmulticast_hash_max = 64\n"
+        ),
+        "t",
+        None,
+    )
+    .unwrap();
+    assert!(!c.mdb.multicast_snooping);
+    assert_eq!(c.mdb.multicast_hash_max, 64);
+    assert_eq!(c.ports[0].mcast, (freeway_bridge::McastRouter::Permanent, true));
+    refused(
+        &format!("{PORT}multicast_router = 3\n"),
+        Some(4),
+        &["multicast_router must be 0, 1 or 2"],
+    );
+    refused(
+        &format!("{PORT}[bridge]\nmulticast_hash_max = 0\n"),
+        Some(5),
+        &["bridge.multicast_hash_max must be between"],
+    );
+    refused(
+        &format!("{PORT}[bridge]\nmulticast_membership_interval_ms = 5\n"),
+        Some(5),
+        &["multicast_membership_interval_ms"],
+    );
+}

@@ -12,6 +12,8 @@
 //!   `--cfg loom`, so the hand-written lock-free structures in other crates can be model-checked.
 //! * [`reclaim`]: epoch reclamation (crossbeam-epoch) for the lock-free tables, or a stand-in
 //!   under `--cfg loom` that keeps retired objects until their owner drops.
+//! * [`published`]: a whole value one writer replaces and readers load under their epoch
+//!   guard (snapshots such as the bridge's multicast table).
 //! * [`chain`]: the writer-side unlink and the teardown of the hash-bucket chains that the
 //!   lock-free tables share.
 //! * [`rng`]: SplitMix64, the deterministic generator of workloads, traffic and test inputs.
@@ -26,6 +28,7 @@ pub mod clock;
 pub mod counter;
 #[cfg(loom)]
 pub mod loom_model;
+pub mod published;
 pub mod reclaim;
 pub mod refcount;
 pub mod rng;
@@ -36,4 +39,5 @@ pub use counter::Counter;
 /// Pads and aligns a value to the length of a cache line (128 bytes on x86-64, covering the
 /// adjacent-line prefetcher), so that a write-heavy field does not share a line with read-mostly data.
 pub use crossbeam_utils::CachePadded;
+pub use published::Published;
 pub use refcount::{Put, RcRef};

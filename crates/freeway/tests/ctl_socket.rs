@@ -10,7 +10,7 @@ use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use freeway_datapath::runtime::control::protocol::{encode_request, Request};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 mod common;
 use common::{ctl, freeway, interrupt, raw, reply_line, spawn_run, stop};
@@ -426,4 +426,57 @@ fn an_nftables_ruleset_is_listed_changed_and_traced_through_the_socket() {
     assert_eq!(r["data"]["dropped"], "router:filtered", "{r}");
     interrupt(child);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `link set dev PORT FLAG on|off` changes a port's flags while it forwards (`link show`
+/// says so at once), bad words are refused before anything is sent, and `mdb show` answers
+/// in `bridge mdb show`'s shape (its JSON: `mdb` rows and `router` ports).
+#[test]
+fn port_flags_change_while_forwarding_and_the_mdb_is_shown() {
+    let (dir, sock, child) = running("lan", "");
+    let lan = |sock: &Path| {
+        let r = ctl(sock, &["link", "show"]);
+        r["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["ifname"] == "lan")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(lan(&sock)["learning"], true);
+    let r = ctl(
+        &sock,
+        &[
+            "link", "set", "dev", "lan", "learning", "off", "isolated", "on", "guard", "on",
+        ],
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let p = lan(&sock);
+    assert_eq!(
+        (&p["learning"], &p["isolated"], &p["guard"], &p["flood"]),
+        (&json!(false), &json!(true), &json!(true), &json!(true)),
+        "{p}"
+    );
+    let t = ctl(&sock, &["link", "show"])["text"].as_str().unwrap().to_string();
+    assert!(t.contains("lan: state forwarding learning off flood on"), "{t}");
+    for (words, kind) in [
+        (&["link", "set", "dev", "lan", "learning", "maybe"][..], "usage"),
+        (&["link", "set", "dev", "lan", "hairpin", "on"], "usage"),
+        (&["link", "set", "dev", "nosuch", "flood", "off"], "not_found"),
+    ] {
+        let r = ctl(&sock, words);
+        assert_eq!(
+            (r["ok"].clone(), r["kind"].clone()),
+            (json!(false), json!(kind)),
+            "{words:?}: {r}"
+        );
+    }
+    let r = ctl(&sock, &["mdb", "show"]);
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(r["data"][0]["mdb"].is_array(), "{r}");
+    assert!(r["data"][0]["router"]["br0"].is_array(), "{r}");
+    let s = ctl(&sock, &["stats"]);
+    assert!(s["data"]["mdb"]["groups"].is_u64(), "{s}");
+    stop(child, dir);
 }

@@ -19,10 +19,14 @@
 //! bpdu_guard = false                   # an STP BPDU received here disables the port
 //! storm_control = { broadcast = 1000, multicast = 1000, unknown_unicast = 1000 }  # frames/s in
 //! mtu = 1500                           # L2 MTU, 68..=9216 (frames of mtu + 14 + tags bytes)
+//! multicast_router = 1                 # 0 never, 1 learned from queries, 2 always a router port
+//! multicast_fast_leave = false         # a leave removes the member at once
 //!
 //! [bridge]
 //! learn_limit = 65536
 //! ageing_ms = 300000
+//! multicast_snooping = true            # IGMP/MLD snooping, as Linux's default (multicast_* keys:
+//!                                      # freeway_bridge::MdbConfig)
 //! static = [{ mac = "02:00:00:00:00:09", vlan = 1, port = "gen0" }]
 //! ```
 
@@ -36,7 +40,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 
-use freeway_bridge::{FdbConfig, Mac, PortVlanConfig};
+use freeway_bridge::{FdbConfig, Mac, MdbConfig, PortVlanConfig};
 use freeway_io::gen::GenConfig;
 use freeway_io::pcap::PcapConfig;
 use serde::Deserialize;
@@ -183,6 +187,14 @@ pub struct PortConfig {
     /// The port's L2 MTU (see [`mtu`]); default 1500.
     #[serde(default)]
     pub mtu: Option<Spanned<u32>>,
+    /// Linux's `multicast_router`: 0 never a multicast router port, 1 (default) while IGMP/MLD
+    /// queries arrive on it, 2 always.
+    #[serde(default)]
+    pub multicast_router: Option<Spanned<u8>>,
+    /// A leave (IGMP leave, MLD done) removes the member at once (default false: after the
+    /// last-member time).
+    #[serde(default)]
+    pub multicast_fast_leave: Option<bool>,
 }
 
 /// `storm_control = { ... }` of a `[[port]]`: frames a second, by class.
@@ -213,6 +225,20 @@ pub struct BridgeConfig {
     pub age_chunk_buckets: Option<Spanned<usize>>,
     /// See [`FdbConfig::learn_queue`].
     pub learn_queue: Option<Spanned<usize>>,
+    /// See [`MdbConfig::multicast_snooping`] (default true, as Linux).
+    pub multicast_snooping: Option<Spanned<bool>>,
+    /// See [`MdbConfig::multicast_hash_max`].
+    pub multicast_hash_max: Option<Spanned<usize>>,
+    /// See [`MdbConfig::multicast_membership_interval_ms`].
+    pub multicast_membership_interval_ms: Option<Spanned<u64>>,
+    /// See [`MdbConfig::multicast_querier_interval_ms`].
+    pub multicast_querier_interval_ms: Option<Spanned<u64>>,
+    /// See [`MdbConfig::multicast_last_member_count`].
+    pub multicast_last_member_count: Option<Spanned<u32>>,
+    /// See [`MdbConfig::multicast_last_member_interval_ms`].
+    pub multicast_last_member_interval_ms: Option<Spanned<u64>>,
+    /// See [`MdbConfig::multicast_queue`].
+    pub multicast_queue: Option<Spanned<usize>>,
     /// Static FDB entries.
     #[serde(default, rename = "static")]
     pub statics: Vec<Spanned<StaticEntry>>,
@@ -284,6 +310,8 @@ pub struct PortSpec {
     pub storm: freeway_bridge::StormControl,
     /// The port's L2 MTU (see [`mtu`]).
     pub mtu: u16,
+    /// Its `multicast_router` mode and fast leave.
+    pub mcast: (freeway_bridge::McastRouter, bool),
 }
 
 /// A checked configuration.
@@ -299,6 +327,8 @@ pub struct Checked {
     pub ports: Vec<PortSpec>,
     /// FDB settings.
     pub fdb: FdbConfig,
+    /// Multicast snooping settings.
+    pub mdb: MdbConfig,
     /// Static entries: (mac, vlan, port index).
     pub statics: Vec<(Mac, u16, u16)>,
     /// The router, when some interface is configured.
@@ -345,7 +375,7 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
     if cfg.ports.len() > MAX_PORTS {
         return Err(at.err(None, format!("too many ports: at most {MAX_PORTS}")));
     }
-    let fdb = check_fdb(&at, &cfg.bridge)?;
+    let (fdb, mdb) = check_fdb(&at, &cfg.bridge)?;
 
     let mut by_name: HashMap<String, usize> = HashMap::new();
     let mut ports = Vec::new();
@@ -392,6 +422,7 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
         pin_workers: cfg.pin_workers.unwrap_or(workers <= cores),
         ports,
         fdb,
+        mdb,
         statics,
     })
 }
@@ -440,29 +471,28 @@ fn check_duration(at: &Locator, d: Option<&Spanned<DurationValue>>) -> Result<Op
     Ok(Some(secs))
 }
 
-/// `[bridge]`'s FDB bounds over the defaults, validated together.
-fn check_fdb(at: &Locator, b: &BridgeConfig) -> Result<FdbConfig, ConfigError> {
+/// `[bridge]`'s FDB bounds and multicast snooping settings over the defaults, validated
+/// together.
+fn check_fdb(at: &Locator, b: &BridgeConfig) -> Result<(FdbConfig, MdbConfig), ConfigError> {
     let mut fdb = FdbConfig::default();
+    let mut mdb = MdbConfig::default();
     let mut spans: Vec<(&str, Range<usize>)> = Vec::new();
     macro_rules! take {
-        ($f:ident) => {
+        ($c:ident: $($f:ident)*) => {$(
             if let Some(v) = &b.$f {
-                fdb.$f = *v.get_ref();
+                $c.$f = *v.get_ref();
                 spans.push((stringify!($f), v.span()));
             }
-        };
+        )*};
     }
-    take!(learn_limit);
-    take!(static_limit);
-    take!(ageing_ms);
-    take!(age_interval_ms);
-    take!(age_chunk_buckets);
-    take!(learn_queue);
-    if let Err(m) = fdb.validate() {
+    take!(fdb: learn_limit static_limit ageing_ms age_interval_ms age_chunk_buckets learn_queue);
+    take!(mdb: multicast_snooping multicast_hash_max multicast_membership_interval_ms multicast_querier_interval_ms);
+    take!(mdb: multicast_last_member_count multicast_last_member_interval_ms multicast_queue);
+    if let Err(m) = fdb.validate().and_then(|()| mdb.validate()) {
         let span = spans.iter().find(|(k, _)| m.starts_with(k)).map(|(_, s)| s.clone());
         return Err(at.err(span, format!("bridge.{m}")));
     }
-    Ok(fdb)
+    Ok((fdb, mdb))
 }
 
 /// One `[[port]]`, the `i`th: its name (recorded in `by_name`), VLAN mode and the settings
@@ -552,6 +582,18 @@ fn check_port(
         }
         None => 0,
     };
+    let router = match &p.multicast_router {
+        Some(r) => freeway_bridge::McastRouter::from_linux(*r.get_ref()).ok_or_else(|| {
+            at.err(
+                Some(r.span()),
+                format!(
+                    "port {name:?}: multicast_router must be 0, 1 or 2 (got {})",
+                    r.get_ref()
+                ),
+            )
+        })?,
+        None => freeway_bridge::McastRouter::Learn,
+    };
     Ok(PortSpec {
         name,
         kind,
@@ -572,6 +614,7 @@ fn check_port(
                 unknown_unicast: s.unknown_unicast.unwrap_or(0),
             }),
         mtu,
+        mcast: (router, p.multicast_fast_leave.unwrap_or(false)),
     })
 }
 

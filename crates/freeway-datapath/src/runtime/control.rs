@@ -37,6 +37,7 @@
 
 pub mod access;
 pub mod cli;
+mod lan;
 mod nft;
 pub mod protocol;
 pub mod rates;
@@ -987,6 +988,15 @@ impl<L: Layout> Control<L> {
             Request::LinkShow => Ok(self.link_show()),
             Request::LinkUp { port } => self.link_up(port),
             Request::LinkMtu { dev, mtu } => self.link_mtu(dev, *mtu),
+            Request::LinkSet { port, up, flags } => {
+                let i = self.port_index(port)?;
+                let r = lan::link_set(&self.bridge, i, port, flags)?;
+                if *up {
+                    self.link_up(port)?;
+                }
+                Ok(r)
+            }
+            Request::MdbShow => lan::mdb_show(&self.bridge, &self.port_names),
             Request::FirewallList => nft::list(self.nft()?),
             Request::FirewallLoad { path } => nft::load(self.nft()?, path),
             Request::SetAdd { set, elements } => nft::set_change(self.nft()?, set, elements, true),
@@ -1338,30 +1348,13 @@ impl<L: Layout> Control<L> {
             } else {
                 "forwarding"
             };
-            let on = |b: bool| if b { "on" } else { "off" };
             let mtu = self.mtus.mtu(i);
-            text.push_str(&format!(
-                "{}: {name}: mtu {mtu} state {state} learning {} flood {} mcast_flood {} bcast_flood {} isolated {} guard {}\n",
-                i + 1,
-                on(f.learning),
-                on(f.flood),
-                on(f.mcast_flood),
-                on(f.bcast_flood),
-                on(f.isolated),
-                on(f.bpdu_guard)
-            ));
-            data.push(json!({
-                "ifindex": i + 1,
-                "ifname": name,
-                "mtu": mtu,
-                "state": state,
-                "learning": f.learning,
-                "flood": f.flood,
-                "mcast_flood": f.mcast_flood,
-                "bcast_flood": f.bcast_flood,
-                "isolated": f.isolated,
-                "guard": f.bpdu_guard,
-            }));
+            text.push_str(&format!("{}: {name}: mtu {mtu} state {state} {}\n", i + 1, lan::flags_words(&f)));
+            let mut row = json!({"ifindex": i + 1, "ifname": name, "mtu": mtu, "state": state});
+            if let (Some(r), Value::Object(fl)) = (row.as_object_mut(), lan::flags_json(&f)) {
+                r.extend(fl);
+            }
+            data.push(row);
         }
         if let Some((_, ifs, _)) = &self.rib {
             for (i, it) in ifs.iter().enumerate() {
@@ -1406,11 +1399,20 @@ impl<L: Layout> Control<L> {
     fn link_up(&self, port: &str) -> Result<Reply, CtlError> {
         let i = self
             .port_names
+    /// The index of the bridge port named `port` (not the router's internal one).
+    fn port_index(&self, port: &str) -> Result<u16, CtlError> {
+        self.port_names
             .iter()
             .take(self.nports)
             .position(|n| n == port)
-            .ok_or_else(|| CtlError::NotFound(format!("no port named {port:?}")))?;
-        let was = self.bridge.enable_port(i as u16).map_err(CtlError::Invalid)?;
+            .map(|i| i as u16)
+            .ok_or_else(|| CtlError::NotFound(format!("no port named {port:?}")))
+    }
+
+    /// `link set dev PORT up`: enables a port its BPDU guard disabled.
+    fn link_up(&self, port: &str) -> Result<Reply, CtlError> {
+        let i = self.port_index(port)?;
+        let was = self.bridge.enable_port(i).map_err(CtlError::Invalid)?;
         let text = if was {
             format!("{port}: enabled (its BPDU guard had disabled it)\n")
         } else {
@@ -1551,6 +1553,9 @@ capture stop ID                         detach a tap (its file is completed)
 link show                               the bridge ports: state (forwarding, disabled) and flags
 link set dev PORT up                    enable a port its BPDU guard disabled
 link set dev NAME mtu N                 a port's (L2) or router interface's (IP) MTU, live
+link set dev PORT FLAG on|off ...       change flags while forwarding: learning flood mcast_flood
+                                        bcast_flood isolated guard
+mdb show                                IGMP/MLD snooping: groups' member ports per VLAN, router ports
 firewall list                           the nftables ruleset with its counters (nft list ruleset)
 firewall load FILE                      replace the ruleset, atomically (a bad file changes nothing)
 set add|del SET ELEMENT[, ELEMENT...]   elements of a named set (SET: NAME or TABLE/NAME)

@@ -231,6 +231,7 @@ fn snapper_of<L: Layout, T: freeway_capture::TapPoint>(
         stats: stats.into(),
         cores: workers.iter().map(|w| w.core.map(|c| c.id)).collect(),
         fdb: tables.fdb_r.clone(),
+        mdb: tables.bridge.mdb().cloned(),
         neigh: tables.router.as_ref().map(|(r, _, _)| r.neigh.clone()),
         ct: stateful.map(|s| s.ct.clone()),
         fw: stateful.and_then(|s| s.fw.clone()),
@@ -472,9 +473,15 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock, nworkers: us
         }
     }
     let mut bridge = Bridge::new(fdb_r.clone(), port_vlans);
+    if cfg.mdb.multicast_snooping {
+        let (mdb_r, mdb_w) = freeway_bridge::mdb::new_random(cfg.mdb.clone(), cfg.ports.iter().map(|p| p.mcast));
+        fdb_w.attach_mdb(mdb_w);
+        bridge.set_mdb(mdb_r);
+    }
     for (i, p) in cfg.ports.iter().enumerate() {
         bridge
             .set_group_fwd_mask(i as u16, p.group_fwd_mask)
+            .and_then(|()| bridge.set_port_name(i as u16, &p.name))
             .and_then(|()| bridge.set_port_flags(i as u16, p.flags))
             .and_then(|()| bridge.set_storm_control(i as u16, per_worker(p.storm, nworkers)))
             .map_err(|e| RunError(format!("port {:?}: {e}", p.name)))?;

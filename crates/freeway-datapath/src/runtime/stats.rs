@@ -128,6 +128,9 @@ pub struct Snapshot {
     pub fdb_entries: usize,
     /// FDB writer counters.
     pub fdb: BTreeMap<&'static str, u64>,
+    /// Multicast snooping: groups in the table and the writer's counters (with snooping on).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub mdb: BTreeMap<&'static str, u64>,
     /// The router's counters, summed over workers (with a router).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub router: Option<RouterSnap>,
@@ -228,6 +231,7 @@ pub(crate) struct Snapper<L: Layout> {
     pub(crate) stats: Arc<[Arc<CachePadded<WorkerStats>>]>,
     pub(crate) cores: Arc<[Option<usize>]>,
     pub(crate) fdb: freeway_bridge::Fdb<L>,
+    pub(crate) mdb: Option<freeway_bridge::Mdb>,
     pub(crate) neigh: Option<freeway_l3::Neigh>,
     pub(crate) ct: Option<freeway_conntrack::Conntrack>,
     pub(crate) fw: Option<freeway_conntrack::Firewall>,
@@ -242,6 +246,7 @@ impl<L: Layout> Clone for Snapper<L> {
             stats: self.stats.clone(),
             cores: self.cores.clone(),
             fdb: self.fdb.clone(),
+            mdb: self.mdb.clone(),
             neigh: self.neigh.clone(),
             ct: self.ct.clone(),
             fw: self.fw.clone(),
@@ -254,6 +259,10 @@ impl<L: Layout> Snapper<L> {
     /// Sums every counter now.
     pub(crate) fn snap(&self, elapsed: Duration) -> Snapshot {
         let mut s = snapshot(elapsed, &self.names, &self.stats, &self.cores, &self.fdb);
+        if let Some(m) = &self.mdb {
+            s.mdb = m.stats().snapshot().into_iter().collect();
+            s.mdb.insert("groups", m.with_view(|v| v.len()) as u64);
+        }
         if let Some(r) = &mut s.router {
             r.neigh_entries = self.neigh.as_ref().map_or(0, |n| n.len());
         }

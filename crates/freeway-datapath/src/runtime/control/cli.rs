@@ -116,11 +116,17 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: Option<ConntrackCmd>,
     },
-    /// The bridge ports: show | set dev PORT up.
+    /// The bridge ports: show | set dev PORT up | set dev PORT FLAG on|off ...
     Link {
         /// The subcommand (default: show).
         #[command(subcommand)]
         cmd: Option<LinkCmd>,
+    },
+    /// The multicast database (IGMP/MLD snooping): show.
+    Mdb {
+        /// The subcommand (default: show).
+        #[command(subcommand)]
+        cmd: Option<MdbCmd>,
     },
     /// The firewall's nftables ruleset: list | load FILE.
     Firewall {
@@ -443,7 +449,20 @@ impl CtlCmd {
             },
             CtlCmd::Link { cmd } => match cmd {
                 None | Some(LinkCmd::Show) => Request::LinkShow,
-                Some(LinkCmd::Set { port, what, .. }) => link_set(port, what)?,
+                Some(LinkCmd::Set { port, settings, .. }) if settings.first().is_some_and(|w| w == "mtu") => {
+                    link_set(port, settings)?
+                }
+                Some(LinkCmd::Set { port, settings, .. }) => match super::lan::parse_settings(settings)? {
+                    (true, f) if f.is_empty() => Request::LinkUp { port: port.clone() },
+                    (up, flags) => Request::LinkSet {
+                        port: port.clone(),
+                        up,
+                        flags,
+                    },
+                },
+            },
+            CtlCmd::Mdb { cmd } => match cmd {
+                None | Some(MdbCmd::Show) => Request::MdbShow,
             },
             CtlCmd::Firewall { cmd } => match cmd {
                 None | Some(FirewallCmd::List) => Request::FirewallList,
@@ -499,18 +518,28 @@ pub enum LinkCmd {
     /// Every port's state and flags (`bridge link show`).
     #[command(visible_alias = "list")]
     Show,
-    /// Enables a port its BPDU guard disabled (`set dev PORT up`), or sets the MTU of a port
-    /// or a router interface (`set dev NAME mtu N`, as `ip link`).
+    /// Changes a port while it forwards: `set dev PORT up` enables a port its BPDU guard
+    /// disabled; `set dev PORT learning off flood on ...` sets flags (learning, flood,
+    /// mcast_flood, bcast_flood, isolated, guard: on or off); `set dev NAME mtu N` sets the
+    /// MTU of a port or a router interface (as `ip link`).
     Set {
         /// `dev`.
         #[arg(value_parser = keyword!("dev"))]
         dev_kw: String,
         /// The port (or, with `mtu`, the router interface).
         port: String,
-        /// `up`, or `mtu N`.
-        #[arg(required = true, num_args = 1..=2, value_name = "up | mtu N")]
-        what: Vec<String>,
+        /// `up`, `FLAG on|off` pairs, or `mtu N`.
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        settings: Vec<String>,
     },
+}
+
+/// `freeway ctl mdb ...`.
+#[derive(Subcommand, Clone, Debug)]
+pub enum MdbCmd {
+    /// Groups and their member ports per VLAN, and router ports (`bridge mdb show`).
+    #[command(visible_alias = "list")]
+    Show,
 }
 
 /// `freeway ctl firewall ...`.

@@ -193,6 +193,21 @@ pub enum Request {
         /// The new MTU.
         mtu: u32,
     },
+    /// Changes a port's flags while it forwards (`link set dev PORT learning off ...`), and
+    /// enables it again if `up`.
+    LinkSet {
+        /// The port.
+        port: String,
+        /// Enable the port too (`up`).
+        #[serde(default)]
+        up: bool,
+        /// The flags to change, by their `link set` words (`learning`, `flood`,
+        /// `mcast_flood`, `bcast_flood`, `isolated`, `guard`): on (true) or off.
+        flags: std::collections::BTreeMap<String, bool>,
+    },
+    /// The multicast database: groups and their member ports per VLAN, router ports
+    /// (`bridge mdb show`).
+    MdbShow,
     /// The firewall's ruleset, with its counters (`nft list ruleset`).
     FirewallList,
     /// Replaces the firewall's ruleset with an nftables file, atomically: a file that does
@@ -251,6 +266,8 @@ impl Request {
         "link_show",
         "link_up",
         "link_mtu",
+        "link_set",
+        "mdb_show",
         "firewall_list",
         "firewall_load",
         "set_add",
@@ -287,6 +304,8 @@ impl Request {
             Request::LinkShow => "link_show",
             Request::LinkUp { .. } => "link_up",
             Request::LinkMtu { .. } => "link_mtu",
+            Request::LinkSet { .. } => "link_set",
+            Request::MdbShow => "mdb_show",
             Request::FirewallList => "firewall_list",
             Request::FirewallLoad { .. } => "firewall_load",
             Request::SetAdd { .. } => "set_add",
@@ -314,6 +333,7 @@ impl Request {
                 | Request::CaptureStop { .. }
                 | Request::LinkUp { .. }
                 | Request::LinkMtu { .. }
+                | Request::LinkSet { .. }
                 | Request::FirewallLoad { .. }
                 | Request::SetAdd { .. }
                 | Request::SetDel { .. }
@@ -405,6 +425,14 @@ impl fmt::Display for Request {
             Request::LinkShow => f.write_str("link show"),
             Request::LinkUp { port } => write!(f, "link set dev {port} up"),
             Request::LinkMtu { dev, mtu } => write!(f, "link set dev {dev} mtu {mtu}"),
+            Request::LinkSet { port, up, flags } => {
+                write!(f, "link set dev {port}{}", if *up { " up" } else { "" })?;
+                for (k, v) in flags {
+                    write!(f, " {k} {}", if *v { "on" } else { "off" })?;
+                }
+                Ok(())
+            }
+            Request::MdbShow => f.write_str("mdb show"),
             Request::FirewallList => f.write_str("firewall list"),
             Request::FirewallLoad { path } => write!(f, "firewall load {}", path.display()),
             Request::SetAdd { set, elements } => write!(f, "set add {set} {{ {elements} }}"),
@@ -711,6 +739,12 @@ mod tests {
                 dev: "lan".into(),
                 mtu: 9000,
             },
+            Request::LinkSet {
+                port: "lan".into(),
+                up: true,
+                flags: [("learning".to_string(), false), ("guard".to_string(), true)].into(),
+            },
+            Request::MdbShow,
             Request::FirewallList,
             Request::FirewallLoad {
                 path: "/etc/freeway/rules.nft".into(),
