@@ -1395,10 +1395,6 @@ impl<L: Layout> Control<L> {
         Err(CtlError::NotFound(format!("no port or router interface named {dev:?}")))
     }
 
-    /// `link set dev PORT up`: enables a port its BPDU guard disabled.
-    fn link_up(&self, port: &str) -> Result<Reply, CtlError> {
-        let i = self
-            .port_names
     /// The index of the bridge port named `port` (not the router's internal one).
     fn port_index(&self, port: &str) -> Result<u16, CtlError> {
         self.port_names
