@@ -1445,7 +1445,8 @@ impl<L: Layout> Control<L> {
             }
             Hops::Dev(d) => vec![NextHop::connected(iface_named(ifs, d)?)],
         };
-        let r = Route::new(p, hops);
+        let mut r = Route::new(p, hops);
+        r.kind = freeway_route::RouteKind::Ctl;
         let res = if replace { rib.replace(r) } else { rib.add(r) };
         res.map_err(route_error)?;
         Ok(Reply::new("", json!({"generation": rib.generation()})))

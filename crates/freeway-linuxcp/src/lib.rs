@@ -1,0 +1,17 @@
+//! Freeway's Linux control plane: the kernel of the network namespace Freeway runs in as its
+//! routing daemon's view of the router, in the manner of VPP's linux-cp.
+//!
+//! * [`translate`]: rtnetlink route messages to Freeway route changes (pure; the mirror's
+//!   state: several kernel routes per prefix, the best one installed).
+//! * [`netlink`]: the sockets and the mirror's loop (a full dump at start, then
+//!   notifications, a full resync when the socket overruns).
+//!
+//! The changes go to the RIB's single writer (the control thread), which installs them with
+//! their origin ([`freeway_route::RouteKind::Linux`] and the kernel's route protocol).
+#![warn(missing_docs)]
+
+pub mod netlink;
+pub mod translate;
+
+pub use netlink::{run, MirrorConfig};
+pub use translate::{decode, Change, Decoded, Filter, Key, Mirror, MirrorStats, Skip};
