@@ -4,6 +4,9 @@
 //! prefix, the wanted kernel route of lowest metric; a resync from a dump reaches the same
 //! RIB as the notifications did.
 
+// The netlink crate's message types are `#[non_exhaustive]`: built from `Default`, then set.
+#![allow(clippy::field_reassign_with_default)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

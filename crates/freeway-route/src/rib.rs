@@ -435,6 +435,12 @@ impl Rib {
             .map(|e| self.route_of(fam, key, len, e))
     }
 
+    /// The kind of the route of exactly `prefix`, if there is one.
+    pub fn kind_of(&self, prefix: Prefix) -> Option<RouteKind> {
+        let (fam, key, len) = key_of(&prefix);
+        self.maps[fam][len as usize].get(&key).map(|e| e.kind)
+    }
+
     /// Longest-prefix match on the control side (hash probes per length; for tools and tests,
     /// not for workers).
     pub fn lookup(&self, dst: IpAddr) -> Option<Route> {

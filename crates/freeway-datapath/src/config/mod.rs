@@ -28,6 +28,7 @@
 pub mod capture;
 pub mod duration;
 pub mod l3;
+pub mod linux;
 pub mod stateful;
 
 use std::collections::HashMap;
@@ -91,6 +92,9 @@ pub struct Config {
     /// Capture taps.
     #[serde(default, rename = "tap")]
     pub taps: Vec<capture::TapConfig>,
+    /// The Linux control plane (kernel route mirror).
+    #[serde(default)]
+    pub linux: linux::LinuxConfig,
 }
 
 /// Kinds of port.
@@ -302,6 +306,8 @@ pub struct Checked {
     pub firewall: Option<stateful::FirewallSpec>,
     /// Capture taps.
     pub taps: Vec<capture::TapSpec>,
+    /// The Linux control plane, when enabled.
+    pub linux: Option<linux::LinuxSpec>,
 }
 
 /// Most ports a datapath may have.
@@ -374,8 +380,10 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
         base,
     )
     .map_err(lift)?;
+    let linux = linux::check(&cfg.linux, router.is_some()).map_err(lift)?;
 
     Ok(Checked {
+        linux,
         router,
         conntrack,
         firewall,

@@ -241,6 +241,8 @@ pub(crate) struct Control<L: Layout> {
     pub zones: Arc<[u16]>,
     /// The L3 stage's settings (for traces).
     pub l3: Option<freeway_l3::L3Config>,
+    /// The kernel route mirror's changes (with `[linux] mirror`).
+    pub linux: Option<super::linux::LinuxFeed>,
 }
 
 /// A capture that ended: its id, what it was, how it ended, its final counters.
@@ -397,23 +399,34 @@ struct Job {
 
 /// Serves requests until `stop` is set; returns the state (with the RIB) for the final dumps.
 /// The socket file is removed (if still ours) when this returns.
-pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicBool>) -> Control<L> {
+/// Without a socket (`l` is `None`: the thread runs only to own the RIB for the kernel route
+/// mirror), there is no acceptor and only the mirror's changes arrive.
+pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc<AtomicBool>) -> Control<L> {
     let stats = Arc::new(ClientStats::default());
     let (jobs_tx, jobs) = bounded::<Job>(MAX_CLIENTS);
-    let acceptor = {
-        let (stats, stop) = (stats.clone(), stop.clone());
-        std::thread::Builder::new().name("fw-ctl-accept".into()).spawn(move || {
-            accept_loop(&l, &jobs_tx, &stats, &stop);
-            l
-        })
-    };
-    let acceptor = match acceptor {
-        Ok(h) => Some(h),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the control socket's acceptor: no control socket");
+    // Without an acceptor the sender stays here, so `jobs` never reads as disconnected.
+    let mut idle_sender = None;
+    let acceptor = match l {
+        None => {
+            idle_sender = Some(jobs_tx);
             None
         }
+        Some(l) => {
+            let (stats, stop) = (stats.clone(), stop.clone());
+            let spawned = std::thread::Builder::new().name("fw-ctl-accept".into()).spawn(move || {
+                accept_loop(&l, &jobs_tx, &stats, &stop);
+                l
+            });
+            match spawned {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the control socket's acceptor: no control socket");
+                    None
+                }
+            }
+        }
     };
+    let mut mirror = c.linux.as_ref().map(|f| f.rx.clone());
     while !stop.load(Ordering::Relaxed) {
         if let Some(new) = c.reloads.as_ref().and_then(|r| r.try_recv().ok()) {
             let (applied, restart) = c.apply_reload(&new, false);
@@ -429,7 +442,22 @@ pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicB
             let s = c.snap.snap(c.start.elapsed());
             c.rates.push(now, &s);
         }
-        if let Ok(job) = jobs.recv_timeout(IDLE_POLL) {
+        let job = match &mirror {
+            None => jobs.recv_timeout(IDLE_POLL).ok(),
+            Some(m) => crossbeam_channel::select! {
+                recv(jobs) -> j => j.ok(),
+                recv(m) -> changes => {
+                    match changes {
+                        Ok(ch) => c.apply_linux(ch),
+                        // The mirror stopped (its error is logged): the socket goes on.
+                        Err(_) => mirror = None,
+                    }
+                    None
+                }
+                default(IDLE_POLL) => None,
+            },
+        };
+        if let Some(job) = job {
             let answer = c.job(job.request, job.stream, &stats);
             let _ = job.answer.send(answer);
         }
@@ -451,6 +479,7 @@ pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicB
     }
     // Requests still queued are answered: the datapath is stopping.
     drop(jobs);
+    drop(idle_sender);
     // The datapath stops: end the captures, so their clients see the end of the stream.
     for t in std::mem::take(&mut c.captures) {
         (c.detach)(t.id());
@@ -954,6 +983,13 @@ impl<L: Layout> Control<L> {
         t.set_peer(peer);
         self.captures.push(t);
         Ok(())
+    }
+
+    /// Applies a batch of the kernel route mirror's changes to the RIB.
+    fn apply_linux(&mut self, changes: Vec<freeway_linuxcp::Change>) {
+        if let (Some(feed), Some((rib, _, _))) = (self.linux.as_mut(), self.rib.as_mut()) {
+            feed.apply(rib, changes);
+        }
     }
 
     /// Answers a request that is not a streamed capture.

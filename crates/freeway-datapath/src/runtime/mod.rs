@@ -28,6 +28,7 @@
 mod capture;
 pub mod control;
 mod firewall;
+mod linux;
 mod metrics;
 mod router;
 mod start;

@@ -144,9 +144,20 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     // SIGHUP: the main thread reads the file again and, with a control thread, hands the
     // configuration to it (the owner of the RIB and of the tables' change queues).
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<Checked>(1);
-    let ctl_handle = match control_listener {
-        Some(l) => {
-            let c = control_state(ShareCtl {
+    let (linux_thread, linux_feed) = match (&cfg.linux, router_shared.as_ref()) {
+        (Some(spec), Some(sh)) => {
+            let names = sh.ifaces.iter().map(|i| i.name.clone()).collect();
+            let (h, feed) = super::linux::spawn(spec, names, &writer_stop)?;
+            (Some(h), Some(feed))
+        }
+        _ => (None, None),
+    };
+    // The control thread also runs without a socket when the kernel route mirror needs the
+    // RIB's writer.
+    let ctl_handle = match (control_listener, linux_feed) {
+        (None, None) => None,
+        (l, linux) => {
+            let mut c = control_state(ShareCtl {
                 config_path: opts.config_path.clone(),
                 reloads: Some(reload_rx),
                 cfg,
@@ -166,9 +177,9 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 offline,
                 running_taps: &running_taps,
             });
+            c.linux = linux;
             Some(spawn_control(l, c, &writer_stop)?)
         }
-        None => None,
     };
 
     if let Some(ready) = opts.on_ready.as_mut() {
@@ -193,6 +204,10 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         control: ctl_handle,
     };
     let (elapsed, inline_back, neigh_w, ctl_rib) = stop_and_collect(threads, start)?;
+    if let Some(h) = linux_thread {
+        h.join()
+            .map_err(|_| RunError("the linux mirror's thread panicked".into()))?;
+    }
     if ctl_rib.is_some() {
         rib = ctl_rib;
     }
@@ -377,6 +392,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
             .as_ref()
             .map_or_else(|| Arc::from(Vec::new()), |s| s.zones.clone()),
         l3: x.router.map(|r| r.l3.clone()),
+        linux: None,
     }
 }
 
@@ -753,7 +769,7 @@ pub(crate) fn spawn_metrics<L: Layout>(
 /// Starts the control socket's thread (`fw-ctl`), which owns the RIB while the run lasts
 /// (and its acceptor and client threads, see `control.rs`).
 pub(crate) fn spawn_control<L: Layout>(
-    l: control::Listener,
+    l: Option<control::Listener>,
     c: Control<L>,
     stop: &Arc<AtomicBool>,
 ) -> Result<JoinHandle<Control<L>>, RunError> {
