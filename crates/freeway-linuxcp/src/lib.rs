@@ -5,6 +5,7 @@
 //!   state: several kernel routes per prefix, the best one installed).
 //! * [`netlink`]: the sockets and the mirror's loop (a full dump at start, then
 //!   notifications, a full resync when the socket overruns).
+//! * [`twin`]: the router interfaces' kernel twins (tap devices) and the punt path.
 //!
 //! The changes go to the RIB's single writer (the control thread), which installs them with
 //! their origin ([`freeway_route::RouteKind::Linux`] and the kernel's route protocol).
@@ -12,6 +13,8 @@
 
 pub mod netlink;
 pub mod translate;
+pub mod twin;
 
 pub use netlink::{run, MirrorConfig};
 pub use translate::{decode, Change, Decoded, Filter, Key, Mirror, MirrorStats, Skip};
+pub use twin::{TwinSpec, TwinStats, Twins};

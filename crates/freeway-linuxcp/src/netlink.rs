@@ -15,7 +15,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 use netlink_packet_route::route::RouteMessage;
 use netlink_packet_route::RouteNetlinkMessage;
@@ -56,14 +56,22 @@ fn link_name(m: &LinkMessage) -> Option<String> {
 impl Netlink {
     /// Opens the sockets and subscribes to IPv4 and IPv6 route and link notifications.
     pub fn open() -> io::Result<Netlink> {
+        Netlink::open_with(true)
+    }
+
+    /// Opens the sockets; `subscribe`: to route and link notifications (without, only
+    /// requests are answered).
+    pub(crate) fn open_with(subscribe: bool) -> io::Result<Netlink> {
         let mut events = Socket::new(NETLINK_ROUTE)?;
         events.bind(&SocketAddr::new(0, 0))?;
-        // A larger buffer than rmem_max needs CAP_NET_ADMIN (SO_RCVBUFFORCE); fall back.
-        if force_rcvbuf(&events, RCVBUF).is_err() {
-            let _ = events.set_rx_buf_sz(RCVBUF);
-        }
-        for g in [libc::RTNLGRP_IPV4_ROUTE, libc::RTNLGRP_IPV6_ROUTE, libc::RTNLGRP_LINK] {
-            events.add_membership(g)?;
+        if subscribe {
+            // A larger buffer than rmem_max needs CAP_NET_ADMIN (SO_RCVBUFFORCE); fall back.
+            if force_rcvbuf(&events, RCVBUF).is_err() {
+                let _ = events.set_rx_buf_sz(RCVBUF);
+            }
+            for g in [libc::RTNLGRP_IPV4_ROUTE, libc::RTNLGRP_IPV6_ROUTE, libc::RTNLGRP_LINK] {
+                events.add_membership(g)?;
+            }
         }
         events.set_non_blocking(true)?;
         let mut dump = Socket::new(NETLINK_ROUTE)?;
@@ -77,11 +85,22 @@ impl Netlink {
         })
     }
 
+    /// Sends a change (`NLM_F_ACK` and `flags`) and waits for the kernel's answer.
+    pub(crate) fn change(&mut self, req: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
+        self.ask(req, NLM_F_ACK | flags).map(drop)
+    }
+
     /// Sends a dump request and collects the answer.
     fn dump_of(&mut self, req: RouteNetlinkMessage) -> io::Result<Vec<RouteNetlinkMessage>> {
+        self.ask(req, NLM_F_DUMP)
+    }
+
+    /// Sends a request and collects its answer: the messages until `NLMSG_DONE`, or none
+    /// until the acknowledgement (an error message with code 0).
+    fn ask(&mut self, req: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkMessage>> {
         self.seq = self.seq.wrapping_add(1);
         let mut h = NetlinkHeader::default();
-        h.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        h.flags = NLM_F_REQUEST | flags;
         h.sequence_number = self.seq;
         let mut m = NetlinkMessage::new(h, NetlinkPayload::InnerMessage(req));
         m.finalize();
@@ -100,8 +119,10 @@ impl Netlink {
                     match msg.payload {
                         NetlinkPayload::Done(_) => return Ok(got),
                         NetlinkPayload::Error(e) => {
-                            let code = e.code.map_or(0, |c| -c.get());
-                            return Err(io::Error::from_raw_os_error(code));
+                            return match e.code {
+                                None => Ok(got),
+                                Some(c) => Err(io::Error::from_raw_os_error(-c.get())),
+                            };
                         }
                         NetlinkPayload::InnerMessage(x) => got.push(x),
                         _ => {}

@@ -103,3 +103,55 @@ fn kernel_routes_are_mirrored_and_forwarded() {
     );
     bed.stop();
 }
+
+/// A TCP echo server in namespace `ns` on `port` (one connection), started in the background.
+fn echo_server(ns: &str, port: u16) -> std::process::Child {
+    let py = format!(
+        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.bind(('0.0.0.0',{port}))\ns.listen(1)\ns.settimeout(10)\nc,_=s.accept()\nc.sendall(c.recv(100).upper())\nc.close()\n"
+    );
+    std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "python3", "-c", &py])
+        .spawn()
+        .expect("python3 runs")
+}
+
+#[test]
+fn the_kernel_twin_answers_tcp_to_the_routers_address() {
+    need_root!();
+    let mut bed = Bed::up("punt");
+    two_subnets(&bed);
+    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
+    cfg.push_str(&router_v10_v20());
+    cfg.push_str("\n[linux]\npunt = true\n");
+    bed.start_ctl(&cfg);
+    // The twins exist with the interfaces' addresses.
+    let o = bed.sh_ok("sw", "ip -br addr show dev v10; ip -br addr show dev v20");
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(text.contains("10.1.0.1/24") && text.contains("10.2.0.1/24"), "{text}");
+    let mut srv = echo_server(&format!("fw-sw{}", bed.suffix), 7179);
+    std::thread::sleep(Duration::from_millis(300));
+    // h1 talks TCP to the router's address: the SYN is punted to the twin, the kernel's
+    // answers are routed out by Freeway.
+    let c = bed.exec(
+        "h1",
+        &[
+            "python3",
+            "-c",
+            "import socket\ns=socket.create_connection(('10.1.0.1',7179),timeout=5)\ns.sendall(b'hello')\nprint(s.recv(100).decode())",
+        ],
+    );
+    let _ = srv.wait();
+    assert_eq!(
+        String::from_utf8_lossy(&c.stdout).trim(),
+        "HELLO",
+        "{}",
+        String::from_utf8_lossy(&c.stderr)
+    );
+    assert!(bed.ping("h1", "10.1.0.1"), "Freeway still answers pings itself");
+    let st = bed.ctl(&["stats"]);
+    let l3 = &st["data"]["router"]["l3"];
+    assert!(l3["punted"].as_u64().unwrap() >= 3, "{l3}");
+    assert!(l3["twin_tx"].as_u64().unwrap() >= 2, "{l3}");
+    bed.stop();
+}

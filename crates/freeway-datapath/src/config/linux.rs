@@ -1,9 +1,13 @@
-//! `[linux]`: the Linux control plane. With `mirror = true` the routes of a kernel routing
-//! table of Freeway's network namespace (what a routing daemon such as BIRD or FRR installs)
-//! are mirrored into Freeway's RIB, tagged with their origin; see `freeway-linuxcp`.
+//! `[linux]`: the Linux control plane, so a routing daemon (BIRD, FRR) on the kernel of
+//! Freeway's network namespace drives the router. With `mirror = true` the routes of a kernel
+//! routing table are mirrored into Freeway's RIB, tagged with their origin; with
+//! `punt = true` every router interface gets a kernel twin (a tap device of the interface's
+//! name, MAC and addresses) that receives the packets for the router that Freeway does not
+//! answer itself and whose output Freeway routes out. See `freeway-linuxcp`.
 //!
 //! ```toml
 //! [linux]
+//! punt = true            # the interfaces' kernel twins
 //! mirror = true          # follow the kernel's routing table
 //! table = 254            # which table (default 254, `main`)
 //! protocols = ["bird"]   # only routes of these protocols (names as in `ip route`'s
@@ -24,6 +28,9 @@ pub struct LinuxConfig {
     /// Mirror the kernel's routes.
     #[serde(default)]
     pub mirror: bool,
+    /// Give every router interface a kernel twin (the punt path).
+    #[serde(default)]
+    pub punt: bool,
     /// The kernel table (default 254).
     #[serde(default)]
     pub table: Option<Spanned<u32>>,
@@ -35,26 +42,34 @@ pub struct LinuxConfig {
 /// The checked `[linux]` table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinuxSpec {
-    /// Which kernel routes are mirrored.
-    pub mirror: freeway_linuxcp::Filter,
+    /// Which kernel routes are mirrored (with `mirror = true`).
+    pub mirror: Option<freeway_linuxcp::Filter>,
+    /// Whether the router interfaces get kernel twins.
+    pub punt: bool,
 }
 
 /// Checks `[linux]`; `None` when nothing is enabled. `router` tells whether the config has
 /// router interfaces.
 pub fn check(c: &LinuxConfig, router: bool) -> Result<Option<LinuxSpec>, (Option<Range<usize>>, String)> {
-    if !c.mirror {
-        if c.table.is_some() || c.protocols.is_some() {
-            return Err((None, "[linux]: table and protocols need mirror = true".into()));
-        }
+    if !c.mirror && (c.table.is_some() || c.protocols.is_some()) {
+        return Err((None, "[linux]: table and protocols need mirror = true".into()));
+    }
+    if !c.mirror && !c.punt {
         return Ok(None);
     }
     if !router {
         return Err((
             None,
-            "[linux] mirror = true needs a router: add an [[interface]] (kernel routes are matched to \
-             router interfaces by device name)"
+            "[linux] mirror and punt need a router: add an [[interface]] (kernel routes are matched to \
+             router interfaces by device name; the twins are the interfaces')"
                 .into(),
         ));
+    }
+    if !c.mirror {
+        return Ok(Some(LinuxSpec {
+            mirror: None,
+            punt: true,
+        }));
     }
     let table = match &c.table {
         Some(t) if *t.get_ref() == 0 => {
@@ -83,6 +98,46 @@ pub fn check(c: &LinuxConfig, router: bool) -> Result<Option<LinuxSpec>, (Option
         ),
     };
     Ok(Some(LinuxSpec {
-        mirror: freeway_linuxcp::Filter { table, protocols },
+        mirror: Some(freeway_linuxcp::Filter { table, protocols }),
+        punt: c.punt,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_str(s: &str, router: bool) -> Result<Option<LinuxSpec>, String> {
+        let c: LinuxConfig = toml::from_str(s).map_err(|e| e.to_string())?;
+        check(&c, router).map_err(|e| e.1)
+    }
+
+    #[test]
+    fn linux_section_is_checked() {
+        assert_eq!(check_str("", true), Ok(None));
+        let s = check_str("mirror = true\npunt = true\nprotocols = [\"bird\", \"186\"]", true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            s.mirror,
+            Some(freeway_linuxcp::Filter {
+                table: 254,
+                protocols: Some(vec![12, 186])
+            })
+        );
+        assert!(s.punt);
+        let s = check_str("punt = true", true).unwrap().unwrap();
+        assert_eq!(s.mirror, None);
+        let s = check_str("mirror = true\ntable = 100", true).unwrap().unwrap();
+        assert_eq!(s.mirror.unwrap().table, 100);
+        assert!(check_str("mirror = true\nprotocols = [\"birdd\"]", true)
+            .unwrap_err()
+            .contains("unknown route protocol \"birdd\""));
+        assert!(check_str("table = 100", true)
+            .unwrap_err()
+            .contains("need mirror = true"));
+        assert!(check_str("mirror = true", false).unwrap_err().contains("need a router"));
+        assert!(check_str("mirror = true\ntable = 0", true).is_err());
+        assert!(check_str("mirrors = true", true).is_err());
+    }
 }

@@ -17,7 +17,10 @@ use crossbeam_channel::{bounded, Receiver, SendTimeoutError};
 use freeway_linuxcp::{Change, MirrorConfig};
 use freeway_route::{Rib, RouteKind};
 
-use crate::config::linux::LinuxSpec;
+use freeway_l3::Interfaces;
+use freeway_linuxcp::{TwinSpec, Twins};
+
+use crate::config::{Checked, PortKind};
 
 use super::RunError;
 
@@ -66,13 +69,13 @@ impl LinuxFeed {
 
 /// Starts the mirror's thread; its changes arrive on the returned feed until `stop`.
 pub(crate) fn spawn(
-    spec: &LinuxSpec,
+    filter: &freeway_linuxcp::Filter,
     ifaces: Vec<String>,
     stop: &Arc<AtomicBool>,
 ) -> Result<(JoinHandle<()>, LinuxFeed), RunError> {
     let (tx, rx) = bounded::<Vec<Change>>(64);
     let cfg = MirrorConfig {
-        filter: spec.mirror.clone(),
+        filter: filter.clone(),
         ifaces,
     };
     let stop = stop.clone();
@@ -102,4 +105,49 @@ pub(crate) fn spawn(
             refused: 0,
         },
     ))
+}
+
+/// Creates the router interfaces' kernel twins (`[linux] punt`), and keeps the kernel from
+/// answering ARP for their addresses on the ports' own devices (`arp_ignore = 1` on each
+/// AF_PACKET or AF_XDP port's device): there, Freeway answers.
+pub(crate) fn twins(cfg: &Checked, ifaces: &Interfaces) -> Result<Option<Arc<Twins>>, RunError> {
+    if !cfg.linux.as_ref().is_some_and(|l| l.punt) {
+        return Ok(None);
+    }
+    let specs: Vec<Option<TwinSpec>> = ifaces
+        .iter()
+        .map(|i| {
+            Some(TwinSpec {
+                name: i.name.clone(),
+                mac: i.mac,
+                mtu: u32::from(i.mtu),
+                v4: i.v4.clone(),
+                v6: i.v6.clone(),
+            })
+        })
+        .collect();
+    for p in &cfg.ports {
+        let dev = match p.kind {
+            PortKind::Afpacket => p.afpacket.as_ref().map(|a| a.iface.as_str()),
+            PortKind::Afxdp => p.afxdp.as_ref().map(|a| a.iface.as_str()),
+            _ => None,
+        };
+        if let Some(dev) = dev {
+            let path = format!("/proc/sys/net/ipv4/conf/{dev}/arp_ignore");
+            if let Err(e) = std::fs::write(&path, "1") {
+                tracing::warn!(path, error = %e, "cannot keep the kernel from answering ARP for the twins' addresses on a port");
+            }
+        }
+    }
+    let t = Twins::create(&specs).map_err(|e| RunError(format!("[linux] punt: {e}")))?;
+    Ok(Some(Arc::new(t)))
+}
+
+/// Starts the thread (`fw-punt`) that reads what the kernel sends through the twins.
+pub(crate) fn spawn_twins(t: &Arc<Twins>, stop: &Arc<AtomicBool>) -> Result<JoinHandle<()>, RunError> {
+    let (t, stop) = (t.clone(), stop.clone());
+    std::thread::Builder::new()
+        .name("fw-punt".into())
+        .spawn(move || t.serve(&stop))
+        .map_err(|e| RunError(format!("cannot start the twins' thread: {e}")))
 }

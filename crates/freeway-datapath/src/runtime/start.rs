@@ -89,7 +89,14 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let nworkers = worker_count(cfg, &opts);
     let (clock, _ticker) = Clock::start();
     let taps = taps.unwrap_or_else(|| R::with_workers(nworkers));
-    let tables = build_tables::<L>(cfg, &clock, nworkers)?;
+    let mut tables = build_tables::<L>(cfg, &clock, nworkers)?;
+    let twins = match tables.router.as_mut() {
+        Some((sh, _, _)) => {
+            sh.twins = super::linux::twins(cfg, &sh.ifaces)?;
+            sh.twins.clone()
+        }
+        None => None,
+    };
     let OpenPorts { ports, rx_of, tx_of } = open_ports(cfg, given, nworkers)?;
     let ports = Arc::new(Mutex::new(ports));
     let offline = is_offline(cfg, nworkers);
@@ -144,14 +151,19 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     // SIGHUP: the main thread reads the file again and, with a control thread, hands the
     // configuration to it (the owner of the RIB and of the tables' change queues).
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<Checked>(1);
-    let (linux_thread, linux_feed) = match (&cfg.linux, router_shared.as_ref()) {
-        (Some(spec), Some(sh)) => {
+    let mirror = cfg.linux.as_ref().and_then(|l| l.mirror.as_ref());
+    let (linux_thread, linux_feed) = match (mirror, router_shared.as_ref()) {
+        (Some(filter), Some(sh)) => {
             let names = sh.ifaces.iter().map(|i| i.name.clone()).collect();
-            let (h, feed) = super::linux::spawn(spec, names, &writer_stop)?;
+            let (h, feed) = super::linux::spawn(filter, names, &writer_stop)?;
             (Some(h), Some(feed))
         }
         _ => (None, None),
     };
+    let twins_thread = twins
+        .as_ref()
+        .map(|t| super::linux::spawn_twins(t, &writer_stop))
+        .transpose()?;
     // The control thread also runs without a socket when the kernel route mirror needs the
     // RIB's writer.
     let ctl_handle = match (control_listener, linux_feed) {
@@ -207,6 +219,9 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     if let Some(h) = linux_thread {
         h.join()
             .map_err(|_| RunError("the linux mirror's thread panicked".into()))?;
+    }
+    if let Some(h) = twins_thread {
+        h.join().map_err(|_| RunError("the twins' thread panicked".into()))?;
     }
     if ctl_rib.is_some() {
         rib = ctl_rib;
@@ -625,7 +640,7 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
         let rw = tables
             .router
             .as_ref()
-            .map(|(shared, _, _)| RouterWorker::new(shared, fw));
+            .map(|(shared, _, _)| RouterWorker::new(shared, fw, id == 0));
         let ct = tables.stateful.as_ref().map(Stateful::worker);
         let frag = ct.as_ref().and_then(|c| c.reasm.as_ref()).map(|r| r.counters().clone());
         let stats = Arc::new(CachePadded::new(WorkerStats {
