@@ -22,6 +22,7 @@ pub mod conntrack;
 pub mod firewall;
 pub mod frag;
 pub mod fw_forward;
+pub mod linuxcp;
 pub mod route;
 
 use clap::{Args, Subcommand};
@@ -53,6 +54,8 @@ pub enum BenchCmd {
     /// Fragment reassembly: datagrams and fragments per second of one worker, and the
     /// unfragmented path's cost with reassembly enabled vs disabled.
     Frag(frag::FragArgs),
+    /// Kernel route mirror convergence: start-up dump, notifications, one change (root).
+    Linuxcp(linuxcp::LinuxcpArgs),
 }
 
 /// `bench refcount` options.
@@ -490,6 +493,7 @@ pub fn main(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Capture(a) => capture::capture(a),
         BenchCmd::Firewall(a) => firewall::firewall(a),
         BenchCmd::Frag(a) => frag::frag(a),
+        BenchCmd::Linuxcp(a) => linuxcp::linuxcp(a),
     }
 }
 

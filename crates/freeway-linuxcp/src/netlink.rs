@@ -136,6 +136,51 @@ impl Netlink {
         }
     }
 
+    /// A fresh sequence number for a request.
+    pub(crate) fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    /// Sends serialized requests on the request socket.
+    pub(crate) fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.dump.send(bytes, 0).map(drop)
+    }
+
+    /// Counts the error answers waiting on the request socket; with `until`, waits for the
+    /// answer of that sequence number (its acknowledgement or error) first.
+    pub(crate) fn drain_errors(&mut self, until: Option<u32>) -> io::Result<usize> {
+        let mut errors = 0;
+        loop {
+            let flags = if until.is_some() { 0 } else { libc::MSG_DONTWAIT };
+            let n = match self.dump.recv(&mut &mut self.buf[..], flags) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(errors),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let mut off = 0;
+            while off < n {
+                let Ok(msg) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[off..n]) else {
+                    break;
+                };
+                let len = msg.header.length as usize;
+                if let NetlinkPayload::Error(e) = &msg.payload {
+                    if e.code.is_some() {
+                        errors += 1;
+                    }
+                    if Some(msg.header.sequence_number) == until {
+                        return Ok(errors);
+                    }
+                }
+                if len == 0 {
+                    break;
+                }
+                off += (len + 3) & !3;
+            }
+        }
+    }
+
     /// Every link: index to name.
     pub fn links(&mut self) -> io::Result<HashMap<u32, String>> {
         let msgs = self.dump_of(RouteNetlinkMessage::GetLink(LinkMessage::default()))?;

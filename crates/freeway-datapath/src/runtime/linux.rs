@@ -4,9 +4,8 @@
 //! The mirror hands batches of changes to the control thread (`fw-ctl`, the RIB's single
 //! writer) through a bounded channel; when the channel is full the mirror waits, its netlink
 //! socket may then overrun, and the overrun is answered by a full resync. The control thread
-//! installs a mirrored route only where the RIB has no route of another origin for its prefix
-//! (a configured, connected or `ctl` route wins: the kernel's route is counted as shadowed),
-//! and deletes only mirrored routes.
+//! applies them with `freeway_linuxcp::apply`: a mirrored route never displaces a configured,
+//! connected or `ctl` route, and only mirrored routes are deleted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,7 +14,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, SendTimeoutError};
 use freeway_linuxcp::{Change, MirrorConfig};
-use freeway_route::{Rib, RouteKind};
+use freeway_route::Rib;
 
 use freeway_l3::Interfaces;
 use freeway_linuxcp::{TwinSpec, Twins};
@@ -27,43 +26,13 @@ use super::RunError;
 /// The mirror's side of the control thread: its changes, and what became of them.
 pub(crate) struct LinuxFeed {
     pub rx: Receiver<Vec<Change>>,
-    /// Routes installed or replaced.
-    pub installed: u64,
-    /// Routes deleted.
-    pub deleted: u64,
-    /// Kernel routes not installed because a route of another origin holds the prefix.
-    pub shadowed: u64,
-    /// Kernel routes the RIB refused (full tables, bad next hops).
-    pub refused: u64,
+    pub applied: freeway_linuxcp::Applied,
 }
 
 impl LinuxFeed {
     /// Applies a batch to the RIB (on the control thread).
     pub(crate) fn apply(&mut self, rib: &mut Rib, changes: Vec<Change>) {
-        for c in changes {
-            match c {
-                Change::Replace(r) => match rib.kind_of(r.prefix) {
-                    None | Some(RouteKind::Linux(_)) => {
-                        let p = r.prefix;
-                        match rib.replace(r) {
-                            Ok(()) => self.installed += 1,
-                            Err(e) => {
-                                self.refused += 1;
-                                tracing::warn!(prefix = %p, error = %e, refused = self.refused, "linux mirror: route refused");
-                            }
-                        }
-                    }
-                    Some(_) => self.shadowed += 1,
-                },
-                Change::Delete(p) => {
-                    if let Some(RouteKind::Linux(_)) = rib.kind_of(p) {
-                        if rib.delete(p).is_ok() {
-                            self.deleted += 1;
-                        }
-                    }
-                }
-            }
-        }
+        freeway_linuxcp::apply(rib, changes, &mut self.applied);
     }
 }
 
@@ -99,10 +68,7 @@ pub(crate) fn spawn(
         h,
         LinuxFeed {
             rx,
-            installed: 0,
-            deleted: 0,
-            shadowed: 0,
-            refused: 0,
+            applied: Default::default(),
         },
     ))
 }
