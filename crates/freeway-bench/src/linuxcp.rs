@@ -183,7 +183,9 @@ fn run_one(n: usize, changes: usize) -> Result<LinuxcpRow, String> {
     // overrun): a first change, waited for without a clock, lets it settle.
     let settle = IpAddr::V4(Ipv4Addr::from((11u32 << 24) + 1));
     w.write([route(0, GW_B, idx)], true).map_err(|e| e.to_string())?;
-    wait_until(limit, || fib.next_hop(settle, 0) == Some(NextHop::via(IpAddr::V4(GW_B), 0)))?;
+    wait_until(limit, || {
+        fib.next_hop(settle, 0) == Some(NextHop::via(IpAddr::V4(GW_B), 0))
+    })?;
     let mut lat = Vec::with_capacity(changes);
     for k in 0..changes {
         let i = (k * 7919) % (2 * n);

@@ -35,7 +35,7 @@ impl Bird {
             .arg(&path)
             .args(["-s", &sock, "-P", &pid])
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::null())
             .spawn()
             .expect("bird starts");
         Bird { child, sock, ns }

@@ -477,6 +477,9 @@ pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc
             c.reap(t);
         }
     }
+    if let Some(f) = &c.linux {
+        tracing::info!(applied = ?f.applied, "linux mirror: what became of the kernel's routes");
+    }
     // Requests still queued are answered: the datapath is stopping.
     drop(jobs);
     drop(idle_sender);
