@@ -57,7 +57,7 @@ use freeway_bridge::{Fdb, FdbWriter, Layout, Mac, PortVlan};
 use freeway_conntrack::Conntrack;
 use freeway_l3::neigh::NeighWriter;
 use freeway_l3::{Interfaces, Neigh};
-use freeway_route::{NextHop, Prefix, Rib, Route, RouteError};
+use freeway_route::{NextHop, Prefix, Rib, Route, RouteError, RouteKind};
 use freeway_sync::Clock;
 use freeway_sync::Tick;
 use serde_json::{json, Value};
@@ -1013,8 +1013,8 @@ impl<L: Layout> Control<L> {
             Request::Reload { file, check } => self.reload(file.as_deref(), *check),
             Request::RouteShow => self.route_show(),
             Request::RouteGet { addr } => self.route_get(*addr),
-            Request::RouteAdd { prefix, hops } => self.route_add(prefix, hops, false),
-            Request::RouteReplace { prefix, hops } => self.route_add(prefix, hops, true),
+            Request::RouteAdd { prefix, hops } => self.route_add(prefix, hops, false, RouteKind::Ctl),
+            Request::RouteReplace { prefix, hops } => self.route_add(prefix, hops, true, RouteKind::Ctl),
             Request::RouteDel { prefix } => self.route_del(prefix),
             Request::CaptureList => Ok(self.capture_list()),
             Request::CaptureStop { id } => self.capture_stop(*id),
@@ -1245,11 +1245,7 @@ impl<L: Layout> Control<L> {
 
     /// Applies (or with `check`, only lists) what turns the configuration applied last into
     /// `new`; the ruleset first, so that one that does not compile stops the rest.
-    fn apply_reload(
-        &mut self,
-        new: &crate::config::Checked,
-        check: bool,
-    ) -> (reload::Outcome, Vec<&'static str>) {
+    fn apply_reload(&mut self, new: &crate::config::Checked, check: bool) -> (reload::Outcome, Vec<&'static str>) {
         use reload::Change;
         let next = reload::Live::of(new);
         let (changes, restart) = self.live.diff(&next);
@@ -1263,7 +1259,10 @@ impl<L: Layout> Control<L> {
                     Some(fw) => fw.replace(rs.clone(), src),
                     None => Err("this run has no nftables ruleset to replace: restart to add one".into()),
                 },
-                Change::RouteSet(p, h) => self.route_add(p, h, true).map(drop).map_err(|e| e.to_string()),
+                Change::RouteSet(p, h) => self
+                    .route_add(p, h, true, RouteKind::Static)
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
                 Change::RouteDel(p) => self.route_del(p).map(drop).map_err(|e| e.to_string()),
                 Change::NeighSet(ip, mac, dev) => self.neigh_add(*ip, mac, dev).map(drop).map_err(|e| e.to_string()),
                 Change::NeighDel(ip, dev) => self.neigh_del(*ip, dev).map(drop).map_err(|e| e.to_string()),
@@ -1449,8 +1448,9 @@ impl<L: Layout> Control<L> {
         ))
     }
 
-    /// `route add|replace PREFIX (via GW[,GW...] | dev IFACE)`.
-    fn route_add(&mut self, prefix: &str, hops: &Hops, replace: bool) -> Result<Reply, CtlError> {
+    /// `route add|replace PREFIX (via GW[,GW...] | dev IFACE)`, with its origin: `Ctl` from
+    /// the socket, `Static` for a reloaded configuration's routes.
+    fn route_add(&mut self, prefix: &str, hops: &Hops, replace: bool, kind: RouteKind) -> Result<Reply, CtlError> {
         let (rib, ifs, _) = self.rib.as_mut().ok_or_else(no_router)?;
         let p = parse_prefix(prefix)?;
         let hops = match hops {
@@ -1485,7 +1485,7 @@ impl<L: Layout> Control<L> {
             Hops::Dev(d) => vec![NextHop::connected(iface_named(ifs, d)?)],
         };
         let mut r = Route::new(p, hops);
-        r.kind = freeway_route::RouteKind::Ctl;
+        r.kind = kind;
         let res = if replace { rib.replace(r) } else { rib.add(r) };
         res.map_err(route_error)?;
         Ok(Reply::new("", json!({"generation": rib.generation()})))
