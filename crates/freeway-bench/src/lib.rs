@@ -22,6 +22,7 @@ pub mod conntrack;
 pub mod firewall;
 pub mod frag;
 pub mod fw_forward;
+pub mod linuxcp;
 pub mod nat;
 pub mod route;
 
@@ -57,6 +58,8 @@ pub enum BenchCmd {
     /// NAT: new translated connections per second per worker and the per-packet cost of a
     /// translated flow, each against plain tracking in the same run.
     Nat(nat::NatArgs),
+    /// Kernel route mirror convergence: start-up dump, notifications, one change (root).
+    Linuxcp(linuxcp::LinuxcpArgs),
 }
 
 /// `bench refcount` options.
@@ -511,6 +514,7 @@ pub fn main(cmd: BenchCmd) -> Result<(), String> {
         BenchCmd::Firewall(a) => firewall::firewall(a),
         BenchCmd::Frag(a) => frag::frag(a),
         BenchCmd::Nat(a) => nat::nat_cmd(a),
+        BenchCmd::Linuxcp(a) => linuxcp::linuxcp(a),
     }
 }
 

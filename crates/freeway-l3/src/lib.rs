@@ -34,7 +34,7 @@ pub use iface::{ConnectedPrefix, IfaceError, Interface, Interfaces, Wants};
 pub use neigh::{
     Neigh, NeighConfig, NeighEntry, NeighError, NeighState, NeighStats, NeighUpdate, NeighView, NeighWriter,
 };
-pub use stage::{L3Config, L3Counters, L3Drop, L3Out, L3Stats, L3Worker};
+pub use stage::{L3Config, L3Counters, L3Drop, L3Out, L3Stats, L3Worker, Punt};
 
 /// Where a routed packet goes next: the router's next hop (`iface` indexes [`Interfaces`]).
 pub use freeway_route::NextHop;

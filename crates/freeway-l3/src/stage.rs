@@ -115,6 +115,15 @@ pub trait L3Out {
         let _ = reason;
         self.pool().put(pkt);
     }
+    /// A packet for the router that the stage does not answer itself (TCP, UDP and other
+    /// protocols to its unicast addresses), arrived on interface
+    /// `iif`: hands a copy to the interface's kernel twin, if it has one (the punt path). The
+    /// stage recycles `pkt` afterwards. The default has no twin.
+    #[inline(always)]
+    fn punt(&mut self, iif: u16, pkt: &Packet) -> Punt {
+        let _ = (iif, pkt);
+        Punt::NoTwin
+    }
     /// The firewall's verdict on `pkt` at `hook`: it arrived on router interface `iif` and,
     /// at [`FilterHook::Forward`], leaves by `oif` (at [`FilterHook::Input`], `oif == iif`).
     /// The default accepts everything.
@@ -133,6 +142,17 @@ pub trait L3Out {
         let _ = (hook, pkt, iif, oif);
         true
     }
+}
+
+/// What became of a punted packet ([`L3Out::punt`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Punt {
+    /// The interface has no kernel twin: the packet is dropped as before (`local`).
+    NoTwin,
+    /// The twin took it (counted `punted`).
+    Sent,
+    /// The twin could not take it (its queue is full): dropped as `punt_failed`.
+    Failed,
 }
 
 macro_rules! drops {
@@ -211,6 +231,8 @@ drops! {
     PendingTimeout => "pending_timeout",
     /// Dropped or rejected by the firewall at the input or forward hook.
     Filtered => "filtered",
+    /// For the router's kernel twin, which could not take it (its queue was full).
+    PuntFailed => "punt_failed",
 }
 
 impl std::fmt::Display for L3Drop {
@@ -333,6 +355,11 @@ counters! {
     fragmented_v4,
     /// Fragments made of them.
     fragments_v4,
+    /// Packets for the router handed to an interface's kernel twin (the punt path).
+    punted,
+    /// Packets the kernel twins sent, routed out by the stage (also counted in
+    /// `forwarded_v4`/`forwarded_v6` once they leave).
+    twin_tx,
 }
 
 struct Waiting {
@@ -466,6 +493,16 @@ impl L3Worker {
     /// Processes one packet (same as a batch of one, without the pending poll).
     pub fn process_one(&mut self, pkt: Packet, routes: &mut impl RouteLookup, now: Tick, out: &mut impl L3Out) {
         self.with_ctx(now, |st, cx| st.one(cx, pkt, routes, out));
+    }
+
+    /// Sends a packet the kernel twin of interface `iif` sent (a frame parsed by
+    /// `freeway_packet::parse`): the router's own traffic, such as a routing daemon's BGP
+    /// session. It is not forwarded: its TTL is kept and the forward hook does not judge it;
+    /// it is routed by the FIB and its next hop resolved by the neighbour table as a
+    /// forwarded packet's is. Multicast, broadcast and IPv6 link-local destinations leave by
+    /// `iif` itself.
+    pub fn output(&mut self, pkt: Packet, iif: u16, routes: &mut impl RouteLookup, now: Tick, out: &mut impl L3Out) {
+        self.with_ctx(now, |st, cx| st.output(cx, pkt, iif, routes, out));
     }
 
     /// Services the pending queue: sends packets whose neighbour resolved, re-sends requests
@@ -633,7 +670,7 @@ impl State {
                 }
                 return self.drop(out, pkt, L3Drop::BadIcmp);
             }
-            return self.drop(out, pkt, L3Drop::Local);
+            return self.punt(out, pkt, iif, L3Drop::Local);
         }
         if !l2_unicast
             || dst.is_multicast()
@@ -827,7 +864,7 @@ impl State {
             return;
         };
         if up.proto != IPPROTO_ICMPV6 {
-            return self.drop(out, pkt, L3Drop::Local);
+            return self.punt(out, pkt, iif, L3Drop::Local);
         }
         let Some(&ty) = pkt.data().get(l3 + up.off) else {
             return self.drop(out, pkt, L3Drop::BadIcmp);
@@ -888,11 +925,71 @@ impl State {
                 self.drop(out, pkt, L3Drop::Consumed);
             }
             v6::ROUTER_SOLICIT | v6::ROUTER_ADVERT | v6::REDIRECT => self.drop(out, pkt, L3Drop::NdIgnored),
-            _ => self.drop(out, pkt, L3Drop::Local),
+            _ => self.punt(out, pkt, iif, L3Drop::Local),
         }
     }
 
     // ---- Neighbours, pending queue, transmit ----
+
+    /// Hands `pkt` to the kernel twin of `iif`; without one it ends as `otherwise`.
+    fn punt(&self, out: &mut impl L3Out, pkt: Packet, iif: u16, otherwise: L3Drop) {
+        match out.punt(iif, &pkt) {
+            Punt::Sent => {
+                self.c.punted.inc();
+                out.pool().put(pkt);
+            }
+            Punt::Failed => self.drop(out, pkt, L3Drop::PuntFailed),
+            Punt::NoTwin => self.drop(out, pkt, otherwise),
+        }
+    }
+
+    /// A packet the kernel twin of `iif` sent (see [`L3Worker::output`]).
+    fn output(&mut self, cx: &Ctx, pkt: Packet, iif: u16, routes: &mut impl RouteLookup, out: &mut impl L3Out) {
+        let Some(it) = cx.ifaces.get(iif) else {
+            return self.drop(out, pkt, L3Drop::NotRouterInterface);
+        };
+        let l3 = usize::from(pkt.meta.l3_off);
+        let f = pkt.data();
+        let dst = match pkt.meta.ethertype {
+            ETHERTYPE_IPV4 if pkt.meta.l3_off != NO_OFFSET && f.len() >= l3 + 20 => {
+                IpAddr::V4(Ipv4Addr::new(f[l3 + 16], f[l3 + 17], f[l3 + 18], f[l3 + 19]))
+            }
+            ETHERTYPE_IPV6 if pkt.meta.l3_off != NO_OFFSET && f.len() >= l3 + 40 => {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&f[l3 + 24..l3 + 40]);
+                IpAddr::V6(Ipv6Addr::from(a))
+            }
+            _ => return self.drop(out, pkt, L3Drop::UnsupportedEthertype),
+        };
+        // Group and link-local destinations leave by the twin's own interface as they are.
+        let group = match dst {
+            IpAddr::V4(a) if a.is_multicast() => {
+                let o = a.octets();
+                Some([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]])
+            }
+            IpAddr::V4(a) if a.is_broadcast() || it.is_v4_broadcast(a) => Some([0xff; 6]),
+            IpAddr::V6(a) if a.is_multicast() => Some(crate::iface::v6_multicast_mac(a)),
+            _ => None,
+        };
+        self.c.twin_tx.inc();
+        if let Some(mac) = group {
+            return self.transmit(cx, pkt, iif, mac, out);
+        }
+        if let IpAddr::V6(a) = dst {
+            if is_link_local(a) {
+                return self.deliver(cx, pkt, iif, iif, dst, out);
+            }
+        }
+        let hop = match dst {
+            IpAddr::V4(a) => routes.lookup_v4(a, pkt.meta.flow_hash),
+            IpAddr::V6(a) => routes.lookup_v6(a, pkt.meta.flow_hash),
+        };
+        let Some(hop) = hop else {
+            return self.drop(out, pkt, L3Drop::NoRoute);
+        };
+        let nh = hop.gateway.unwrap_or(dst);
+        self.deliver(cx, pkt, iif, hop.iface, nh, out);
+    }
 
     fn forward(&mut self, cx: &Ctx, pkt: Packet, iif: u16, oif: u16, nh: IpAddr, out: &mut impl L3Out) {
         let Some(mut pkt) = self.hook(cx, FilterHook::Forward, pkt, iif, oif, out) else {

@@ -27,4 +27,4 @@ pub use epoch::Guard;
 pub use fib::{Fib, FibConfig, FibMemory};
 pub use nh::{NextHop, NhGroup, NhRef};
 pub use prefix::{Prefix, Prefix4, Prefix6, PrefixError};
-pub use rib::{Rib, Route, RouteError, RouteKind, RouteRecord};
+pub use rib::{rt_proto_name, rt_proto_parse, Rib, Route, RouteError, RouteKind, RouteRecord};

@@ -38,6 +38,73 @@ pub enum RouteKind {
     Connected,
     /// Configured (or generated, for benchmarks).
     Static,
+    /// Added by the control socket (`freeway ctl route add|replace`).
+    Ctl,
+    /// Mirrored from the kernel's routing table; the kernel's route protocol number
+    /// (`RTPROT_*`: 2 kernel, 3 boot, 4 static, 12 bird, ...).
+    Linux(u8),
+}
+
+impl RouteKind {
+    /// The `protocol` of `ip route` (`proto NAME`): `kernel` for connected routes, `static`
+    /// for configured ones, `ctl` for the control socket's, and the kernel's own protocol
+    /// name (iproute2's `rt_protos`) or number for mirrored ones.
+    pub fn protocol(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            RouteKind::Connected => "kernel".into(),
+            RouteKind::Static => "static".into(),
+            RouteKind::Ctl => "ctl".into(),
+            RouteKind::Linux(p) => match rt_proto_name(p) {
+                Some(n) => n.into(),
+                None => p.to_string().into(),
+            },
+        }
+    }
+
+    /// Who put the route in: `connected`, `config`, `ctl` or `linux`.
+    pub fn origin(self) -> &'static str {
+        match self {
+            RouteKind::Connected => "connected",
+            RouteKind::Static => "config",
+            RouteKind::Ctl => "ctl",
+            RouteKind::Linux(_) => "linux",
+        }
+    }
+}
+
+/// iproute2's names of the kernel's route protocols (`/usr/share/iproute2/rt_protos`).
+const RT_PROTOS: [(u8, &str); 19] = [
+    (1, "redirect"),
+    (2, "kernel"),
+    (3, "boot"),
+    (4, "static"),
+    (8, "gated"),
+    (9, "ra"),
+    (10, "mrt"),
+    (11, "zebra"),
+    (12, "bird"),
+    (13, "dnrouted"),
+    (14, "xorp"),
+    (15, "ntk"),
+    (16, "dhcp"),
+    (42, "babel"),
+    (186, "bgp"),
+    (187, "isis"),
+    (188, "ospf"),
+    (189, "rip"),
+    (192, "eigrp"),
+];
+
+/// The iproute2 name of route protocol `p`, if it has one.
+pub fn rt_proto_name(p: u8) -> Option<&'static str> {
+    RT_PROTOS.iter().find(|(n, _)| *n == p).map(|(_, s)| *s)
+}
+
+/// The route protocol named `s` (an iproute2 name or a number).
+pub fn rt_proto_parse(s: &str) -> Option<u8> {
+    s.parse()
+        .ok()
+        .or_else(|| RT_PROTOS.iter().find(|(_, n)| *n == s).map(|(p, _)| *p))
 }
 
 /// A route: prefix, next hops (several: ECMP), kind, informational metric.
@@ -368,6 +435,12 @@ impl Rib {
             .map(|e| self.route_of(fam, key, len, e))
     }
 
+    /// The kind of the route of exactly `prefix`, if there is one.
+    pub fn kind_of(&self, prefix: Prefix) -> Option<RouteKind> {
+        let (fam, key, len) = key_of(&prefix);
+        self.maps[fam][len as usize].get(&key).map(|e| e.kind)
+    }
+
     /// Longest-prefix match on the control side (hash probes per length; for tools and tests,
     /// not for workers).
     pub fn lookup(&self, dst: IpAddr) -> Option<Route> {
@@ -413,13 +486,6 @@ fn dst_string(p: &Prefix) -> String {
     }
 }
 
-fn proto(k: RouteKind) -> &'static str {
-    match k {
-        RouteKind::Connected => "kernel",
-        RouteKind::Static => "static",
-    }
-}
-
 /// A printable dump (see [`Rib::show`]). One route per line; ECMP routes continue on
 /// `\tnexthop via ... dev ...` lines.
 pub struct Show<F> {
@@ -432,7 +498,7 @@ impl<F: Fn(u16) -> String> fmt::Display for Show<F> {
         for r in &self.routes {
             write!(f, "{}", dst_string(&r.prefix))?;
             let tail = |f: &mut fmt::Formatter<'_>| -> fmt::Result {
-                write!(f, " proto {}", proto(r.kind))?;
+                write!(f, " proto {}", r.kind.protocol())?;
                 if r.kind == RouteKind::Connected {
                     write!(f, " scope link")?;
                 }
@@ -488,8 +554,11 @@ pub struct RouteRecord {
     /// Device of a single-hop route.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dev: Option<String>,
-    /// `kernel` (connected) or `static`.
-    pub protocol: &'static str,
+    /// iproute2's `protocol`: `kernel` (connected), `static` (configured), `ctl` (control
+    /// socket), or the kernel's protocol of a mirrored route (`bird`, `static`, `boot`, ...).
+    pub protocol: String,
+    /// Who put the route in: `connected`, `config`, `ctl` or `linux`.
+    pub origin: &'static str,
     /// Metric.
     pub metric: u32,
     /// Hops of an ECMP route.
@@ -505,7 +574,8 @@ impl RouteRecord {
             dst: dst_string(&r.prefix),
             gateway: if single { r.hops[0].gateway } else { None },
             dev: single.then(|| names(r.hops[0].iface)),
-            protocol: proto(r.kind),
+            protocol: r.kind.protocol().into_owned(),
+            origin: r.kind.origin(),
             metric: r.metric,
             nexthops: if single {
                 Vec::new()
@@ -650,5 +720,49 @@ mod tests {
         assert_eq!(rib.flush(), 4);
         assert!(rib.is_empty());
         assert_eq!(rib.nh_groups(), 0);
+    }
+
+    #[test]
+    fn every_origin_is_shown_with_its_protocol() {
+        let (mut rib, _fib) = Rib::new(small());
+        let mut r = |s: &str, kind| {
+            let mut x = Route::new(p(s), vec![via("192.0.2.1", 0)]);
+            x.kind = kind;
+            rib.add(x).unwrap();
+        };
+        r("10.1.0.0/16", RouteKind::Ctl);
+        r("10.2.0.0/16", RouteKind::Linux(12));
+        r("10.3.0.0/16", RouteKind::Linux(4));
+        r("10.4.0.0/16", RouteKind::Linux(99));
+        r("10.5.0.0/16", RouteKind::Static);
+        let s = rib.show(|i| format!("p{i}")).to_string();
+        assert_eq!(
+            s,
+            "10.1.0.0/16 via 192.0.2.1 dev p0 proto ctl\n\
+             10.2.0.0/16 via 192.0.2.1 dev p0 proto bird\n\
+             10.3.0.0/16 via 192.0.2.1 dev p0 proto static\n\
+             10.4.0.0/16 via 192.0.2.1 dev p0 proto 99\n\
+             10.5.0.0/16 via 192.0.2.1 dev p0 proto static\n"
+        );
+        let j = serde_json::to_value(rib.records(|i| format!("p{i}"))).unwrap();
+        let got: Vec<(&str, &str)> = j
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["protocol"].as_str().unwrap(), r["origin"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("ctl", "ctl"),
+                ("bird", "linux"),
+                ("static", "linux"),
+                ("99", "linux"),
+                ("static", "config")
+            ]
+        );
+        assert_eq!(rt_proto_parse("bird"), Some(12));
+        assert_eq!(rt_proto_parse("200"), Some(200));
+        assert_eq!(rt_proto_parse("nonesuch"), None);
     }
 }

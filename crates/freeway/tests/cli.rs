@@ -346,7 +346,12 @@ fn the_control_socket_changes_routes_live_and_refuses_bad_requests() {
         .status
         .success());
     let text = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
-    assert!(text.contains("10.8.0.0/16 proto static\n\tnexthop via 10.0.20.7 dev wan weight 1\n\tnexthop via 10.0.20.8 dev wan weight 1"), "{text}");
+    assert!(
+        text.contains(
+            "10.8.0.0/16 proto ctl\n\tnexthop via 10.0.20.7 dev wan weight 1\n\tnexthop via 10.0.20.8 dev wan weight 1"
+        ),
+        "{text}"
+    );
 
     // Connections listed and flushed.
     let text = String::from_utf8(ctl(&["conntrack", "list"]).stdout).unwrap();
@@ -617,9 +622,9 @@ fn many_control_clients_at_once_are_all_answered() {
     let text = r["text"].as_str().unwrap();
     assert_eq!(
         text.lines()
-            .filter(|l| l.contains("via 10.0.20.7 dev wan proto static"))
+            .filter(|l| l.contains("via 10.0.20.7 dev wan proto ctl"))
             .count(),
-        21,
+        20,
         "{text}"
     );
     stop(child, dir);

@@ -127,7 +127,12 @@ fn bpf_dumps_have_tcpdumps_three_forms() {
 
 #[test]
 fn d_upper_lists_the_ports_of_the_config() {
-    let out = String::from_utf8(ok(&["capture", "-D"]).stdout).unwrap();
+    let dir = std::env::temp_dir().join(format!("freeway-decode-d-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let demo = dir.join("demo.toml");
+    std::fs::write(&demo, ok(&["default-config"]).stdout).unwrap();
+    let out = String::from_utf8(ok(&["capture", "-D", "--config", demo.to_str().unwrap()]).stdout).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     let first = out.lines().next().unwrap_or_default();
     assert!(first.starts_with("1."), "{out}");
 }

@@ -33,6 +33,7 @@
 pub mod capture;
 pub mod duration;
 pub mod l3;
+pub mod linux;
 pub mod mtu;
 pub mod stateful;
 
@@ -97,6 +98,9 @@ pub struct Config {
     /// Capture taps.
     #[serde(default, rename = "tap")]
     pub taps: Vec<capture::TapConfig>,
+    /// The Linux control plane (kernel route mirror).
+    #[serde(default)]
+    pub linux: linux::LinuxConfig,
 }
 
 /// Kinds of port.
@@ -339,6 +343,8 @@ pub struct Checked {
     pub firewall: Option<stateful::FirewallSpec>,
     /// Capture taps.
     pub taps: Vec<capture::TapSpec>,
+    /// The Linux control plane, when enabled.
+    pub linux: Option<linux::LinuxSpec>,
 }
 
 /// Most ports a datapath may have.
@@ -411,8 +417,10 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
         base,
     )
     .map_err(lift)?;
+    let linux = linux::check(&cfg.linux, router.is_some()).map_err(lift)?;
 
     Ok(Checked {
+        linux,
         router,
         conntrack,
         firewall,

@@ -58,7 +58,7 @@ use freeway_bridge::{Fdb, FdbWriter, Layout, Mac, PortVlan};
 use freeway_conntrack::Conntrack;
 use freeway_l3::neigh::NeighWriter;
 use freeway_l3::{Interfaces, Neigh};
-use freeway_route::{NextHop, Prefix, Rib, Route, RouteError};
+use freeway_route::{NextHop, Prefix, Rib, Route, RouteError, RouteKind};
 use freeway_sync::Clock;
 use freeway_sync::Tick;
 use serde_json::{json, Value};
@@ -244,6 +244,8 @@ pub(crate) struct Control<L: Layout> {
     pub l3: Option<freeway_l3::L3Config>,
     /// The ports' live MTUs.
     pub mtus: Arc<super::mtu::PortMtus>,
+    /// The kernel route mirror's changes (with `[linux] mirror`).
+    pub linux: Option<super::linux::LinuxFeed>,
 }
 
 /// A capture that ended: its id, what it was, how it ended, its final counters.
@@ -400,23 +402,34 @@ struct Job {
 
 /// Serves requests until `stop` is set; returns the state (with the RIB) for the final dumps.
 /// The socket file is removed (if still ours) when this returns.
-pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicBool>) -> Control<L> {
+/// Without a socket (`l` is `None`: the thread runs only to own the RIB for the kernel route
+/// mirror), there is no acceptor and only the mirror's changes arrive.
+pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc<AtomicBool>) -> Control<L> {
     let stats = Arc::new(ClientStats::default());
     let (jobs_tx, jobs) = bounded::<Job>(MAX_CLIENTS);
-    let acceptor = {
-        let (stats, stop) = (stats.clone(), stop.clone());
-        std::thread::Builder::new().name("fw-ctl-accept".into()).spawn(move || {
-            accept_loop(&l, &jobs_tx, &stats, &stop);
-            l
-        })
-    };
-    let acceptor = match acceptor {
-        Ok(h) => Some(h),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the control socket's acceptor: no control socket");
+    // Without an acceptor the sender stays here, so `jobs` never reads as disconnected.
+    let mut idle_sender = None;
+    let acceptor = match l {
+        None => {
+            idle_sender = Some(jobs_tx);
             None
         }
+        Some(l) => {
+            let (stats, stop) = (stats.clone(), stop.clone());
+            let spawned = std::thread::Builder::new().name("fw-ctl-accept".into()).spawn(move || {
+                accept_loop(&l, &jobs_tx, &stats, &stop);
+                l
+            });
+            match spawned {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the control socket's acceptor: no control socket");
+                    None
+                }
+            }
+        }
     };
+    let mut mirror = c.linux.as_ref().map(|f| f.rx.clone());
     while !stop.load(Ordering::Relaxed) {
         if let Some(new) = c.reloads.as_ref().and_then(|r| r.try_recv().ok()) {
             let (applied, restart) = c.apply_reload(&new, false);
@@ -432,7 +445,22 @@ pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicB
             let s = c.snap.snap(c.start.elapsed());
             c.rates.push(now, &s);
         }
-        if let Ok(job) = jobs.recv_timeout(IDLE_POLL) {
+        let job = match &mirror {
+            None => jobs.recv_timeout(IDLE_POLL).ok(),
+            Some(m) => crossbeam_channel::select! {
+                recv(jobs) -> j => j.ok(),
+                recv(m) -> changes => {
+                    match changes {
+                        Ok(ch) => c.apply_linux(ch),
+                        // The mirror stopped (its error is logged): the socket goes on.
+                        Err(_) => mirror = None,
+                    }
+                    None
+                }
+                default(IDLE_POLL) => None,
+            },
+        };
+        if let Some(job) = job {
             let answer = c.job(job.request, job.stream, &stats);
             let _ = job.answer.send(answer);
         }
@@ -452,8 +480,12 @@ pub(crate) fn serve<L: Layout>(l: Listener, mut c: Control<L>, stop: Arc<AtomicB
             c.reap(t);
         }
     }
+    if let Some(f) = &c.linux {
+        tracing::info!(applied = ?f.applied, "linux mirror: what became of the kernel's routes");
+    }
     // Requests still queued are answered: the datapath is stopping.
     drop(jobs);
+    drop(idle_sender);
     // The datapath stops: end the captures, so their clients see the end of the stream.
     for t in std::mem::take(&mut c.captures) {
         (c.detach)(t.id());
@@ -959,6 +991,13 @@ impl<L: Layout> Control<L> {
         Ok(())
     }
 
+    /// Applies a batch of the kernel route mirror's changes to the RIB.
+    fn apply_linux(&mut self, changes: Vec<freeway_linuxcp::Change>) {
+        if let (Some(feed), Some((rib, _, _))) = (self.linux.as_mut(), self.rib.as_mut()) {
+            feed.apply(rib, changes);
+        }
+    }
+
     /// Answers a request that is not a streamed capture.
     fn handle(&mut self, req: &Request) -> Result<Reply, CtlError> {
         match req {
@@ -977,8 +1016,8 @@ impl<L: Layout> Control<L> {
             Request::Reload { file, check } => self.reload(file.as_deref(), *check),
             Request::RouteShow => self.route_show(),
             Request::RouteGet { addr } => self.route_get(*addr),
-            Request::RouteAdd { prefix, hops } => self.route_add(prefix, hops, false),
-            Request::RouteReplace { prefix, hops } => self.route_add(prefix, hops, true),
+            Request::RouteAdd { prefix, hops } => self.route_add(prefix, hops, false, RouteKind::Ctl),
+            Request::RouteReplace { prefix, hops } => self.route_add(prefix, hops, true, RouteKind::Ctl),
             Request::RouteDel { prefix } => self.route_del(prefix),
             Request::CaptureList => Ok(self.capture_list()),
             Request::CaptureStop { id } => self.capture_stop(*id),
@@ -1219,11 +1258,7 @@ impl<L: Layout> Control<L> {
 
     /// Applies (or with `check`, only lists) what turns the configuration applied last into
     /// `new`; the ruleset first, so that one that does not compile stops the rest.
-    fn apply_reload(
-        &mut self,
-        new: &crate::config::Checked,
-        check: bool,
-    ) -> (reload::Outcome, Vec<&'static str>) {
+    fn apply_reload(&mut self, new: &crate::config::Checked, check: bool) -> (reload::Outcome, Vec<&'static str>) {
         use reload::Change;
         let next = reload::Live::of(new);
         let (changes, restart) = self.live.diff(&next);
@@ -1237,7 +1272,10 @@ impl<L: Layout> Control<L> {
                     Some(fw) => fw.replace(rs.clone(), src),
                     None => Err("this run has no nftables ruleset to replace: restart to add one".into()),
                 },
-                Change::RouteSet(p, h) => self.route_add(p, h, true).map(drop).map_err(|e| e.to_string()),
+                Change::RouteSet(p, h) => self
+                    .route_add(p, h, true, RouteKind::Static)
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
                 Change::RouteDel(p) => self.route_del(p).map(drop).map_err(|e| e.to_string()),
                 Change::NeighSet(ip, mac, dev) => self.neigh_add(*ip, mac, dev).map(drop).map_err(|e| e.to_string()),
                 Change::NeighDel(ip, dev) => self.neigh_del(*ip, dev).map(drop).map_err(|e| e.to_string()),
@@ -1349,7 +1387,11 @@ impl<L: Layout> Control<L> {
                 "forwarding"
             };
             let mtu = self.mtus.mtu(i);
-            text.push_str(&format!("{}: {name}: mtu {mtu} state {state} {}\n", i + 1, lan::flags_words(&f)));
+            text.push_str(&format!(
+                "{}: {name}: mtu {mtu} state {state} {}\n",
+                i + 1,
+                lan::flags_words(&f)
+            ));
             let mut row = json!({"ifindex": i + 1, "ifname": name, "mtu": mtu, "state": state});
             if let (Some(r), Value::Object(fl)) = (row.as_object_mut(), lan::flags_json(&f)) {
                 r.extend(fl);
@@ -1449,8 +1491,9 @@ impl<L: Layout> Control<L> {
         ))
     }
 
-    /// `route add|replace PREFIX (via GW[,GW...] | dev IFACE)`.
-    fn route_add(&mut self, prefix: &str, hops: &Hops, replace: bool) -> Result<Reply, CtlError> {
+    /// `route add|replace PREFIX (via GW[,GW...] | dev IFACE)`, with its origin: `Ctl` from
+    /// the socket, `Static` for a reloaded configuration's routes.
+    fn route_add(&mut self, prefix: &str, hops: &Hops, replace: bool, kind: RouteKind) -> Result<Reply, CtlError> {
         let (rib, ifs, _) = self.rib.as_mut().ok_or_else(no_router)?;
         let p = parse_prefix(prefix)?;
         let hops = match hops {
@@ -1484,7 +1527,8 @@ impl<L: Layout> Control<L> {
             }
             Hops::Dev(d) => vec![NextHop::connected(iface_named(ifs, d)?)],
         };
-        let r = Route::new(p, hops);
+        let mut r = Route::new(p, hops);
+        r.kind = kind;
         let res = if replace { rib.replace(r) } else { rib.add(r) };
         res.map_err(route_error)?;
         Ok(Reply::new("", json!({"generation": rib.generation()})))

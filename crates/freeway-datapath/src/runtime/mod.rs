@@ -28,9 +28,10 @@
 mod capture;
 pub mod control;
 mod firewall;
+mod linux;
 mod metrics;
-mod nat;
 mod mtu;
+mod nat;
 mod router;
 mod start;
 mod stateful;

@@ -25,7 +25,8 @@ use std::sync::Arc;
 
 use freeway_l3::neigh::{NeighConfig, NeighWriter};
 use freeway_l3::{
-    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Out, L3Worker, NatHook, Neigh, RouteLookup, Wants,
+    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Out, L3Worker, NatHook, Neigh, Punt, RouteLookup,
+    Wants,
 };
 use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, MAX_BATCH};
 use freeway_route::{Fib, FibConfig, Guard, NextHop, Prefix, Rib, Route, RouteCache};
@@ -57,6 +58,8 @@ pub(crate) struct RouterShared {
     pub l3: L3Config,
     /// Whether workers use the route cache.
     pub cache: bool,
+    /// The interfaces' kernel twins (`[linux] punt`).
+    pub twins: Option<Arc<freeway_linuxcp::Twins>>,
 }
 
 /// Builds the router: interfaces on the router port `port`, the RIB with connected and
@@ -117,6 +120,7 @@ pub(crate) fn build(spec: &RouterSpec, port: u16, now: Tick) -> Result<(RouterSh
             neigh,
             l3,
             cache: spec.route_cache,
+            twins: None,
         },
         rib,
         nw,
@@ -149,6 +153,7 @@ struct ToBridge<'a> {
     pool: &'a mut PacketPool,
     out: &'a mut Vec<Packet>,
     fw: Option<&'a mut FwHook>,
+    twins: Option<&'a freeway_linuxcp::Twins>,
 }
 
 impl L3Out for ToBridge<'_> {
@@ -160,6 +165,22 @@ impl L3Out for ToBridge<'_> {
     #[inline]
     fn emit(&mut self, _port: u16, pkt: Packet) {
         self.out.push(pkt);
+    }
+
+    fn punt(&mut self, iif: u16, pkt: &Packet) -> Punt {
+        let Some(t) = self.twins else {
+            return Punt::NoTwin;
+        };
+        let (f, l3) = (pkt.data(), usize::from(pkt.meta.l3_off));
+        if pkt.meta.l3_off == freeway_packet::NO_OFFSET || l3 < 14 || l3 > f.len() {
+            return Punt::Failed;
+        }
+        // The frame without its VLAN tag: the MAC addresses, then from the EtherType on.
+        match t.send(iif, [&f[..12], &f[l3 - 2..]]) {
+            None => Punt::NoTwin,
+            Some(true) => Punt::Sent,
+            Some(false) => Punt::Failed,
+        }
     }
 
     #[inline]
@@ -191,6 +212,10 @@ pub(crate) struct RouterWorker {
     batch: Batch,
     /// The nftables firewall, when a ruleset is loaded.
     fw: Option<FwHook>,
+    /// The interfaces' kernel twins (punt path), if any.
+    twins: Option<Arc<freeway_linuxcp::Twins>>,
+    /// Whether this worker routes out what the twins send (one worker does).
+    serve_twins: bool,
 }
 
 /// What the router hands back to the pipeline between its steps.
@@ -206,8 +231,9 @@ pub(crate) trait Bridging {
 }
 
 impl RouterWorker {
-    /// A worker's router over `shared`, judging with `fw` when a ruleset is loaded.
-    pub fn new(shared: &RouterShared, fw: Option<FwHook>) -> RouterWorker {
+    /// A worker's router over `shared`, judging with `fw` when a ruleset is loaded; `first`:
+    /// the worker that routes out what the kernel twins send.
+    pub fn new(shared: &RouterShared, fw: Option<FwHook>, first: bool) -> RouterWorker {
         RouterWorker {
             l3: L3Worker::new(shared.ifaces.clone(), shared.neigh.clone(), shared.l3.clone()),
             cache: RouteCache::new(ROUTE_CACHE_ENTRIES, shared.cache),
@@ -217,6 +243,8 @@ impl RouterWorker {
             outbox: Vec::with_capacity(4 * MAX_BATCH),
             batch: Batch::default(),
             fw,
+            twins: shared.twins.clone(),
+            serve_twins: first && shared.twins.is_some(),
         }
     }
 
@@ -228,6 +256,9 @@ impl RouterWorker {
     /// Routes what the bridge queued for the router port, then bridges what the router
     /// emits. `inbox` is scratch space owned by the caller.
     pub fn run(&mut self, now: Tick, br: &mut impl Bridging, inbox: &mut Vec<Packet>) {
+        if self.serve_twins {
+            self.route_twins_output(now, br);
+        }
         for _ in 0..MAX_ROUNDS {
             br.take_for_router(inbox);
             if inbox.is_empty() && self.outbox.is_empty() {
@@ -243,14 +274,51 @@ impl RouterWorker {
     /// Sends what waited for a neighbour and has resolved, or expired (idle workers call
     /// this now and then; a busy worker's L3 stage polls at every batch).
     pub fn poll(&mut self, now: Tick, br: &mut impl Bridging) {
+        if self.serve_twins {
+            self.route_twins_output(now, br);
+        }
         self.l3.poll(
             now,
             &mut ToBridge {
                 pool: br.pool(),
                 out: &mut self.outbox,
                 fw: None,
+                twins: None,
             },
         );
+        self.bridge_out(now, br);
+    }
+
+    /// Routes out what the kernel twins sent (at most a batch's worth), then bridges it.
+    fn route_twins_output(&mut self, now: Tick, br: &mut impl Bridging) {
+        let Some(t) = self.twins.as_deref() else { return };
+        if !t.pending() {
+            return;
+        }
+        let guard = Fib::pin();
+        for _ in 0..MAX_BATCH {
+            let Some((iface, frame)) = t.pop() else { break };
+            let mut p = br.pool().get();
+            br.parsed();
+            if p.set_frame(&frame).is_err() || parse(&mut p).is_err() {
+                br.pool().put(p);
+                continue;
+            }
+            p.meta.in_port = self.port;
+            let mut routes = Lookup {
+                fib: &self.fib,
+                guard: &guard,
+                cache: &mut self.cache,
+            };
+            let out = &mut ToBridge {
+                pool: br.pool(),
+                out: &mut self.outbox,
+                fw: None,
+                twins: None,
+            };
+            self.l3.output(p, iface, &mut routes, now, out);
+        }
+        drop(guard);
         self.bridge_out(now, br);
     }
 
@@ -291,6 +359,7 @@ impl RouterWorker {
                     pool,
                     out: &mut self.outbox,
                     fw: self.fw.as_mut(),
+                    twins: self.twins.as_deref(),
                 },
             );
         }

@@ -89,7 +89,14 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let nworkers = worker_count(cfg, &opts);
     let (clock, _ticker) = Clock::start();
     let taps = taps.unwrap_or_else(|| R::with_workers(nworkers));
-    let tables = build_tables::<L>(cfg, &clock, nworkers)?;
+    let mut tables = build_tables::<L>(cfg, &clock, nworkers)?;
+    let twins = match tables.router.as_mut() {
+        Some((sh, _, _)) => {
+            sh.twins = super::linux::twins(cfg, &sh.ifaces)?;
+            sh.twins.clone()
+        }
+        None => None,
+    };
     let OpenPorts { ports, rx_of, tx_of } = open_ports(cfg, given, nworkers)?;
     let ports = Arc::new(Mutex::new(ports));
     let offline = is_offline(cfg, nworkers);
@@ -145,9 +152,25 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     // SIGHUP: the main thread reads the file again and, with a control thread, hands the
     // configuration to it (the owner of the RIB and of the tables' change queues).
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<Checked>(1);
-    let ctl_handle = match control_listener {
-        Some(l) => {
-            let c = control_state(ShareCtl {
+    let mirror = cfg.linux.as_ref().and_then(|l| l.mirror.as_ref());
+    let (linux_thread, linux_feed) = match (mirror, router_shared.as_ref()) {
+        (Some(filter), Some(sh)) => {
+            let names = sh.ifaces.iter().map(|i| i.name.clone()).collect();
+            let (h, feed) = super::linux::spawn(filter, names, &writer_stop)?;
+            (Some(h), Some(feed))
+        }
+        _ => (None, None),
+    };
+    let twins_thread = twins
+        .as_ref()
+        .map(|t| super::linux::spawn_twins(t, &writer_stop))
+        .transpose()?;
+    // The control thread also runs without a socket when the kernel route mirror needs the
+    // RIB's writer.
+    let ctl_handle = match (control_listener, linux_feed) {
+        (None, None) => None,
+        (l, linux) => {
+            let mut c = control_state(ShareCtl {
                 config_path: opts.config_path.clone(),
                 reloads: Some(reload_rx),
                 cfg,
@@ -168,9 +191,9 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 offline,
                 running_taps: &running_taps,
             });
+            c.linux = linux;
             Some(spawn_control(l, c, &writer_stop)?)
         }
-        None => None,
     };
 
     if let Some(ready) = opts.on_ready.as_mut() {
@@ -195,6 +218,13 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         control: ctl_handle,
     };
     let (elapsed, inline_back, neigh_w, ctl_rib) = stop_and_collect(threads, start)?;
+    if let Some(h) = linux_thread {
+        h.join()
+            .map_err(|_| RunError("the linux mirror's thread panicked".into()))?;
+    }
+    if let Some(h) = twins_thread {
+        h.join().map_err(|_| RunError("the twins' thread panicked".into()))?;
+    }
     if ctl_rib.is_some() {
         rib = ctl_rib;
     }
@@ -382,6 +412,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
             .map_or_else(|| Arc::from(Vec::new()), |s| s.zones.clone()),
         l3: x.router.map(|r| r.l3.clone()),
         mtus: x.mtus.clone(),
+        linux: None,
     }
 }
 
@@ -623,7 +654,7 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
         let rw = tables
             .router
             .as_ref()
-            .map(|(shared, _, _)| RouterWorker::new(shared, fw));
+            .map(|(shared, _, _)| RouterWorker::new(shared, fw, id == 0));
         let ct = tables.stateful.as_ref().map(Stateful::worker);
         let frag = ct.as_ref().and_then(|c| c.reasm.as_ref()).map(|r| r.counters().clone());
         let stats = Arc::new(CachePadded::new(WorkerStats {
@@ -768,7 +799,7 @@ pub(crate) fn spawn_metrics<L: Layout>(
 /// Starts the control socket's thread (`fw-ctl`), which owns the RIB while the run lasts
 /// (and its acceptor and client threads, see `control.rs`).
 pub(crate) fn spawn_control<L: Layout>(
-    l: control::Listener,
+    l: Option<control::Listener>,
     c: Control<L>,
     stop: &Arc<AtomicBool>,
 ) -> Result<JoinHandle<Control<L>>, RunError> {

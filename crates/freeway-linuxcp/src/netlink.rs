@@ -1,0 +1,380 @@
+//! The rtnetlink side: a socket subscribed to route and link notifications, a second one for
+//! dumps, and the mirror's loop.
+//!
+//! Start-up: subscribe first, then dump the links and the routes, so nothing that changes
+//! during the dump is missed (every change after the subscription is in the notification
+//! queue, and replaying it over the dump converges on the kernel's state). When the
+//! notification socket overruns (`ENOBUFS`: the kernel dropped messages), the mirror dumps
+//! again and diffs ([`Mirror::resync`]). Links: a router interface's device appearing,
+//! changing or going also triggers a resync, since the kernel does not notify every route it
+//! removes with a device.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::route::RouteMessage;
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+use crate::translate::{decode, Change, Decoded, Filter, Mirror};
+
+/// What the notification socket said.
+#[derive(Debug)]
+enum Event {
+    NewRoute(RouteMessage),
+    DelRoute(RouteMessage),
+    /// A link appeared or changed: index, name.
+    Link(u32, Option<String>),
+    /// A link went.
+    DelLink(u32),
+}
+
+/// The two rtnetlink sockets.
+pub struct Netlink {
+    events: Socket,
+    dump: Socket,
+    seq: u32,
+    buf: Vec<u8>,
+}
+
+/// The notification socket's receive buffer: large, so bursts (a full BGP table arriving)
+/// rarely overrun it.
+const RCVBUF: usize = 32 << 20;
+
+fn link_name(m: &LinkMessage) -> Option<String> {
+    m.attributes.iter().find_map(|a| match a {
+        LinkAttribute::IfName(n) => Some(n.clone()),
+        _ => None,
+    })
+}
+
+impl Netlink {
+    /// Opens the sockets and subscribes to IPv4 and IPv6 route and link notifications.
+    pub fn open() -> io::Result<Netlink> {
+        Netlink::open_with(true)
+    }
+
+    /// Opens the sockets; `subscribe`: to route and link notifications (without, only
+    /// requests are answered).
+    pub(crate) fn open_with(subscribe: bool) -> io::Result<Netlink> {
+        let mut events = Socket::new(NETLINK_ROUTE)?;
+        events.bind(&SocketAddr::new(0, 0))?;
+        if subscribe {
+            // A larger buffer than rmem_max needs CAP_NET_ADMIN (SO_RCVBUFFORCE); fall back.
+            if force_rcvbuf(&events, RCVBUF).is_err() {
+                let _ = events.set_rx_buf_sz(RCVBUF);
+            }
+            for g in [libc::RTNLGRP_IPV4_ROUTE, libc::RTNLGRP_IPV6_ROUTE, libc::RTNLGRP_LINK] {
+                events.add_membership(g)?;
+            }
+        }
+        events.set_non_blocking(true)?;
+        let mut dump = Socket::new(NETLINK_ROUTE)?;
+        dump.bind(&SocketAddr::new(0, 0))?;
+        let _ = dump.set_rx_buf_sz(RCVBUF);
+        Ok(Netlink {
+            events,
+            dump,
+            seq: 1,
+            buf: vec![0; 1 << 20],
+        })
+    }
+
+    /// Sends a change (`NLM_F_ACK` and `flags`) and waits for the kernel's answer.
+    pub(crate) fn change(&mut self, req: RouteNetlinkMessage, flags: u16) -> io::Result<()> {
+        self.ask(req, NLM_F_ACK | flags).map(drop)
+    }
+
+    /// Sends a dump request and collects the answer.
+    fn dump_of(&mut self, req: RouteNetlinkMessage) -> io::Result<Vec<RouteNetlinkMessage>> {
+        self.ask(req, NLM_F_DUMP)
+    }
+
+    /// Sends a request and collects its answer: the messages until `NLMSG_DONE`, or none
+    /// until the acknowledgement (an error message with code 0).
+    fn ask(&mut self, req: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkMessage>> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut h = NetlinkHeader::default();
+        h.flags = NLM_F_REQUEST | flags;
+        h.sequence_number = self.seq;
+        let mut m = NetlinkMessage::new(h, NetlinkPayload::InnerMessage(req));
+        m.finalize();
+        let mut out = vec![0; m.buffer_len()];
+        m.serialize(&mut out);
+        self.dump.send(&out, 0)?;
+        let mut got = Vec::new();
+        loop {
+            let n = self.dump.recv(&mut &mut self.buf[..], 0)?;
+            let mut off = 0;
+            while off < n {
+                let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[off..n])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("rtnetlink dump: {e}")))?;
+                let len = msg.header.length as usize;
+                if msg.header.sequence_number == self.seq {
+                    match msg.payload {
+                        NetlinkPayload::Done(_) => return Ok(got),
+                        NetlinkPayload::Error(e) => {
+                            return match e.code {
+                                None => Ok(got),
+                                Some(c) => Err(io::Error::from_raw_os_error(-c.get())),
+                            };
+                        }
+                        NetlinkPayload::InnerMessage(x) => got.push(x),
+                        _ => {}
+                    }
+                }
+                if len == 0 {
+                    break;
+                }
+                off += (len + 3) & !3;
+            }
+        }
+    }
+
+    /// A fresh sequence number for a request.
+    pub(crate) fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    /// Sends serialized requests on the request socket.
+    pub(crate) fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.dump.send(bytes, 0).map(drop)
+    }
+
+    /// Counts the error answers waiting on the request socket; with `until`, waits for the
+    /// answer of that sequence number (its acknowledgement or error) first.
+    pub(crate) fn drain_errors(&mut self, until: Option<u32>) -> io::Result<usize> {
+        let mut errors = 0;
+        loop {
+            let flags = if until.is_some() { 0 } else { libc::MSG_DONTWAIT };
+            let n = match self.dump.recv(&mut &mut self.buf[..], flags) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(errors),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let mut off = 0;
+            while off < n {
+                let Ok(msg) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[off..n]) else {
+                    break;
+                };
+                let len = msg.header.length as usize;
+                if let NetlinkPayload::Error(e) = &msg.payload {
+                    if e.code.is_some() {
+                        errors += 1;
+                    }
+                    if Some(msg.header.sequence_number) == until {
+                        return Ok(errors);
+                    }
+                }
+                if len == 0 {
+                    break;
+                }
+                off += (len + 3) & !3;
+            }
+        }
+    }
+
+    /// Every link: index to name.
+    pub fn links(&mut self) -> io::Result<HashMap<u32, String>> {
+        let msgs = self.dump_of(RouteNetlinkMessage::GetLink(LinkMessage::default()))?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => link_name(&l).map(|n| (l.header.index, n)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Every route of every table and family.
+    pub fn routes(&mut self) -> io::Result<Vec<RouteMessage>> {
+        let msgs = self.dump_of(RouteNetlinkMessage::GetRoute(RouteMessage::default()))?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => Some(r),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Waits up to `wait` for notifications and returns those queued (at most about
+    /// `max`); `Err(ENOBUFS)` when the socket overran.
+    fn events(&mut self, wait: Duration, max: usize) -> io::Result<Vec<Event>> {
+        let mut pfd = libc::pollfd {
+            fd: self.events.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, its count, a bounded timeout.
+        let r = unsafe { libc::poll(&mut pfd, 1, wait.as_millis().min(1000) as libc::c_int) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(Vec::new())
+            } else {
+                Err(e)
+            };
+        }
+        let mut out = Vec::new();
+        while out.len() < max {
+            let n = match self.events.recv(&mut &mut self.buf[..], 0) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let mut off = 0;
+            while off < n {
+                let Ok(msg) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[off..n]) else {
+                    tracing::warn!("linux mirror: an undecodable rtnetlink message: skipped");
+                    break;
+                };
+                let len = msg.header.length as usize;
+                if let NetlinkPayload::InnerMessage(m) = msg.payload {
+                    match m {
+                        RouteNetlinkMessage::NewRoute(r) => out.push(Event::NewRoute(r)),
+                        RouteNetlinkMessage::DelRoute(r) => out.push(Event::DelRoute(r)),
+                        RouteNetlinkMessage::NewLink(l) => out.push(Event::Link(l.header.index, link_name(&l))),
+                        RouteNetlinkMessage::DelLink(l) => out.push(Event::DelLink(l.header.index)),
+                        _ => {}
+                    }
+                }
+                if len == 0 {
+                    break;
+                }
+                off += (len + 3) & !3;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn force_rcvbuf(s: &Socket, size: usize) -> io::Result<()> {
+    let v = size as libc::c_int;
+    // SAFETY: a valid socket, an int option value and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// What the mirror runs on.
+#[derive(Clone, Debug)]
+pub struct MirrorConfig {
+    /// Which routes.
+    pub filter: Filter,
+    /// The router's interface names, by Freeway interface index: a kernel device of the same
+    /// name is that interface.
+    pub ifaces: Vec<String>,
+}
+
+/// The most notifications handled in one batch (one hand-over to the RIB's owner).
+const BATCH: usize = 4096;
+
+/// The mirror's loop (a thread of its own): dumps, then follows notifications until `stop`;
+/// every batch of changes goes to `sink`, in order. `sink` returning false ends the loop (its
+/// receiver is gone). Returns the last counters, or the socket error that ended it.
+pub fn run(
+    cfg: &MirrorConfig,
+    stop: &AtomicBool,
+    mut sink: impl FnMut(Vec<Change>) -> bool,
+) -> io::Result<crate::translate::MirrorStats> {
+    let mut nl = Netlink::open()?;
+    let mut mirror = Mirror::new();
+    let mut links: HashMap<u32, String> = HashMap::new();
+    let mut need_resync = true;
+    while !stop.load(Ordering::Relaxed) {
+        if need_resync {
+            need_resync = false;
+            links = nl.links()?;
+            let routes = nl.routes()?;
+            let map = |i: u32| {
+                links
+                    .get(&i)
+                    .and_then(|n| cfg.ifaces.iter().position(|x| x == n))
+                    .map(|i| i as u16)
+            };
+            let dump = routes.iter().filter_map(|r| match decode(r, &cfg.filter, map) {
+                Decoded::Route(k, r) => Some((k, r)),
+                Decoded::Ignored => None,
+            });
+            let changes = mirror.resync(dump.collect::<Vec<_>>());
+            tracing::info!(
+                routes = mirror.len(),
+                changes = changes.len(),
+                "linux mirror: table {} read",
+                cfg.filter.table
+            );
+            if !changes.is_empty() && !sink(changes) {
+                break;
+            }
+        }
+        let events = match nl.events(Duration::from_millis(100), BATCH) {
+            Ok(e) => e,
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                tracing::warn!("linux mirror: the notification socket overran: reading the whole table again");
+                need_resync = true;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut changes = Vec::new();
+        for ev in events {
+            let map = |i: u32| {
+                links
+                    .get(&i)
+                    .and_then(|n| cfg.ifaces.iter().position(|x| x == n))
+                    .map(|i| i as u16)
+            };
+            match ev {
+                Event::NewRoute(r) => {
+                    if let Decoded::Route(k, r) = decode(&r, &cfg.filter, map) {
+                        changes.extend(mirror.new_route(k, r));
+                    }
+                }
+                Event::DelRoute(r) => {
+                    if let Decoded::Route(k, _) = decode(&r, &cfg.filter, map) {
+                        changes.extend(mirror.del_route(k));
+                    }
+                }
+                Event::Link(i, name) => {
+                    let old = links.get(&i).cloned();
+                    let ours = |n: &Option<String>| n.as_ref().is_some_and(|n| cfg.ifaces.contains(n));
+                    if ours(&old) || ours(&name) {
+                        need_resync = true;
+                    }
+                    if let Some(n) = name {
+                        links.insert(i, n);
+                    }
+                }
+                Event::DelLink(i) => {
+                    if links.remove(&i).is_some_and(|n| cfg.ifaces.contains(&n)) {
+                        need_resync = true;
+                    }
+                }
+            }
+        }
+        if !changes.is_empty() && !sink(changes) {
+            break;
+        }
+    }
+    Ok(mirror.stats())
+}
