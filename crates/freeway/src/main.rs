@@ -204,11 +204,19 @@ struct TableArgs {
 impl TableArgs {
     /// The arguments of the one-shot run of `config`.
     fn one_shot(&self, config: PathBuf) -> RunArgs {
+        RunArgs::one_shot(Some(config), self.duration, self.workers, self.json)
+    }
+}
+
+impl RunArgs {
+    /// A quiet run of `config` (the demo when none) without a control socket or metrics: the
+    /// one-shot runs of the client commands.
+    fn one_shot(config: Option<PathBuf>, duration: Option<Duration>, workers: Option<usize>, json: bool) -> RunArgs {
         RunArgs {
-            config: Some(config),
-            duration: self.duration,
-            workers: self.workers,
-            json: self.json,
+            config,
+            duration,
+            workers,
+            json,
             quiet: true,
             fdb: false,
             no_route_cache: false,
@@ -546,19 +554,7 @@ fn capture_read(a: &CaptureArgs, file: &std::path::Path) -> Result<(), String> {
 }
 
 fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
-    let run = RunArgs {
-        config: a.config.clone(),
-        duration: a.duration,
-        workers: a.workers,
-        json: false,
-        quiet: true,
-        fdb: false,
-        no_route_cache: false,
-        ctl: None,
-        ctl_group: None,
-        ctl_read_group: None,
-        metrics: None,
-    };
+    let run = RunArgs::one_shot(a.config.clone(), a.duration, a.workers, false);
     let _ = a.numeric;
     if a.dump > 0 {
         let filter = a.tap.expression.join(" ");

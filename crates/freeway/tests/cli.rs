@@ -210,37 +210,23 @@ fn capture_dumps_programs_and_rejects_bad_requests_clearly() {
     std::fs::create_dir_all(&dir).unwrap();
     let demo = demo_config(&dir);
     let demo = demo.to_str().unwrap();
-    let o = freeway(&["capture", "--config", demo, "-i", "nope", "-w", "/dev/null"]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("-i nope: no such port") && err.contains("host-a"), "{err}");
-    let o = freeway(&[
-        "capture",
-        "--config",
-        demo,
-        "-i",
-        "host-a",
-        "-w",
-        "/dev/null",
-        "tcp",
-        "port",
-        "eighty",
-    ]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("filter"));
-    let o = freeway(&[
-        "capture",
-        "--config",
-        demo,
-        "-i",
-        "host-a",
-        "-Q",
-        "sideways",
-        "-w",
-        "/dev/null",
-    ]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("in, out or inout"));
+    // Each bad request names what is wrong.
+    for (args, says) in [
+        (&["-i", "nope", "-w", "/dev/null"][..], "-i nope: no such port"),
+        (&["-i", "host-a", "-w", "/dev/null", "tcp", "port", "eighty"], "filter"),
+        (
+            &["-i", "host-a", "-Q", "sideways", "-w", "/dev/null"],
+            "in, out or inout",
+        ),
+    ] {
+        let o = freeway(&[&["capture", "--config", demo][..], args].concat());
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+        if says.starts_with("-i nope") {
+            assert!(err.contains("host-a"), "the ports are listed: {err}");
+        }
+    }
     // Without --config, a capture is a tap on the daemon: none listens here.
     let sock = dir.join("nobody.sock");
     let o = freeway(&["capture", "--ctl", sock.to_str().unwrap(), "-i", "host-a"]);

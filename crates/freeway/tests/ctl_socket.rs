@@ -459,7 +459,10 @@ fn port_flags_change_while_forwarding_and_the_mdb_is_shown() {
         "{p}"
     );
     let t = ctl(&sock, &["link", "show"])["text"].as_str().unwrap().to_string();
-    assert!(t.contains("lan: state forwarding learning off flood on"), "{t}");
+    assert!(
+        t.contains("lan: mtu 1500 state forwarding learning off flood on"),
+        "{t}"
+    );
     for (words, kind) in [
         (&["link", "set", "dev", "lan", "learning", "maybe"][..], "usage"),
         (&["link", "set", "dev", "lan", "hairpin", "on"], "usage"),
