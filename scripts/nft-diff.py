@@ -1272,6 +1272,13 @@ def main():
         for idx, path in enumerate(files):
             with open(path) as f:
                 text = f.read()
+            if a.skip_unsupported and re.search(r"\btype\s+nat\b", text):
+                # Fates are compared by the packets' original addresses and ports; a translated
+                # packet arrives with others (and each side picks its own ports), so NAT needs a
+                # harness that compares the far host's view instead. Not written yet.
+                print(f"{path}: *** SKIPPED: a NAT ruleset: this harness does not model address "
+                      "translation yet ***", flush=True)
+                continue
             # The traffic depends on the seed and the file's name, not on its place in the list.
             traffic = Traffic(a.seed * 1_000_003 + zlib.crc32(os.path.basename(path).encode()), text, idx)
             if a.only:
