@@ -551,6 +551,32 @@ impl Interfaces {
     }
 }
 
+/// Route dumps name an interface by its name (`if3` for an index without one) and give a
+/// connected IPv4 route the interface's address inside the prefix as its `src`.
+impl freeway_route::rib::Ifaces for Interfaces {
+    fn name(&self, iface: u16) -> String {
+        self.get(iface).map_or_else(|| format!("if{iface}"), |x| x.name.clone())
+    }
+
+    fn prefsrc(&self, iface: u16, prefix: &freeway_route::Prefix) -> Option<IpAddr> {
+        let i = self.get(iface)?;
+        i.v4.iter()
+            .map(|(a, _)| IpAddr::V4(*a))
+            .chain(i.v6.iter().map(|(a, _)| IpAddr::V6(*a)))
+            .find(|a| prefix.contains(*a))
+    }
+}
+
+impl freeway_route::rib::Ifaces for &Interfaces {
+    fn name(&self, iface: u16) -> String {
+        freeway_route::rib::Ifaces::name(*self, iface)
+    }
+
+    fn prefsrc(&self, iface: u16, prefix: &freeway_route::Prefix) -> Option<IpAddr> {
+        freeway_route::rib::Ifaces::prefsrc(*self, iface, prefix)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -464,8 +464,9 @@ impl Rib {
         v
     }
 
-    /// A dump in the style of `ip route`; `names` maps interface indices to device names.
-    pub fn show<F: Fn(u16) -> String>(&self, names: F) -> Show<F> {
+    /// A dump in the style of `ip route`; `names` maps interface indices to device names
+    /// (and may tell connected routes' source addresses: [`Ifaces`]).
+    pub fn show<F: Ifaces>(&self, names: F) -> Show<F> {
         Show {
             routes: self.routes(),
             names,
@@ -473,9 +474,39 @@ impl Rib {
     }
 
     /// Records for `-j` output, in the shape of `ip -j route`.
-    pub fn records(&self, names: impl Fn(u16) -> String) -> Vec<RouteRecord> {
+    pub fn records(&self, names: impl Ifaces) -> Vec<RouteRecord> {
         self.routes().iter().map(|r| RouteRecord::new(r, &names)).collect()
     }
+}
+
+/// What a dump needs of the router's interfaces: each one's name and, for a connected IPv4
+/// route, the interface's own address in the prefix (`ip route`'s `src`, `prefsrc` in JSON).
+/// A closure from index to name is one (without source addresses).
+pub trait Ifaces {
+    /// The device name of interface `iface`.
+    fn name(&self, iface: u16) -> String;
+    /// The address of interface `iface` inside `prefix`, if it has one.
+    fn prefsrc(&self, _iface: u16, _prefix: &Prefix) -> Option<IpAddr> {
+        None
+    }
+}
+
+impl<F: Fn(u16) -> String> Ifaces for F {
+    fn name(&self, iface: u16) -> String {
+        self(iface)
+    }
+}
+
+/// The `scope link` and `src` of a connected IPv4 route, as `ip route` shows them (the
+/// kernel's IPv6 routes have neither).
+fn link_scope(r: &Route, names: &impl Ifaces) -> (Option<&'static str>, Option<IpAddr>) {
+    if r.kind != RouteKind::Connected || !r.prefix.is_v4() {
+        return (None, None);
+    }
+    (
+        Some("link"),
+        r.hops.first().and_then(|h| names.prefsrc(h.iface, &r.prefix)),
+    )
 }
 
 fn dst_string(p: &Prefix) -> String {
@@ -493,14 +524,18 @@ pub struct Show<F> {
     names: F,
 }
 
-impl<F: Fn(u16) -> String> fmt::Display for Show<F> {
+impl<F: Ifaces> fmt::Display for Show<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for r in &self.routes {
             write!(f, "{}", dst_string(&r.prefix))?;
             let tail = |f: &mut fmt::Formatter<'_>| -> fmt::Result {
                 write!(f, " proto {}", r.kind.protocol())?;
-                if r.kind == RouteKind::Connected {
-                    write!(f, " scope link")?;
+                let (scope, src) = link_scope(r, &self.names);
+                if let Some(scope) = scope {
+                    write!(f, " scope {scope}")?;
+                }
+                if let Some(src) = src {
+                    write!(f, " src {src}")?;
                 }
                 if r.metric != 0 {
                     write!(f, " metric {}", r.metric)?;
@@ -511,7 +546,7 @@ impl<F: Fn(u16) -> String> fmt::Display for Show<F> {
                 if let Some(gw) = h.gateway {
                     write!(f, " via {gw}")?;
                 }
-                write!(f, " dev {}", (self.names)(h.iface))?;
+                write!(f, " dev {}", self.names.name(h.iface))?;
                 tail(f)?;
                 writeln!(f)?;
             } else {
@@ -522,7 +557,7 @@ impl<F: Fn(u16) -> String> fmt::Display for Show<F> {
                     if let Some(gw) = h.gateway {
                         write!(f, " via {gw}")?;
                     }
-                    writeln!(f, " dev {} weight 1", (self.names)(h.iface))?;
+                    writeln!(f, " dev {} weight 1", self.names.name(h.iface))?;
                 }
             }
         }
@@ -538,8 +573,13 @@ pub struct HopRecord {
     pub gateway: Option<IpAddr>,
     /// Device name.
     pub dev: String,
-    /// Interface index.
+    /// Interface index (not in `ip -j route`'s shape: not serialised).
+    #[serde(skip)]
     pub iface: u16,
+    /// The hop's weight: 1, as ECMP hops are equal.
+    pub weight: u32,
+    /// `ip -j route`'s hop flags (`onlink`, `linkdown`, ...): none here.
+    pub flags: [&'static str; 0],
 }
 
 /// A route as JSON, shaped like `ip -j route` (single hop: `gateway`/`dev` inline; ECMP:
@@ -557,10 +597,19 @@ pub struct RouteRecord {
     /// iproute2's `protocol`: `kernel` (connected), `static` (configured), `ctl` (control
     /// socket), or the kernel's protocol of a mirrored route (`bird`, `static`, `boot`, ...).
     pub protocol: String,
-    /// Who put the route in: `connected`, `config`, `ctl` or `linux`.
+    /// `link` for a connected IPv4 route, as the kernel's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<&'static str>,
+    /// The interface's own address of a connected IPv4 route (`src` in text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefsrc: Option<IpAddr>,
+    /// Who put the route in: `connected`, `config`, `ctl` or `linux` (Freeway's own key).
     pub origin: &'static str,
-    /// Metric.
+    /// Metric; absent when 0, as in `ip -j route`.
+    #[serde(skip_serializing_if = "is_zero")]
     pub metric: u32,
+    /// `ip -j route`'s route flags (`onlink`, `linkdown`, ...): none here.
+    pub flags: [&'static str; 0],
     /// Hops of an ECMP route.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nexthops: Vec<HopRecord>,
@@ -568,15 +617,19 @@ pub struct RouteRecord {
 
 impl RouteRecord {
     /// The record of a route.
-    pub fn new(r: &Route, names: impl Fn(u16) -> String) -> RouteRecord {
+    pub fn new(r: &Route, names: &impl Ifaces) -> RouteRecord {
         let single = r.hops.len() == 1;
+        let (scope, prefsrc) = link_scope(r, names);
         RouteRecord {
             dst: dst_string(&r.prefix),
             gateway: if single { r.hops[0].gateway } else { None },
-            dev: single.then(|| names(r.hops[0].iface)),
+            dev: single.then(|| names.name(r.hops[0].iface)),
             protocol: r.kind.protocol().into_owned(),
+            scope,
+            prefsrc,
             origin: r.kind.origin(),
             metric: r.metric,
+            flags: [],
             nexthops: if single {
                 Vec::new()
             } else {
@@ -584,13 +637,19 @@ impl RouteRecord {
                     .iter()
                     .map(|h| HopRecord {
                         gateway: h.gateway,
-                        dev: names(h.iface),
+                        dev: names.name(h.iface),
                         iface: h.iface,
+                        weight: 1,
+                        flags: [],
                     })
                     .collect()
             },
         }
     }
+}
+
+fn is_zero(m: &u32) -> bool {
+    *m == 0
 }
 
 #[cfg(all(test, not(loom)))]
@@ -720,6 +779,38 @@ mod tests {
         assert_eq!(rib.flush(), 4);
         assert!(rib.is_empty());
         assert_eq!(rib.nh_groups(), 0);
+    }
+
+    /// Interfaces that know their addresses: connected IPv4 routes get `src`/`prefsrc`.
+    struct Addrs;
+
+    impl Ifaces for Addrs {
+        fn name(&self, iface: u16) -> String {
+            format!("p{iface}")
+        }
+
+        fn prefsrc(&self, iface: u16, prefix: &Prefix) -> Option<IpAddr> {
+            let a: IpAddr = ["192.0.2.1", "2001:db8::1"][usize::from(iface)].parse().unwrap();
+            prefix.contains(a).then_some(a)
+        }
+    }
+
+    #[test]
+    fn connected_ipv4_routes_have_a_link_scope_and_a_source_as_the_kernels() {
+        let (mut rib, _fib) = Rib::new(small());
+        rib.add(Route::connected(p("192.0.2.0/24"), 0)).unwrap();
+        rib.add(Route::connected(p("2001:db8::/64"), 1)).unwrap();
+        assert_eq!(
+            rib.show(Addrs).to_string(),
+            "192.0.2.0/24 dev p0 proto kernel scope link src 192.0.2.1\n\
+             2001:db8::/64 dev p1 proto kernel\n"
+        );
+        let j = serde_json::to_value(rib.records(Addrs)).unwrap();
+        assert_eq!(j[0]["scope"], "link");
+        assert_eq!(j[0]["prefsrc"], "192.0.2.1");
+        assert_eq!(j[0]["flags"], serde_json::json!([]));
+        assert!(j[0].get("metric").is_none(), "metric 0 is not shown: {j}");
+        assert!(j[1].get("scope").is_none() && j[1].get("prefsrc").is_none(), "{j}");
     }
 
     #[test]

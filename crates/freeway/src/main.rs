@@ -181,6 +181,10 @@ const DEFAULT_SOCKET: &str = "/run/freeway.sock";
 /// `freeway fdb|route|neigh|conntrack`: ask the running daemon, or read a configuration once.
 #[derive(Args)]
 struct TableArgs {
+    /// `show` or `list`, as `ip route show` and `bridge fdb show` take it (the table is
+    /// printed either way).
+    #[arg(value_parser = ["show", "list"])]
+    verb: Option<String>,
     /// The running daemon's control socket (`freeway run --ctl PATH`).
     #[arg(long = "ctl", short = 'S', value_name = "PATH", default_value = DEFAULT_SOCKET)]
     socket: PathBuf,

@@ -1225,8 +1225,7 @@ impl<L: Layout> Control<L> {
     /// `route show`.
     fn route_show(&self) -> Result<Reply, CtlError> {
         let (rib, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
-        let name = |i: u16| ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
-        Ok(Reply::new(rib.show(name).to_string(), to_data(&rib.records(name))?))
+        Ok(Reply::new(rib.show(&**ifs).to_string(), to_data(&rib.records(&**ifs))?))
     }
 
     /// `reload [--check] [FILE]`: the file (or the run's own) read again; see [`reload`].
@@ -1312,11 +1311,10 @@ impl<L: Layout> Control<L> {
     /// itself as `dst`; an ECMP route lists its next hops, of which a flow's hash picks one).
     fn route_get(&self, addr: std::net::IpAddr) -> Result<Reply, CtlError> {
         let (rib, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
-        let name = |i: u16| ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
         let r = rib
             .lookup(addr)
             .ok_or_else(|| CtlError::Invalid(format!("route get {addr}: network is unreachable (no route)")))?;
-        let mut rec = freeway_route::RouteRecord::new(&r, name);
+        let mut rec = freeway_route::RouteRecord::new(&r, &**ifs);
         let mut text = addr.to_string();
         match (&rec.gateway, &rec.dev) {
             (gw, Some(dev)) => {

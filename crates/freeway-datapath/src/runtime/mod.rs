@@ -193,11 +193,5 @@ pub fn route_table(cfg: &Checked) -> Result<(Vec<RouteRecord>, String), RunError
         ));
     };
     let (shared, rib, _) = router::build(spec, cfg.ports.len() as u16, 0)?;
-    let name = |i: u16| {
-        shared
-            .ifaces
-            .get(i)
-            .map_or_else(|| format!("if{i}"), |x| x.name.clone())
-    };
-    Ok((rib.records(name), rib.show(name).to_string()))
+    Ok((rib.records(&*shared.ifaces), rib.show(&*shared.ifaces).to_string()))
 }

@@ -329,10 +329,9 @@ fn router_tables(
     if let Some(mut w) = neigh_w {
         w.service(now);
     }
-    let name = |i: u16| r.ifaces.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone());
     (
-        rib.records(name),
-        rib.show(name).to_string(),
+        rib.records(&*r.ifaces),
+        rib.show(&*r.ifaces).to_string(),
         r.neigh.entries(now, &r.ifaces),
     )
 }
