@@ -7,26 +7,17 @@
 #[macro_use]
 mod netbed;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use netbed::*;
 
 #[test]
 fn a_capture_of_ten_packets_on_the_daemon_loses_no_ping() {
     need_root!();
-    let mut bed = Bed::up("cap10");
-    bed.start_ctl(&ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]));
-    assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
+    let mut bed = Bed::bridged_ctl("cap10");
     let file = bed.dir.join("ten.pcap");
     let sock = bed.sock();
-    let cap = Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args(["capture", "--ctl", sock.to_str().unwrap(), "-i", "h2", "-c", "10", "-w"])
-        .arg(&file)
-        .arg("icmp")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("freeway capture starts");
+    let cap = bed.capture(&["-i", "h2", "-c", "10"], &file, "icmp");
     let o = bed.exec("h1", &["ping", "-q", "-c", "100", "-i", "0.02", "-W", "1", "10.0.0.2"]);
     let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(o.status.success(), "{text}");

@@ -69,10 +69,37 @@ impl Bed {
 
     /// A bed with Freeway bridging h1, h2 and h3 (two workers), h1 -> h2 checked.
     pub fn bridged(tag: &str) -> Bed {
+        Bed::bridged_with(tag, Bed::start)
+    }
+
+    /// [`Bed::bridged`], Freeway with a control socket ([`Bed::start_ctl`]).
+    pub fn bridged_ctl(tag: &str) -> Bed {
+        Bed::bridged_with(tag, Bed::start_ctl)
+    }
+
+    fn bridged_with(tag: &str, start: fn(&mut Bed, &str)) -> Bed {
         let mut bed = Bed::up(tag);
-        bed.start(&ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]));
+        start(&mut bed, &ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]));
         assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
         bed
+    }
+
+    /// Starts `freeway capture --ctl SOCKET ARGS... -w FILE FILTER` on the Freeway of
+    /// [`Bed::start_ctl`], its standard output discarded and its standard error (the
+    /// summary) piped.
+    pub fn capture(&self, args: &[&str], file: &Path, filter: &str) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_freeway"))
+            .arg("capture")
+            .arg("--ctl")
+            .arg(self.sock())
+            .args(args)
+            .arg("-w")
+            .arg(file)
+            .arg(filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("freeway capture starts")
     }
 
     /// A bed whose veths have this MTU.

@@ -259,15 +259,19 @@ pub fn capture(path: &Path, tap: &TapOptions, out: &mut dyn Write, stop: &Atomic
         ..Summary::default()
     };
     if let Some(id) = id {
-        if let Ok(list) = super::send(path, &Request::CaptureList) {
-            let row = list
-                .data
-                .as_array()
-                .and_then(|rows| rows.iter().find(|r| r["id"] == id));
-            if let Some(st) = row.map(|r| &r["stats"]) {
-                sum.seen = st["seen"].as_u64();
-                sum.dropped = st["dropped"].as_u64();
+        // The tap's final counters: the control thread lists them once it has reaped the
+        // ended tap, which can be a moment after the stream's end reached us.
+        let deadline = Instant::now() + END_WAIT;
+        while let Some(row) = super::send(path, &Request::CaptureList)
+            .ok()
+            .and_then(|list| list.data.as_array()?.iter().find(|r| r["id"] == id).cloned())
+        {
+            if row["state"] != "running" || Instant::now() > deadline {
+                sum.seen = row["stats"]["seen"].as_u64();
+                sum.dropped = row["stats"]["dropped"].as_u64();
+                break;
             }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
     Ok(sum)
