@@ -497,16 +497,17 @@ impl<F: Fn(u16) -> String> Ifaces for F {
     }
 }
 
-/// The `scope link` and `src` of a connected IPv4 route, as `ip route` shows them (the
-/// kernel's IPv6 routes have neither).
+/// The `scope link` of an IPv4 route without a gateway and the `src` of a connected one, as
+/// `ip route` shows them (the kernel's IPv6 routes have neither).
 fn link_scope(r: &Route, names: &impl Ifaces) -> (Option<&'static str>, Option<IpAddr>) {
-    if r.kind != RouteKind::Connected || !r.prefix.is_v4() {
+    if !r.prefix.is_v4() || r.hops.iter().any(|h| h.gateway.is_some()) {
         return (None, None);
     }
-    (
-        Some("link"),
-        r.hops.first().and_then(|h| names.prefsrc(h.iface, &r.prefix)),
-    )
+    let src = match (r.kind, r.hops.first()) {
+        (RouteKind::Connected, Some(h)) => names.prefsrc(h.iface, &r.prefix),
+        _ => None,
+    };
+    (Some("link"), src)
 }
 
 fn dst_string(p: &Prefix) -> String {
@@ -597,7 +598,7 @@ pub struct RouteRecord {
     /// iproute2's `protocol`: `kernel` (connected), `static` (configured), `ctl` (control
     /// socket), or the kernel's protocol of a mirrored route (`bird`, `static`, `boot`, ...).
     pub protocol: String,
-    /// `link` for a connected IPv4 route, as the kernel's.
+    /// `link` for an IPv4 route without a gateway (connected, or `dev IFACE`), as the kernel's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scope: Option<&'static str>,
     /// The interface's own address of a connected IPv4 route (`src` in text).
@@ -800,9 +801,14 @@ mod tests {
         let (mut rib, _fib) = Rib::new(small());
         rib.add(Route::connected(p("192.0.2.0/24"), 0)).unwrap();
         rib.add(Route::connected(p("2001:db8::/64"), 1)).unwrap();
+        // A route through a device, without a gateway: scope link, no source.
+        let mut dev = Route::connected(p("198.51.100.0/24"), 0);
+        dev.kind = RouteKind::Ctl;
+        rib.add(dev).unwrap();
         assert_eq!(
             rib.show(Addrs).to_string(),
             "192.0.2.0/24 dev p0 proto kernel scope link src 192.0.2.1\n\
+             198.51.100.0/24 dev p0 proto ctl scope link\n\
              2001:db8::/64 dev p1 proto kernel\n"
         );
         let j = serde_json::to_value(rib.records(Addrs)).unwrap();
@@ -810,7 +816,9 @@ mod tests {
         assert_eq!(j[0]["prefsrc"], "192.0.2.1");
         assert_eq!(j[0]["flags"], serde_json::json!([]));
         assert!(j[0].get("metric").is_none(), "metric 0 is not shown: {j}");
-        assert!(j[1].get("scope").is_none() && j[1].get("prefsrc").is_none(), "{j}");
+        assert_eq!(j[1]["scope"], "link");
+        assert!(j[1].get("prefsrc").is_none(), "{j}");
+        assert!(j[2].get("scope").is_none() && j[2].get("prefsrc").is_none(), "{j}");
     }
 
     #[test]

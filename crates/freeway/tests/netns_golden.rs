@@ -1,4 +1,5 @@
-//! Golden output against iproute2: the same routes (single hop, ECMP, a default), neighbours
+//! Golden output against iproute2: the same routes (single hop, ECMP, a default, one through a
+//! device without a gateway), neighbours
 //! and bridge FDB entries are put into a Linux network namespace (`ip route`, `ip neigh`,
 //! `bridge fdb` on a scratch Linux bridge) and into a running Freeway (its configuration and
 //! `freeway ctl`); then `ip -j route show`, `ip -j neigh show` and `bridge -j -s fdb show`
@@ -32,6 +33,7 @@ const KERNEL_ROUTES: &[&str] = &[
     "default via 10.0.20.254 proto static",
     "198.51.100.0/24 via 10.0.20.7 dev wan proto static",
     "10.9.0.0/24 proto static nexthop via 10.0.10.254 dev lan nexthop via 10.0.20.253 dev wan",
+    "10.5.0.0/16 dev wan proto static",
 ];
 
 const FREEWAY_ROUTES: &str = r#"
@@ -46,6 +48,10 @@ via = "10.0.20.7"
 [[route]]
 dst = "10.9.0.0/24"
 via = ["10.0.10.254", "10.0.20.253"]
+
+[[route]]
+dst = "10.5.0.0/16"
+dev = "wan"
 "#;
 
 /// Neighbours: (address, MAC, device). The first is configured, the second added with
