@@ -3,7 +3,8 @@
 //! both the same crafted packets and real flows and compares every packet's fate (delivered,
 //! rejected with which ICMP error or TCP reset, dropped). The rulesets: the parser's corpus
 //! (`crates/freeway-firewall/tests/rulesets/`), this crate's own (`tests/nft-diff/`) and 20
-//! random ones the kernel accepts.
+//! random ones the kernel accepts. The corpus's NAT rulesets are compared by the far host's
+//! view instead, in `netns_nat_kernel.rs` (nft-diff says so and passes them over).
 //!
 //! Needs root (namespaces, veths, AF_PACKET), python3, ip, nft and conntrack: elsewhere the
 //! test prints a loud SKIPPED line and passes; with `CI` set it fails instead.

@@ -246,7 +246,7 @@ impl Bed {
             .stdout(Stdio::piped())
             .spawn()
             .ok()?;
-        std::thread::sleep(Duration::from_millis(300));
+        self.wait_listening(to, port);
         let client = format!(
             "import hashlib,socket,sys\nh=hashlib.sha256()\ns=socket.create_connection(('{dst}',{dport}),timeout=3)\n\
              for i in range({n}):\n    b=bytes([(i*7+j)%251 for j in range(256)])*64\n    h.update(b)\n    s.sendall(b)\n\
@@ -262,6 +262,16 @@ impl Bed {
         }
         let s = srv.wait_with_output().ok()?;
         Some(!c.stdout.is_empty() && c.stdout == s.stdout)
+    }
+
+    /// Waits (at most 10 s) until a TCP socket listens on `port` in node `n` (`ss -ltnH`), so
+    /// a client started next finds it however loaded the machine is.
+    pub fn wait_listening(&self, n: &str, port: u16) {
+        let cmd = format!("ss -ltnH 'sport = :{port}' | grep -q .");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.sh(n, &cmd).status.success() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// [`Bed::tcp_transfer`], which must connect and deliver every byte intact.
