@@ -31,6 +31,7 @@
 //!   unprivileged port); the exact replacement port is not compared;
 //! - two inside hosts' flows with the same source port to the same destination must appear at
 //!   the far host as two different (address, port) sources.
+//!
 //! Everything else is compared exactly: the port forward's target address and port, the
 //! client's outcome, and in the ICMP error the outer source, type, code, the checksums'
 //! validity and the quoted header's addresses, protocol, ports or identifier and TTL.
@@ -268,9 +269,11 @@ fn observe(bed: &Bed, far: &Far, off: u16) -> Observed {
     o
 }
 
-/// The IPv4 source NAT pools a ruleset names (`snat [ip] to A[-B][:P[-Q]]`): `(first address,
-/// last address, ports)`.
-fn pools(text: &str) -> Vec<(Ipv4Addr, Ipv4Addr, Option<(u16, u16)>)> {
+/// A source NAT pool: its first and last address, and its ports if it names some.
+type Pool = (Ipv4Addr, Ipv4Addr, Option<(u16, u16)>);
+
+/// The IPv4 source NAT pools a ruleset names (`snat [ip] to A[-B][:P[-Q]]`).
+fn pools(text: &str) -> Vec<Pool> {
     let mut out = Vec::new();
     for part in text.split("snat").skip(1) {
         let words: Vec<&str> = part.split_whitespace().take(3).collect();
