@@ -11,6 +11,9 @@ Two roles, each run inside a host's network namespace:
       killed; opens every socket before the last TCP listen, so that port listening means
       ready.
 
+  nat-probe.py syn-flood SRC DST DPORT FIRST_SPORT COUNT
+      COUNT TCP SYNs from SRC (a raw socket: any address), source ports FIRST_SPORT up.
+
   nat-probe.py probe PLAN.json
       An inside or outside host: runs the probes of PLAN (a JSON list) in order and prints one
       JSON object per probe. A probe is {"kind", "tag", "dst", "dport", "sport"?, "id"?}:
@@ -39,12 +42,12 @@ IP_RECVERR = 11
 
 
 def csum(data):
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return (~s) & 0xFFFF
+    """The Internet checksum of `data` (an odd length padded with a zero byte)."""
+    data += b"\0" * (len(data) & 1)
+    total = sum(int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
+    total = (total & 0xFFFF) + (total >> 16)
+    total += total >> 16
+    return ~total & 0xFFFF
 
 
 def out(obj):
@@ -233,6 +236,20 @@ def probe(plan):
         out(r)
 
 
+def syn_flood(src, dst, dport, first, count):
+    """Sends `count` TCP SYNs from `src`, source ports `first` up, to `dst`:`dport` (a raw
+    IPv4 socket, each SYN a new connection)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    a, b = socket.inet_aton(src), socket.inet_aton(dst)
+    for i in range(count):
+        tcp = struct.pack("!HHIIBBHHH", first + i, dport, 1000 + i, 0, 5 << 4, 0x02, 64240, 0, 0)
+        c = csum(a + b + struct.pack("!BBH", 0, 6, len(tcp)) + tcp)
+        tcp = tcp[:16] + struct.pack("!H", c) + tcp[18:]
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), i & 0xFFFF, 0, 64, 6, 0, a, b)
+        s.sendto(ip + tcp, (dst, 0))
+    s.close()
+
+
 def ports(arg):
     return [int(x) for x in arg.split(",") if x]
 
@@ -242,6 +259,8 @@ def main():
     if a[:1] == ["serve"]:
         opts = dict(zip(a[1::2], a[2::2]))
         serve(ports(opts.get("--tcp", "")), ports(opts.get("--udp", "")))
+    elif a[:1] == ["syn-flood"] and len(a) == 6:
+        syn_flood(a[1], a[2], int(a[3]), int(a[4]), int(a[5]))
     elif a[:1] == ["probe"] and len(a) == 2:
         with open(a[1]) as f:
             probe(json.load(f))

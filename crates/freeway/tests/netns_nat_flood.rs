@@ -1,6 +1,6 @@
 //! A SYN flood that exhausts a source NAT's ports, on real interfaces: h1 sends 2,000 SYNs
-//! from 2,000 source ports (a raw socket) through `snat to 203.0.113.1:20000-20063` towards a
-//! port h2 silently drops, so every translated connection stays half-open and holds its port.
+//! from 2,000 source ports (`scripts/nat-probe.py syn-flood`, a raw socket) through
+//! `snat to 203.0.113.1:20000-20063` towards a port h2 silently drops, so every translated connection stays half-open and holds its port.
 //! After the first 64, new connections find no free port: each is refused and counted
 //! (`conntrack.nat_exhausted` in `freeway stats -j`), the connection table holds no more than
 //! the range allows, a TCP connection h3 opened before the flood (through masquerade) keeps
@@ -23,25 +23,6 @@ const RULESET: &str = r#"table ip nat {
 		oifname "wan" masquerade
 	}
 }
-"#;
-
-/// SYNs from 10.1.0.2, source ports 10000 up, to 203.0.113.2:9 (IP_HDRINCL raw socket).
-const FLOOD: &str = r#"
-import socket, struct, sys
-def csum(b):
-    if len(b) % 2: b += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    while s >> 16: s = (s & 0xffff) + (s >> 16)
-    return ~s & 0xffff
-src, dst = socket.inet_aton("10.1.0.2"), socket.inet_aton("203.0.113.2")
-s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
-for i in range(int(sys.argv[1])):
-    sport = 10000 + i
-    tcp = struct.pack("!HHIIBBHHH", sport, 9, 1000 + i, 0, 5 << 4, 0x02, 64240, 0, 0)
-    c = csum(src + dst + struct.pack("!BBH", 0, 6, len(tcp)) + tcp)
-    tcp = tcp[:16] + struct.pack("!H", c) + tcp[18:]
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), i & 0xffff, 0, 64, 6, 0, src, dst)
-    s.sendto(ip + tcp, ("203.0.113.2", 0))
 "#;
 
 /// h3's long-lived connection to h2's line echo server: one line before, one after `go`
@@ -68,44 +49,48 @@ for line in f:
     f.write("echo " + line); f.flush()
 "#;
 
-/// `freeway stats -j` of the running daemon.
+/// `freeway stats -j` of the running daemon (asked from h1's namespace: any will do).
 fn stats_j(bed: &Bed) -> serde_json::Value {
-    let o = Command::new(env!("CARGO_BIN_EXE_freeway"))
-        .args(["stats", "-j", "--ctl"])
-        .arg(bed.sock())
-        .output()
-        .expect("freeway runs");
-    assert!(
-        o.status.success(),
-        "freeway stats -j: {}",
-        String::from_utf8_lossy(&o.stderr)
+    let cmd = format!(
+        "{} stats -j --ctl {}",
+        env!("CARGO_BIN_EXE_freeway"),
+        bed.sock().display()
     );
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+    serde_json::from_slice(&bed.sh_ok("h1", &cmd).stdout).expect("freeway stats -j prints JSON")
+}
+
+/// Starts `python3 -c script args` in node `n`, its output piped.
+fn python(bed: &Bed, n: &str, script: &str, args: &[&str]) -> std::process::Child {
+    Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &format!("fw-{n}{}", bed.suffix),
+            "python3",
+            "-c",
+            script,
+        ])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs")
 }
 
 #[test]
 fn a_syn_flood_exhausting_the_nat_ports_is_counted_and_stalls_nothing() {
     need_root!();
     let mut bed = Bed::up("natflood");
-    for (h, cmd) in [
-        (
-            "h1",
-            "ip addr flush dev eth0 && ip addr add 10.1.0.2/24 dev eth0 && ip route add default via 10.1.0.1",
-        ),
-        (
-            "h3",
-            "ip addr flush dev eth0 && ip addr add 10.1.0.3/24 dev eth0 && ip route add default via 10.1.0.1",
-        ),
-        // h2 drops the flood silently: its half-open connections hold their ports.
-        (
-            "h2",
-            "ip addr flush dev eth0 && ip addr add 203.0.113.2/24 dev eth0 \
-             && nft add table ip f && nft add chain ip f in '{ type filter hook input priority 0; }' \
-             && nft add rule ip f in tcp dport 9 drop",
-        ),
-    ] {
-        bed.sh_ok(h, cmd);
+    for (h, a) in [("h1", "10.1.0.2"), ("h3", "10.1.0.3")] {
+        let cmd = format!("ip addr flush dev eth0 && ip addr add {a}/24 dev eth0 && ip route add default via 10.1.0.1");
+        bed.sh_ok(h, &cmd);
     }
+    // h2 drops the flood silently: its half-open connections hold their ports.
+    bed.sh_ok(
+        "h2",
+        "ip addr flush dev eth0 && ip addr add 203.0.113.2/24 dev eth0 \
+         && nft add table ip f && nft add chain ip f in '{ type filter hook input priority 0; }' \
+         && nft add rule ip f in tcp dport 9 drop",
+    );
     let rules = bed.dir.join("nat.nft");
     std::fs::write(&rules, RULESET).unwrap();
     bed.start_ctl(&lan_wan_router(
@@ -115,34 +100,17 @@ fn a_syn_flood_exhausting_the_nat_ports_is_counted_and_stalls_nothing() {
     assert!(bed.ping("h3", "203.0.113.2"), "h3 pings h2 through masquerade");
 
     // The established flow, opened before the flood.
-    let server = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &format!("fw-h2{}", bed.suffix),
-            "python3",
-            "-c",
-            SERVER,
-        ])
-        .spawn()
-        .expect("python3 runs");
+    let server = python(&bed, "h2", SERVER, &[]);
     bed.wait_listening("h2", 7100);
     let go = bed.dir.join("go");
-    let client = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &format!("fw-h3{}", bed.suffix),
-            "python3",
-            "-c",
-            CLIENT,
-        ])
-        .arg(&go)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
+    let client = python(&bed, "h3", CLIENT, &[go.to_str().unwrap()]);
 
-    bed.sh_ok("h1", &format!("python3 -c '{FLOOD}' 2000"));
+    let probe = repo().join("scripts/nat-probe.py");
+    let flood = format!(
+        "python3 {} syn-flood 10.1.0.2 203.0.113.2 9 10000 2000",
+        probe.display()
+    );
+    bed.sh_ok("h1", &flood);
     // The flood has been sent; the daemon answers while its SYNs are worked through, and
     // until every one has been seen (each is translated or refused).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
