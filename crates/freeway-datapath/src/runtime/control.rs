@@ -1293,6 +1293,19 @@ impl<L: Layout> Control<L> {
                     }
                     None => Err("this run has no connection tracker".into()),
                 },
+                Change::PortVlans(ports) => self.set_port_vlans(ports),
+                Change::LinkFlags(port, flags) => self
+                    .port_index(port)
+                    .map_err(|e| e.to_string())
+                    .and_then(|i| self.bridge.set_port_flags(i, *flags)),
+                Change::LinkMtu(port, mtu) => self
+                    .link_mtu(port, u32::from(*mtu))
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                Change::CtTimeouts(t) => match &self.ct {
+                    Some(ct) => reload::timeouts(t).and_then(|t| ct.set_timeouts(t, &[])),
+                    None => Err("this run has no connection tracker".into()),
+                },
             };
             let failed_ruleset = matches!(c, Change::Ruleset(..)) && r.is_err();
             out.push((c, r));
@@ -1305,6 +1318,21 @@ impl<L: Layout> Control<L> {
             self.live = next;
         }
         (out, restart)
+    }
+
+    /// Publishes the configured ports' new VLAN modes (the router port keeps its own).
+    fn set_port_vlans(&mut self, ports: &[(String, PortVlan)]) -> Result<(), String> {
+        if ports.len() != self.nports || ports.iter().zip(&self.port_names).any(|((n, _), m)| n != m) {
+            return Err("the ports differ from the running ones: restart to change them".into());
+        }
+        let all: Vec<PortVlan> = ports
+            .iter()
+            .map(|(_, v)| v.clone())
+            .chain(self.port_vlans[self.nports..].iter().cloned())
+            .collect();
+        self.bridge.set_port_vlans(all.clone())?;
+        self.port_vlans = all;
+        Ok(())
     }
 
     /// `route get ADDR`: the route that matches, as `ip route get` prints it (the address
