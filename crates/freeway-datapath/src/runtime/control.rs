@@ -1308,14 +1308,14 @@ impl<L: Layout> Control<L> {
                 },
             };
             let failed_ruleset = matches!(c, Change::Ruleset(..)) && r.is_err();
+            if r.is_ok() {
+                self.live.absorb(&c);
+            }
             out.push((c, r));
             if failed_ruleset {
                 // Nothing else changes when the new ruleset does not compile.
                 return (out, restart);
             }
-        }
-        if out.iter().all(|(_, r)| r.is_ok()) {
-            self.live = next;
         }
         (out, restart)
     }

@@ -196,6 +196,54 @@ impl Live {
         live
     }
 
+    /// Records that `c` was applied: afterwards `self` describes the running tables again.
+    /// What waits for a restart stays as it runs, so a later reload names it again.
+    pub(crate) fn absorb(&mut self, c: &Change) {
+        match c {
+            Change::RouteSet(p, h) => {
+                self.routes.insert(p.clone(), h.clone());
+            }
+            Change::RouteDel(p) => {
+                self.routes.remove(p);
+            }
+            Change::NeighSet(ip, mac, dev) => {
+                self.neighs.insert((*ip, dev.clone()), *mac);
+            }
+            Change::NeighDel(ip, dev) => {
+                self.neighs.remove(&(*ip, dev.clone()));
+            }
+            Change::FdbSet(mac, vlan, port) => {
+                self.statics.insert((*mac, *vlan), port.clone());
+            }
+            Change::FdbDel(mac, vlan) => {
+                self.statics.remove(&(*mac, *vlan));
+            }
+            Change::Ruleset(src, rs) => self.ruleset = Some((src.clone(), rs.clone())),
+            Change::ZoneLimit(z, Some(n)) => {
+                self.zone_limits.insert(*z, *n);
+            }
+            Change::ZoneLimit(z, None) => {
+                self.zone_limits.remove(z);
+            }
+            Change::PortVlans(v) => {
+                for (p, (_, vlan)) in self.ports.iter_mut().zip(v) {
+                    p.vlan = vlan.clone();
+                }
+            }
+            Change::LinkFlags(name, f) => self
+                .ports
+                .iter_mut()
+                .filter(|p| p.name == *name)
+                .for_each(|p| p.flags = *f),
+            Change::LinkMtu(name, m) => self
+                .ports
+                .iter_mut()
+                .filter(|p| p.name == *name)
+                .for_each(|p| p.mtu = *m),
+            Change::CtTimeouts(t) => self.ct_timeouts = Some(t.clone()),
+        }
+    }
+
     /// What turns `self` into `new`: the changes to apply, in an order that never leaves a
     /// table worse than before (deletions of what goes, then what is new or changed), and
     /// the sections that differ but wait for a restart.
@@ -379,5 +427,36 @@ mod tests {
         let (changes, restart) = a.diff(&b);
         assert!(changes.is_empty());
         assert_eq!(restart, ["workers"]);
+    }
+
+    #[test]
+    fn applied_changes_are_absorbed_and_what_waits_is_named_again() {
+        let a = live("");
+        let text = crate::config::ROUTER_CONFIG
+            .replace("workers = 2", "workers = 1")
+            .replace(
+                "[conntrack]\nmax = 100000",
+                "[conntrack]\nmax = 100000\ntimeouts = { udp_single = 7 }",
+            );
+        let b = Live::of(
+            &parse(
+                &format!("{text}\n[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.20.7\"\n"),
+                "t.toml",
+                None,
+            )
+            .unwrap(),
+        );
+        let (changes, restart) = a.diff(&b);
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        assert_eq!(restart, ["workers"]);
+        let mut now = a.clone();
+        for c in &changes {
+            now.absorb(c);
+        }
+        assert_eq!(now.diff(&b), (vec![], vec!["workers"]));
+        // Only the route applied: the timeouts are still a change.
+        let mut part = a.clone();
+        part.absorb(&changes[0]);
+        assert_eq!(part.diff(&b).0.len(), 1);
     }
 }
