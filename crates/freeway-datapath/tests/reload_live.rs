@@ -241,3 +241,65 @@ fn a_changed_port_kind_waits_for_a_restart_and_its_live_changes_with_it() {
     assert!(text.contains("waits for a restart: ports"), "{text}");
     assert!(silent(sock, 2), "b stays on VLAN 20");
 }
+
+#[test]
+fn a_tap_added_to_the_file_starts_and_one_removed_stops() {
+    let run = Run::start("taps");
+    let sock = &run.sock;
+    let file = run.dir.join("cfg.toml");
+    let pcap = run.dir.join("a.pcap");
+    wait_for(sock, "a receives", |c| c[1].1 > 0);
+    let base = config_text(ORIGINAL.0, ORIGINAL.1, ORIGINAL.2, ORIGINAL.3);
+    let with_tap = format!(
+        "{base}\n[[tap]]\nport = \"a\"\ndirection = \"out\"\nsnaplen = 128\nwrite = \"{}\"\n",
+        pcap.display()
+    );
+    std::fs::write(&file, &with_tap).unwrap();
+    let r = ask(sock, &["reload"]);
+    let text = r["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "applied: capture start -i a -Q out -s 128 -w {}",
+            pcap.display()
+        )),
+        "{text}"
+    );
+    let running = |l: &Value| {
+        l["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["state"] == "running" && t["port"] == "a")
+    };
+    assert!(running(&ask(sock, &["capture", "list"])));
+    // The tap writes while traffic flows (its writer's buffer reaches the file).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) < 16 * 1024 {
+        assert!(Instant::now() < deadline, "the tap wrote nothing");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Reloading the same file changes nothing; without the tap, it stops.
+    let r = ask(sock, &["reload"]);
+    assert!(r["text"].as_str().unwrap().contains("no live change"), "{r}");
+    std::fs::write(&file, &base).unwrap();
+    let r = ask(sock, &["reload"]);
+    let text = r["text"].as_str().unwrap();
+    assert!(text.contains("applied: capture stop -i a -Q out"), "{text}");
+    let l = ask(sock, &["capture", "list"]);
+    assert!(!running(&l), "{l}");
+    let ended = l["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["port"] == "a")
+        .cloned()
+        .unwrap();
+    let written = ended["stats"]["written"].as_u64().unwrap();
+    assert!(written > 0, "{ended}");
+    // Every frame it wrote is in the file (a 24-byte header, then 16 + 60 bytes a frame).
+    assert_eq!(
+        std::fs::metadata(&pcap).unwrap().len(),
+        24 + written * (16 + 60),
+        "{ended}"
+    );
+}

@@ -8,10 +8,11 @@
 //! a new timeout at its next packet), and of each port: its VLAN membership (access VLAN,
 //! trunk list and native VLAN: every port's mode published at once as one version of the
 //! bridge's VLAN view, which a worker loads once per batch), its bridge flags and its MTU
-//! (`link set`). The membership goes first, so static entries of a port that joins a VLAN
+//! (`link set`); and the file's taps: one the file gained starts (writing its file from the
+//! start, as `capture start` does), one it lost stops (`capture stop`: its counts stay in
+//! `capture list`). The membership goes first, so static entries of a port that joins a VLAN
 //! find it. What does not (ports added, removed or of another kind or setting, router
-//! interfaces and addresses, workers, the FDB's settings, the tracker's size, taps of the
-//! file) is named in the answer as waiting for a restart, and left as it is; when the ports
+//! interfaces and addresses, workers, the FDB's settings, the tracker's size) is named in the answer as waiting for a restart, and left as it is; when the ports
 //! themselves differ, their per-port changes wait with them. A file with an error changes
 //! nothing: the error names its file and line. A change the datapath refuses (an MTU larger
 //! than its buffers) is reported as failed; the others are applied.
@@ -26,6 +27,7 @@ use std::net::IpAddr;
 use freeway_bridge::{Mac, PortFlags, PortVlan};
 
 use super::protocol::Hops;
+use crate::config::capture::TapSpec;
 use crate::config::Checked;
 
 /// What of a configuration can change live, keyed as the tables key it.
@@ -45,6 +47,8 @@ pub(crate) struct Live {
     ct_timeouts: Option<Vec<(String, u64)>>,
     /// Each configured port's VLAN mode, flags and MTU, in port order.
     ports: Vec<PortLive>,
+    /// The taps of the file: what they are (as [`tap_words`] writes them), and their specs.
+    taps: Vec<(String, FileTap)>,
     /// The rest, section by section, in a form that compares (its `Debug` text).
     rest: Vec<(&'static str, String)>,
 }
@@ -56,6 +60,16 @@ pub(crate) struct PortLive {
     vlan: PortVlan,
     flags: PortFlags,
     mtu: u16,
+}
+
+/// A tap of the file (compared by all its settings).
+#[derive(Clone, Debug)]
+pub(crate) struct FileTap(pub(crate) TapSpec);
+
+impl PartialEq for FileTap {
+    fn eq(&self, o: &FileTap) -> bool {
+        format!("{:?}", self.0) == format!("{:?}", o.0)
+    }
 }
 
 /// One change a reload makes, in `freeway ctl` words.
@@ -85,6 +99,10 @@ pub(crate) enum Change {
     LinkMtu(String, u16),
     /// The connection tracker's timeouts: the defaults with these overrides (seconds).
     CtTimeouts(Vec<(String, u64)>),
+    /// `capture start`: a tap of the file, writing its file from the start.
+    TapStart(String, FileTap),
+    /// `capture stop`: a tap of the file that the file no longer has.
+    TapStop(String, FileTap),
 }
 
 impl fmt::Display for Change {
@@ -111,6 +129,8 @@ impl fmt::Display for Change {
                 write!(f, "link set dev {port} {}", super::lan::flags_words(flags))
             }
             Change::LinkMtu(port, mtu) => write!(f, "link set dev {port} mtu {mtu}"),
+            Change::TapStart(w, _) => write!(f, "capture start {w}"),
+            Change::TapStop(w, _) => write!(f, "capture stop {w}"),
             Change::CtTimeouts(t) if t.is_empty() => write!(f, "conntrack timeouts: the defaults"),
             Change::CtTimeouts(t) => {
                 let t: Vec<String> = t.iter().map(|(n, s)| format!("{n} {s}")).collect();
@@ -146,6 +166,11 @@ impl Live {
                     flags: p.flags,
                     mtu: p.mtu,
                 })
+                .collect(),
+            taps: c
+                .taps
+                .iter()
+                .map(|t| (tap_words(t, &c.ports), FileTap(t.clone())))
                 .collect(),
             ..Live::default()
         };
@@ -191,7 +216,6 @@ impl Live {
                 "the firewall's new-connection ports",
                 format!("{:?}", c.firewall.as_ref().map(|f| &f.allow_new_from)),
             ),
-            ("taps", format!("{:?}", c.taps)),
         ];
         live
     }
@@ -241,6 +265,12 @@ impl Live {
                 .filter(|p| p.name == *name)
                 .for_each(|p| p.mtu = *m),
             Change::CtTimeouts(t) => self.ct_timeouts = Some(t.clone()),
+            Change::TapStart(w, t) => self.taps.push((w.clone(), t.clone())),
+            Change::TapStop(w, _) => {
+                if let Some(i) = self.taps.iter().position(|x| x.0 == *w) {
+                    self.taps.remove(i);
+                }
+            }
         }
     }
 
@@ -309,6 +339,16 @@ impl Live {
                 out.push(Change::CtTimeouts(b.clone()));
             }
         }
+        if same_ports {
+            let has = |l: &Live, w: &str| l.taps.iter().any(|t| t.0 == w);
+            for (w, t) in self.taps.iter().filter(|t| !has(new, &t.0)) {
+                out.push(Change::TapStop(w.clone(), t.clone()));
+            }
+            for (w, t) in new.taps.iter().filter(|t| !has(self, &t.0)) {
+                out.push(Change::TapStart(w.clone(), t.clone()));
+            }
+        }
+        let taps_wait = !same_ports && self.taps.iter().map(|t| &t.0).ne(new.taps.iter().map(|t| &t.0));
         // The ruleset and the routes can need a membership that changes here (a static FDB
         // entry on a port that joins its VLAN): the membership goes first.
         if let Some(i) = out.iter().position(|c| matches!(c, Change::PortVlans(_))) {
@@ -329,8 +369,30 @@ impl Live {
         if self.ct_timeouts.is_some() != new.ct_timeouts.is_some() {
             restart.push("connection tracking (added or removed)");
         }
+        if taps_wait {
+            restart.push("taps (their ports changed)");
+        }
         (out, restart)
     }
+}
+
+/// A tap in `capture` words: `-i PORT -Q DIR [-s SNAPLEN] [-c COUNT] -w FILE [FILTER]` (every
+/// setting, so that two taps that differ in any are different).
+fn tap_words(t: &TapSpec, ports: &[crate::config::PortSpec]) -> String {
+    let names: Vec<String> = ports.iter().map(|p| p.name.clone()).collect();
+    let d = super::super::capture::desc_of(t, &names);
+    let mut w = format!("-i {} -Q {} -s {}", d.port, d.direction, t.snaplen);
+    if let Some(c) = t.count {
+        w.push_str(&format!(" -c {c}"));
+    }
+    w.push_str(&format!(" -w {}", d.write));
+    if t.pcapng {
+        w.push_str(" (pcapng)");
+    }
+    if !t.filter.is_empty() {
+        w.push_str(&format!(" {}", t.filter));
+    }
+    w
 }
 
 /// The ports as the configuration has them, with what changes live (VLAN mode, flags, MTU,
