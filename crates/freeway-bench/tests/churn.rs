@@ -84,12 +84,9 @@ fn every_frame_is_right_while_reloads_change_the_configuration() {
     let r = churn::run(&ChurnOptions {
         duration: Duration::from_secs(2),
         min_ops: 300,
-        workers: 2,
         seed: 11,
-        warmup: Duration::from_secs(1),
-        rss_limit_kib: None,
-        progress: None,
         reload: true,
+        ..ChurnOptions::default()
     })
     .unwrap();
     let mut text = Vec::new();

@@ -155,24 +155,32 @@ impl Drop for Run {
     }
 }
 
-fn link(sock: &Path, name: &str) -> Value {
-    let l = ask(sock, &["link", "show"]);
-    l["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["ifname"] == name)
+/// The row of a reply's data list whose `key` is `value`.
+fn row(reply: &Value, key: &str, value: &str) -> Value {
+    let rows = reply["data"].as_array().unwrap();
+    rows.iter()
+        .find(|x| x[key] == value)
         .cloned()
-        .unwrap_or_else(|| panic!("no {name} in {l}"))
+        .unwrap_or_else(|| panic!("no {key} {value} in {reply}"))
+}
+
+fn link(sock: &Path, name: &str) -> Value {
+    row(&ask(sock, &["link", "show"]), "ifname", name)
+}
+
+/// A run of the original file, forwarding: the run and its file.
+fn forwarding(tag: &str) -> (Run, PathBuf) {
+    let run = Run::start(tag);
+    wait_for(&run.sock, "a receives", |c| c[1].1 > 0);
+    let file = run.dir.join("cfg.toml");
+    (run, file)
 }
 
 #[test]
 fn vlan_membership_flags_mtu_and_timeouts_change_while_traffic_flows() {
-    let run = Run::start("live");
-    let sock = &run.sock;
-    let file = run.dir.join("cfg.toml");
     // Traffic flows: `a` (VLAN 10) gets the broadcasts, `b` (VLAN 20) nothing.
-    wait_for(sock, "a receives", |c| c[1].1 > 0);
+    let (run, file) = forwarding("live");
+    let sock = &run.sock;
     assert!(silent(sock, 2), "b is on VLAN 20");
 
     // --check lists the plan and applies nothing.
@@ -227,10 +235,8 @@ fn vlan_membership_flags_mtu_and_timeouts_change_while_traffic_flows() {
 
 #[test]
 fn a_changed_port_kind_waits_for_a_restart_and_its_live_changes_with_it() {
-    let run = Run::start("ports");
+    let (run, file) = forwarding("ports");
     let sock = &run.sock;
-    let file = run.dir.join("cfg.toml");
-    wait_for(sock, "a receives", |c| c[1].1 > 0);
     // b becomes a generator: the ports differ, so nothing of them changes live.
     let text =
         config_text(CHANGED.0, true, 1500, 30).replace("name = \"b\"\nkind = \"sink\"", "name = \"b\"\nkind = \"gen\"");
@@ -244,11 +250,9 @@ fn a_changed_port_kind_waits_for_a_restart_and_its_live_changes_with_it() {
 
 #[test]
 fn a_tap_added_to_the_file_starts_and_one_removed_stops() {
-    let run = Run::start("taps");
+    let (run, file) = forwarding("taps");
     let sock = &run.sock;
-    let file = run.dir.join("cfg.toml");
     let pcap = run.dir.join("a.pcap");
-    wait_for(sock, "a receives", |c| c[1].1 > 0);
     let base = config_text(ORIGINAL.0, ORIGINAL.1, ORIGINAL.2, ORIGINAL.3);
     let with_tap = format!(
         "{base}\n[[tap]]\nport = \"a\"\ndirection = \"out\"\nsnaplen = 128\nwrite = \"{}\"\n",
@@ -287,13 +291,7 @@ fn a_tap_added_to_the_file_starts_and_one_removed_stops() {
     assert!(text.contains("applied: capture stop -i a -Q out"), "{text}");
     let l = ask(sock, &["capture", "list"]);
     assert!(!running(&l), "{l}");
-    let ended = l["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["port"] == "a")
-        .cloned()
-        .unwrap();
+    let ended = row(&l, "port", "a");
     let written = ended["stats"]["written"].as_u64().unwrap();
     assert!(written > 0, "{ended}");
     // Every frame it wrote is in the file (a 24-byte header, then 16 + 60 bytes a frame).

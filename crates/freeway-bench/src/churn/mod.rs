@@ -137,16 +137,14 @@ pub struct ChurnOptions {
     pub workers: usize,
     /// Seed of the traffic and operation choices.
     pub seed: u64,
+    /// Targets' FDB statics, IPv4 routes and `blocked` changed only by reloads ([`Reloaded`]).
+    pub reload: bool,
     /// Time after which the resident set is taken as the baseline for growth.
     pub warmup: Duration,
     /// Fail when the resident set grows by more than this many KiB after the warm-up.
     pub rss_limit_kib: Option<u64>,
     /// Print a progress line this often (to standard error).
     pub progress: Option<Duration>,
-    /// Change the targets' static FDB entries, the IPv4 routes and the `blocked` set only by
-    /// reloading the configuration file (`freeway ctl reload`), each reload a new random
-    /// configuration (see [`Reloaded`]); the other tables churn as before.
-    pub reload: bool,
 }
 
 impl Default for ChurnOptions {
