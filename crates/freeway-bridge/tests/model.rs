@@ -164,6 +164,8 @@ impl Model {
         let targets: Vec<u16> = match (dst.is_multicast(), self.fdb.get(&(dst, vid))) {
             (false, Some(e)) if e.0 == inp => vec![],
             (false, Some(e)) if isolated && flags(e.0).isolated => vec![],
+            // Egress filtering: an entry on a port outside the VLAN forwards nothing.
+            (false, Some(e)) if !ports[e.0 as usize].is_member(vid) => vec![],
             (false, Some(e)) => vec![e.0],
             _ => (0..ports.len() as u16)
                 .filter(|p| *p != inp && ports[*p as usize].is_member(vid))
