@@ -22,6 +22,7 @@ fn every_frame_is_right_while_every_table_churns() {
         warmup: Duration::from_secs(1),
         rss_limit_kib: None,
         progress: None,
+        reload: false,
     })
     .unwrap();
     let mut text = Vec::new();
@@ -70,4 +71,38 @@ fn every_frame_is_right_while_every_table_churns() {
     assert!(r.arp_requests > 0 && r.neighbour_solicitations > 0, "{text}");
     assert!(r.parked > 0 && r.pending_queued > 0 && r.pending_sent > 0, "{text}");
     assert!(r.drops_counted.contains_key("router:pending_overflow"), "{text}");
+}
+
+/// The same traffic while the targets' static FDB entries, the IPv4 routes and the firewall's
+/// `blocked` set change only by reloading new configuration files (`ctl reload`), beside the
+/// other tables' churn through the socket: every output frame is right for some version of
+/// its window (a reload's changes land one by one, each key old or new), and the connections
+/// the rulesets still accept survive every reload (a reply dropped without a flush or a block
+/// in its window is a violation).
+#[test]
+fn every_frame_is_right_while_reloads_change_the_configuration() {
+    let r = churn::run(&ChurnOptions {
+        duration: Duration::from_secs(2),
+        min_ops: 300,
+        seed: 11,
+        reload: true,
+        ..ChurnOptions::default()
+    })
+    .unwrap();
+    let mut text = Vec::new();
+    churn::print_report(&r, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(r.violations, 0, "{text}");
+    let o = &r.ops;
+    assert!(o.reload > 10, "{text}");
+    // Those tables change only by reloads now.
+    assert_eq!(
+        (o.set_add, o.set_del, o.fw_load, o.route_replace),
+        (0, 0, 0, 0),
+        "{text}"
+    );
+    assert!(o.route6_replace > 0 && o.neigh_replace > 0 && o.ct_flush > 0, "{text}");
+    assert_eq!(r.frames_closed, r.generated, "{text}");
+    assert!(r.delivered > 0 && r.dropped > 0, "{text}");
+    assert!(r.drops_counted.contains_key("router:filtered"), "{text}");
 }

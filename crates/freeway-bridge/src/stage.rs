@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use freeway_packet::bytes::{rd16, wr16};
 use freeway_packet::{vlan_pop, vlan_push, Batch, Packet, PacketPool, MAX_BATCH, NO_VLAN};
-use freeway_sync::{CachePadded, Counter, Tick, TokenBucket};
+use freeway_sync::{CachePadded, Counter, Published, Tick, TokenBucket};
 
 use crate::fdb::{Fdb, FdbWriter, LearnRequest};
 use crate::layout::{Layout, Padded};
@@ -295,9 +295,8 @@ impl PortFlags {
     }
 }
 
-/// A port as the stage sees it.
+/// A port as the stage sees it (its VLAN membership is in [`VlanView`]).
 struct BridgePort {
-    vlan: PortVlan,
     /// [`PortFlags::to_bits`]: changed by the control plane while workers forward.
     flags: AtomicU8,
     /// Which link-local groups (bit N for 01:80:c2:00:00:0N) it forwards.
@@ -322,20 +321,17 @@ fn guard_log(port: u16, name: &str) {
     );
 }
 
-/// The bridge: its FDB and the VLAN tables of its ports. Shared read-only by all workers.
-pub struct Bridge<L: Layout = Padded> {
-    fdb: Fdb<L>,
-    /// Per port, all that the stage reads of it in one place (one cache line per frame).
-    ports: Box<[BridgePort]>,
+/// The VLAN membership of every port, built whole and published by the control plane
+/// ([`Bridge::set_port_vlans`]); a worker loads it once per batch, under the batch's guard.
+struct VlanView {
+    /// Each port's VLAN mode, by port number.
+    ports: Box<[PortVlan]>,
     /// For each VLAN, its member ports.
     members: Box<[Box<[u16]>]>,
-    /// The multicast database, when snooping is set up.
-    mdb: Option<Mdb>,
 }
 
-impl<L: Layout> Bridge<L> {
-    /// A bridge over `ports` (indexed by port number) with the given FDB.
-    pub fn new(fdb: Fdb<L>, ports: Vec<PortVlan>) -> Bridge<L> {
+impl VlanView {
+    fn new(ports: Vec<PortVlan>) -> VlanView {
         let members = (0..4096u16)
             .map(|vid| {
                 (0..ports.len() as u16)
@@ -345,12 +341,35 @@ impl<L: Layout> Bridge<L> {
             })
             .collect::<Vec<_>>()
             .into_boxed_slice();
+        VlanView {
+            ports: ports.into_boxed_slice(),
+            members,
+        }
+    }
+}
+
+/// The bridge: its FDB and the VLAN tables of its ports. Shared by all workers; the VLAN
+/// membership is published whole ([`Bridge::set_port_vlans`]), so a reload changes it while
+/// workers forward, each batch seeing one version.
+pub struct Bridge<L: Layout = Padded> {
+    fdb: Fdb<L>,
+    /// Per port, all that the stage reads of it in one place (one cache line per frame).
+    ports: Box<[BridgePort]>,
+    /// The ports' VLAN membership (one writer: the control plane).
+    vlans: Published<VlanView>,
+    /// The multicast database, when snooping is set up.
+    mdb: Option<Mdb>,
+}
+
+impl<L: Layout> Bridge<L> {
+    /// A bridge over `ports` (indexed by port number) with the given FDB.
+    pub fn new(fdb: Fdb<L>, ports: Vec<PortVlan>) -> Bridge<L> {
+        let n = ports.len();
         Bridge {
             fdb,
-            ports: ports
-                .into_iter()
-                .map(|vlan| BridgePort {
-                    vlan,
+            vlans: Published::new(VlanView::new(ports)),
+            ports: (0..n)
+                .map(|_| BridgePort {
                     flags: AtomicU8::new(PortFlags::default().to_bits()),
                     group_fwd: 0,
                     storm: StormControl::default(),
@@ -358,7 +377,6 @@ impl<L: Layout> Bridge<L> {
                     name: "".into(),
                 })
                 .collect(),
-            members,
             mdb: None,
         }
     }
@@ -451,14 +469,33 @@ impl<L: Layout> Bridge<L> {
         &self.fdb
     }
 
-    /// The VLAN mode of `port`.
-    pub fn port_vlan(&self, port: u16) -> Option<&PortVlan> {
-        self.ports.get(usize::from(port)).map(|p| &p.vlan)
+    /// The VLAN mode of `port` now.
+    pub fn port_vlan(&self, port: u16) -> Option<PortVlan> {
+        let g = self.fdb.pin();
+        self.vlans.load(&g).ports.get(usize::from(port)).cloned()
     }
 
-    /// Member ports of a VLAN.
-    pub fn members(&self, vid: u16) -> &[u16] {
-        &self.members[usize::from(vid & 0x0fff)]
+    /// Member ports of a VLAN now.
+    pub fn members(&self, vid: u16) -> Vec<u16> {
+        let g = self.fdb.pin();
+        self.vlans.load(&g).members[usize::from(vid & 0x0fff)].to_vec()
+    }
+
+    /// Replaces every port's VLAN membership at once, also while workers forward: each
+    /// batch sees either the old membership or the new one, never a mix. One writer at a
+    /// time (the control plane); a list of the wrong length is refused. A frame forwarded by
+    /// a learned entry to a port that left its VLAN is dropped (`drop_vlan_filtered`), never
+    /// sent into another VLAN.
+    pub fn set_port_vlans(&self, ports: Vec<PortVlan>) -> Result<(), String> {
+        if ports.len() != self.ports.len() {
+            return Err(format!(
+                "{} VLAN modes for {} ports: the ports themselves cannot change here",
+                ports.len(),
+                self.ports.len()
+            ));
+        }
+        self.vlans.publish(VlanView::new(ports));
+        Ok(())
     }
 
     /// Runs the stage over a parsed batch (`meta.in_port`, `meta.vlan`, `meta.vlan_depth`
@@ -478,6 +515,7 @@ impl<L: Layout> Bridge<L> {
     ) {
         let guard = self.fdb.pin();
         let table = self.fdb.table();
+        let vlans = self.vlans.load(&guard);
         let BridgeWorker {
             counters,
             recent,
@@ -518,7 +556,7 @@ impl<L: Layout> Bridge<L> {
                 continue;
             }
             let tag = (p.meta.vlan_depth > 0 && p.meta.vlan != NO_VLAN).then_some(p.meta.vlan);
-            let Some(vid) = bp.vlan.classify(tag) else {
+            let Some(vid) = vlans.ports[usize::from(in_port)].classify(tag) else {
                 c.drop_vlan_filtered.inc();
                 uniform = false;
                 continue;
@@ -574,7 +612,11 @@ impl<L: Layout> Bridge<L> {
                     } else if in_flags.isolated && self.port_flags(o).isolated {
                         c.drop_isolated.inc();
                         uniform = false;
-                    } else if self.egress_prepare(p, o, vid, tag) {
+                    } else if !vlans.ports.get(usize::from(o)).is_some_and(|v| v.is_member(vid)) {
+                        // Learned while the port was a member of the VLAN, which it left.
+                        c.drop_vlan_filtered.inc();
+                        uniform = false;
+                    } else if Self::egress_prepare(vlans, p, o, vid, tag) {
                         c.forwarded.inc();
                         fate[i] = o;
                         uniform &= fate[0] == o;
@@ -641,7 +683,7 @@ impl<L: Layout> Bridge<L> {
                 FLOOD => {
                     let (vid, tag, class) = flood_vid[i];
                     let in_port = p.meta.in_port;
-                    self.flood(p, in_port, (vid, tag, class), snooped[i], c, out);
+                    self.flood(vlans, p, in_port, (vid, tag, class), snooped[i], c, out);
                 }
                 o => out.emit(o, p),
             }
@@ -698,8 +740,10 @@ impl<L: Layout> Bridge<L> {
     /// Sends copies of `p` to the members of its VLAN that take this class of flooded frame
     /// (their egress flags), or for a snooped frame to the group's members and router ports
     /// of the VLAN, except `in_port` and, from an isolated port, the isolated ones.
+    #[allow(clippy::too_many_arguments)]
     fn flood<E: Emit>(
         &self,
+        vlans: &VlanView,
         p: Packet,
         in_port: u16,
         (vid, tag, class): (u16, Option<u16>, FloodClass),
@@ -707,7 +751,7 @@ impl<L: Layout> Bridge<L> {
         c: &BridgeCounters,
         out: &mut E,
     ) {
-        let members = self.members(vid);
+        let members = &vlans.members[usize::from(vid & 0x0fff)];
         let isolated = self.port_flags(in_port).isolated;
         let wants = |m: u16, f: PortFlags| match snooped {
             None => f.floods(class),
@@ -753,7 +797,7 @@ impl<L: Layout> Bridge<L> {
                 p.take().expect("original used once, for the last member")
             };
             let mut copy = copy;
-            if self.egress_prepare(&mut copy, m, vid, tag) {
+            if Self::egress_prepare(vlans, &mut copy, m, vid, tag) {
                 c.flood_copies.inc();
                 out.emit(m, copy);
             } else {
@@ -769,8 +813,8 @@ impl<L: Layout> Bridge<L> {
     /// Tags or untags `p` for leaving on `port` in VLAN `vid` (`tag` is the tag it arrived
     /// with). `false` if there was no headroom for a tag.
     #[inline(always)]
-    fn egress_prepare(&self, p: &mut Packet, port: u16, vid: u16, tag: Option<u16>) -> bool {
-        let want = self.ports[usize::from(port)].vlan.egress_tagged(vid);
+    fn egress_prepare(vlans: &VlanView, p: &mut Packet, port: u16, vid: u16, tag: Option<u16>) -> bool {
+        let want = vlans.ports[usize::from(port)].egress_tagged(vid);
         let ok = match (tag, want) {
             (None, false) => true,
             (Some(t), true) => {

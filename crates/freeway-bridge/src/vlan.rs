@@ -7,7 +7,9 @@
 //!   are dropped and counted. Untagged (or priority-tagged) frames belong to the native VLAN if
 //!   one is set and are dropped otherwise. Frames of the native VLAN leave untagged.
 //!
-//! These tables are built once per configuration and read-only on the fast path.
+//! These tables are read-only on the fast path: the bridge keeps every port's mode in one
+//! version published whole (`Bridge::set_port_vlans`), which a reload replaces while workers
+//! forward.
 
 use serde::{Deserialize, Serialize};
 

@@ -164,6 +164,8 @@ impl Model {
         let targets: Vec<u16> = match (dst.is_multicast(), self.fdb.get(&(dst, vid))) {
             (false, Some(e)) if e.0 == inp => vec![],
             (false, Some(e)) if isolated && flags(e.0).isolated => vec![],
+            // Egress filtering: an entry on a port outside the VLAN forwards nothing.
+            (false, Some(e)) if !ports[e.0 as usize].is_member(vid) => vec![],
             (false, Some(e)) => vec![e.0],
             _ => (0..ports.len() as u16)
                 .filter(|p| *p != inp && ports[*p as usize].is_member(vid))
@@ -522,4 +524,63 @@ fn storm_control_limits_each_flooded_class_per_port() {
     one(&bridge, &mut bw, &mut w, 1, 2, 7, 3000);
     assert_eq!(passed(&bridge, &mut bw, &mut w, 1, 2, 3000), 10);
     assert!(bridge.set_storm_control(9, sc).is_err());
+}
+
+/// VLAN membership replaced while the bridge runs: floods follow the new members at once,
+/// a learned entry of a port that left the VLAN forwards nothing (counted), and the list
+/// must name every port.
+#[test]
+fn vlan_membership_changes_live() {
+    let (_fdb, mut w, bridge, mut bw, _em) = setup();
+    // Port 1 learns host 2 in VLAN 1; port 0 reaches it.
+    assert_eq!(one(&bridge, &mut bw, &mut w, 1, 2, 7, 1), vec![0, 3, 4]);
+    assert_eq!(one(&bridge, &mut bw, &mut w, 0, 1, 2, 2), vec![1]);
+    // Port 1 moves to VLAN 2: VLAN 1's floods skip it, the stale entry forwards nothing.
+    let mut moved = ports();
+    moved[1] = PortVlan::Access(2);
+    bridge.set_port_vlans(moved.clone()).unwrap();
+    assert_eq!(bridge.port_vlan(1), Some(PortVlan::Access(2)));
+    assert_eq!(bridge.members(2), vec![1, 2, 3, 4]);
+    let before = bw.counters.drop_vlan_filtered.get();
+    assert_eq!(one(&bridge, &mut bw, &mut w, 0, 1, 2, 3), Vec::<u16>::new());
+    assert_eq!(bw.counters.drop_vlan_filtered.get(), before + 1);
+    assert_eq!(one(&bridge, &mut bw, &mut w, 0, 1, 7, 4), vec![3, 4]);
+    // Port 1's broadcasts now flood VLAN 2, untagged in, tagged out on the trunks.
+    let mut seen = one(&bridge, &mut bw, &mut w, 1, 5, 7, 5);
+    seen.sort();
+    assert_eq!(seen, vec![2, 3, 4]);
+    assert!(bridge.set_port_vlans(moved[..4].to_vec()).is_err(), "a port missing");
+}
+
+/// A worker forwards while another thread swaps VLAN membership back and forth: every flood
+/// goes to the members of one version or the other, never a mix.
+#[test]
+fn vlan_membership_swaps_are_whole_for_each_batch() {
+    let (_fdb, mut w, bridge, mut bw, _em) = setup();
+    let bridge = std::sync::Arc::new(bridge);
+    let mut b2 = ports();
+    b2[0] = PortVlan::Access(2);
+    b2[1] = PortVlan::Access(2);
+    let versions = [ports(), b2];
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (bridge, stop, versions) = (bridge.clone(), stop.clone(), versions.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                bridge.set_port_vlans(versions[i % 2].clone()).unwrap();
+            }
+            i
+        })
+    };
+    // A broadcast from the trunk (port 4, native VLAN 1) floods VLAN 1: ports 0, 1 and 3 in
+    // the first version, port 3 alone in the second.
+    for now in 0..2000 {
+        let mut seen = one(&bridge, &mut bw, &mut w, 4, 5, 7, now);
+        seen.sort();
+        assert!(seen == [0, 1, 3] || seen == [3], "{seen:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(swapper.join().unwrap() > 0);
 }

@@ -31,7 +31,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_queue::ArrayQueue;
@@ -46,7 +46,7 @@ use crate::key::{Key, Tuple};
 use crate::shared::{Remover, Shared, WorkerStats};
 use crate::table::{pin, Conn, ConnPtr, Guard, Kind, NodeCache, Table, ASSURED, SEEN_REPLY};
 use crate::tcp::{self, state as ts, TcpConn, Update};
-use crate::timeout::{TimeoutClass, Timeouts};
+use crate::timeout::{LiveTimeouts, TimeoutClass, Timeouts};
 use crate::{CtResult, CtState, InvalidReason};
 
 pub use crate::shared::ZONES;
@@ -188,13 +188,13 @@ impl Conntrack {
         for &(z, l) in &cfg.zone_limits {
             zone_limit[usize::from(z)].store(l, Ordering::Relaxed);
         }
-        let mut policies: Box<[Timeouts; 256]> = Box::new([cfg.timeouts; 256]);
-        let mut zone_policy: Box<[u8; ZONES]> = vec![0u8; ZONES].into_boxed_slice().try_into().expect("ZONES entries");
-        // `validate` allows at most 255 per-zone policies: indexes 1..=255.
-        for (i, (z, t)) in cfg.zone_timeouts.iter().enumerate() {
-            policies[i + 1] = *t;
-            zone_policy[usize::from(*z)] = (i + 1) as u8;
-        }
+        let policies: Box<[LiveTimeouts; 256]> = Box::new(std::array::from_fn(|_| LiveTimeouts::new(&cfg.timeouts)));
+        let zone_policy: Box<[AtomicU8; ZONES]> = (0..ZONES)
+            .map(|_| AtomicU8::new(0))
+            .collect::<Vec<_>>()
+            .into_boxed_slice()
+            .try_into()
+            .expect("ZONES entries");
         let s = Arc::new(Shared {
             table: Table::new(cfg.max.div_ceil(2), seed),
             clock,
@@ -216,6 +216,8 @@ impl Conntrack {
             expired: CachePadded::new(AtomicU64::new(0)),
             flushed: CachePadded::new(AtomicU64::new(0)),
         });
+        // `validate` allows at most 255 per-zone policies: slots 1..=255.
+        s.set_timeouts(&cfg.timeouts, &cfg.zone_timeouts);
         let ct = Conntrack { s };
         let exp = Expirer::new(ct.s.clone());
         Ok((ct, exp))
@@ -290,7 +292,18 @@ impl Conntrack {
 
     /// The timeout policy of `zone`.
     pub fn timeouts(&self, zone: u16) -> Timeouts {
-        *self.s.timeouts(zone)
+        self.s.timeouts(zone).get()
+    }
+
+    /// Replaces the default timeout policy and the per-zone ones while workers track: a
+    /// connection takes its new timeout at its next packet (its current expiry stays). Callers
+    /// serialise (one control thread); more than 255 per-zone policies are refused.
+    pub fn set_timeouts(&self, default: Timeouts, zones: &[(u16, Timeouts)]) -> Result<(), String> {
+        if zones.len() > 255 {
+            return Err("at most 255 per-zone timeout policies".into());
+        }
+        self.s.set_timeouts(&default, zones);
+        Ok(())
     }
 
     /// Removes every connection; returns how many. Runs beside the workers (connections
@@ -700,7 +713,7 @@ impl CtWorker {
         seen(ns, reply)
     }
 
-    fn update_tcp(&self, c: &Conn, reply: bool, seg: &TcpSeg, to: &Timeouts, commit: bool) -> CtResult {
+    fn update_tcp(&self, c: &Conn, reply: bool, seg: &TcpSeg, to: &LiveTimeouts, commit: bool) -> CtResult {
         use freeway_sync::atomic::Ordering::Relaxed;
         let mut lk = c.lock();
         let state = c.state();

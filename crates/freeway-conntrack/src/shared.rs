@@ -7,14 +7,14 @@
 //! are stated in `ct`, those on the remover's list in `expiry`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_queue::ArrayQueue;
 use freeway_sync::{CachePadded, Clock, Counter};
 
 use crate::table::{ConnPtr, Table};
-use crate::timeout::Timeouts;
+use crate::timeout::{LiveTimeouts, Timeouts};
 use crate::InvalidReason;
 
 /// Number of zones.
@@ -63,8 +63,8 @@ pub(crate) struct Shared {
     pub(crate) zone_limit: Box<[AtomicU32]>,
     /// Policy 0 is the default; unused entries are copies of it (fixed size: a `u8` index
     /// needs no bounds check).
-    pub(crate) policies: Box<[Timeouts; 256]>,
-    pub(crate) zone_policy: Box<[u8; ZONES]>,
+    pub(crate) policies: Box<[LiveTimeouts; 256]>,
+    pub(crate) zone_policy: Box<[AtomicU8; ZONES]>,
     pub(crate) tcp_loose: bool,
     // What the expiry thread and the control plane write (the remover's list and cursor,
     // the queue list's lock, the removal counters) sits on cache lines of its own: sharing a
@@ -83,9 +83,28 @@ pub(crate) struct Shared {
 
 impl Shared {
     #[inline(always)]
-    pub(crate) fn timeouts(&self, zone: u16) -> &Timeouts {
+    pub(crate) fn timeouts(&self, zone: u16) -> &LiveTimeouts {
         // Both arrays are indexed by the full range of their index type: no checks.
-        &self.policies[usize::from(self.zone_policy[usize::from(zone)])]
+        &self.policies[usize::from(self.zone_policy[usize::from(zone)].load(Ordering::Relaxed))]
+    }
+
+    /// Sets the default policy (slot 0) and the per-zone ones (slots 1..=255, in order):
+    /// zones that lose their policy fall back to the default. One writer at a time; a worker
+    /// reading meanwhile gets, for a class, a value of the old or the new policies.
+    pub(crate) fn set_timeouts(&self, default: &Timeouts, zones: &[(u16, Timeouts)]) {
+        self.policies[0].store(default);
+        for (zone, slot) in self.zone_policy.iter().enumerate() {
+            if !zones.iter().any(|(z, _)| usize::from(*z) == zone) {
+                slot.store(0, Ordering::Relaxed);
+            }
+        }
+        for (i, (z, t)) in zones.iter().enumerate() {
+            self.policies[i + 1].store(t);
+            self.zone_policy[usize::from(*z)].store((i + 1) as u8, Ordering::Relaxed);
+        }
+        for p in &self.policies[zones.len() + 1..] {
+            p.store(default);
+        }
     }
 
     /// Reserves up to `want` places of the global count; returns how many it got (0: the

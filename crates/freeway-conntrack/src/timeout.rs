@@ -20,9 +20,13 @@
 //!
 //! A [`Timeouts`] value holds milliseconds (tests and benchmarks may use sub-second values);
 //! [`Timeouts::set`] takes seconds by name, as a configuration does. The conntrack table holds
-//! a default policy and optional per-zone policies, fixed when it is created.
+//! a default policy and optional per-zone policies; the control plane replaces them while
+//! workers track ([`crate::Conntrack::set_timeouts`]).
 //!
-//! Threads: plain values; the table's copies are immutable.
+//! Threads: plain values; the table's copies ([`LiveTimeouts`]) are read by workers with
+//! relaxed loads and written by one control thread.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -67,6 +71,42 @@ pub const NAMES: [&str; N_CLASSES] = [
 ];
 
 const DEFAULT_SECS: [u64; N_CLASSES] = [120, 60, 432_000, 120, 60, 30, 120, 10, 120, 30, 120, 30, 600];
+
+/// A timeout policy as the table keeps it: one relaxed atomic per class, so the control plane
+/// can replace it while workers read it (a load costs what a plain read does). A connection
+/// takes the new value at its next packet.
+#[derive(Debug)]
+pub(crate) struct LiveTimeouts {
+    ms: [AtomicU64; N_CLASSES],
+}
+
+impl LiveTimeouts {
+    pub(crate) fn new(t: &Timeouts) -> LiveTimeouts {
+        LiveTimeouts {
+            ms: std::array::from_fn(|i| AtomicU64::new(t.ms[i])),
+        }
+    }
+
+    /// Replaces every class's value (one writer at a time).
+    pub(crate) fn store(&self, t: &Timeouts) {
+        for (a, v) in self.ms.iter().zip(t.ms) {
+            a.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The policy now.
+    pub(crate) fn get(&self) -> Timeouts {
+        Timeouts {
+            ms: std::array::from_fn(|i| self.ms[i].load(Ordering::Relaxed)),
+        }
+    }
+
+    /// A class's timeout in milliseconds.
+    #[inline(always)]
+    pub(crate) fn ms(&self, class: TimeoutClass) -> u64 {
+        self.ms[class as usize].load(Ordering::Relaxed)
+    }
+}
 
 /// A timeout policy, in milliseconds per class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

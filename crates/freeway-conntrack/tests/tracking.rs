@@ -460,6 +460,42 @@ fn expiry_follows_the_manual_clock_and_timeout_policies() {
     assert_eq!(ct.stats().created, 3);
 }
 
+/// Timeout policies replaced while connections exist: a connection keeps its expiry until
+/// its next packet, which takes the new policy; a zone that loses its policy takes the
+/// default.
+#[test]
+fn timeouts_change_live_from_each_connections_next_packet() {
+    let mut cfg = CtConfig::default();
+    cfg.timeouts.set_ms(TimeoutClass::UdpSingle, 5_000);
+    let mut z7 = cfg.timeouts;
+    z7.set_ms(TimeoutClass::UdpSingle, 1_000);
+    cfg.zone_timeouts = vec![(7, z7)];
+    let clock = Clock::manual();
+    let (ct, exp) = Conntrack::new(cfg.clone(), clock.clone()).unwrap();
+    let mut w = ct.worker();
+    let p = frames::udp(ip("10.0.0.1"), ip("10.0.0.2"), 1, 2, 0);
+    assert_eq!(go(&mut w, &p, 0).0, NEW);
+    assert_eq!(go(&mut w, &p, 7).0, NEW);
+    // Zone 7 loses its policy; the default becomes 2 s.
+    let mut d = cfg.timeouts;
+    d.set_ms(TimeoutClass::UdpSingle, 2_000);
+    ct.set_timeouts(d, &[]).unwrap();
+    assert_eq!(ct.timeouts(7).ms(TimeoutClass::UdpSingle), 2_000);
+    assert_eq!(ct.timeouts(0).ms(TimeoutClass::UdpSingle), 2_000);
+    // The zone 7 connection keeps its 1 s expiry; the other's next packet takes 2 s.
+    clock.set(1_000);
+    assert_eq!(exp.step(), 1);
+    assert_eq!(ct.zone_len(7), 0);
+    let _ = go(&mut w, &p, 0);
+    clock.set(2_999);
+    assert_eq!(exp.step(), 0);
+    clock.set(3_000);
+    assert_eq!(exp.step(), 1);
+    assert!(ct.is_empty());
+    let too_many: Vec<(u16, _)> = (0..256).map(|z| (z, d)).collect();
+    assert!(ct.set_timeouts(d, &too_many).is_err());
+}
+
 #[test]
 fn expiry_and_flush_give_back_each_zones_places() {
     // The remover sums the places it gives back per run of same-zone connections: interleave

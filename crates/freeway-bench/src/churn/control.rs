@@ -59,6 +59,9 @@ pub struct Ops {
     pub set_del: u64,
     /// Whole rulesets loaded (`firewall load`, the same policy: a new generation).
     pub fw_load: u64,
+    /// Configuration files reloaded (`reload FILE`: targets' static entries, IPv4 routes and
+    /// the `blocked` set, each reload a new random configuration).
+    pub reload: u64,
 }
 
 impl Ops {
@@ -81,6 +84,7 @@ impl Ops {
             + self.set_add
             + self.set_del
             + self.fw_load
+            + self.reload
     }
 }
 
@@ -109,6 +113,8 @@ pub(super) struct Control {
     pub(super) taps: Vec<LiveTap>,
     pub(super) ops: Ops,
     pub(super) tap_stats: Vec<TapStats>,
+    /// With reloads: the configuration file the run reads, and its worker count.
+    pub(super) reload: Option<(PathBuf, usize)>,
 }
 
 /// The initial tables (shared by the configuration, the history and the control model).
@@ -306,8 +312,74 @@ impl Control {
         Ok(())
     }
 
+    /// Writes a new configuration (a few targets' static entries moved or deleted, a few IPv4
+    /// routes replaced or deleted, a few prefixes in or out of `blocked`) and reloads it:
+    /// every key that differs from the last one is a change of this one operation, applied
+    /// in some order while the workers forward. Every change must apply, and nothing may wait
+    /// for a restart.
+    fn reload_step(&mut self) -> Result<(), String> {
+        let Some((path, workers)) = self.reload.clone() else {
+            return Err("reload without a configuration file".into());
+        };
+        let mut changes = Vec::new();
+        for _ in 0..1 + self.rng.below(3) {
+            let t = self.rng.below(NT);
+            let p = if self.rng.below(3) == 0 {
+                NONE
+            } else {
+                V10_PORTS[self.rng.below(V10_PORTS.len())] as u8
+            };
+            self.t_port[t] = p;
+            changes.push((key_t(t), p));
+        }
+        for _ in 0..1 + self.rng.below(3) {
+            let j = self.rng.below(NX);
+            let mask = if self.rng.below(3) == 0 {
+                0
+            } else {
+                (1u8 << self.rng.below(NG)) | (1 << self.rng.below(NG))
+            };
+            self.routes[j] = mask;
+            changes.push((key_x(j), mask));
+        }
+        if self.rng.below(2) == 0 {
+            let j = self.rng.below(NX);
+            self.blocked[j] = !self.blocked[j];
+            changes.push((key_b(j), u8::from(self.blocked[j])));
+        }
+        let state = super::Reloaded {
+            t_port: self.t_port,
+            routes: self.routes,
+            blocked: self.blocked,
+        };
+        std::fs::write(&path, super::config_text(workers, &state)).map_err(|e| format!("{}: {e}", path.display()))?;
+        let w = vec!["reload".to_string(), path.display().to_string()];
+        self.op(&changes, |c| {
+            let v = runtime::ctl_request(&c.sock, &w)?;
+            let all_applied = v["data"]["changes"]
+                .as_array()
+                .is_some_and(|ch| ch.iter().all(|x| x["ok"] == true));
+            let waits = v["data"]["restart"].as_array().is_none_or(|r| !r.is_empty());
+            if v["ok"] != true || !all_applied || waits {
+                return Err(format!("reload: {}", v["text"].as_str().unwrap_or(&v.to_string())));
+            }
+            Ok(())
+        })?;
+        self.ops.reload += 1;
+        Ok(())
+    }
+
     fn step(&mut self) -> Result<(), String> {
-        match self.rng.below(27) {
+        let pick = self.rng.below(27);
+        if self.reload.is_some() && matches!(pick, 0..=4 | 8..=10 | 20..=22) {
+            // These tables belong to the reloaded file: changed only by reloads.
+            return if matches!(pick, 0 | 8 | 20) {
+                self.reload_step()
+            } else {
+                Ok(())
+            };
+        }
+        match pick {
             0..=4 => {
                 let t = self.rng.below(NT);
                 self.churn_fdb(key_t(t), t_mac(t), 10, &V10_PORTS, 2)?;

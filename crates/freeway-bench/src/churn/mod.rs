@@ -41,6 +41,15 @@
 //! every gateway that has none, then issues nothing until every worker has routed a frame
 //! generated after that (see below); at the end it does the same before the datapath stops.
 //!
+//! With [`ChurnOptions::reload`] (`freeway stress churn --reload`) the targets' static FDB
+//! entries, the IPv4 routes and the `blocked` set belong to the configuration file instead:
+//! the control side changes them only by writing a new random configuration and asking for
+//! `reload FILE` (the path of `freeway ctl reload` and SIGHUP). One reload is one operation
+//! whose changes land one by one while the workers forward, so each key may be old or new in
+//! a frame's window; every change must apply and none may wait for a restart. The ruleset
+//! replaced by a reload keeps the connection table: a reply dropped without a flush or a
+//! block in its window is a violation.
+//!
 //! # The oracle
 //!
 //! Operation `k` is counted in `sent` before it is issued and in `done` once its answer came
@@ -128,6 +137,8 @@ pub struct ChurnOptions {
     pub workers: usize,
     /// Seed of the traffic and operation choices.
     pub seed: u64,
+    /// Targets' FDB statics, IPv4 routes and `blocked` changed only by reloads ([`Reloaded`]).
+    pub reload: bool,
     /// Time after which the resident set is taken as the baseline for growth.
     pub warmup: Duration,
     /// Fail when the resident set grows by more than this many KiB after the warm-up.
@@ -146,6 +157,7 @@ impl Default for ChurnOptions {
             warmup: Duration::from_secs(2),
             rss_limit_kib: None,
             progress: None,
+            reload: false,
         }
     }
 }
@@ -226,8 +238,29 @@ pub fn rss_kib() -> u64 {
         .map_or(0, |pages| pages * 4)
 }
 
+/// What a churn run's configuration file says of the tables that reloads change: the port of
+/// each target's static entry in VLAN 10 ([`NONE`]: none), each IPv4 remote prefix's route
+/// (a gateway mask, 0: none) and which of those prefixes the `blocked` set holds.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Reloaded {
+    pub(super) t_port: [u8; NT],
+    pub(super) routes: [u8; NX],
+    pub(super) blocked: [bool; NX],
+}
+
+impl Reloaded {
+    /// The tables at the start.
+    pub(super) fn initial() -> Reloaded {
+        Reloaded {
+            t_port: [NONE; NT],
+            routes: std::array::from_fn(control::init_route),
+            blocked: [false; NX],
+        }
+    }
+}
+
 /// The datapath's configuration for a churn run.
-fn config_text(workers: usize) -> String {
+pub(super) fn config_text(workers: usize, r: &Reloaded) -> String {
     let mut t = format!("workers = {workers}\npin_workers = false\n");
     for (i, n) in PORT_NAMES.iter().enumerate() {
         let vlan = match i as u16 {
@@ -238,6 +271,13 @@ fn config_text(workers: usize) -> String {
         t += &format!("[[port]]\nname = \"{n}\"\nkind = \"sink\"\nvlan = {vlan}\n");
     }
     t += "[bridge]\nstatic = [";
+    for (ti, &p) in r.t_port.iter().enumerate().filter(|(_, p)| **p != NONE) {
+        t += &format!(
+            "{{ mac = \"{}\", vlan = 10, port = \"{}\" }},",
+            mac_text(t_mac(ti)),
+            PORT_NAMES[usize::from(p)]
+        );
+    }
     for m in 0..NM {
         t += &format!(
             "{{ mac = \"{}\", vlan = 20, port = \"{}\" }},",
@@ -252,9 +292,12 @@ fn config_text(workers: usize) -> String {
          [[interface]]\nname = \"wan\"\nvlan = 20\naddr = [\"{WAN_ADDR}/24\", \"2001:db8:20::1/64\"]\n",
         mac_text(RMAC)
     );
-    for j in 0..NX {
-        let a = usize::from(control::init_route(j).trailing_zeros() as u8);
-        t += &format!("[[route]]\ndst = \"10.100.{j}.0/24\"\nvia = \"{}\"\n", gw_ip(a));
+    for (j, &mask) in r.routes.iter().enumerate().filter(|(_, m)| **m != 0) {
+        let gws: Vec<String> = (0..NG)
+            .filter(|a| mask & (1 << a) != 0)
+            .map(|a| format!("\"{}\"", gw_ip(a)))
+            .collect();
+        t += &format!("[[route]]\ndst = \"10.100.{j}.0/24\"\nvia = [{}]\n", gws.join(", "));
     }
     for j in 0..NX6 {
         let a = usize::from(control::init_route(j).trailing_zeros() as u8);
@@ -279,7 +322,7 @@ fn config_text(workers: usize) -> String {
     // under valgrind).
     t += &format!(
         "[conntrack]\nmax = 16384\n[firewall]\nrules = '''\n{}'''\n",
-        ruleset_text(&[false; NX])
+        ruleset_text(&r.blocked)
     );
     t
 }
@@ -319,8 +362,14 @@ fn socket_path() -> PathBuf {
 /// docs). `Err` only when the run could not be made; what it found is in the report.
 pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
     let workers = opts.workers.max(1);
-    let cfg =
-        freeway_datapath::config::parse(&config_text(workers), "<churn>", None).map_err(|e| RunError(e.to_string()))?;
+    let sock = socket_path();
+    // With reloads, the configuration is a file the control side writes again.
+    let cfg_path = opts.reload.then(|| sock.with_extension("toml"));
+    let text = config_text(workers, &Reloaded::initial());
+    if let Some(p) = &cfg_path {
+        std::fs::write(p, &text).map_err(|e| RunError(format!("{}: {e}", p.display())))?;
+    }
+    let cfg = freeway_datapath::config::parse(&text, "<churn>", None).map_err(|e| RunError(e.to_string()))?;
     let mut init = vec![NONE; NKEYS];
     for m in 0..NM {
         init[key_m(m)] = control::init_m_port(m) as u8;
@@ -359,7 +408,6 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
         })
         .collect();
     let reg = Taps::new(workers);
-    let sock = socket_path();
     let stop = Arc::new(AtomicBool::new(false));
     let rss_start = rss_kib();
 
@@ -377,6 +425,7 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
         taps: Vec::new(),
         ops: Ops::default(),
         tap_stats: Vec::new(),
+        reload: cfg_path.clone().map(|p| (p, workers)),
     };
     let control = std::thread::Builder::new()
         .name("churn-ctl".into())
@@ -399,6 +448,9 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
         Some(reg.clone()),
         ports,
     );
+    if let Some(p) = &cfg_path {
+        let _ = std::fs::remove_file(p);
+    }
     // Whatever happened, end the other threads.
     shared.gen_stop.store(true, SeqCst);
     stop.store(true, SeqCst);
@@ -547,7 +599,7 @@ pub fn print_report(r: &ChurnReport, out: &mut dyn Write) -> std::io::Result<()>
     let o = &r.ops;
     writeln!(
         out,
-        "  operations   {} (fdb add {}, fdb del {}, fdb flush {}, route replace {}, route del {}, route6 replace {}, route6 del {}, neigh add {}, neigh replace {}, neigh del {}, conntrack flush {}, tap attach {}, tap filter {}, tap detach {}, set add {}, set del {}, firewall load {}; {} settles)",
+        "  operations   {} (fdb add {}, fdb del {}, fdb flush {}, route replace {}, route del {}, route6 replace {}, route6 del {}, neigh add {}, neigh replace {}, neigh del {}, conntrack flush {}, tap attach {}, tap filter {}, tap detach {}, set add {}, set del {}, firewall load {}, reload {}; {} settles)",
         o.total(),
         o.fdb_add,
         o.fdb_del,
@@ -566,6 +618,7 @@ pub fn print_report(r: &ChurnReport, out: &mut dyn Write) -> std::io::Result<()>
         o.set_add,
         o.set_del,
         o.fw_load,
+        o.reload,
         o.settles
     )?;
     writeln!(out, "  generated    {}", r.generated)?;
@@ -650,6 +703,10 @@ pub struct ChurnArgs {
     /// No progress lines.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Change the targets' static FDB entries, the IPv4 routes and the firewall's `blocked`
+    /// set by reloading a new configuration file (`ctl reload`) instead of one request each.
+    #[arg(long)]
+    pub reload: bool,
 }
 
 /// Runs a `freeway stress` command; `Err` when it could not run or found a violation.
@@ -666,6 +723,7 @@ pub fn main(cmd: StressCmd) -> Result<(), String> {
         warmup: a.warmup,
         rss_limit_kib: (a.rss_limit_mib > 0).then_some(a.rss_limit_mib * 1024),
         progress: (!a.quiet).then_some(Duration::from_secs(10)),
+        reload: a.reload,
     };
     let r = run(&opts).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout().lock();

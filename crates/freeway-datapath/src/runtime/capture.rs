@@ -123,6 +123,20 @@ fn direction(d: capture::Direction) -> (Direction, &'static str) {
     }
 }
 
+/// What tap `s` is, for reports (its port by name).
+pub(crate) fn desc_of(s: &TapSpec, port_names: &[String]) -> TapDesc {
+    TapDesc {
+        port: if s.port == freeway_capture::ANY_PORT {
+            "any".to_string()
+        } else {
+            port_names.get(usize::from(s.port)).cloned().unwrap_or_default()
+        },
+        direction: direction(s.direction).1,
+        filter: s.filter.clone(),
+        write: s.write.as_ref().map_or("-".into(), |p| p.display().to_string()),
+    }
+}
+
 /// Attaches `specs` to `reg` and starts their writers. On an error, what was attached is
 /// detached again.
 pub(crate) fn attach<R: TapRegistry>(
@@ -176,18 +190,9 @@ pub(crate) fn attach_to<R: TapRegistry>(
     lossless: bool,
     out: Box<dyn Write + Send>,
 ) -> Result<RunningTap, RunError> {
-    let port_name = if s.port == freeway_capture::ANY_PORT {
-        "any".to_string()
-    } else {
-        port_names.get(usize::from(s.port)).cloned().unwrap_or_default()
-    };
     let (dir, dir_name) = direction(s.direction);
-    let desc = TapDesc {
-        port: port_name.clone(),
-        direction: dir_name,
-        filter: s.filter.clone(),
-        write: s.write.as_ref().map_or("-".into(), |p| p.display().to_string()),
-    };
+    let desc = desc_of(s, port_names);
+    let port_name = desc.port.clone();
     let e = |m: String| RunError(format!("tap on {port_name:?} writing {}: {m}", desc.write));
     // Rings are preallocated: a slot holds at most one frame (MAX_FRAME), and the rings of
     // one tap stay under the registry's memory bound.

@@ -1293,18 +1293,78 @@ impl<L: Layout> Control<L> {
                     }
                     None => Err("this run has no connection tracker".into()),
                 },
+                Change::PortVlans(ports) => self.set_port_vlans(ports),
+                Change::LinkFlags(port, flags) => self
+                    .port_index(port)
+                    .map_err(|e| e.to_string())
+                    .and_then(|i| self.bridge.set_port_flags(i, *flags)),
+                Change::LinkMtu(port, mtu) => self
+                    .link_mtu(port, u32::from(*mtu))
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                Change::TapStart(_, t) => self.tap_start(&t.0),
+                Change::TapStop(_, t) => self.tap_stop(&t.0),
+                Change::CtTimeouts(t) => match &self.ct {
+                    Some(ct) => reload::timeouts(t).and_then(|t| ct.set_timeouts(t, &[])),
+                    None => Err("this run has no connection tracker".into()),
+                },
             };
             let failed_ruleset = matches!(c, Change::Ruleset(..)) && r.is_err();
+            if r.is_ok() {
+                self.live.absorb(&c);
+            }
             out.push((c, r));
             if failed_ruleset {
                 // Nothing else changes when the new ruleset does not compile.
                 return (out, restart);
             }
         }
-        if out.iter().all(|(_, r)| r.is_ok()) {
-            self.live = next;
-        }
         (out, restart)
+    }
+
+    /// Starts a tap of a reloaded file, writing its file from the start (a `capture start`
+    /// of this run: `capture list` shows it, `capture stop` stops it).
+    fn tap_start(&mut self, t: &crate::config::capture::TapSpec) -> Result<(), String> {
+        let path = t
+            .write
+            .as_ref()
+            .ok_or("a tap writing to standard output starts only with the run")?;
+        let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let tap = (self.attach)(t, Box::new(std::io::BufWriter::new(f))).map_err(|e| e.to_string())?;
+        self.captures.push(tap);
+        Ok(())
+    }
+
+    /// Stops the running tap that is `t` (one of the file the run started with, or one a
+    /// reload started).
+    fn tap_stop(&mut self, t: &crate::config::capture::TapSpec) -> Result<(), String> {
+        let d = super::capture::desc_of(t, &self.port_names);
+        let same = |x: &super::capture::TapDesc| {
+            (&x.port, x.direction, &x.filter, &x.write) == (&d.port, d.direction, &d.filter, &d.write)
+        };
+        let id = self
+            .config_taps
+            .iter()
+            .find(|c| !c.2 && same(&c.1))
+            .map(|c| c.0)
+            .or_else(|| self.captures.iter().find(|c| same(c.desc())).map(|c| c.id()))
+            .ok_or("no running tap is this one (stopped already?)")?;
+        self.capture_stop(id).map(drop).map_err(|e| e.to_string())
+    }
+
+    /// Publishes the configured ports' new VLAN modes (the router port keeps its own).
+    fn set_port_vlans(&mut self, ports: &[(String, PortVlan)]) -> Result<(), String> {
+        if ports.len() != self.nports || ports.iter().zip(&self.port_names).any(|((n, _), m)| n != m) {
+            return Err("the ports differ from the running ones: restart to change them".into());
+        }
+        let all: Vec<PortVlan> = ports
+            .iter()
+            .map(|(_, v)| v.clone())
+            .chain(self.port_vlans[self.nports..].iter().cloned())
+            .collect();
+        self.bridge.set_port_vlans(all.clone())?;
+        self.port_vlans = all;
+        Ok(())
     }
 
     /// `route get ADDR`: the route that matches, as `ip route get` prints it (the address

@@ -4,10 +4,18 @@
 //! What changes live, through the same single-writer paths as the matching `freeway ctl`
 //! requests: routes (`route replace`/`route del`), static neighbours (`neigh add`/`del`),
 //! static FDB entries (`fdb add`/`del`), the firewall's nftables ruleset (compiled first and
-//! swapped atomically) and the connection tracker's zone limits. What does not (ports, router
-//! interfaces and addresses, VLAN membership, workers, the FDB's and the tracker's sizes and
-//! timeouts, taps of the file) is named in the answer as waiting for a restart, and left as
-//! it is. A file with an error changes nothing: the error names its file and line.
+//! swapped atomically), the connection tracker's zone limits and timeouts (a connection takes
+//! a new timeout at its next packet), and of each port: its VLAN membership (access VLAN,
+//! trunk list and native VLAN: every port's mode published at once as one version of the
+//! bridge's VLAN view, which a worker loads once per batch), its bridge flags and its MTU
+//! (`link set`); and the file's taps: one the file gained starts (writing its file from the
+//! start, as `capture start` does), one it lost stops (`capture stop`: its counts stay in
+//! `capture list`). The membership goes first, so static entries of a port that joins a VLAN
+//! find it. What does not (ports added, removed or of another kind or setting, router
+//! interfaces and addresses, workers, the FDB's settings, the tracker's size) is named in the answer as waiting for a restart, and left as it is; when the ports
+//! themselves differ, their per-port changes wait with them. A file with an error changes
+//! nothing: the error names its file and line. A change the datapath refuses (an MTU larger
+//! than its buffers) is reported as failed; the others are applied.
 //!
 //! Threads: the control thread only; it keeps the [`Live`] view of the configuration it
 //! applied last.
@@ -16,9 +24,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 
-use freeway_bridge::Mac;
+use freeway_bridge::{Mac, PortFlags, PortVlan};
 
 use super::protocol::Hops;
+use crate::config::capture::TapSpec;
 use crate::config::Checked;
 
 /// What of a configuration can change live, keyed as the tables key it.
@@ -34,8 +43,33 @@ pub(crate) struct Live {
     ruleset: Option<(String, freeway_firewall::ast::Ruleset)>,
     /// Zone → connection limit.
     zone_limits: BTreeMap<u16, usize>,
+    /// The connection tracker's timeout overrides (name, seconds), when it runs.
+    ct_timeouts: Option<Vec<(String, u64)>>,
+    /// Each configured port's VLAN mode, flags and MTU, in port order.
+    ports: Vec<PortLive>,
+    /// The taps of the file: what they are (as [`tap_words`] writes them), and their specs.
+    taps: Vec<(String, FileTap)>,
     /// The rest, section by section, in a form that compares (its `Debug` text).
     rest: Vec<(&'static str, String)>,
+}
+
+/// What of a port changes live: its name, VLAN mode, bridge flags and L2 MTU.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PortLive {
+    name: String,
+    vlan: PortVlan,
+    flags: PortFlags,
+    mtu: u16,
+}
+
+/// A tap of the file (compared by all its settings).
+#[derive(Clone, Debug)]
+pub(crate) struct FileTap(pub(crate) TapSpec);
+
+impl PartialEq for FileTap {
+    fn eq(&self, o: &FileTap) -> bool {
+        format!("{:?}", self.0) == format!("{:?}", o.0)
+    }
 }
 
 /// One change a reload makes, in `freeway ctl` words.
@@ -57,6 +91,18 @@ pub(crate) enum Change {
     Ruleset(String, freeway_firewall::ast::Ruleset),
     /// A zone's connection limit (none: unlimited).
     ZoneLimit(u16, Option<usize>),
+    /// Every configured port's VLAN mode, in port order (published at once).
+    PortVlans(Vec<(String, PortVlan)>),
+    /// `link set dev PORT FLAG on|off ...`: a port's bridge flags, all of them.
+    LinkFlags(String, PortFlags),
+    /// `link set dev PORT mtu N`.
+    LinkMtu(String, u16),
+    /// The connection tracker's timeouts: the defaults with these overrides (seconds).
+    CtTimeouts(Vec<(String, u64)>),
+    /// `capture start`: a tap of the file, writing its file from the start.
+    TapStart(String, FileTap),
+    /// `capture stop`: a tap of the file that the file no longer has.
+    TapStop(String, FileTap),
 }
 
 impl fmt::Display for Change {
@@ -75,6 +121,21 @@ impl fmt::Display for Change {
             Change::Ruleset(src, _) => write!(f, "firewall load {src}"),
             Change::ZoneLimit(z, Some(n)) => write!(f, "conntrack zone {z} limit {n}"),
             Change::ZoneLimit(z, None) => write!(f, "conntrack zone {z} no limit"),
+            Change::PortVlans(ports) => {
+                let p: Vec<String> = ports.iter().map(|(n, v)| format!("{n} {v}")).collect();
+                write!(f, "vlan membership: {}", p.join("; "))
+            }
+            Change::LinkFlags(port, flags) => {
+                write!(f, "link set dev {port} {}", super::lan::flags_words(flags))
+            }
+            Change::LinkMtu(port, mtu) => write!(f, "link set dev {port} mtu {mtu}"),
+            Change::TapStart(w, _) => write!(f, "capture start {w}"),
+            Change::TapStop(w, _) => write!(f, "capture stop {w}"),
+            Change::CtTimeouts(t) if t.is_empty() => write!(f, "conntrack timeouts: the defaults"),
+            Change::CtTimeouts(t) => {
+                let t: Vec<String> = t.iter().map(|(n, s)| format!("{n} {s}")).collect();
+                write!(f, "conntrack timeouts: {}", t.join(", "))
+            }
         }
     }
 }
@@ -95,6 +156,22 @@ impl Live {
                 .as_ref()
                 .map(|ct| ct.zone_limits.iter().copied().collect())
                 .unwrap_or_default(),
+            ct_timeouts: c.conntrack.as_ref().map(|ct| ct.timeouts.clone()),
+            ports: c
+                .ports
+                .iter()
+                .map(|p| PortLive {
+                    name: p.name.clone(),
+                    vlan: p.vlan.clone(),
+                    flags: p.flags,
+                    mtu: p.mtu,
+                })
+                .collect(),
+            taps: c
+                .taps
+                .iter()
+                .map(|t| (tap_words(t, &c.ports), FileTap(t.clone())))
+                .collect(),
             ..Live::default()
         };
         if let Some(r) = &c.router {
@@ -128,20 +205,73 @@ impl Live {
             .map(|r| format!("{:?} {:?} {} {}", r.mac, r.interfaces, r.route_cache, r.neigh_limit));
         live.rest = vec![
             ("workers", format!("{} {}", c.workers, c.pin_workers)),
-            ("ports", format!("{:?}", c.ports)),
+            ("ports", ports_rest(c)),
             ("the FDB's settings", format!("{:?}", c.fdb)),
             ("router interfaces and addresses", format!("{router_rest:?}")),
             (
-                "the connection tracker's size and timeouts",
-                format!("{:?}", c.conntrack.as_ref().map(|ct| (ct.max, &ct.timeouts))),
+                "the connection tracker's size and reassembly",
+                format!("{:?}", c.conntrack.as_ref().map(|ct| (ct.max, &ct.reassembly))),
             ),
             (
                 "the firewall's new-connection ports",
                 format!("{:?}", c.firewall.as_ref().map(|f| &f.allow_new_from)),
             ),
-            ("taps", format!("{:?}", c.taps)),
         ];
         live
+    }
+
+    /// Records that `c` was applied: afterwards `self` describes the running tables again.
+    /// What waits for a restart stays as it runs, so a later reload names it again.
+    pub(crate) fn absorb(&mut self, c: &Change) {
+        match c {
+            Change::RouteSet(p, h) => {
+                self.routes.insert(p.clone(), h.clone());
+            }
+            Change::RouteDel(p) => {
+                self.routes.remove(p);
+            }
+            Change::NeighSet(ip, mac, dev) => {
+                self.neighs.insert((*ip, dev.clone()), *mac);
+            }
+            Change::NeighDel(ip, dev) => {
+                self.neighs.remove(&(*ip, dev.clone()));
+            }
+            Change::FdbSet(mac, vlan, port) => {
+                self.statics.insert((*mac, *vlan), port.clone());
+            }
+            Change::FdbDel(mac, vlan) => {
+                self.statics.remove(&(*mac, *vlan));
+            }
+            Change::Ruleset(src, rs) => self.ruleset = Some((src.clone(), rs.clone())),
+            Change::ZoneLimit(z, Some(n)) => {
+                self.zone_limits.insert(*z, *n);
+            }
+            Change::ZoneLimit(z, None) => {
+                self.zone_limits.remove(z);
+            }
+            Change::PortVlans(v) => {
+                for (p, (_, vlan)) in self.ports.iter_mut().zip(v) {
+                    p.vlan = vlan.clone();
+                }
+            }
+            Change::LinkFlags(name, f) => self
+                .ports
+                .iter_mut()
+                .filter(|p| p.name == *name)
+                .for_each(|p| p.flags = *f),
+            Change::LinkMtu(name, m) => self
+                .ports
+                .iter_mut()
+                .filter(|p| p.name == *name)
+                .for_each(|p| p.mtu = *m),
+            Change::CtTimeouts(t) => self.ct_timeouts = Some(t.clone()),
+            Change::TapStart(w, t) => self.taps.push((w.clone(), t.clone())),
+            Change::TapStop(w, _) => {
+                if let Some(i) = self.taps.iter().position(|x| x.0 == *w) {
+                    self.taps.remove(i);
+                }
+            }
+        }
     }
 
     /// What turns `self` into `new`: the changes to apply, in an order that never leaves a
@@ -186,6 +316,46 @@ impl Live {
                 out.push(Change::ZoneLimit(*z, Some(*n)));
             }
         }
+        // Per-port changes only when the ports themselves (names, kinds, order) stay.
+        let rest_ports = |l: &Live| l.rest.iter().find(|x| x.0 == "ports").map(|x| x.1.clone());
+        let same_ports = rest_ports(self) == rest_ports(new);
+        if same_ports {
+            if self.ports.iter().map(|p| &p.vlan).ne(new.ports.iter().map(|p| &p.vlan)) {
+                out.push(Change::PortVlans(
+                    new.ports.iter().map(|p| (p.name.clone(), p.vlan.clone())).collect(),
+                ));
+            }
+            for (a, b) in self.ports.iter().zip(&new.ports) {
+                if a.flags != b.flags {
+                    out.push(Change::LinkFlags(b.name.clone(), b.flags));
+                }
+                if a.mtu != b.mtu {
+                    out.push(Change::LinkMtu(b.name.clone(), b.mtu));
+                }
+            }
+        }
+        if let (Some(a), Some(b)) = (&self.ct_timeouts, &new.ct_timeouts) {
+            if a != b {
+                out.push(Change::CtTimeouts(b.clone()));
+            }
+        }
+        if same_ports {
+            let has = |l: &Live, w: &str| l.taps.iter().any(|t| t.0 == w);
+            for (w, t) in self.taps.iter().filter(|t| !has(new, &t.0)) {
+                out.push(Change::TapStop(w.clone(), t.clone()));
+            }
+            for (w, t) in new.taps.iter().filter(|t| !has(self, &t.0)) {
+                out.push(Change::TapStart(w.clone(), t.clone()));
+            }
+        }
+        let taps_wait = !same_ports && self.taps.iter().map(|t| &t.0).ne(new.taps.iter().map(|t| &t.0));
+        // The ruleset and the routes can need a membership that changes here (a static FDB
+        // entry on a port that joins its VLAN): the membership goes first.
+        if let Some(i) = out.iter().position(|c| matches!(c, Change::PortVlans(_))) {
+            let v = out.remove(i);
+            let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
+            out.insert(at, v);
+        }
         let mut restart: Vec<&'static str> = self
             .rest
             .iter()
@@ -196,8 +366,65 @@ impl Live {
         if self.ruleset.is_some() && new.ruleset.is_none() {
             restart.push("the firewall's ruleset (removed)");
         }
+        if self.ct_timeouts.is_some() != new.ct_timeouts.is_some() {
+            restart.push("connection tracking (added or removed)");
+        }
+        if taps_wait {
+            restart.push("taps (their ports changed)");
+        }
         (out, restart)
     }
+}
+
+/// A tap in `capture` words: `-i PORT -Q DIR [-s SNAPLEN] [-c COUNT] -w FILE [FILTER]` (every
+/// setting, so that two taps that differ in any are different).
+fn tap_words(t: &TapSpec, ports: &[crate::config::PortSpec]) -> String {
+    let names: Vec<String> = ports.iter().map(|p| p.name.clone()).collect();
+    let d = super::super::capture::desc_of(t, &names);
+    let mut w = format!("-i {} -Q {} -s {}", d.port, d.direction, t.snaplen);
+    if let Some(c) = t.count {
+        w.push_str(&format!(" -c {c}"));
+    }
+    w.push_str(&format!(" -w {}", d.write));
+    if t.pcapng {
+        w.push_str(" (pcapng)");
+    }
+    if !t.filter.is_empty() {
+        w.push_str(&format!(" {}", t.filter));
+    }
+    w
+}
+
+/// The ports as the configuration has them, with what changes live (VLAN mode, flags, MTU,
+/// and the ring frame size an MTU implies) left out: a difference here waits for a restart.
+fn ports_rest(c: &Checked) -> String {
+    let ports: Vec<String> = c
+        .ports
+        .iter()
+        .map(|p| {
+            let ring = p.afpacket.as_ref().map(|a| {
+                let mut a = a.clone();
+                if a.frame_size == crate::config::mtu::ring_frame_size(0, p.mtu) {
+                    a.frame_size = 0;
+                }
+                a
+            });
+            format!(
+                "{} {:?} {:?} {:?} {:?} {:?} {} {} {:?} {:?}",
+                p.name, p.kind, p.gen, p.pcap, ring, p.afxdp, p.zone, p.group_fwd_mask, p.storm, p.mcast
+            )
+        })
+        .collect();
+    ports.join("\n")
+}
+
+/// The connection tracker's timeouts: the defaults with `overrides` (name, seconds).
+pub(crate) fn timeouts(overrides: &[(String, u64)]) -> Result<freeway_conntrack::Timeouts, String> {
+    let mut t = freeway_conntrack::Timeouts::default();
+    for (name, secs) in overrides {
+        t.set(name, *secs)?;
+    }
+    Ok(t)
 }
 
 /// Each change of a reload, and whether it was applied.
@@ -262,5 +489,36 @@ mod tests {
         let (changes, restart) = a.diff(&b);
         assert!(changes.is_empty());
         assert_eq!(restart, ["workers"]);
+    }
+
+    #[test]
+    fn applied_changes_are_absorbed_and_what_waits_is_named_again() {
+        let a = live("");
+        let text = crate::config::ROUTER_CONFIG
+            .replace("workers = 2", "workers = 1")
+            .replace(
+                "[conntrack]\nmax = 100000",
+                "[conntrack]\nmax = 100000\ntimeouts = { udp_single = 7 }",
+            );
+        let b = Live::of(
+            &parse(
+                &format!("{text}\n[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.20.7\"\n"),
+                "t.toml",
+                None,
+            )
+            .unwrap(),
+        );
+        let (changes, restart) = a.diff(&b);
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        assert_eq!(restart, ["workers"]);
+        let mut now = a.clone();
+        for c in &changes {
+            now.absorb(c);
+        }
+        assert_eq!(now.diff(&b), (vec![], vec!["workers"]));
+        // Only the route applied: the timeouts are still a change.
+        let mut part = a.clone();
+        part.absorb(&changes[0]);
+        assert_eq!(part.diff(&b).0.len(), 1);
     }
 }

@@ -1,0 +1,303 @@
+//! `freeway ctl reload` while generator traffic flows: VLAN membership, port flags, MTUs and
+//! conntrack timeouts change live; `--check` changes nothing; a file with an error changes
+//! nothing. Frames are counted on sink ports; "nothing more reached a port" is judged after
+//! the generator's port received several more batches than a worker can hold at once (one
+//! worker: every batch started after a change was published sees it).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use freeway_bridge::Padded;
+use freeway_datapath::config;
+use freeway_datapath::runtime::{self, control, RunOptions};
+use serde_json::Value;
+
+/// A broadcaster on VLAN 10, sink `a` on VLAN 10, sink `b` on `b_vlan`; `a`'s broadcast
+/// flooding and MTU, and the UDP timeout, as given.
+fn config_text(b_vlan: &str, a_bcast: bool, a_mtu: u16, udp_single: u64) -> String {
+    format!(
+        r#"workers = 1
+
+[[port]]
+name = "src"
+kind = "gen"
+vlan = {{ mode = "access", vlan = 10 }}
+gen = {{ src_macs = ["02:00:00:00:00:01"], dst_macs = ["ff:ff:ff:ff:ff:ff"] }}
+
+[[port]]
+name = "a"
+kind = "sink"
+vlan = {{ mode = "access", vlan = 10 }}
+bcast_flood = {a_bcast}
+mtu = {a_mtu}
+
+[[port]]
+name = "b"
+kind = "sink"
+vlan = {b_vlan}
+
+[conntrack]
+timeouts = {{ udp_single = {udp_single} }}
+"#
+    )
+}
+
+const ORIGINAL: (&str, bool, u16, u64) = (r#"{ mode = "access", vlan = 20 }"#, true, 1500, 30);
+const CHANGED: (&str, bool, u16, u64) = (
+    r#"{ mode = "trunk", vlans = ["10", "20"], native = 10 }"#,
+    false,
+    1400,
+    5,
+);
+
+fn write(path: &Path, c: (&str, bool, u16, u64)) {
+    std::fs::write(path, config_text(c.0, c.1, c.2, c.3)).unwrap();
+}
+
+fn ask(sock: &Path, words: &[&str]) -> Value {
+    let words: Vec<String> = words.iter().map(ToString::to_string).collect();
+    control::request(sock, &words).unwrap()
+}
+
+/// Per port (src, a, b): frames received, frames transmitted.
+fn counts(sock: &Path) -> [(u64, u64); 3] {
+    let s = ask(sock, &["stats"]);
+    let p = &s["data"]["ports"];
+    std::array::from_fn(|i| {
+        (
+            p[i]["rx_packets"].as_u64().unwrap(),
+            p[i]["tx_packets"].as_u64().unwrap(),
+        )
+    })
+}
+
+/// Waits until `cond` holds on the counters (bounded: a run that stopped forwarding fails).
+fn wait_for(sock: &Path, what: &str, cond: impl Fn(&[(u64, u64); 3]) -> bool) -> [(u64, u64); 3] {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = counts(sock);
+        if cond(&c) {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "{what}: {c:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Returns once the generator's port received 256 more frames (eight batches or more): every
+/// batch since began after the moment of the call.
+fn settle(sock: &Path) -> [(u64, u64); 3] {
+    let rx = counts(sock)[0].0;
+    wait_for(sock, "traffic flows", |c| c[0].0 >= rx + 256)
+}
+
+/// Whether port `i` received nothing in a settled stretch of traffic.
+fn silent(sock: &Path, i: usize) -> bool {
+    let before = settle(sock)[i].1;
+    settle(sock)[i].1 == before
+}
+
+struct Run {
+    dir: PathBuf,
+    sock: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Run {
+    fn start(tag: &str) -> Run {
+        let dir = std::env::temp_dir().join(format!("freeway-reload-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("cfg.toml");
+        write(&file, ORIGINAL);
+        let sock = dir.join("ctl.sock");
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (file, sock, stop) = (file.clone(), sock.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let cfg = config::load(&file).unwrap();
+                runtime::run::<Padded>(
+                    &cfg,
+                    RunOptions {
+                        control: Some(sock),
+                        stop: Some(stop),
+                        config_path: Some(file),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !sock.exists() {
+            assert!(Instant::now() < deadline, "the control socket never appeared");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Run {
+            dir,
+            sock,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The row of a reply's data list whose `key` is `value`.
+fn row(reply: &Value, key: &str, value: &str) -> Value {
+    let rows = reply["data"].as_array().unwrap();
+    rows.iter()
+        .find(|x| x[key] == value)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {key} {value} in {reply}"))
+}
+
+fn link(sock: &Path, name: &str) -> Value {
+    row(&ask(sock, &["link", "show"]), "ifname", name)
+}
+
+/// A run of the original file, forwarding: the run and its file.
+fn forwarding(tag: &str) -> (Run, PathBuf) {
+    let run = Run::start(tag);
+    wait_for(&run.sock, "a receives", |c| c[1].1 > 0);
+    let file = run.dir.join("cfg.toml");
+    (run, file)
+}
+
+#[test]
+fn vlan_membership_flags_mtu_and_timeouts_change_while_traffic_flows() {
+    // Traffic flows: `a` (VLAN 10) gets the broadcasts, `b` (VLAN 20) nothing.
+    let (run, file) = forwarding("live");
+    let sock = &run.sock;
+    assert!(silent(sock, 2), "b is on VLAN 20");
+
+    // --check lists the plan and applies nothing.
+    write(&file, CHANGED);
+    let r = ask(sock, &["reload", "--check"]);
+    let text = r["text"].as_str().unwrap();
+    for want in [
+        "would apply: vlan membership: src access vlan 10; a access vlan 10; b trunk vlans 10,20 native 10",
+        "would apply: link set dev a learning on flood on mcast_flood on bcast_flood off",
+        "would apply: link set dev a mtu 1400",
+        "would apply: conntrack timeouts: udp_single 5",
+    ] {
+        assert!(text.contains(want), "{want:?} in {text}");
+    }
+    assert!(!text.contains("restart"), "{text}");
+    assert!(silent(sock, 2), "--check changed nothing");
+    assert_eq!(link(sock, "a")["mtu"], 1500);
+
+    // reload applies all of it while the generator sends.
+    let r = ask(sock, &["reload"]);
+    assert_eq!(r["ok"], true, "{r}");
+    let changes = r["data"]["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 4, "{r}");
+    assert!(changes.iter().all(|c| c["ok"] == true), "{r}");
+    wait_for(sock, "b joined VLAN 10", |c| c[2].1 > 0);
+    assert!(silent(sock, 1), "a floods no broadcast any more");
+    assert_eq!(link(sock, "a")["mtu"], 1400);
+
+    // A file with an error changes nothing.
+    std::fs::write(
+        &file,
+        config_text(r#"{ mode = "access", vlan = 5000 }"#, true, 1500, 30),
+    )
+    .unwrap();
+    let r = ask(sock, &["reload"]);
+    assert_eq!(r["ok"], false, "{r}");
+    let err = r["error"].as_str().unwrap();
+    assert!(err.contains("cfg.toml:") && err.contains("nothing changed"), "{err}");
+    let before = settle(sock)[2].1;
+    assert!(settle(sock)[2].1 > before, "b is still on VLAN 10");
+    assert!(silent(sock, 1), "a's flags stayed");
+
+    // Back to the original: b leaves VLAN 10, a floods again.
+    write(&file, ORIGINAL);
+    let r = ask(sock, &["reload"]);
+    assert_eq!(r["data"]["changes"].as_array().unwrap().len(), 4, "{r}");
+    assert!(silent(sock, 2), "b left VLAN 10");
+    let before = settle(sock)[1].1;
+    assert!(settle(sock)[1].1 > before, "a floods broadcasts again");
+    assert_eq!(link(sock, "a")["mtu"], 1500);
+}
+
+#[test]
+fn a_changed_port_kind_waits_for_a_restart_and_its_live_changes_with_it() {
+    let (run, file) = forwarding("ports");
+    let sock = &run.sock;
+    // b becomes a generator: the ports differ, so nothing of them changes live.
+    let text =
+        config_text(CHANGED.0, true, 1500, 30).replace("name = \"b\"\nkind = \"sink\"", "name = \"b\"\nkind = \"gen\"");
+    std::fs::write(&file, text).unwrap();
+    let r = ask(sock, &["reload"]);
+    let text = r["text"].as_str().unwrap();
+    assert!(text.contains("no live change"), "{text}");
+    assert!(text.contains("waits for a restart: ports"), "{text}");
+    assert!(silent(sock, 2), "b stays on VLAN 20");
+}
+
+#[test]
+fn a_tap_added_to_the_file_starts_and_one_removed_stops() {
+    let (run, file) = forwarding("taps");
+    let sock = &run.sock;
+    let pcap = run.dir.join("a.pcap");
+    let base = config_text(ORIGINAL.0, ORIGINAL.1, ORIGINAL.2, ORIGINAL.3);
+    let with_tap = format!(
+        "{base}\n[[tap]]\nport = \"a\"\ndirection = \"out\"\nsnaplen = 128\nwrite = \"{}\"\n",
+        pcap.display()
+    );
+    std::fs::write(&file, &with_tap).unwrap();
+    let r = ask(sock, &["reload"]);
+    let text = r["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "applied: capture start -i a -Q out -s 128 -w {}",
+            pcap.display()
+        )),
+        "{text}"
+    );
+    let running = |l: &Value| {
+        l["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["state"] == "running" && t["port"] == "a")
+    };
+    assert!(running(&ask(sock, &["capture", "list"])));
+    // The tap writes while traffic flows (its writer's buffer reaches the file).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) < 16 * 1024 {
+        assert!(Instant::now() < deadline, "the tap wrote nothing");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Reloading the same file changes nothing; without the tap, it stops.
+    let r = ask(sock, &["reload"]);
+    assert!(r["text"].as_str().unwrap().contains("no live change"), "{r}");
+    std::fs::write(&file, &base).unwrap();
+    let r = ask(sock, &["reload"]);
+    let text = r["text"].as_str().unwrap();
+    assert!(text.contains("applied: capture stop -i a -Q out"), "{text}");
+    let l = ask(sock, &["capture", "list"]);
+    assert!(!running(&l), "{l}");
+    let ended = row(&l, "port", "a");
+    let written = ended["stats"]["written"].as_u64().unwrap();
+    assert!(written > 0, "{ended}");
+    // Every frame it wrote is in the file (a 24-byte header, then 16 + 60 bytes a frame).
+    assert_eq!(
+        std::fs::metadata(&pcap).unwrap().len(),
+        24 + written * (16 + 60),
+        "{ended}"
+    );
+}
