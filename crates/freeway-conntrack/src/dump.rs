@@ -39,14 +39,14 @@ pub struct TupleRecord {
     /// Destination port (TCP/UDP).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dport: Option<u16>,
-    /// ICMP type (echo).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// ICMP type (echo); `type` in JSON, as in `conntrack -o xml`.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub icmp_type: Option<u8>,
-    /// ICMP code.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// ICMP code (`code`).
+    #[serde(rename = "code", skip_serializing_if = "Option::is_none")]
     pub icmp_code: Option<u8>,
-    /// ICMP echo identifier.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// ICMP echo identifier (`id`).
+    #[serde(rename = "id", skip_serializing_if = "Option::is_none")]
     pub icmp_id: Option<u16>,
 }
 
@@ -95,8 +95,9 @@ impl fmt::Display for TupleRecord {
     }
 }
 
-/// A snapshot of one connection.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// A snapshot of one connection. Its JSON is `conntrack -o xml`'s structure (see
+/// [`crate::query`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnRecord {
     /// Protocol name (`tcp`, `udp`, `icmp`, `icmpv6`, `unknown`).
     pub proto: &'static str,
@@ -107,7 +108,6 @@ pub struct ConnRecord {
     /// Zone.
     pub zone: u16,
     /// TCP state name (TCP only).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<&'static str>,
     /// Seconds until the connection expires (0 if due).
     pub timeout_secs: u64,

@@ -57,7 +57,7 @@ pub use dump::{ConnRecord, TupleRecord};
 pub use expiry::{Expirer, ExpiryThread};
 pub use firewall::{Firewall, FirewallPolicy, FwStats, FwWorker, Verdict};
 pub use key::{Key, Tuple};
-pub use query::{CtFilter, Event, EventDiff, EventKind, Flow};
+pub use query::{CtFilter, Event, EventDiff, EventKind, TupleFilter};
 pub use table::{pin, Guard};
 pub use timeout::{TimeoutClass, Timeouts};
 

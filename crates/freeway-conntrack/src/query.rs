@@ -6,13 +6,13 @@
 //!
 //! A [`CtFilter`] holds conntrack(8)'s selectors: `-p` (protocol), `-s`/`-d` (original source
 //! and destination), `-r`/`-q` (reply source and destination), `--sport`/`--dport` (original
-//! ports), `-w` (zone) and `--state` (a TCP state in conntrack's words). Every given selector
+//! ports), `--reply-port-src`/`--reply-port-dst`, `-w` (zone) and `--state` (a TCP state in conntrack's words). Every given selector
 //! must match; none given matches everything. The control plane applies it while it walks the
 //! table ([`crate::Conntrack::dump_filtered`]), so a client receives only what it asked for.
 //!
 //! # JSON
 //!
-//! conntrack-tools has no JSON output; [`Flow`] takes its keys from `conntrack -o xml`'s
+//! conntrack-tools has no JSON output; a [`ConnRecord`] serialises with the keys from `conntrack -o xml`'s
 //! structure: `original` and `reply` (each `src`, `dst`, and `sport`/`dport` or ICMP `type`,
 //! `code`, `id`), then what the XML calls independent: `family`, `proto`, `protonum`,
 //! `state` (TCP), `timeout`, `mark`, `zone`, `use`, `id`, and `assured` / `unreplied` as
@@ -50,32 +50,38 @@ use crate::dump::{ConnRecord, TupleRecord};
 #[serde(default, deny_unknown_fields)]
 pub struct CtFilter {
     /// IP protocol number (`-p tcp`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub proto: Option<u8>,
-    /// Original source address (`-s`, `--orig-src`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub orig_src: Option<IpAddr>,
-    /// Original destination address (`-d`, `--orig-dst`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub orig_dst: Option<IpAddr>,
-    /// Reply source address (`-r`, `--reply-src`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reply_src: Option<IpAddr>,
-    /// Reply destination address (`-q`, `--reply-dst`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reply_dst: Option<IpAddr>,
-    /// Original source port (`--sport`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sport: Option<u16>,
-    /// Original destination port (`--dport`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dport: Option<u16>,
+    /// The original tuple's selectors (`-s`, `-d`, `--sport`, `--dport`).
+    pub orig: TupleFilter,
+    /// The reply tuple's selectors (`-r`, `-q`, `--reply-port-src`, `--reply-port-dst`).
+    pub reply: TupleFilter,
     /// Zone (`-w`, `--zone`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub zone: Option<u16>,
     /// TCP state in conntrack's words (`--state ESTABLISHED`); selects TCP connections only.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+}
+
+/// Selectors of one direction's tuple.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TupleFilter {
+    /// Source address.
+    pub src: Option<IpAddr>,
+    /// Destination address.
+    pub dst: Option<IpAddr>,
+    /// Source and destination ports (TCP, UDP).
+    pub ports: (Option<u16>, Option<u16>),
+}
+
+impl TupleFilter {
+    /// Whether `t` is selected.
+    fn matches(&self, t: &TupleRecord) -> bool {
+        let port = |want: Option<u16>, got| want.is_none() || want == got;
+        self.src.is_none_or(|a| a == t.src)
+            && self.dst.is_none_or(|a| a == t.dst)
+            && port(self.ports.0, t.sport)
+            && port(self.ports.1, t.dport)
+    }
 }
 
 /// The protocol number of a `-p` argument: a name (`tcp`, `udp`, `icmp`, `icmpv6`, `ipv6-icmp`)
@@ -111,20 +117,10 @@ pub fn parse_state(s: &str) -> Result<String, String> {
 impl CtFilter {
     /// Whether `r` is selected.
     pub fn matches(&self, r: &ConnRecord) -> bool {
-        fn eq<T: PartialEq>(want: &Option<T>, got: T) -> bool {
-            want.as_ref().is_none_or(|w| *w == got)
-        }
-        fn port(want: Option<u16>, got: Option<u16>) -> bool {
-            want.is_none() || want == got
-        }
-        eq(&self.proto, r.proto_num)
-            && eq(&self.orig_src, r.orig.src)
-            && eq(&self.orig_dst, r.orig.dst)
-            && eq(&self.reply_src, r.reply.src)
-            && eq(&self.reply_dst, r.reply.dst)
-            && port(self.sport, r.orig.sport)
-            && port(self.dport, r.orig.dport)
-            && eq(&self.zone, r.zone)
+        self.proto.is_none_or(|p| p == r.proto_num)
+            && self.orig.matches(&r.orig)
+            && self.reply.matches(&r.reply)
+            && self.zone.is_none_or(|z| z == r.zone)
             && self.state.as_deref().is_none_or(|s| r.state == Some(s))
     }
 
@@ -134,101 +130,40 @@ impl CtFilter {
     }
 }
 
-/// One direction of a [`Flow`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FlowTuple {
-    /// Source address.
-    pub src: IpAddr,
-    /// Destination address.
-    pub dst: IpAddr,
-    /// Source port (TCP/UDP).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sport: Option<u16>,
-    /// Destination port (TCP/UDP).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dport: Option<u16>,
-    /// ICMP type.
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    pub icmp_type: Option<u8>,
-    /// ICMP code.
-    #[serde(rename = "code", skip_serializing_if = "Option::is_none")]
-    pub icmp_code: Option<u8>,
-    /// ICMP echo identifier.
-    #[serde(rename = "id", skip_serializing_if = "Option::is_none")]
-    pub icmp_id: Option<u16>,
-}
-
-impl From<&TupleRecord> for FlowTuple {
-    fn from(t: &TupleRecord) -> FlowTuple {
-        FlowTuple {
-            src: t.src,
-            dst: t.dst,
-            sport: t.sport,
-            dport: t.dport,
-            icmp_type: t.icmp_type,
-            icmp_code: t.icmp_code,
-            icmp_id: t.icmp_id,
-        }
-    }
-}
-
-/// A connection in `-j` output: `conntrack -o xml`'s structure as JSON (see the module doc).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Flow {
-    /// The original direction.
-    pub original: FlowTuple,
-    /// The reply direction.
-    pub reply: FlowTuple,
-    /// `ipv4` or `ipv6`.
-    pub family: &'static str,
-    /// Protocol name.
-    pub proto: &'static str,
-    /// Protocol number.
-    pub protonum: u8,
-    /// TCP state.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<&'static str>,
-    /// Seconds until it expires.
-    pub timeout: u64,
-    /// Always 0 (Freeway has no connection marks).
-    pub mark: u32,
-    /// Zone.
-    pub zone: u16,
-    /// Always 1 (conntrack's reference count).
-    #[serde(rename = "use")]
-    pub use_count: u32,
-    /// A hash of the zone and the original tuple (see the module doc).
-    pub id: u32,
-    /// Traffic seen both ways (TCP: handshake completed).
-    pub assured: bool,
-    /// No reply seen yet.
-    pub unreplied: bool,
+/// A 64-bit hash of a connection's zone, protocol and original tuple: the same for its whole
+/// life.
+pub fn flow_hash(r: &ConnRecord) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (r.zone, r.proto_num, &r.orig).hash(&mut h);
+    h.finish()
 }
 
 /// The `id` of a connection (see the module doc).
 pub fn flow_id(r: &ConnRecord) -> u32 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (r.zone, r.proto_num, &r.orig).hash(&mut h);
-    h.finish() as u32
+    flow_hash(r) as u32
 }
 
-impl From<&ConnRecord> for Flow {
-    fn from(r: &ConnRecord) -> Flow {
-        Flow {
-            original: (&r.orig).into(),
-            reply: (&r.reply).into(),
-            family: r.family,
-            proto: r.proto,
-            protonum: r.proto_num,
-            state: r.state,
-            timeout: r.timeout_secs,
-            mark: 0,
-            zone: r.zone,
-            use_count: 1,
-            id: flow_id(r),
-            assured: r.assured,
-            unreplied: r.unreplied,
+impl Serialize for ConnRecord {
+    /// `conntrack -o xml`'s structure as JSON (see the module doc).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut m = s.serialize_struct("Flow", 13)?;
+        m.serialize_field("original", &self.orig)?;
+        m.serialize_field("reply", &self.reply)?;
+        m.serialize_field("family", self.family)?;
+        m.serialize_field("proto", self.proto)?;
+        m.serialize_field("protonum", &self.proto_num)?;
+        if let Some(st) = self.state {
+            m.serialize_field("state", st)?;
         }
+        m.serialize_field("timeout", &self.timeout_secs)?;
+        m.serialize_field("mark", &0)?;
+        m.serialize_field("zone", &self.zone)?;
+        m.serialize_field("use", &1)?;
+        m.serialize_field("id", &flow_id(self))?;
+        m.serialize_field("assured", &self.assured)?;
+        m.serialize_field("unreplied", &self.unreplied)?;
+        m.end()
     }
 }
 
@@ -266,22 +201,22 @@ pub struct Event {
     pub conn: ConnRecord,
 }
 
-/// An event in `-j` output: `{"type":"NEW", ...the flow's keys}`.
+/// An event in `-j` output: `{"type":"NEW", ...the connection's keys}`.
 #[derive(Serialize)]
-pub struct EventJson {
+pub struct EventJson<'a> {
     /// NEW, UPDATE or DESTROY.
     #[serde(rename = "type")]
     pub kind: EventKind,
     /// The connection.
     #[serde(flatten)]
-    pub flow: Flow,
+    pub conn: &'a ConnRecord,
 }
 
-impl From<&Event> for EventJson {
-    fn from(e: &Event) -> EventJson {
+impl<'a> From<&'a Event> for EventJson<'a> {
+    fn from(e: &'a Event) -> EventJson<'a> {
         EventJson {
             kind: e.kind,
-            flow: (&e.conn).into(),
+            conn: &e.conn,
         }
     }
 }
@@ -410,98 +345,23 @@ mod tests {
         b.zone = 4;
         let all = CtFilter::default();
         assert!(all.is_empty() && all.matches(&a) && all.matches(&b));
-        let cases: Vec<(CtFilter, bool, bool)> = vec![
-            (
-                CtFilter {
-                    proto: Some(6),
-                    ..all.clone()
-                },
-                true,
-                false,
-            ),
-            (
-                CtFilter {
-                    orig_src: Some("10.0.0.3".parse().unwrap()),
-                    ..all.clone()
-                },
-                false,
-                true,
-            ),
-            (
-                CtFilter {
-                    orig_dst: Some("10.0.0.2".parse().unwrap()),
-                    ..all.clone()
-                },
-                true,
-                true,
-            ),
-            (
-                CtFilter {
-                    reply_src: Some("10.0.0.2".parse().unwrap()),
-                    ..all.clone()
-                },
-                true,
-                true,
-            ),
-            (
-                CtFilter {
-                    reply_dst: Some("10.0.0.1".parse().unwrap()),
-                    ..all.clone()
-                },
-                true,
-                false,
-            ),
-            (
-                CtFilter {
-                    sport: Some(2000),
-                    ..all.clone()
-                },
-                false,
-                true,
-            ),
-            (
-                CtFilter {
-                    dport: Some(80),
-                    ..all.clone()
-                },
-                true,
-                false,
-            ),
-            (
-                CtFilter {
-                    zone: Some(4),
-                    ..all.clone()
-                },
-                false,
-                true,
-            ),
-            (
-                CtFilter {
-                    state: Some("SYN_SENT".into()),
-                    ..all.clone()
-                },
-                true,
-                false,
-            ),
-            (
-                CtFilter {
-                    state: Some("ESTABLISHED".into()),
-                    ..all.clone()
-                },
-                false,
-                false,
-            ),
-            (
-                CtFilter {
-                    proto: Some(17),
-                    dport: Some(80),
-                    ..all.clone()
-                },
-                false,
-                false,
-            ),
+        // (the filter as JSON, whether it selects a, b)
+        let cases = [
+            (r#"{"proto":6}"#, true, false),
+            (r#"{"orig":{"src":"10.0.0.3"}}"#, false, true),
+            (r#"{"orig":{"dst":"10.0.0.2"}}"#, true, true),
+            (r#"{"reply":{"src":"10.0.0.2"}}"#, true, true),
+            (r#"{"reply":{"dst":"10.0.0.1"}}"#, true, false),
+            (r#"{"reply":{"ports":[53,null]}}"#, false, true),
+            (r#"{"orig":{"ports":[2000,null]}}"#, false, true),
+            (r#"{"orig":{"ports":[null,80]}}"#, true, false),
+            (r#"{"zone":4}"#, false, true),
+            (r#"{"state":"SYN_SENT"}"#, true, false),
+            (r#"{"state":"ESTABLISHED"}"#, false, false),
+            (r#"{"proto":17,"orig":{"ports":[null,80]}}"#, false, false),
         ];
         for (f, wa, wb) in cases {
+            let f: CtFilter = serde_json::from_str(f).unwrap();
             assert_eq!((f.matches(&a), f.matches(&b)), (wa, wb), "{f:?}");
         }
     }

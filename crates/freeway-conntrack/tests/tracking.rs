@@ -278,7 +278,7 @@ fn both_directions_map_to_one_connection_and_udp_states() {
     );
     let json = serde_json::to_value(r).unwrap();
     assert_eq!(json["proto"], "udp");
-    assert_eq!(json["orig"]["src"], "10.1.1.1");
+    assert_eq!(json["original"]["src"], "10.1.1.1");
     assert_eq!(json["reply"]["sport"], 2);
     assert_eq!(ct.len(), 1);
     assert_eq!(ct.state_counts()["udp ASSURED"], 1);

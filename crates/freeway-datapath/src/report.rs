@@ -295,11 +295,10 @@ pub fn print_neigh(n: &[NeighEntry], json: bool) {
 
 /// Prints the connection table like `conntrack -L`, then conntrack's summary line and the
 /// counts per zone and per state on standard error (or, with `json`, the connections as
-/// [`freeway_conntrack::Flow`]s: the shape `freeway conntrack -j` prints for the daemon's).
+/// `conntrack -o xml`'s structure: the shape `freeway conntrack -j` prints for the daemon's).
 pub fn print_conntrack(c: &[ConnRecord], json: bool) {
     if json {
-        let flows: Vec<freeway_conntrack::Flow> = c.iter().map(Into::into).collect();
-        outln!("{}", serde_json::to_string_pretty(&flows).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(c).expect("json"));
         return;
     }
     let mut zones: std::collections::BTreeMap<u16, usize> = Default::default();

@@ -157,117 +157,53 @@ impl LinkStats {
         if level > 1 {
             size(&[0, 0, tx[6], tx[7], tx[8], tx[9], 0]);
         }
-        let c = cols;
-        let nums = |vals: &[(usize, u64)]| vals.iter().map(|(w, v)| format!("{v:>w$} ")).collect::<String>();
+        let c = &cols;
         let mut s = String::new();
-        s += &format!(
-            "    RX: {:>w0$} {:>w1$} {:>w2$} {:>w3$} {:>w4$} {:>w5$} {:>w6$}\n",
-            "bytes",
-            "packets",
-            "errors",
-            "dropped",
-            "missed",
-            "mcast",
-            "",
-            w0 = c[0] - 4,
-            w1 = c[1],
-            w2 = c[2],
-            w3 = c[3],
-            w4 = c[4],
-            w5 = c[5],
-            w6 = c[6]
-        );
-        s += &format!(
-            "    {}\n",
-            nums(&[
-                (c[0], rx[0]),
-                (c[1], rx[1]),
-                (c[2], rx[2]),
-                (c[3], rx[3]),
-                (c[4], rx[10]),
-                (c[5], rx[5])
-            ])
-        );
+        totals(&mut s, c, "RX:", RX_WORDS, [rx[0], rx[1], rx[2], rx[3], rx[10], rx[5]]);
         if level > 1 {
-            s += &format!(
-                "    RX errors:{:>w0$} {:>w1$} {:>w2$} {:>w3$} {:>w4$} {:>w5$}\n",
-                "",
-                "length",
-                "crc",
-                "frame",
-                "fifo",
-                "overrun",
-                w0 = c[0] - 10,
-                w1 = c[1],
-                w2 = c[2],
-                w3 = c[3],
-                w4 = c[4],
-                w5 = c[5]
-            );
-            s += &format!(
-                "{:w$}{}\n",
-                "",
-                nums(&[
-                    (c[1], rx[6]),
-                    (c[2], rx[7]),
-                    (c[3], rx[8]),
-                    (c[4], rx[9]),
-                    (c[5], rx[4])
-                ]),
-                w = c[0] + 5
-            );
+            let words = ["length", "crc", "frame", "fifo", "overrun"];
+            errors(&mut s, c, "RX errors:", &words, &[rx[6], rx[7], rx[8], rx[9], rx[4]]);
         }
-        s += &format!(
-            "    TX: {:>w0$} {:>w1$} {:>w2$} {:>w3$} {:>w4$} {:>w5$} {:>w6$}\n",
-            "bytes",
-            "packets",
-            "errors",
-            "dropped",
-            "carrier",
-            "collsns",
-            "",
-            w0 = c[0] - 4,
-            w1 = c[1],
-            w2 = c[2],
-            w3 = c[3],
-            w4 = c[4],
-            w5 = c[5],
-            w6 = c[6]
-        );
-        s += &format!(
-            "    {}\n",
-            nums(&[
-                (c[0], tx[0]),
-                (c[1], tx[1]),
-                (c[2], tx[2]),
-                (c[3], tx[3]),
-                (c[4], tx[4]),
-                (c[5], tx[5])
-            ])
-        );
+        totals(&mut s, c, "TX:", TX_WORDS, [tx[0], tx[1], tx[2], tx[3], tx[4], tx[5]]);
         if level > 1 {
-            s += &format!(
-                "    TX errors:{:>w0$} {:>w1$} {:>w2$} {:>w3$} {:>w4$}\n",
-                "",
-                "aborted",
-                "fifo",
-                "window",
-                "heartbt",
-                w0 = c[0] - 10,
-                w1 = c[1],
-                w2 = c[2],
-                w3 = c[3],
-                w4 = c[4]
-            );
-            s += &format!(
-                "{:w$}{}\n",
-                "",
-                nums(&[(c[1], tx[6]), (c[2], tx[7]), (c[3], tx[8]), (c[4], tx[9])]),
-                w = c[0] + 5
-            );
+            let words = ["aborted", "fifo", "window", "heartbt"];
+            errors(&mut s, c, "TX errors:", &words, &[tx[6], tx[7], tx[8], tx[9]]);
         }
         s
     }
+}
+
+/// The headers of ip's RX and TX totals.
+const RX_WORDS: [&str; 6] = ["bytes", "packets", "errors", "dropped", "missed", "mcast"];
+const TX_WORDS: [&str; 6] = ["bytes", "packets", "errors", "dropped", "carrier", "collsns"];
+
+/// ip's totals lines: `    RX:` and the headers right-aligned in the columns (the bytes'
+/// column starts under `RX:`; an empty compressed column ends the line), then the numbers.
+fn totals(s: &mut String, c: &[usize; 7], head: &str, words: [&str; 6], vals: [u64; 6]) {
+    s.push_str("    ");
+    s.push_str(head);
+    for (i, w) in words.iter().enumerate() {
+        let width = if i == 0 { c[0] - 4 } else { c[i] };
+        s.push_str(&format!(" {w:>width$}"));
+    }
+    s.push_str(&format!(" {:>w$}\n    ", "", w = c[6]));
+    for (i, v) in vals.iter().enumerate() {
+        s.push_str(&format!("{v:>w$} ", w = c[i]));
+    }
+    s.push('\n');
+}
+
+/// ip's error-detail lines (`-s -s`): the bytes' column left empty.
+fn errors(s: &mut String, c: &[usize; 7], head: &str, words: &[&str], vals: &[u64]) {
+    s.push_str(&format!("    {head}{:>w$}", "", w = c[0] - 10));
+    for (i, w) in words.iter().enumerate() {
+        s.push_str(&format!(" {w:>width$}", width = c[i + 1]));
+    }
+    s.push_str(&format!("\n{:w$}", "", w = c[0] + 5));
+    for (i, v) in vals.iter().enumerate() {
+        s.push_str(&format!("{v:>w$} ", w = c[i + 1]));
+    }
+    s.push('\n');
 }
 
 /// `freeway link ...`.

@@ -75,6 +75,14 @@ fn reply_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
         .nth(1)
 }
 
+/// Starts python3 running `code` in host `h`'s namespace.
+fn python_in(bed: &Bed, h: &str, code: &str) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", &format!("fw-{h}{}", bed.suffix), "python3", "-c", code])
+        .spawn()
+        .expect("python3 runs")
+}
+
 /// One UDP datagram from `from` (source port `sport`) to `to`:`dport`; with `answer`, a
 /// server there answers it and the client waits for the answer (retrying until then).
 fn udp(bed: &Bed, from: &str, to: &str, sport: u16, dport: u16, answer: bool) {
@@ -84,17 +92,7 @@ fn udp(bed: &Bed, from: &str, to: &str, sport: u16, dport: u16, answer: bool) {
             "import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('0.0.0.0',{dport}))\n\
              s.settimeout(10)\nd,a=s.recvfrom(100)\ns.sendto(b're '+d,a)\n"
         );
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &format!("fw-{to}{}", bed.suffix),
-                "python3",
-                "-c",
-                &code,
-            ])
-            .spawn()
-            .expect("python3 runs")
+        python_in(bed, to, &code)
     });
     let wait = if answer {
         "s.settimeout(0.3)\nfor i in range(30):\n    s.sendto(b'hi',('DST',DPORT))\n    try:\n        s.recvfrom(100); break\n    except socket.timeout: pass\nelse: raise SystemExit(1)\n"
@@ -124,17 +122,7 @@ fn tcp(bed: &Bed, from: &str, to: &str, sport: u16, dport: u16) {
         "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
          s.bind(('0.0.0.0',{dport}))\ns.listen(1)\ns.settimeout(10)\nc,_=s.accept()\nc.recv(100)\nc.close()\n"
     );
-    let mut srv = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &format!("fw-{to}{}", bed.suffix),
-            "python3",
-            "-c",
-            &server,
-        ])
-        .spawn()
-        .expect("python3 runs");
+    let mut srv = python_in(bed, to, &server);
     let client = format!(
         "import socket,time\nfor i in range(50):\n    try:\n        \
          s=socket.create_connection(('{dst}',{dport}),timeout=3,source_address=('0.0.0.0',{sport})); break\n    \
@@ -268,62 +256,36 @@ fn conntrack_selectors_narrow_the_list_and_events_show_new_and_destroy() {
     let sport = TCP_SPORT.to_string();
     let tcp_port = TCP_PORT.to_string();
     type Pick = Box<dyn Fn(&String) -> bool>;
-    let is = |l: &String, k: &str, v: u16| field(l, k) == Some(v.to_string().as_str());
+    // The lines whose original (or reply) tuple has `key=value`, or whose protocol or TCP state
+    // is this.
+    let orig = |k: &'static str, v: String| -> Pick { Box::new(move |l| field(l, k) == Some(v.as_str())) };
+    let reply = |k: &'static str, v: String| -> Pick { Box::new(move |l| reply_field(l, k) == Some(v.as_str())) };
+    let proto = |p: &'static str| -> Pick { Box::new(move |l| l.split(' ').next() == Some(p)) };
+    let in_state = |s: String| -> Pick {
+        Box::new(move |l| l.starts_with("tcp ") && l.split_whitespace().nth(3) == Some(s.as_str()))
+    };
+    let (h1, h2) = ("10.1.0.2".to_string(), "10.2.0.2".to_string());
     // (selectors, the lines they describe, whether some must be here)
     let cases: Vec<(Vec<&str>, Pick, bool)> = vec![
-        (vec!["-p", "tcp"], Box::new(|l| l.starts_with("tcp ")), true),
-        (vec!["-p", "udp"], Box::new(|l| l.starts_with("udp ")), true),
-        (vec!["-p", "icmp"], Box::new(|l| l.starts_with("icmp ")), true),
+        (vec!["-p", "tcp"], proto("tcp"), true),
+        (vec!["-p", "udp"], proto("udp"), true),
+        (vec!["-p", "icmp"], proto("icmp"), true),
+        (vec!["-s", "10.1.0.2"], orig("src", h1.clone()), true),
+        (vec!["--orig-dst", "10.2.0.2"], orig("dst", h2.clone()), true),
+        (vec!["-d", "10.1.0.2"], orig("dst", h1.clone()), false),
+        (vec!["-r", "10.2.0.2"], reply("src", h2), true),
+        (vec!["-q", "10.1.0.2"], reply("dst", h1), true),
+        (vec!["--sport", &sport], orig("sport", sport.clone()), true),
+        (vec!["--dport", &tcp_port], orig("dport", tcp_port.clone()), true),
         (
-            vec!["-s", "10.1.0.2"],
-            Box::new(|l| field(l, "src") == Some("10.1.0.2")),
-            true,
-        ),
-        (
-            vec!["--orig-dst", "10.2.0.2"],
-            Box::new(|l| field(l, "dst") == Some("10.2.0.2")),
-            true,
-        ),
-        (
-            vec!["-d", "10.1.0.2"],
-            Box::new(|l| field(l, "dst") == Some("10.1.0.2")),
-            false,
-        ),
-        (
-            vec!["-r", "10.2.0.2"],
-            Box::new(|l| reply_field(l, "src") == Some("10.2.0.2")),
-            true,
-        ),
-        (
-            vec!["-q", "10.1.0.2"],
-            Box::new(|l| reply_field(l, "dst") == Some("10.1.0.2")),
-            true,
-        ),
-        (
-            vec!["--sport", &sport],
-            Box::new(move |l| is(l, "sport", TCP_SPORT)),
-            true,
-        ),
-        (
-            vec!["--dport", &tcp_port],
-            Box::new(move |l| is(l, "dport", TCP_PORT)),
+            vec!["--reply-port-src", &tcp_port],
+            reply("sport", tcp_port.clone()),
             true,
         ),
         (vec!["-w", "0"], Box::new(|_| true), true),
         (vec!["--zone", "7"], Box::new(|_| false), false),
-        (
-            vec!["-p", "tcp", "--state", &state],
-            {
-                let s = state.clone();
-                Box::new(move |l| l.starts_with("tcp ") && l.split_whitespace().nth(3) == Some(s.as_str()))
-            },
-            true,
-        ),
-        (
-            vec!["--state", other],
-            Box::new(move |l| l.starts_with("tcp ") && l.split_whitespace().nth(3) == Some(other)),
-            false,
-        ),
+        (vec!["-p", "tcp", "--state", &state], in_state(state.clone()), true),
+        (vec!["--state", other], in_state(other.to_string()), false),
         (vec!["-p", "udp", "--dport", &tcp_port], Box::new(|_| false), false),
     ];
     for (args, pick, some) in cases {

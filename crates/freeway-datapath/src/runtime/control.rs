@@ -1486,13 +1486,12 @@ impl<L: Layout> Control<L> {
 
     /// `conntrack list [-p PROTO ...]`: the connections the filter selects, chosen while the
     /// table is walked; the text is `conntrack -L`'s lines, the data their
-    /// [`freeway_conntrack::Flow`]s.
+    /// records (`conntrack -o xml`'s structure as JSON).
     fn conntrack_list(&self, filter: &freeway_conntrack::CtFilter) -> Result<Reply, CtlError> {
         let ct = self.ct.as_ref().ok_or_else(no_ct)?;
         let d = ct.dump_filtered(filter);
         let text: String = d.iter().map(|x| format!("{x}\n")).collect();
-        let flows: Vec<freeway_conntrack::Flow> = d.iter().map(Into::into).collect();
-        Ok(Reply::new(text, to_data(&flows)?))
+        Ok(Reply::new(text, to_data(&d)?))
     }
 
     /// `conntrack flush [zone N]`.

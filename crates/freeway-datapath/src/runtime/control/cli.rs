@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use freeway_bridge::Mac;
 use freeway_conntrack::query::{parse_proto, parse_state};
-use freeway_conntrack::CtFilter;
+use freeway_conntrack::{CtFilter, TupleFilter};
 
 use super::protocol::{CtlError, Direction, FileFormat, Hops, Request, TapOptions};
 use crate::config::capture::{TapOptionsError, MAX_SNAPLEN};
@@ -62,6 +62,12 @@ pub struct CtFilterArgs {
     /// Only this original destination port.
     #[arg(long = "dport", alias = "orig-port-dst", value_name = "PORT")]
     pub dport: Option<u16>,
+    /// Only this reply source port.
+    #[arg(long = "reply-port-src", value_name = "PORT")]
+    pub reply_sport: Option<u16>,
+    /// Only this reply destination port.
+    #[arg(long = "reply-port-dst", value_name = "PORT")]
+    pub reply_dport: Option<u16>,
     /// Only this zone.
     #[arg(short = 'w', long = "zone", value_name = "N")]
     pub zone: Option<u16>,
@@ -76,12 +82,16 @@ impl CtFilterArgs {
     pub fn filter(&self) -> CtFilter {
         CtFilter {
             proto: self.proto,
-            orig_src: self.orig_src,
-            orig_dst: self.orig_dst,
-            reply_src: self.reply_src,
-            reply_dst: self.reply_dst,
-            sport: self.sport,
-            dport: self.dport,
+            orig: TupleFilter {
+                src: self.orig_src,
+                dst: self.orig_dst,
+                ports: (self.sport, self.dport),
+            },
+            reply: TupleFilter {
+                src: self.reply_src,
+                dst: self.reply_dst,
+                ports: (self.reply_sport, self.reply_dport),
+            },
             zone: self.zone,
             state: self.state.clone(),
         }
@@ -731,8 +741,11 @@ mod tests {
             Request::ConntrackList {
                 filter: CtFilter {
                     proto: Some(6),
-                    orig_src: Some("10.0.0.1".parse().unwrap()),
-                    dport: Some(80),
+                    orig: TupleFilter {
+                        src: Some("10.0.0.1".parse().unwrap()),
+                        dst: None,
+                        ports: (None, Some(80)),
+                    },
                     zone: Some(3),
                     state: Some("ESTABLISHED".into()),
                     ..Default::default()

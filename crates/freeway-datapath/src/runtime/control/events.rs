@@ -29,7 +29,6 @@
 //! closes the connection or shuts its sending half (Ctrl-C), or the datapath stops.
 
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -38,7 +37,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use freeway_conntrack::query::EventJson;
+use freeway_conntrack::query::{flow_hash, EventJson};
 use freeway_conntrack::{ConnRecord, Conntrack, CtFilter, EventDiff};
 use serde_json::{json, Value};
 
@@ -100,19 +99,12 @@ pub(crate) fn start(
     Ok(EventStream { stop, handle })
 }
 
-/// The id of a connection for counting: its zone, protocol and original tuple.
-fn id(r: &ConnRecord) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (r.zone, r.proto_num, &r.orig).hash(&mut h);
-    h.finish()
-}
-
 /// One look: the records `filter` selects, and the ids of every connection.
 fn look(ct: &Conntrack, filter: &CtFilter) -> (Vec<ConnRecord>, HashSet<u64>) {
     let mut kept = Vec::new();
     let mut ids = HashSet::with_capacity(ct.len());
     ct.for_each_record(|r| {
-        ids.insert(id(&r));
+        ids.insert(flow_hash(&r));
         if filter.matches(&r) {
             kept.push(r);
         }

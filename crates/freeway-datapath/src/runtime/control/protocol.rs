@@ -623,12 +623,14 @@ fn filter_words(f: &CtFilter) -> String {
         }
     };
     w("-p", f.proto.map(|p| p.to_string()));
-    w("-s", f.orig_src.map(|a| a.to_string()));
-    w("-d", f.orig_dst.map(|a| a.to_string()));
-    w("-r", f.reply_src.map(|a| a.to_string()));
-    w("-q", f.reply_dst.map(|a| a.to_string()));
-    w("--sport", f.sport.map(|p| p.to_string()));
-    w("--dport", f.dport.map(|p| p.to_string()));
+    w("-s", f.orig.src.map(|a| a.to_string()));
+    w("-d", f.orig.dst.map(|a| a.to_string()));
+    w("-r", f.reply.src.map(|a| a.to_string()));
+    w("-q", f.reply.dst.map(|a| a.to_string()));
+    w("--sport", f.orig.ports.0.map(|p| p.to_string()));
+    w("--dport", f.orig.ports.1.map(|p| p.to_string()));
+    w("--reply-port-src", f.reply.ports.0.map(|p| p.to_string()));
+    w("--reply-port-dst", f.reply.ports.1.map(|p| p.to_string()));
     w("-w", f.zone.map(|z| z.to_string()));
     w("--state", f.state.clone());
     s
