@@ -5,7 +5,6 @@
 //! keys, see `freeway_conntrack::query`), or one JSON object per event line.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clap::Args;
@@ -86,8 +85,6 @@ pub(crate) fn run(a: ConntrackArgs) -> Result<(), String> {
             env!("CARGO_PKG_VERSION"),
             sum.shown
         );
-        // A second Ctrl-C ends the process at once; the first one was ours.
-        stop.store(false, Ordering::Relaxed);
         return Ok(());
     }
     let r = control::send(&a.socket, &Request::ConntrackList { filter }).map_err(|e| match e {
