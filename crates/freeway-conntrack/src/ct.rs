@@ -326,18 +326,34 @@ impl Conntrack {
 
     /// Every connection, as records (control path: walks the whole table).
     pub fn dump(&self) -> Vec<ConnRecord> {
+        self.dump_filtered(&crate::CtFilter::default())
+    }
+
+    /// The connections `f` selects, as records (control path: walks the whole table, keeps
+    /// only what matches).
+    pub fn dump_filtered(&self, f: &crate::CtFilter) -> Vec<ConnRecord> {
+        let mut out = Vec::new();
+        self.for_each_record(|r| {
+            if f.matches(&r) {
+                out.push(r)
+            }
+        });
+        out
+    }
+
+    /// Calls `f` with the record of every connection (control path: walks the whole table,
+    /// allocates nothing for connections `f` does not keep).
+    pub fn for_each_record(&self, mut f: impl FnMut(ConnRecord)) {
         let now = self.s.clock.now();
         let g = pin();
-        let mut out = Vec::new();
         for b in 0..self.s.table.buckets() {
             self.s.table.for_each_in_bucket(b, &g, |c| {
                 // A translated connection is shown once, by its primary node.
                 if !c.is_reply_node() {
-                    out.push(ConnRecord::new(c, now))
+                    f(ConnRecord::new(c, now))
                 }
             });
         }
-        out
     }
 
     /// The connection `t` belongs to in `zone`, as a record whose `orig` is its original

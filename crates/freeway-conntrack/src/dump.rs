@@ -1,10 +1,12 @@
 //! Connection records for dumps: serde-serialisable, and printed like `conntrack -L`.
 //!
 //! ```text
-//! tcp      6 431999 ESTABLISHED src=10.0.0.1 dst=10.0.0.2 sport=1024 dport=80 src=10.0.0.2 dst=10.0.0.1 sport=80 dport=1024 [ASSURED] mark=0 zone=0 use=1
-//! udp      17 29 src=10.1.1.1 dst=10.1.1.2 sport=1 dport=2 [UNREPLIED] src=10.1.1.2 dst=10.1.1.1 sport=2 dport=1 mark=0 zone=0 use=1
-//! icmp     1 29 src=10.0.0.1 dst=10.0.0.2 type=8 code=0 id=7 [UNREPLIED] src=10.0.0.2 dst=10.0.0.1 type=0 code=0 id=7 mark=0 zone=0 use=1
+//! tcp      6 431999 ESTABLISHED src=10.0.0.1 dst=10.0.0.2 sport=1024 dport=80 src=10.0.0.2 dst=10.0.0.1 sport=80 dport=1024 [ASSURED] mark=0 use=1
+//! udp      17 29 src=10.1.1.1 dst=10.1.1.2 sport=1 dport=2 [UNREPLIED] src=10.1.1.2 dst=10.1.1.1 sport=2 dport=1 mark=0 zone=3 use=1
+//! icmp     1 29 src=10.0.0.1 dst=10.0.0.2 type=8 code=0 id=7 [UNREPLIED] src=10.0.0.2 dst=10.0.0.1 type=0 code=0 id=7 mark=0 use=1
 //! ```
+//!
+//! `zone=` is printed only for a zone other than 0, as conntrack prints it.
 //!
 //! A translated connection's reply tuple is its reply direction's (`src=` the translated
 //! destination, `dst=` the translated source), as `conntrack -L` shows a NAT connection.
@@ -37,14 +39,14 @@ pub struct TupleRecord {
     /// Destination port (TCP/UDP).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dport: Option<u16>,
-    /// ICMP type (echo).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// ICMP type (echo); `type` in JSON, as in `conntrack -o xml`.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub icmp_type: Option<u8>,
-    /// ICMP code.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// ICMP code (`code`).
+    #[serde(rename = "code", skip_serializing_if = "Option::is_none")]
     pub icmp_code: Option<u8>,
-    /// ICMP echo identifier.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// ICMP echo identifier (`id`).
+    #[serde(rename = "id", skip_serializing_if = "Option::is_none")]
     pub icmp_id: Option<u16>,
 }
 
@@ -93,8 +95,9 @@ impl fmt::Display for TupleRecord {
     }
 }
 
-/// A snapshot of one connection.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// A snapshot of one connection. Its JSON is `conntrack -o xml`'s structure (see
+/// [`crate::query`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnRecord {
     /// Protocol name (`tcp`, `udp`, `icmp`, `icmpv6`, `unknown`).
     pub proto: &'static str,
@@ -105,7 +108,6 @@ pub struct ConnRecord {
     /// Zone.
     pub zone: u16,
     /// TCP state name (TCP only).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<&'static str>,
     /// Seconds until the connection expires (0 if due).
     pub timeout_secs: u64,
@@ -163,20 +165,34 @@ impl ConnRecord {
     }
 }
 
-impl fmt::Display for ConnRecord {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:<8} {} {} ", self.proto, self.proto_num, self.timeout_secs)?;
-        if let Some(s) = self.state {
+impl ConnRecord {
+    /// The part of `conntrack -L`'s line that conntrack -E's lines share: the TCP state (with
+    /// `state`), both tuples and the flags, without a trailing space.
+    pub(crate) fn fmt_tuples(&self, f: &mut fmt::Formatter<'_>, state: bool) -> fmt::Result {
+        if let Some(s) = self.state.filter(|_| state) {
             write!(f, "{s} ")?;
         }
         write!(f, "{} ", self.orig)?;
         if self.unreplied {
             write!(f, "[UNREPLIED] ")?;
         }
-        write!(f, "{} ", self.reply)?;
+        write!(f, "{}", self.reply)?;
         if self.assured {
-            write!(f, "[ASSURED] ")?;
+            write!(f, " [ASSURED]")?;
         }
-        write!(f, "mark=0 zone={} use=1", self.zone)
+        Ok(())
+    }
+}
+
+impl fmt::Display for ConnRecord {
+    /// `conntrack -L`'s line: `zone=` only where it is not 0, as conntrack prints it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:<8} {} {} ", self.proto, self.proto_num, self.timeout_secs)?;
+        self.fmt_tuples(f, true)?;
+        write!(f, " mark=0 ")?;
+        if self.zone != 0 {
+            write!(f, "zone={} ", self.zone)?;
+        }
+        write!(f, "use=1")
     }
 }

@@ -34,7 +34,7 @@
 //!
 //! [`key`] (symmetric keys), [`nat`] (packet rewriting and port choice for NAT), [`extract`] (header checks, tuples), [`table`] (the lock-free
 //! table), [`tcp`] (TCP tracker), [`timeout`] (policies), [`ct`] (the shared handle and the
-//! worker), [`expiry`], [`dump`] (records), [`firewall`], [`frames`] (frame builders for
+//! worker), [`expiry`], [`dump`] (records), [`query`] (filters, JSON, events), [`firewall`], [`frames`] (frame builders for
 //! tests and benchmarks).
 #![warn(missing_docs)]
 
@@ -46,6 +46,7 @@ pub mod firewall;
 pub mod frames;
 pub mod key;
 pub mod nat;
+pub mod query;
 mod shared;
 pub mod table;
 pub mod tcp;
@@ -56,6 +57,7 @@ pub use dump::{ConnRecord, TupleRecord};
 pub use expiry::{Expirer, ExpiryThread};
 pub use firewall::{Firewall, FirewallPolicy, FwStats, FwWorker, Verdict};
 pub use key::{Key, Tuple};
+pub use query::{CtFilter, Event, EventDiff, EventKind, TupleFilter};
 pub use table::{pin, Guard};
 pub use timeout::{TimeoutClass, Timeouts};
 

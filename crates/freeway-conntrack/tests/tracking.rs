@@ -262,7 +262,7 @@ fn both_directions_map_to_one_connection_and_udp_states() {
     let r = &ct.dump()[0];
     assert_eq!(
         r.to_string(),
-        "udp      17 30 src=10.1.1.1 dst=10.1.1.2 sport=1 dport=2 [UNREPLIED] src=10.1.1.2 dst=10.1.1.1 sport=2 dport=1 mark=0 zone=0 use=1"
+        "udp      17 30 src=10.1.1.1 dst=10.1.1.2 sport=1 dport=2 [UNREPLIED] src=10.1.1.2 dst=10.1.1.1 sport=2 dport=1 mark=0 use=1"
     );
     clock.advance(1000);
     assert_eq!(go(&mut w, &rev, 0), (EST, true));
@@ -274,11 +274,11 @@ fn both_directions_map_to_one_connection_and_udp_states() {
     assert!(r.assured);
     assert_eq!(
         r.to_string(),
-        "udp      17 120 src=10.1.1.1 dst=10.1.1.2 sport=1 dport=2 src=10.1.1.2 dst=10.1.1.1 sport=2 dport=1 [ASSURED] mark=0 zone=0 use=1"
+        "udp      17 120 src=10.1.1.1 dst=10.1.1.2 sport=1 dport=2 src=10.1.1.2 dst=10.1.1.1 sport=2 dport=1 [ASSURED] mark=0 use=1"
     );
     let json = serde_json::to_value(r).unwrap();
     assert_eq!(json["proto"], "udp");
-    assert_eq!(json["orig"]["src"], "10.1.1.1");
+    assert_eq!(json["original"]["src"], "10.1.1.1");
     assert_eq!(json["reply"]["sport"], 2);
     assert_eq!(ct.len(), 1);
     assert_eq!(ct.state_counts()["udp ASSURED"], 1);
@@ -576,7 +576,7 @@ fn icmp_echo_and_errors_are_related() {
     let line = ct.dump().iter().find(|r| r.proto == "icmp").unwrap().to_string();
     assert_eq!(
         line,
-        "icmp     1 30 src=10.0.0.1 dst=10.0.0.2 type=8 code=0 id=77 src=10.0.0.2 dst=10.0.0.1 type=0 code=0 id=77 mark=0 zone=0 use=1"
+        "icmp     1 30 src=10.0.0.1 dst=10.0.0.2 type=8 code=0 id=77 src=10.0.0.2 dst=10.0.0.1 type=0 code=0 id=77 mark=0 use=1"
     );
     // A UDP flow, then errors about it.
     let out = frames::udp(a, b, 1000, 53, 0);

@@ -293,30 +293,39 @@ pub fn print_neigh(n: &[NeighEntry], json: bool) {
     }
 }
 
-/// Prints the connection table like `conntrack -L`, then counts per zone and per state
-/// (or, with `json`, the records and the counts as one object).
+/// Prints the connection table like `conntrack -L`, then conntrack's summary line and the
+/// counts per zone and per state on standard error (or, with `json`, the connections as
+/// `conntrack -o xml`'s structure: the shape `freeway conntrack -j` prints for the daemon's).
 pub fn print_conntrack(c: &[ConnRecord], json: bool) {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(c).expect("json"));
+        return;
+    }
     let mut zones: std::collections::BTreeMap<u16, usize> = Default::default();
     let mut states: std::collections::BTreeMap<String, usize> = Default::default();
     for r in c {
         *zones.entry(r.zone).or_default() += 1;
         *states.entry(r.state_label()).or_default() += 1;
     }
-    if json {
-        let v = serde_json::json!({"connections": c, "count": c.len(), "zones": zones, "states": states});
-        outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
-        return;
-    }
     for r in c {
         outln!("{r}");
     }
-    eprintln!("freeway conntrack: {} flow entries have been shown.", c.len());
+    eprintln!("{}", conntrack_summary(c.len()));
     for (z, n) in &zones {
         eprintln!("  zone {z}: {n}");
     }
     for (s, n) in &states {
         eprintln!("  {s}: {n}");
     }
+}
+
+/// conntrack -L's closing line in Freeway's words: `freeway v0.1.0 (freeway conntrack): 3
+/// flow entries have been shown.`
+pub fn conntrack_summary(n: usize) -> String {
+    format!(
+        "freeway v{} (freeway conntrack): {n} flow entries have been shown.",
+        env!("CARGO_PKG_VERSION")
+    )
 }
 
 /// Prints what the capture taps did, on standard error (standard output may carry the

@@ -12,6 +12,8 @@ use freeway_datapath::config::{self, Checked};
 use freeway_datapath::report;
 use freeway_datapath::runtime::{self, RunOptions};
 
+mod conntrack;
+mod link;
 mod top;
 use freeway_datapath::{out, outln};
 
@@ -66,9 +68,13 @@ enum Cmd {
     /// The running daemon's neighbour (ARP/ND) table, like `ip neigh` (`--config`: run a
     /// configuration once and print the table at its end).
     Neigh(TableArgs),
-    /// The running daemon's connection table, like `conntrack -L` (`--config`: run a
+    /// The running daemon's connection table, like `conntrack -L` with its selectors (`-p`,
+    /// `-s`, `-d`, `--state`, ...), or its events, like `conntrack -E` (`--config`: run a
     /// configuration once and list the connections at its end).
-    Conntrack(TableArgs),
+    Conntrack(conntrack::ConntrackArgs),
+    /// The running daemon's ports, like `ip link show`; with `-s`, their counters as `ip -s
+    /// link` prints them.
+    Link(link::LinkArgs),
     /// The running daemon's counters: per port packets, bytes and their rates over the last
     /// second, per worker, drops by reason (`--config`: run a configuration once and print its
     /// summary).
@@ -707,7 +713,8 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run_cmd(a, Show::Summary),
         Cmd::Fdb(a) => table_cmd(a, Show::Fdb),
         Cmd::Neigh(a) => table_cmd(a, Show::Neigh),
-        Cmd::Conntrack(a) => table_cmd(a, Show::Conntrack),
+        Cmd::Conntrack(a) => conntrack::run(a),
+        Cmd::Link(a) => link::run(a),
         Cmd::Route(a) => table_cmd(a, Show::Route),
         Cmd::Stats(a) => table_cmd(a, Show::Summary),
         Cmd::Top { socket, interval } => top::run(&socket, interval),

@@ -103,13 +103,13 @@ fn conntrack_lists_the_one_allowed_connection_and_neigh_the_static_entries() {
     let j: serde_json::Value = serde_json::from_slice(&ok(&["conntrack", "--config", cfg, "-j"]).stdout).unwrap();
     // The LAN host's UDP flow, answered by the server: one assured connection. The
     // intruder's SYNs come from a port where new connections may not start: none created.
-    assert_eq!(j["count"], 1, "{j}");
-    let c = &j["connections"][0];
+    assert_eq!(j.as_array().map(Vec::len), Some(1), "{j}");
+    let c = &j[0];
     assert_eq!(c["proto"], "udp");
-    assert_eq!(c["orig"]["src"], "10.0.10.5");
-    assert_eq!(c["orig"]["dport"], 5001);
+    assert_eq!(c["original"]["src"], "10.0.10.5");
+    assert_eq!(c["original"]["dport"], 5001);
+    assert_eq!(c["reply"]["sport"], 5001);
     assert_eq!(c["assured"], true);
-    assert_eq!(j["states"]["udp ASSURED"], 1);
 
     let text = String::from_utf8(ok(&["conntrack", "--config", cfg]).stdout).unwrap();
     assert!(
@@ -891,7 +891,7 @@ fn every_duration_flag_takes_one_syntax_and_refuses_unrepresentable_durations_cl
         &["run", "-q", "--duration"],
         &["fdb", "-d"],
         &["neigh", "-d"],
-        &["conntrack", "-d"],
+        &["conntrack", "--duration"],
         &["capture", "-i", "host-a", "-w", "/dev/null", "--duration"],
         &["stress", "churn", "-d"],
     ];

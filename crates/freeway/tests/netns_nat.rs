@@ -157,7 +157,7 @@ fn masquerade_port_forward_and_hairpin() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["reply"]["dst"] != r["orig"]["src"] || r["reply"]["src"] != r["orig"]["dst"])
+        .filter(|r| r["reply"]["dst"] != r["original"]["src"] || r["reply"]["src"] != r["original"]["dst"])
         .count();
     assert!(translated >= 5, "translated connections listed: {d}");
 }

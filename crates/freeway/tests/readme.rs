@@ -48,6 +48,15 @@ const USING_IT: &[(&str, How)] = &[
     ("freeway route [-j]", As(&["freeway route", "freeway route -j"])),
     ("freeway neigh [-j]", As(&["freeway neigh", "freeway neigh -j"])),
     ("freeway conntrack [-j]", As(&["freeway conntrack", "freeway conntrack -j"])),
+    ("freeway conntrack -L -p tcp --state ESTABLISHED -s 10.0.10.5", Run),
+    (
+        "freeway conntrack -E [-p udp] [-j]",
+        Skip("streams events until Ctrl-C: tests/netns_conntrack.rs runs it"),
+    ),
+    (
+        "freeway link show -s [dev wan] [-j]",
+        As(&["freeway link show -s", "freeway link show -s dev wan -j"]),
+    ),
     ("freeway stats [-j]", As(&["freeway stats", "freeway stats -j"])),
     (
         "freeway top",
@@ -219,7 +228,7 @@ impl Scratch {
                 if part.starts_with("freeway ctl ") {
                     return part.replacen("freeway ctl ", &format!("freeway ctl -s {sock} "), 1);
                 }
-                let client = ["fdb", "route", "neigh", "conntrack", "stats", "capture"]
+                let client = ["fdb", "route", "neigh", "conntrack", "stats", "capture", "link"]
                     .iter()
                     .find(|c| part.starts_with(&format!("freeway {c}")));
                 match client {

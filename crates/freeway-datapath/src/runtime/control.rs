@@ -37,6 +37,7 @@
 
 pub mod access;
 pub mod cli;
+pub mod events;
 mod lan;
 mod nft;
 pub mod protocol;
@@ -430,6 +431,8 @@ pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc
         }
     };
     let mut mirror = c.linux.as_ref().map(|f| f.rx.clone());
+    // `conntrack -E` subscribers: their own threads (see `events`).
+    let mut event_streams: Vec<events::EventStream> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         if let Some(new) = c.reloads.as_ref().and_then(|r| r.try_recv().ok()) {
             let (applied, restart) = c.apply_reload(&new, false);
@@ -461,7 +464,16 @@ pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc
             },
         };
         if let Some(job) = job {
-            let answer = c.job(job.request, job.stream, &stats);
+            let answer = match (job.request, job.stream) {
+                (Request::ConntrackEvents { filter }, Some(s)) => {
+                    event_streams.retain(|e| !e.is_finished());
+                    events::start(c.ct.as_ref(), filter, s, event_streams.len(), REPLY_DEADLINE)
+                        .map(|e| event_streams.push(e))
+                        .err()
+                        .map(Err)
+                }
+                (request, stream) => c.job(request, stream, &stats),
+            };
             let _ = job.answer.send(answer);
         }
         // A client that hung up (or asked for the end) ends its capture: the writer
@@ -486,6 +498,9 @@ pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc
     // Requests still queued are answered: the datapath is stopping.
     drop(jobs);
     drop(idle_sender);
+    for e in event_streams {
+        e.end();
+    }
     // The datapath stops: end the captures, so their clients see the end of the stream.
     for t in std::mem::take(&mut c.captures) {
         (c.detach)(t.id());
@@ -641,7 +656,7 @@ fn write_within(s: &UnixStream, bytes: &[u8], deadline: Instant) -> bool {
 /// answer went on the connection itself, a capture stream).
 fn submit(request: Request, s: &UnixStream, jobs: &Sender<Job>) -> Option<Result<Reply, CtlError>> {
     let stream = match &request {
-        Request::Capture(_) => s.try_clone().ok(),
+        Request::Capture(_) | Request::ConntrackEvents { .. } => s.try_clone().ok(),
         _ => None,
     };
     let (tx, rx) = bounded(1);
@@ -1040,7 +1055,9 @@ impl<L: Layout> Control<L> {
             Request::FirewallLoad { path } => nft::load(self.nft()?, path),
             Request::SetAdd { set, elements } => nft::set_change(self.nft()?, set, elements, true),
             Request::SetDel { set, elements } => nft::set_change(self.nft()?, set, elements, false),
-            Request::ConntrackList => self.conntrack_list(),
+            Request::ConntrackList { filter } => self.conntrack_list(filter),
+            // Answered in `serve`, which starts the stream on the connection.
+            Request::ConntrackEvents { .. } => Err(CtlError::Failed("the event stream's connection is gone".into())),
             Request::ConntrackFlush { zone } => self.conntrack_flush(*zone),
         }
     }
@@ -1527,12 +1544,13 @@ impl<L: Layout> Control<L> {
         })
     }
 
-    /// `conntrack list`.
-    fn conntrack_list(&self) -> Result<Reply, CtlError> {
+    /// `conntrack list [-p PROTO ...]`: the connections the filter selects, chosen while the
+    /// table is walked; the text is `conntrack -L`'s lines, the data their
+    /// records (`conntrack -o xml`'s structure as JSON).
+    fn conntrack_list(&self, filter: &freeway_conntrack::CtFilter) -> Result<Reply, CtlError> {
         let ct = self.ct.as_ref().ok_or_else(no_ct)?;
-        let d = ct.dump();
-        let mut text: String = d.iter().map(|x| format!("{x}\n")).collect();
-        text.push_str(&format!("{} flow entries have been shown.\n", d.len()));
+        let d = ct.dump_filtered(filter);
+        let text: String = d.iter().map(|x| format!("{x}\n")).collect();
         Ok(Reply::new(text, to_data(&d)?))
     }
 
@@ -1642,7 +1660,8 @@ neigh show                              the neighbour table
 neigh add IP lladdr MAC dev IFACE       a permanent neighbour
 neigh del IP dev IFACE                  delete a neighbour
 neigh flush [dev IFACE]                 delete the dynamic neighbours
-conntrack list                          the connection table
+conntrack list [-p P] [-s|-d|-r|-q ADDR] [--sport|--dport N] [-w ZONE] [--state S]
+                                        the connection table (conntrack -L's selectors)
 conntrack flush [zone N]                delete connections
 capture list                            the capture taps (config and started here)
 capture start -i PORT [-Q in|out|inout] [-s SNAPLEN] [-c COUNT] -w /ABS/FILE [FILTER...]

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use freeway_bridge::Mac;
+use freeway_conntrack::query::{parse_proto, parse_state};
+use freeway_conntrack::{CtFilter, TupleFilter};
 
 use super::protocol::{CtlError, Direction, FileFormat, Hops, Request, TapOptions};
 use crate::config::capture::{TapOptionsError, MAX_SNAPLEN};
@@ -33,6 +35,67 @@ pub struct TapArgs {
     pub format: Option<FileFormat>,
     /// Filter expression, tcpdump syntax (e.g. `tcp port 80 and host 10.0.0.1`).
     pub expression: Vec<String>,
+}
+
+/// conntrack(8)'s selectors, as `freeway conntrack` and `freeway ctl conntrack list` take
+/// them.
+#[derive(Args, Clone, Debug, Default)]
+pub struct CtFilterArgs {
+    /// Only this protocol: tcp, udp, icmp, icmpv6 or a number.
+    #[arg(short = 'p', long = "proto", value_name = "PROTO", value_parser = parse_proto)]
+    pub proto: Option<u8>,
+    /// Only this original source address.
+    #[arg(short = 's', long = "orig-src", alias = "src", value_name = "ADDR")]
+    pub orig_src: Option<IpAddr>,
+    /// Only this original destination address.
+    #[arg(short = 'd', long = "orig-dst", alias = "dst", value_name = "ADDR")]
+    pub orig_dst: Option<IpAddr>,
+    /// Only this reply source address.
+    #[arg(short = 'r', long = "reply-src", value_name = "ADDR")]
+    pub reply_src: Option<IpAddr>,
+    /// Only this reply destination address.
+    #[arg(short = 'q', long = "reply-dst", value_name = "ADDR")]
+    pub reply_dst: Option<IpAddr>,
+    /// Only this original source port.
+    #[arg(long = "sport", alias = "orig-port-src", value_name = "PORT")]
+    pub sport: Option<u16>,
+    /// Only this original destination port.
+    #[arg(long = "dport", alias = "orig-port-dst", value_name = "PORT")]
+    pub dport: Option<u16>,
+    /// Only this reply source port.
+    #[arg(long = "reply-port-src", value_name = "PORT")]
+    pub reply_sport: Option<u16>,
+    /// Only this reply destination port.
+    #[arg(long = "reply-port-dst", value_name = "PORT")]
+    pub reply_dport: Option<u16>,
+    /// Only this zone.
+    #[arg(short = 'w', long = "zone", value_name = "N")]
+    pub zone: Option<u16>,
+    /// Only TCP connections in this state, in conntrack's words (ESTABLISHED, SYN_SENT,
+    /// TIME_WAIT, ...).
+    #[arg(long = "state", value_name = "STATE", value_parser = parse_state)]
+    pub state: Option<String>,
+}
+
+impl CtFilterArgs {
+    /// The filter these selectors make.
+    pub fn filter(&self) -> CtFilter {
+        CtFilter {
+            proto: self.proto,
+            orig: TupleFilter {
+                src: self.orig_src,
+                dst: self.orig_dst,
+                ports: (self.sport, self.dport),
+            },
+            reply: TupleFilter {
+                src: self.reply_src,
+                dst: self.reply_dst,
+                ports: (self.reply_sport, self.reply_dport),
+            },
+            zone: self.zone,
+            state: self.state.clone(),
+        }
+    }
 }
 
 fn parse_direction(s: &str) -> Result<Direction, String> {
@@ -338,9 +401,10 @@ pub enum NeighCmd {
 /// `conntrack` commands.
 #[derive(Subcommand, Clone, Debug)]
 pub enum ConntrackCmd {
-    /// The connection table.
+    /// The connection table, or what conntrack(8)'s selectors choose (`-L -p tcp --state
+    /// ESTABLISHED`).
     #[command(short_flag = 'L')]
-    List,
+    List(CtFilterArgs),
     /// Deletes connections: `conntrack flush [zone N]`.
     #[command(short_flag = 'F')]
     Flush {
@@ -431,7 +495,10 @@ impl CtlCmd {
                 Some(NeighCmd::Flush { dev, .. }) => Request::NeighFlush { dev: dev.clone() },
             },
             CtlCmd::Conntrack { cmd } => match cmd {
-                None | Some(ConntrackCmd::List) => Request::ConntrackList,
+                None => Request::ConntrackList {
+                    filter: CtFilter::default(),
+                },
+                Some(ConntrackCmd::List(f)) => Request::ConntrackList { filter: f.filter() },
                 Some(ConntrackCmd::Flush { zone, .. }) => Request::ConntrackFlush { zone: *zone },
             },
             CtlCmd::Capture { cmd } => match cmd {
@@ -664,8 +731,32 @@ mod tests {
         assert_eq!(req("fdb").unwrap(), Request::FdbShow);
         assert_eq!(req("route").unwrap(), Request::RouteShow);
         assert_eq!(req("neigh").unwrap(), Request::NeighShow);
-        assert_eq!(req("conntrack").unwrap(), Request::ConntrackList);
-        assert_eq!(req("conntrack -L").unwrap(), Request::ConntrackList);
+        let all = Request::ConntrackList {
+            filter: CtFilter::default(),
+        };
+        assert_eq!(req("conntrack").unwrap(), all);
+        assert_eq!(req("conntrack -L").unwrap(), all);
+        assert_eq!(
+            req("conntrack -L -p tcp -s 10.0.0.1 --dport 80 -w 3 --state established").unwrap(),
+            Request::ConntrackList {
+                filter: CtFilter {
+                    proto: Some(6),
+                    orig: TupleFilter {
+                        src: Some("10.0.0.1".parse().unwrap()),
+                        dst: None,
+                        ports: (None, Some(80)),
+                    },
+                    zone: Some(3),
+                    state: Some("ESTABLISHED".into()),
+                    ..Default::default()
+                }
+            }
+        );
+        assert_eq!(
+            req("conntrack list -p tcp --dport 80").unwrap().to_string(),
+            "conntrack list -p 6 --dport 80"
+        );
+        assert!(req("conntrack -L --state OPEN").is_err());
         assert_eq!(req("conntrack -F").unwrap(), Request::ConntrackFlush { zone: None });
         assert_eq!(req("capture").unwrap(), Request::CaptureList);
         assert_eq!(req("firewall").unwrap(), Request::FirewallList);

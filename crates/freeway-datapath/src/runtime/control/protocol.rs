@@ -32,6 +32,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use freeway_bridge::Mac;
+use freeway_conntrack::CtFilter;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -153,8 +154,19 @@ pub enum Request {
         #[serde(default)]
         dev: Option<String>,
     },
-    /// The connection table.
-    ConntrackList,
+    /// The connection table, or the connections a filter selects (`conntrack -L -p tcp ...`).
+    ConntrackList {
+        /// conntrack(8)'s selectors (none: every connection).
+        #[serde(default, skip_serializing_if = "CtFilter::is_empty")]
+        filter: CtFilter,
+    },
+    /// conntrack -E: after the reply, the connection carries events (see
+    /// `runtime::control::events`) until the client goes away or the datapath stops.
+    ConntrackEvents {
+        /// conntrack(8)'s selectors (none: every connection).
+        #[serde(default, skip_serializing_if = "CtFilter::is_empty")]
+        filter: CtFilter,
+    },
     /// Deletes connections (of one zone).
     ConntrackFlush {
         /// The zone (default: all).
@@ -258,6 +270,7 @@ impl Request {
         "neigh_del",
         "neigh_flush",
         "conntrack_list",
+        "conntrack_events",
         "conntrack_flush",
         "capture_list",
         "capture_start",
@@ -295,7 +308,8 @@ impl Request {
             Request::NeighAdd { .. } => "neigh_add",
             Request::NeighDel { .. } => "neigh_del",
             Request::NeighFlush { .. } => "neigh_flush",
-            Request::ConntrackList => "conntrack_list",
+            Request::ConntrackList { .. } => "conntrack_list",
+            Request::ConntrackEvents { .. } => "conntrack_events",
             Request::ConntrackFlush { .. } => "conntrack_flush",
             Request::CaptureList => "capture_list",
             Request::CaptureStart { .. } => "capture_start",
@@ -406,7 +420,8 @@ impl fmt::Display for Request {
                 f.write_str("neigh flush")?;
                 dev.as_ref().map_or(Ok(()), |d| write!(f, " dev {d}"))
             }
-            Request::ConntrackList => f.write_str("conntrack list"),
+            Request::ConntrackList { filter } => write!(f, "conntrack list{}", filter_words(filter)),
+            Request::ConntrackEvents { filter } => write!(f, "conntrack events{}", filter_words(filter)),
             Request::ConntrackFlush { zone } => {
                 f.write_str("conntrack flush")?;
                 zone.map_or(Ok(()), |z| write!(f, " zone {z}"))
@@ -599,6 +614,28 @@ impl Response {
     }
 }
 
+/// A filter in `conntrack`'s words, each preceded by a space (for logs).
+fn filter_words(f: &CtFilter) -> String {
+    let mut s = String::new();
+    let mut w = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            s.push_str(&format!(" {k} {v}"));
+        }
+    };
+    w("-p", f.proto.map(|p| p.to_string()));
+    w("-s", f.orig.src.map(|a| a.to_string()));
+    w("-d", f.orig.dst.map(|a| a.to_string()));
+    w("-r", f.reply.src.map(|a| a.to_string()));
+    w("-q", f.reply.dst.map(|a| a.to_string()));
+    w("--sport", f.orig.ports.0.map(|p| p.to_string()));
+    w("--dport", f.orig.ports.1.map(|p| p.to_string()));
+    w("--reply-port-src", f.reply.ports.0.map(|p| p.to_string()));
+    w("--reply-port-dst", f.reply.ports.1.map(|p| p.to_string()));
+    w("-w", f.zone.map(|z| z.to_string()));
+    w("--state", f.state.clone());
+    s
+}
+
 /// Encodes a request line (newline included).
 pub fn encode_request(r: &Request) -> String {
     let mut s = serde_json::to_string(&RequestLine {
@@ -724,7 +761,19 @@ mod tests {
                 dev: "wan".into(),
             },
             Request::NeighFlush { dev: None },
-            Request::ConntrackList,
+            Request::ConntrackList {
+                filter: CtFilter {
+                    proto: Some(6),
+                    state: Some("ESTABLISHED".into()),
+                    ..Default::default()
+                },
+            },
+            Request::ConntrackEvents {
+                filter: CtFilter {
+                    zone: Some(2),
+                    ..Default::default()
+                },
+            },
             Request::ConntrackFlush { zone: Some(3) },
             Request::CaptureList,
             Request::CaptureStart {
