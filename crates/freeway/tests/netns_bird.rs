@@ -13,79 +13,9 @@
 mod netbed;
 use netbed::*;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// A BIRD daemon in the foreground, with its own control socket, killed when dropped.
-struct Bird {
-    child: Child,
-    sock: String,
-    ns: String,
-}
-
-impl Bird {
-    fn start(bed: &Bed, name: &str, node: &str, conf: &str) -> Bird {
-        let ns = format!("fw-{node}{}", bed.suffix);
-        let path = bed.dir.join(format!("{name}.conf"));
-        std::fs::write(&path, conf).unwrap();
-        let sock = bed.dir.join(format!("{name}.ctl")).display().to_string();
-        let pid = bed.dir.join(format!("{name}.pid")).display().to_string();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns, "bird", "-f", "-c"])
-            .arg(&path)
-            .args(["-s", &sock, "-P", &pid])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("bird starts");
-        Bird { child, sock, ns }
-    }
-
-    fn cli(&self, cmd: &str) -> String {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "birdc", "-s", &self.sock])
-            .args(cmd.split(' '))
-            .output()
-            .expect("birdc runs");
-        String::from_utf8_lossy(&o.stdout).to_string()
-    }
-
-    /// The BGP protocol's state line (`... Established` and the time it got there).
-    fn session(&self) -> String {
-        self.cli("show protocols peer")
-            .lines()
-            .find(|l| l.starts_with("peer"))
-            .unwrap_or("")
-            .to_string()
-    }
-}
-
-impl Drop for Bird {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn bird_installed() -> bool {
-    Command::new("sh")
-        .args(["-c", "command -v bird && command -v birdc"])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Waits (bounded by `limit`) until `ok`, polling; returns whether it came and when.
-fn wait_for(limit: Duration, mut ok: impl FnMut() -> bool) -> Option<Duration> {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if ok() {
-            return Some(t0.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
+use netbed::bird::{bird_installed, wait_for, Bird};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Sends TCP from `from` to `dst` (an address of `to`) for `secs` seconds with iperf3 (four
 /// streams, as fast as they go); returns the bytes received.

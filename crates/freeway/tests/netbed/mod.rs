@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod bird;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
