@@ -402,7 +402,6 @@ pub fn run_with(
                     out(c, &mut gone);
                 }
             }
-            drop(out);
             if gone || (!chunk.is_empty() && !sink(chunk)) {
                 break;
             }
