@@ -224,28 +224,27 @@ impl Netlink {
 
     /// Hands every route of every table and family to `each`, as the dump arrives.
     pub fn each_route(&mut self, mut each: impl FnMut(RouteMessage)) -> io::Result<()> {
-        self.ask_each(
-            RouteNetlinkMessage::GetRoute(RouteMessage::default()),
-            NLM_F_DUMP,
-            |m| {
-                if let RouteNetlinkMessage::NewRoute(r) = m {
-                    each(r)
-                }
-            },
-        )
+        let req = RouteNetlinkMessage::GetRoute(RouteMessage::default());
+        self.dump_each(req, |m| {
+            if let RouteNetlinkMessage::NewRoute(r) = m {
+                each(r)
+            }
+        })
     }
 
     /// Hands every neighbour entry (IPv4 and IPv6) to `each`, as the dump arrives.
     pub fn each_neigh(&mut self, mut each: impl FnMut(NeighbourMessage)) -> io::Result<()> {
-        self.ask_each(
-            RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
-            NLM_F_DUMP,
-            |m| {
-                if let RouteNetlinkMessage::NewNeighbour(n) = m {
-                    each(n)
-                }
-            },
-        )
+        let req = RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default());
+        self.dump_each(req, |m| {
+            if let RouteNetlinkMessage::NewNeighbour(n) = m {
+                each(n)
+            }
+        })
+    }
+
+    /// Sends a dump request and hands each message to `each` as it arrives.
+    fn dump_each(&mut self, req: RouteNetlinkMessage, each: impl FnMut(RouteNetlinkMessage)) -> io::Result<()> {
+        self.ask_each(req, NLM_F_DUMP, each)
     }
 
     /// Waits up to `wait` for notifications and returns those queued (at most about

@@ -66,18 +66,6 @@ fn upstream_bird() -> String {
     s
 }
 
-/// Frames received on the port named `port`.
-fn rx(bed: &Bed, port: &str) -> u64 {
-    let r = bed.ctl(&["stats"]);
-    r["data"]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == port)
-        .and_then(|p| p["rx_packets"].as_u64())
-        .unwrap()
-}
-
 /// Sends `per_flow` UDP datagrams to 192.0.2.1 from each of `flows` source ports.
 fn flows(bed: &Bed, flows: u16, per_flow: u16) {
     let py = format!(
@@ -148,9 +136,9 @@ fn two_nodes_share_flows_by_bgp_ecmp_and_one_takes_over() {
         a.ping("h1", "10.1.0.1") && a.ping("h1", "10.3.0.1"),
         "the upstream reaches both nodes"
     );
-    let (a0, b0) = (rx(&a, "h1"), rx(&b, "uplink"));
+    let (a0, b0) = (a.rx("h1"), b.rx("uplink"));
     flows(&a, 64, 10);
-    let (da, db) = (rx(&a, "h1") - a0, rx(&b, "uplink") - b0);
+    let (da, db) = (a.rx("h1") - a0, b.rx("uplink") - b0);
     assert!(da > 0 && db > 0, "flows spread over both nodes: A {da}, B {db}");
     assert!(da + db >= 640, "every datagram went through a node: A {da}, B {db}");
     println!("640 datagrams in 64 flows: node A {da}, node B {db}");
@@ -166,9 +154,9 @@ fn two_nodes_share_flows_by_bgp_ecmp_and_one_takes_over() {
         "node B stopped: its path gone from the upstream after {:?} (hold time {HOLD} s)",
         moved.unwrap()
     );
-    let a1 = rx(&a, "h1");
+    let a1 = a.rx("h1");
     flows(&a, 64, 10);
-    let da = rx(&a, "h1") - a1;
+    let da = a.rx("h1") - a1;
     assert!(da >= 640, "every flow goes through node A now: {da} of 640");
     a.stop();
 }
