@@ -21,8 +21,13 @@ pub struct Applied {
     pub refused: u64,
 }
 
-/// Applies a batch of changes to `rib`, counting in `n`.
+/// Applies a batch of changes to `rib`, counting in `n`: one publication for the whole batch
+/// ([`Rib::batch`]).
 pub fn apply(rib: &mut Rib, changes: Vec<Change>, n: &mut Applied) {
+    rib.batch(|rib| apply_each(rib, changes, n));
+}
+
+fn apply_each(rib: &mut Rib, changes: Vec<Change>, n: &mut Applied) {
     for c in changes {
         match c {
             Change::Replace(r) => match rib.kind_of(r.prefix) {

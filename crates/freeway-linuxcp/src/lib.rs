@@ -5,6 +5,7 @@
 //!   state: several kernel routes per prefix, the best one installed).
 //! * [`netlink`]: the sockets and the mirror's loop (a full dump at start, then
 //!   notifications, a full resync when the socket overruns).
+//! * [`neigh`]: rtnetlink neighbour messages of the twins to Freeway neighbour entries.
 //! * [`apply`]: how the changes enter the RIB (a mirrored route never displaces another's).
 //! * [`kernel`]: writing routes into the kernel (benchmarks and tests).
 //! * [`twin`]: the router interfaces' kernel twins (tap devices) and the punt path.
@@ -15,11 +16,13 @@
 
 pub mod apply;
 pub mod kernel;
+pub mod neigh;
 pub mod netlink;
 pub mod translate;
 pub mod twin;
 
 pub use apply::{apply, Applied};
-pub use netlink::{run, MirrorConfig};
+pub use neigh::{decode_neigh, Neighbour};
+pub use netlink::{run, run_with, MirrorConfig};
 pub use translate::{decode, Change, Decoded, Filter, Key, Mirror, MirrorStats, Skip};
 pub use twin::{TwinSpec, TwinStats, Twins};

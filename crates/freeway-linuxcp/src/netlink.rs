@@ -17,10 +17,12 @@ use std::time::Duration;
 
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::neighbour::NeighbourMessage;
 use netlink_packet_route::route::RouteMessage;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
+use crate::neigh::{decode_neigh, Neighbour};
 use crate::translate::{decode, Change, Decoded, Filter, Mirror};
 
 /// What the notification socket said.
@@ -32,6 +34,8 @@ enum Event {
     Link(u32, Option<String>),
     /// A link went.
     DelLink(u32),
+    /// A neighbour entry appeared or changed.
+    Neigh(NeighbourMessage),
 }
 
 /// The two rtnetlink sockets.
@@ -54,7 +58,8 @@ fn link_name(m: &LinkMessage) -> Option<String> {
 }
 
 impl Netlink {
-    /// Opens the sockets and subscribes to IPv4 and IPv6 route and link notifications.
+    /// Opens the sockets and subscribes to IPv4 and IPv6 route, link and neighbour
+    /// notifications.
     pub fn open() -> io::Result<Netlink> {
         Netlink::open_with(true)
     }
@@ -69,7 +74,12 @@ impl Netlink {
             if force_rcvbuf(&events, RCVBUF).is_err() {
                 let _ = events.set_rx_buf_sz(RCVBUF);
             }
-            for g in [libc::RTNLGRP_IPV4_ROUTE, libc::RTNLGRP_IPV6_ROUTE, libc::RTNLGRP_LINK] {
+            for g in [
+                libc::RTNLGRP_IPV4_ROUTE,
+                libc::RTNLGRP_IPV6_ROUTE,
+                libc::RTNLGRP_LINK,
+                libc::RTNLGRP_NEIGH,
+            ] {
                 events.add_membership(g)?;
             }
         }
@@ -98,6 +108,19 @@ impl Netlink {
     /// Sends a request and collects its answer: the messages until `NLMSG_DONE`, or none
     /// until the acknowledgement (an error message with code 0).
     fn ask(&mut self, req: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkMessage>> {
+        let mut got = Vec::new();
+        self.ask_each(req, flags, |m| got.push(m))?;
+        Ok(got)
+    }
+
+    /// Sends a request and hands each message of its answer to `each` as it arrives (a
+    /// large dump is never held whole).
+    fn ask_each(
+        &mut self,
+        req: RouteNetlinkMessage,
+        flags: u16,
+        mut each: impl FnMut(RouteNetlinkMessage),
+    ) -> io::Result<()> {
         self.seq = self.seq.wrapping_add(1);
         let mut h = NetlinkHeader::default();
         h.flags = NLM_F_REQUEST | flags;
@@ -107,7 +130,6 @@ impl Netlink {
         let mut out = vec![0; m.buffer_len()];
         m.serialize(&mut out);
         self.dump.send(&out, 0)?;
-        let mut got = Vec::new();
         loop {
             let n = self.dump.recv(&mut &mut self.buf[..], 0)?;
             let mut off = 0;
@@ -117,14 +139,14 @@ impl Netlink {
                 let len = msg.header.length as usize;
                 if msg.header.sequence_number == self.seq {
                     match msg.payload {
-                        NetlinkPayload::Done(_) => return Ok(got),
+                        NetlinkPayload::Done(_) => return Ok(()),
                         NetlinkPayload::Error(e) => {
                             return match e.code {
-                                None => Ok(got),
+                                None => Ok(()),
                                 Some(c) => Err(io::Error::from_raw_os_error(-c.get())),
                             };
                         }
-                        NetlinkPayload::InnerMessage(x) => got.push(x),
+                        NetlinkPayload::InnerMessage(x) => each(x),
                         _ => {}
                     }
                 }
@@ -195,14 +217,34 @@ impl Netlink {
 
     /// Every route of every table and family.
     pub fn routes(&mut self) -> io::Result<Vec<RouteMessage>> {
-        let msgs = self.dump_of(RouteNetlinkMessage::GetRoute(RouteMessage::default()))?;
-        Ok(msgs
-            .into_iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => Some(r),
-                _ => None,
-            })
-            .collect())
+        let mut out = Vec::new();
+        self.each_route(|r| out.push(r))?;
+        Ok(out)
+    }
+
+    /// Hands every route of every table and family to `each`, as the dump arrives.
+    pub fn each_route(&mut self, mut each: impl FnMut(RouteMessage)) -> io::Result<()> {
+        let req = RouteNetlinkMessage::GetRoute(RouteMessage::default());
+        self.dump_each(req, |m| {
+            if let RouteNetlinkMessage::NewRoute(r) = m {
+                each(r)
+            }
+        })
+    }
+
+    /// Hands every neighbour entry (IPv4 and IPv6) to `each`, as the dump arrives.
+    pub fn each_neigh(&mut self, mut each: impl FnMut(NeighbourMessage)) -> io::Result<()> {
+        let req = RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default());
+        self.dump_each(req, |m| {
+            if let RouteNetlinkMessage::NewNeighbour(n) = m {
+                each(n)
+            }
+        })
+    }
+
+    /// Sends a dump request and hands each message to `each` as it arrives.
+    fn dump_each(&mut self, req: RouteNetlinkMessage, each: impl FnMut(RouteNetlinkMessage)) -> io::Result<()> {
+        self.ask_each(req, NLM_F_DUMP, each)
     }
 
     /// Waits up to `wait` for notifications and returns those queued (at most about
@@ -244,6 +286,7 @@ impl Netlink {
                         RouteNetlinkMessage::DelRoute(r) => out.push(Event::DelRoute(r)),
                         RouteNetlinkMessage::NewLink(l) => out.push(Event::Link(l.header.index, link_name(&l))),
                         RouteNetlinkMessage::DelLink(l) => out.push(Event::DelLink(l.header.index)),
+                        RouteNetlinkMessage::NewNeighbour(n) => out.push(Event::Neigh(n)),
                         _ => {}
                     }
                 }
@@ -286,8 +329,19 @@ pub struct MirrorConfig {
     pub ifaces: Vec<String>,
 }
 
+/// The router interface whose twin is the kernel's device `i`, by name.
+fn twin_of(links: &HashMap<u32, String>, ifaces: &[String], i: u32) -> Option<u16> {
+    links
+        .get(&i)
+        .and_then(|n| ifaces.iter().position(|x| x == n))
+        .map(|i| i as u16)
+}
+
 /// The most notifications handled in one batch (one hand-over to the RIB's owner).
 const BATCH: usize = 4096;
+
+/// Changes of a dump handed to the RIB's owner at a time.
+const CHUNK: usize = 8192;
 
 /// The mirror's loop (a thread of its own): dumps, then follows notifications until `stop`;
 /// every batch of changes goes to `sink`, in order. `sink` returning false ends the loop (its
@@ -295,7 +349,18 @@ const BATCH: usize = 4096;
 pub fn run(
     cfg: &MirrorConfig,
     stop: &AtomicBool,
+    sink: impl FnMut(Vec<Change>) -> bool,
+) -> io::Result<crate::translate::MirrorStats> {
+    run_with(cfg, stop, sink, |_| {})
+}
+
+/// [`run`], also handing every kernel neighbour entry of the twins to `neigh` (from the
+/// dumps, then as notified; see [`crate::neigh`]).
+pub fn run_with(
+    cfg: &MirrorConfig,
+    stop: &AtomicBool,
     mut sink: impl FnMut(Vec<Change>) -> bool,
+    mut neigh: impl FnMut(Neighbour),
 ) -> io::Result<crate::translate::MirrorStats> {
     let mut nl = Netlink::open()?;
     let mut mirror = Mirror::new();
@@ -305,27 +370,42 @@ pub fn run(
         if need_resync {
             need_resync = false;
             links = nl.links()?;
-            let routes = nl.routes()?;
-            let map = |i: u32| {
-                links
-                    .get(&i)
-                    .and_then(|n| cfg.ifaces.iter().position(|x| x == n))
-                    .map(|i| i as u16)
+            let map = |i: u32| twin_of(&links, &cfg.ifaces, i);
+            let mut gone = false;
+            let mut chunk = Vec::with_capacity(CHUNK);
+            let mut out = |c: Change, gone: &mut bool| {
+                chunk.push(c);
+                if chunk.len() >= CHUNK && !*gone && !sink(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK))) {
+                    *gone = true;
+                }
             };
-            let dump = routes.iter().filter_map(|r| match decode(r, &cfg.filter, map) {
-                Decoded::Route(k, r) => Some((k, r)),
-                Decoded::Ignored => None,
-            });
-            let changes = mirror.resync(dump.collect::<Vec<_>>());
-            tracing::info!(
-                routes = mirror.len(),
-                changes = changes.len(),
-                "linux mirror: table {} read",
-                cfg.filter.table
-            );
-            if !changes.is_empty() && !sink(changes) {
+            if mirror.is_empty() {
+                // From nothing (the start), each route of the dump is a change as it is read:
+                // the RIB's owner installs one chunk while the next is read.
+                mirror.note_resync();
+                nl.each_route(|r| {
+                    if let Decoded::Route(k, r) = decode(&r, &cfg.filter, map) {
+                        if let Some(c) = mirror.new_route(k, r) {
+                            out(c, &mut gone);
+                        }
+                    }
+                })?;
+            } else {
+                let mut dump = Vec::new();
+                nl.each_route(|r| {
+                    if let Decoded::Route(k, r) = decode(&r, &cfg.filter, map) {
+                        dump.push((k, r));
+                    }
+                })?;
+                for c in mirror.resync(dump) {
+                    out(c, &mut gone);
+                }
+            }
+            if gone || (!chunk.is_empty() && !sink(chunk)) {
                 break;
             }
+            nl.each_neigh(|n| decode_neigh(&n, map).into_iter().for_each(&mut neigh))?;
+            tracing::info!(routes = mirror.len(), "linux mirror: table {} read", cfg.filter.table);
         }
         let events = match nl.events(Duration::from_millis(100), BATCH) {
             Ok(e) => e,
@@ -338,12 +418,7 @@ pub fn run(
         };
         let mut changes = Vec::new();
         for ev in events {
-            let map = |i: u32| {
-                links
-                    .get(&i)
-                    .and_then(|n| cfg.ifaces.iter().position(|x| x == n))
-                    .map(|i| i as u16)
-            };
+            let map = |i: u32| twin_of(&links, &cfg.ifaces, i);
             match ev {
                 Event::NewRoute(r) => {
                     if let Decoded::Route(k, r) = decode(&r, &cfg.filter, map) {
@@ -365,6 +440,7 @@ pub fn run(
                         links.insert(i, n);
                     }
                 }
+                Event::Neigh(n) => decode_neigh(&n, map).into_iter().for_each(&mut neigh),
                 Event::DelLink(i) => {
                     if links.remove(&i).is_some_and(|n| cfg.ifaces.contains(&n)) {
                         need_resync = true;

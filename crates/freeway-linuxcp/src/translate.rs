@@ -14,7 +14,7 @@
 //! carries its name). Hops on other devices are left out; a route with none left is not
 //! wanted. Routes through nexthop objects (`RTA_NH_ID`) are not mirrored (counted).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use freeway_route::{NextHop, Prefix, Route, RouteKind};
@@ -236,12 +236,15 @@ impl MirrorStats {
 }
 
 /// The mirror's state: every wanted kernel route, by prefix then (priority, TOS); the route
-/// installed for a prefix is the first of its map.
+/// installed for a prefix is the first of its list (kept sorted; nearly always one route).
 #[derive(Debug, Default)]
 pub struct Mirror {
-    routes: HashMap<Prefix, BTreeMap<(u32, u8), Route>>,
+    routes: HashMap<Prefix, Vec<(Slot, Route)>>,
     stats: MirrorStats,
 }
+
+/// A route's place among its prefix's: (priority, TOS).
+type Slot = (u32, u8);
 
 impl Mirror {
     /// An empty mirror.
@@ -264,8 +267,22 @@ impl Mirror {
         self.routes.is_empty()
     }
 
+    /// Counts a full resynchronisation done by handing an empty mirror every route of a dump
+    /// through [`Mirror::new_route`] (which reaches the state [`Mirror::resync`] would, one
+    /// change at a time).
+    pub fn note_resync(&mut self) {
+        self.stats.resyncs += 1;
+    }
+
     fn best(&self, p: &Prefix) -> Option<&Route> {
-        self.routes.get(p).and_then(|m| m.values().next())
+        self.routes.get(p).and_then(|m| m.first()).map(|(_, r)| r)
+    }
+
+    fn insert(list: &mut Vec<(Slot, Route)>, slot: Slot, route: Route) {
+        match list.binary_search_by_key(&slot, |(s, _)| *s) {
+            Ok(i) => list[i].1 = route,
+            Err(i) => list.insert(i, (slot, route)),
+        }
     }
 
     /// A route was added or replaced in the kernel (`RTM_NEWROUTE`) with what `decode` made
@@ -275,9 +292,7 @@ impl Mirror {
         let before = self.best(&key.prefix).cloned();
         let slot = (key.priority, key.tos);
         match r {
-            Ok(route) => {
-                self.routes.entry(key.prefix).or_default().insert(slot, route);
-            }
+            Ok(route) => Self::insert(self.routes.entry(key.prefix).or_default(), slot, route),
             Err(_) => self.remove(key.prefix, slot),
         }
         self.changed(key.prefix, before)
@@ -290,9 +305,11 @@ impl Mirror {
         self.changed(key.prefix, before)
     }
 
-    fn remove(&mut self, p: Prefix, slot: (u32, u8)) {
+    fn remove(&mut self, p: Prefix, slot: Slot) {
         if let Some(m) = self.routes.get_mut(&p) {
-            m.remove(&slot);
+            if let Ok(i) = m.binary_search_by_key(&slot, |(s, _)| *s) {
+                m.remove(i);
+            }
             if m.is_empty() {
                 self.routes.remove(&p);
             }
@@ -317,10 +334,11 @@ impl Mirror {
         for (key, r) in dump {
             self.stats.count(&r);
             if let Ok(route) = r {
-                self.routes
-                    .entry(key.prefix)
-                    .or_default()
-                    .insert((key.priority, key.tos), route);
+                Self::insert(
+                    self.routes.entry(key.prefix).or_default(),
+                    (key.priority, key.tos),
+                    route,
+                );
             }
         }
         let mut out: Vec<Change> = old
@@ -329,8 +347,8 @@ impl Mirror {
             .map(|p| Change::Delete(*p))
             .collect();
         for (p, m) in &self.routes {
-            let now = m.values().next().expect("no empty map is kept");
-            if old.get(p).and_then(|o| o.values().next()) != Some(now) {
+            let now = &m.first().expect("no empty list is kept").1;
+            if old.get(p).and_then(|o| o.first()).map(|(_, r)| r) != Some(now) {
                 out.push(Change::Replace(now.clone()));
             }
         }
@@ -339,6 +357,6 @@ impl Mirror {
 
     /// The routes it installs, one per prefix.
     pub fn installed(&self) -> impl Iterator<Item = &Route> {
-        self.routes.values().filter_map(|m| m.values().next())
+        self.routes.values().filter_map(|m| m.first()).map(|(_, r)| r)
     }
 }

@@ -1,8 +1,9 @@
 //! The translation from rtnetlink route messages to RIB changes, against a model of the
 //! kernel's table: whatever sequence of kernel changes (several routes per prefix, ECMP,
 //! unwanted protocols and devices), the RIB that applies the mirror's changes holds, for each
-//! prefix, the wanted kernel route of lowest metric; a resync from a dump reaches the same
-//! RIB as the notifications did.
+//! prefix, the wanted kernel route of lowest metric; a resync from a dump, and the dump
+//! streamed route by route into an empty mirror (the start-up path), reach the same RIB as the
+//! notifications did.
 
 // The netlink crate's message types are `#[non_exhaustive]`: built from `Default`, then set.
 #![allow(clippy::field_reassign_with_default)]
@@ -269,6 +270,14 @@ proptest! {
         let mut rib2 = HashMap::new();
         for c in fresh.resync(kernel.values().map(|m| key(m, &f)).collect::<Vec<_>>()) { apply(&mut rib2, c); }
         prop_assert_eq!(&rib2, &rib);
+        // The start-up dump streamed into an empty mirror, route by route, reaches it too.
+        let mut streamed = Mirror::new();
+        let mut rib3 = HashMap::new();
+        for m in kernel.values() {
+            let (k, r) = key(m, &f);
+            if let Some(c) = streamed.new_route(k, r) { apply(&mut rib3, c); }
+        }
+        prop_assert_eq!(&rib3, &rib);
         for c in mirror.resync(Vec::new()) { apply(&mut rib, c); }
         prop_assert!(rib.is_empty());
     }

@@ -115,7 +115,7 @@ impl Fib {
     }
 
     /// The route generation: starts at a value unique to this FIB (never 0), grows by one after
-    /// every change, once the change is fully visible.
+    /// every change (or every [`crate::Rib::batch`] of changes), once it is fully visible.
     #[inline(always)]
     pub fn generation(&self) -> u64 {
         self.shared.generation.load(Ordering::Acquire)

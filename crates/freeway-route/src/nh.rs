@@ -368,7 +368,12 @@ impl NhWriter {
     /// Takes a user of the group for `hops` (canonicalised), creating and publishing it if
     /// needed. Returns its index.
     pub fn acquire(&mut self, hops: &[NextHop]) -> Result<u32, NhError> {
-        let hops = canonical(hops);
+        self.acquire_canonical(canonical(hops))
+    }
+
+    /// [`NhWriter::acquire`] of hops already canonical (sorted, deduplicated).
+    pub(crate) fn acquire_canonical(&mut self, hops: Vec<NextHop>) -> Result<u32, NhError> {
+        debug_assert!(hops.windows(2).all(|w| w[0] < w[1]), "canonical hops");
         if hops.is_empty() || hops.len() > MAX_PATHS {
             return Err(NhError::BadSize);
         }

@@ -4,6 +4,9 @@
 //! or overwrites like `ip route replace`), with one or more next hops (more than one: ECMP)
 //! and a kind. Every change is applied to the FIB immediately and in full, then the FIB's
 //! generation is bumped (`Release`), so per-worker route caches refill on their next lookup.
+//! Inside [`Rib::batch`] the bump waits for the end of the batch: many changes (a routing
+//! daemon's burst, a full table) are one publication, and the workers' caches refill once, not
+//! once per route.
 //!
 //! # Invariants
 //! * The FIB answers, for every address, the next-hop group of the longest RIB prefix
@@ -27,7 +30,7 @@ use serde::Serialize;
 use crate::dir::{leaf, Dir, DirFull};
 use crate::epoch;
 use crate::fib::{Fib, FibConfig};
-use crate::nh::{canonical, NextHop, NhError, NhWriter, MAX_PATHS};
+use crate::nh::{NextHop, NhError, NhWriter, MAX_PATHS};
 use crate::prefix::{mask6, Prefix, Prefix4, Prefix6};
 
 /// Where a route came from.
@@ -208,6 +211,10 @@ pub struct Rib {
     /// Per family (0: IPv4, 1: IPv6), per length: left-aligned network -> entry.
     maps: [Vec<HashMap<u128, Entry>>; 2],
     stats: RibStats,
+    /// Inside [`Rib::batch`]: the generation bump waits for its end.
+    holding: bool,
+    /// A change was made while holding.
+    held_change: bool,
 }
 
 impl fmt::Debug for Rib {
@@ -248,6 +255,8 @@ impl Rib {
                 (0..=128).map(|_| HashMap::new()).collect(),
             ],
             stats: RibStats::default(),
+            holding: false,
+            held_change: false,
         };
         (rib, fib)
     }
@@ -290,7 +299,15 @@ impl Rib {
         }
     }
 
-    fn bump(&self) {
+    fn bump(&mut self) {
+        if self.holding {
+            self.held_change = true;
+            return;
+        }
+        self.publish();
+    }
+
+    fn publish(&self) {
         // Release: every entry store of the change happens-before a reader that sees the new
         // generation (single writer, so load + store would do; fetch_add is as cheap here).
         self.fib
@@ -299,22 +316,45 @@ impl Rib {
             .fetch_add(1, freeway_sync::atomic::Ordering::Release);
     }
 
-    fn validate(route: &Route) -> Result<Vec<NextHop>, RouteError> {
-        let hops = canonical(&route.hops);
+    /// The route's hops made canonical (sorted, deduplicated: in place, no copy), checked.
+    fn validate(prefix: Prefix, mut hops: Vec<NextHop>) -> Result<Vec<NextHop>, RouteError> {
+        hops.sort_unstable();
+        hops.dedup();
         if hops.is_empty() || hops.len() > MAX_PATHS {
-            return Err(RouteError::BadNextHops(route.prefix));
+            return Err(RouteError::BadNextHops(prefix));
         }
         for h in &hops {
             if let Some(gw) = h.gateway {
-                if gw.is_ipv4() != route.prefix.is_v4() {
-                    return Err(RouteError::GatewayFamily {
-                        prefix: route.prefix,
-                        gateway: gw,
-                    });
+                if gw.is_ipv4() != prefix.is_v4() {
+                    return Err(RouteError::GatewayFamily { prefix, gateway: gw });
                 }
             }
         }
         Ok(hops)
+    }
+
+    /// Runs `f` on this RIB as one publication: every change `f` makes reaches the FIB at
+    /// once (workers may meet some of them early, as they may meet a single change half
+    /// done), and the generation moves once, at the end, if anything changed. Nested batches
+    /// are part of the outer one.
+    pub fn batch<R>(&mut self, f: impl FnOnce(&mut Rib) -> R) -> R {
+        if self.holding {
+            return f(self);
+        }
+        self.holding = true;
+        self.held_change = false;
+        // Published even if `f` panics, so no change is left unannounced.
+        struct Publish<'a>(&'a mut Rib);
+        impl Drop for Publish<'_> {
+            fn drop(&mut self) {
+                self.0.holding = false;
+                if std::mem::take(&mut self.0.held_change) {
+                    self.0.publish();
+                }
+            }
+        }
+        let p = Publish(self);
+        f(&mut *p.0)
     }
 
     /// Adds a route; refuses an existing prefix.
@@ -333,8 +373,8 @@ impl Rib {
         if old.is_some() && !allow_replace {
             return Err(RouteError::Exists(route.prefix));
         }
-        let hops = Self::validate(&route).inspect_err(|_| self.stats.refused += 1)?;
-        let idx = match self.nh.acquire(&hops) {
+        let hops = Self::validate(route.prefix, route.hops).inspect_err(|_| self.stats.refused += 1)?;
+        let idx = match self.nh.acquire_canonical(hops) {
             Ok(i) => i,
             Err(NhError::Full) => {
                 self.stats.refused += 1;
@@ -708,6 +748,31 @@ mod tests {
         assert_eq!(rib.stats().deleted, 1);
         assert_eq!(fib.generation(), g0 + 4);
         assert_eq!(fib.memory().v4_groups, 0, "the /28's group collapsed");
+    }
+
+    #[test]
+    fn a_batch_is_one_publication() {
+        let (mut rib, fib) = Rib::new(small());
+        let g0 = fib.generation();
+        let n = rib.batch(|rib| {
+            for i in 0..100u32 {
+                let pre = Prefix::new(std::net::Ipv4Addr::from((10 << 24) | (i << 8)).into(), 24).unwrap();
+                rib.add(Route::new(pre, vec![via("192.0.2.1", 1)])).unwrap();
+            }
+            // Nested: part of the outer batch.
+            rib.batch(|rib| rib.delete(p("10.0.99.0/24")).unwrap());
+            assert_eq!(fib.generation(), g0, "nothing announced inside the batch");
+            rib.len()
+        });
+        assert_eq!(n, 99);
+        assert_eq!(fib.generation(), g0 + 1);
+        assert_eq!(fib.next_hop("10.0.42.1".parse().unwrap(), 0), Some(via("192.0.2.1", 1)));
+        assert_eq!(fib.next_hop("10.0.99.1".parse().unwrap(), 0), None);
+        // A batch that changed nothing announces nothing; changes after it are announced alone.
+        rib.batch(|rib| assert!(rib.delete(p("11.0.0.0/8")).is_err()));
+        assert_eq!(fib.generation(), g0 + 1);
+        rib.delete(p("10.0.42.0/24")).unwrap();
+        assert_eq!(fib.generation(), g0 + 2);
     }
 
     #[test]

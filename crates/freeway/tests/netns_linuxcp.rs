@@ -1,6 +1,8 @@
 //! The kernel route mirror (`[linux] mirror`) on real namespaces: routes of the kernel table
 //! of Freeway's namespace, present at start or added and removed while it runs, are in
-//! Freeway's RIB with their protocol, and traffic follows them.
+//! Freeway's RIB with their protocol, and traffic follows them; the kernel's neighbour
+//! entries on the interfaces' devices, present at start or added later, are in Freeway's
+//! neighbour table.
 //!
 //! The router interfaces' kernel devices are veths here, named after the interfaces (the
 //! mirror matches devices by name).
@@ -13,9 +15,14 @@ use std::time::{Duration, Instant};
 
 /// Waits (bounded) until `route show` satisfies `ok`; returns the last text.
 fn route_show_until(bed: &Bed, ok: impl Fn(&str) -> bool) -> String {
+    show_until(bed, &["route", "show"], ok)
+}
+
+/// Waits (bounded) until the text of the request `words` satisfies `ok`; returns it.
+fn show_until(bed: &Bed, words: &[&str], ok: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let r = bed.ctl(&["route", "show"]);
+        let r = bed.ctl(words);
         let text = r["text"].as_str().unwrap().to_string();
         if ok(&text) || Instant::now() > deadline {
             return text;
@@ -40,7 +47,8 @@ fn kernel_routes_are_mirrored_and_forwarded() {
          && ip link set v10p up && ip link set v20p up && ip link set v10 up && ip link set v20 up \
          && ip addr add 10.1.0.1/24 dev v10 && ip addr add 10.2.0.1/24 dev v20 \
          && ip route add 10.9.0.0/16 via 10.2.0.2 dev v20 proto bird \
-         && ip route add 10.7.0.0/16 via 10.2.0.2 dev v20 proto static",
+         && ip route add 10.7.0.0/16 via 10.2.0.2 dev v20 proto static \
+         && ip neigh add 10.1.0.66 lladdr 02:00:00:00:00:66 dev v10 nud permanent",
     );
     let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
     cfg.push_str(&router_v10_v20());
@@ -59,6 +67,15 @@ fn kernel_routes_are_mirrored_and_forwarded() {
         bed.ctl(&["stats"])["data"]["router"],
         bed.ctl(&["neigh", "show"])["text"]
     );
+
+    // Kernel neighbours: the one there at start (dump), one added while running (notified).
+    bed.sh_ok(
+        "sw",
+        "ip neigh add 10.2.0.77 lladdr 02:00:00:00:00:77 dev v20 nud permanent",
+    );
+    let neigh = show_until(&bed, &["neigh", "show"], |t| t.contains("10.2.0.77"));
+    assert!(neigh.contains("10.1.0.66 dev v10 lladdr 02:00:00:00:00:66"), "{neigh}");
+    assert!(neigh.contains("10.2.0.77 dev v20 lladdr 02:00:00:00:00:77"), "{neigh}");
 
     // A route added while running (a notification), ECMP over both subnets' gateways.
     bed.sh_ok(

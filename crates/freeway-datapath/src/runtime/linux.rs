@@ -16,6 +16,7 @@ use crossbeam_channel::{bounded, Receiver, SendTimeoutError};
 use freeway_linuxcp::{Change, MirrorConfig};
 use freeway_route::Rib;
 
+use freeway_l3::neigh::{Neigh, NeighUpdate};
 use freeway_l3::Interfaces;
 use freeway_linuxcp::{TwinSpec, Twins};
 
@@ -30,16 +31,38 @@ pub(crate) struct LinuxFeed {
 }
 
 impl LinuxFeed {
-    /// Applies a batch to the RIB (on the control thread).
+    /// Applies a batch to the RIB (on the control thread), with the batches queued behind it
+    /// (up to [`DRAIN`] changes): one publication for them all.
     pub(crate) fn apply(&mut self, rib: &mut Rib, changes: Vec<Change>) {
-        freeway_linuxcp::apply(rib, changes, &mut self.applied);
+        let (rx, applied) = (&self.rx, &mut self.applied);
+        rib.batch(|rib| {
+            let mut n = changes.len();
+            freeway_linuxcp::apply(rib, changes, applied);
+            while n < DRAIN {
+                match rx.try_recv() {
+                    Ok(more) => {
+                        n += more.len();
+                        freeway_linuxcp::apply(rib, more, applied);
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
     }
 }
 
-/// Starts the mirror's thread; its changes arrive on the returned feed until `stop`.
+/// The most changes the control thread applies as one publication before it looks at its
+/// other work (the socket's clients wait at most that long).
+const DRAIN: usize = 65_536;
+
+/// Starts the mirror's thread; its changes arrive on the returned feed until `stop`. The
+/// kernel's neighbour entries on the twins go to the neighbour writer's queue (`neigh`) as
+/// learned neighbours, as workers hand over ARP/ND replies (a full queue is counted and
+/// logged when the mirror stops).
 pub(crate) fn spawn(
     filter: &freeway_linuxcp::Filter,
     ifaces: Vec<String>,
+    neigh: Neigh,
     stop: &Arc<AtomicBool>,
 ) -> Result<(JoinHandle<()>, LinuxFeed), RunError> {
     let (tx, rx) = bounded::<Vec<Change>>(64);
@@ -58,8 +81,22 @@ pub(crate) fn spawn(
                     Err(_) => return false,
                 }
             };
-            match freeway_linuxcp::run(&cfg, &stop, sink) {
-                Ok(s) => tracing::info!(stats = ?s, "linux mirror stopped"),
+            let (mut learned, mut full) = (0u64, 0u64);
+            let learn = |n: freeway_linuxcp::Neighbour| {
+                let u = NeighUpdate::Learn {
+                    ip: n.ip,
+                    iface: n.iface,
+                    mac: n.mac,
+                    create: true,
+                };
+                if neigh.request(u) {
+                    learned += 1;
+                } else {
+                    full += 1;
+                }
+            };
+            match freeway_linuxcp::run_with(&cfg, &stop, sink, learn) {
+                Ok(s) => tracing::info!(stats = ?s, neighbours = learned, neighbours_queue_full = full, "linux mirror stopped"),
                 Err(e) => tracing::error!(error = %e, "linux mirror failed: kernel routes are no longer followed"),
             }
         })

@@ -156,7 +156,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let (linux_thread, linux_feed) = match (mirror, router_shared.as_ref()) {
         (Some(filter), Some(sh)) => {
             let names = sh.ifaces.iter().map(|i| i.name.clone()).collect();
-            let (h, feed) = super::linux::spawn(filter, names, &writer_stop)?;
+            let (h, feed) = super::linux::spawn(filter, names, sh.neigh.clone(), &writer_stop)?;
             (Some(h), Some(feed))
         }
         _ => (None, None),

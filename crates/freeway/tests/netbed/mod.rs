@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod bird;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -174,13 +176,23 @@ impl Bed {
 
     /// Frames sent so far on the port named `port`.
     pub fn tx(&self, port: &str) -> u64 {
+        self.port_counter(port, "tx_packets")
+    }
+
+    /// Frames received so far on the port named `port`.
+    pub fn rx(&self, port: &str) -> u64 {
+        self.port_counter(port, "rx_packets")
+    }
+
+    /// The counter `field` of the port named `port` (`stats`).
+    pub fn port_counter(&self, port: &str, field: &str) -> u64 {
         let r = self.ctl(&["stats"]);
         r["data"]["ports"]
             .as_array()
             .unwrap()
             .iter()
             .find(|p| p["name"] == port)
-            .and_then(|p| p["tx_packets"].as_u64())
+            .and_then(|p| p[field].as_u64())
             .unwrap()
     }
 
