@@ -650,7 +650,8 @@ impl CtWorker {
     /// Tracks one packet: `frame` with the metadata `freeway_packet::parse` filled in.
     #[inline]
     pub fn track(&mut self, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, flags: TrackFlags) -> CtResult {
-        self.track_with::<false>(g, frame, meta, zone, flags).0
+        let class = walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified);
+        self.track_class::<false>(g, class, zone, flags.commit).0
     }
 
     /// Tracks one packet as [`CtWorker::track`] does and, from the same lookup, says how it
@@ -666,24 +667,25 @@ impl CtWorker {
         zone: u16,
         flags: TrackFlags,
     ) -> (CtResult, Option<NatPlan>) {
-        self.track_with::<true>(g, frame, meta, zone, flags)
+        let class = walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified);
+        self.track_class::<true>(g, class, zone, flags.commit)
     }
 
-    /// [`CtWorker::track`], and with `NAT` the translation plan of the packet's connection
-    /// (the plain variant compiles without it: no work added to untranslated tracking).
+    /// Tracks a packet as its headers classify it and counts its state; with `NAT`, gives
+    /// the translation plan of the packet's connection too (the plain variant compiles
+    /// without it: no work added to untranslated tracking).
     #[inline(always)]
-    fn track_with<const NAT: bool>(
+    fn track_class<const NAT: bool>(
         &mut self,
         g: &Guard,
-        frame: &[u8],
-        meta: &Meta,
+        class: Class<(Key, bool)>,
         zone: u16,
-        flags: TrackFlags,
+        commit: bool,
     ) -> (CtResult, Option<NatPlan>) {
-        let (r, plan) = match walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified) {
+        let (r, plan) = match class {
             Class::Track((mut key, src_lo), l4) => {
                 key.set_zone(zone);
-                self.track_key::<NAT>(g, key, src_lo, l4, zone, flags.commit)
+                self.track_key::<NAT>(g, key, src_lo, l4, zone, commit)
             }
             Class::IcmpError(t) => {
                 let r = self.related(g, &t, zone);

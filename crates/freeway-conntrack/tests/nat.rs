@@ -73,19 +73,26 @@ fn checksums_ok(p: &Packet) -> bool {
     }
 }
 
-/// A masqueraded UDP flow: 10.0.0.2:5000 -> 198.51.100.7:53 leaves as 192.0.2.1:PORT.
-#[test]
-fn a_translated_connection_is_found_both_ways_and_rewrites_each() {
-    let (ct, mut w, _clock) = setup();
+/// Creates the connection of 10.0.0.2:5000 -> 198.51.100.7:53 masqueraded to 192.0.2.1:
+/// its packet as translated, its original tuple, its tracking result.
+fn masquerade_one(w: &mut CtWorker, g: &freeway_conntrack::Guard) -> (Packet, Tuple, freeway_conntrack::CtResult) {
     let mut ports = NatPorts::new(0, 1);
     let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 20);
     let orig = tuple_of(&p);
-    let g = w.pin();
     let snat = SrcNat {
         addr: (0xc000_0201, 0xc000_0201),
         ports: None,
     };
-    let r = nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).expect("translated");
+    let r = nat::commit_new(w, &mut ports, g, &mut p, 0, &orig, orig, Some(snat)).expect("translated");
+    (p, orig, r)
+}
+
+/// A masqueraded UDP flow: 10.0.0.2:5000 -> 198.51.100.7:53 leaves as 192.0.2.1:PORT.
+#[test]
+fn a_translated_connection_is_found_both_ways_and_rewrites_each() {
+    let (ct, mut w, _clock) = setup();
+    let g = w.pin();
+    let (p, orig, r) = masquerade_one(&mut w, &g);
     assert_eq!(r.state, CtState::New);
     let out = tuple_of(&p);
     assert_eq!(out.src_ip(), ip("192.0.2.1"));
@@ -370,19 +377,12 @@ fn an_orphaned_reply_node_is_removed_with_its_twin() {
 #[test]
 fn track_nat_gives_the_plan_of_nat_of() {
     let (_ct, mut w, _clock) = setup();
-    let mut ports = NatPorts::new(0, 1);
     let flags = freeway_conntrack::TrackFlags {
         commit: false,
         l3_csum_verified: false,
     };
-    let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 20);
-    let orig = tuple_of(&p);
     let g = w.pin();
-    let snat = SrcNat {
-        addr: (0xc000_0201, 0xc000_0201),
-        ports: None,
-    };
-    nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).expect("translated");
+    masquerade_one(&mut w, &g);
     // An untranslated connection beside it.
     let plain = frames::udp(ip("10.0.0.9"), ip("198.51.100.7"), 6000, 53, 20);
     assert_eq!(w.track_packet(&g, &plain, 0, true).state, CtState::New);
