@@ -3,12 +3,13 @@
 //! * **New connections**: each worker creates connections from its own clients (UDP, one
 //!   packet each, to one server), either plainly (`track` with commit: one lookup, one insert)
 //!   or translated as the datapath's postrouting does (`nat::commit_new` with a source
-//!   translation to one public address: a candidate port from the worker's blocks, a lookup
-//!   of the translated tuple, the rewrite, two inserts). The two variants alternate, each in
+//!   translation to one public address: a candidate port from the worker's blocks, the
+//!   rewrite, two inserts, the first of which tests the candidate). The two variants alternate, each in
 //!   a fresh table, at every worker count; the ratio is NAT over plain.
 //! * **Established packets**: `flows` connections per worker are created first, then each
 //!   worker sends packets of them in turn (original direction), either tracked (`track`) or
-//!   tracked and translated as the datapath does (`track`, then `nat_of` and the rewrite).
+//!   tracked and translated as the datapath does (`track_nat`, whose one lookup gives the
+//!   connection's translation too, then the rewrite).
 //!   Each packet is first copied from its template in both variants, so the copy cancels out.
 //!
 //! Nothing here asserts timings; debug builds say nothing about speed.
@@ -225,15 +226,18 @@ fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> 
                 let tpl = &templates[i % flows];
                 p.data_mut().copy_from_slice(tpl.data());
                 p.meta = tpl.meta;
-                let r = b.w.track(&g, p.data(), &p.meta, 0, b.flags);
-                bad += u64::from(r.state != CtState::Established);
                 if translate {
-                    match b.w.nat_of(&g, p.data(), &p.meta, 0, true) {
+                    let (r, plan) = b.w.track_nat(&g, p.data(), &p.meta, 0, b.flags);
+                    bad += u64::from(r.state != CtState::Established);
+                    match plan {
                         Some(NatPlan::Packet { from, to }) => {
                             bad += u64::from(!nat::rewrite_pkt(&mut p, &from, &to));
                         }
                         _ => bad += 1,
                     }
+                } else {
+                    let r = b.w.track(&g, p.data(), &p.meta, 0, b.flags);
+                    bad += u64::from(r.state != CtState::Established);
                 }
                 black_box(&p);
                 i += 1;

@@ -650,14 +650,54 @@ impl CtWorker {
     /// Tracks one packet: `frame` with the metadata `freeway_packet::parse` filled in.
     #[inline]
     pub fn track(&mut self, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, flags: TrackFlags) -> CtResult {
-        let r = match walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified) {
+        let class = walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified);
+        self.track_class::<false>(g, class, zone, flags.commit).0
+    }
+
+    /// Tracks one packet as [`CtWorker::track`] does and, from the same lookup, says how it
+    /// is rewritten when its connection is translated (what [`CtWorker::nat_of`] says, without
+    /// looking the connection up a second time). An ICMP error about a translated connection
+    /// gets its plan too.
+    #[inline]
+    pub fn track_nat(
+        &mut self,
+        g: &Guard,
+        frame: &[u8],
+        meta: &Meta,
+        zone: u16,
+        flags: TrackFlags,
+    ) -> (CtResult, Option<NatPlan>) {
+        let class = walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified);
+        self.track_class::<true>(g, class, zone, flags.commit)
+    }
+
+    /// Tracks a packet as its headers classify it and counts its state; with `NAT`, gives
+    /// the translation plan of the packet's connection too (the plain variant compiles
+    /// without it: no work added to untranslated tracking).
+    #[inline(always)]
+    fn track_class<const NAT: bool>(
+        &mut self,
+        g: &Guard,
+        class: Class<(Key, bool)>,
+        zone: u16,
+        commit: bool,
+    ) -> (CtResult, Option<NatPlan>) {
+        let (r, plan) = match class {
             Class::Track((mut key, src_lo), l4) => {
                 key.set_zone(zone);
-                self.track_key(g, key, src_lo, l4, zone, flags.commit)
+                self.track_key::<NAT>(g, key, src_lo, l4, zone, commit)
             }
-            Class::IcmpError(t) => self.related(g, &t, zone),
-            Class::Untracked => CtResult::orig(CtState::Untracked),
-            Class::Invalid(r) => invalid(r, false),
+            Class::IcmpError(t) => {
+                let r = self.related(g, &t, zone);
+                let plan = if NAT && r.state == CtState::Related {
+                    nat_target(&self.s, g, &t, zone, true).map(|to| NatPlan::IcmpError { from: t, to })
+                } else {
+                    None
+                };
+                (r, plan)
+            }
+            Class::Untracked => (CtResult::orig(CtState::Untracked), None),
+            Class::Invalid(r) => (invalid(r, false), None),
         };
         let c = match r.state {
             CtState::New => &self.stats.new,
@@ -667,20 +707,36 @@ impl CtWorker {
             CtState::Invalid(r) => &self.stats.invalid[r as usize],
         };
         c.inc();
-        r
+        (r, plan)
     }
 
-    /// Tracks a packet already reduced to its key (in `zone`) and L4 information.
+    /// Tracks a packet already reduced to its key (in `zone`) and L4 information; with `NAT`,
+    /// the translation plan of a packet of a translated connection too.
     #[inline(always)]
-    fn track_key(&self, g: &Guard, key: Key, src_lo: bool, l4: L4Info, zone: u16, commit: bool) -> CtResult {
+    fn track_key<const NAT: bool>(
+        &self,
+        g: &Guard,
+        key: Key,
+        src_lo: bool,
+        l4: L4Info,
+        zone: u16,
+        commit: bool,
+    ) -> (CtResult, Option<NatPlan>) {
         let h = self.s.table.hash(&key);
         let s = &self.s;
         let _global = s.global.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(c) = s.table.lookup(&key, h, g) {
             let reply = src_lo != c.orig_lo();
-            return self.update(c.primary(), reply, &l4, zone, commit);
+            let r = self.update(c.primary(), reply, &l4, zone, commit);
+            let plan = if NAT {
+                let from = key.tuple(src_lo);
+                node_target(c, src_lo, false).map(|to| NatPlan::Packet { from, to })
+            } else {
+                None
+            };
+            return (r, plan);
         }
-        self.create(g, key, h, src_lo, l4, zone, commit)
+        (self.create(g, key, h, src_lo, l4, zone, commit), None)
     }
 
     /// An ICMP error about the packet with tuple `inner`.
@@ -900,6 +956,13 @@ fn nat_plan(s: &Shared, g: &Guard, frame: &[u8], meta: &Meta, zone: u16, l3_csum
 fn nat_target(s: &Shared, g: &Guard, t: &Tuple, zone: u16, quoted: bool) -> Option<Tuple> {
     let (key, src_lo) = Key::new(t, zone);
     let n = s.table.lookup(&key, s.table.hash(&key), g)?;
+    node_target(n, src_lo, quoted)
+}
+
+/// [`nat_target`] once the node `n` that the tuple was found under is known (`src_lo`: the
+/// tuple's source is the key's low endpoint).
+#[inline(always)]
+fn node_target(n: &Conn, src_lo: bool, quoted: bool) -> Option<Tuple> {
     let twin = n.twin()?;
     let reply = src_lo != n.orig_lo();
     match (n.is_reply_node(), reply, quoted) {
@@ -963,16 +1026,46 @@ impl CtWorker {
         };
         rkey.set_zone(zone);
         let (okey, o_lo) = Key::new(orig, zone);
-        if okey == rkey {
-            return NatCommit::Done(self.track_key(g, okey, o_lo, l4, zone, true));
+        let mut first = Some((rkey, r_lo));
+        match self.create_translated(g, okey, o_lo, &l4, zone, || Ok::<_, ()>(first.take())) {
+            Ok(Some(r)) => NatCommit::Done(r),
+            _ => NatCommit::Taken,
         }
-        let to = self.s.timeouts(zone);
-        let (kind, state, tcp, class) = match self.start(&l4) {
+    }
+
+    /// Creates a translated connection whose original direction is keyed `okey` (`o_lo`: its
+    /// originator is the key's low endpoint), trying the reply keys `next` gives (each with
+    /// its low endpoint's direction) until the table takes one: the reply node first, then
+    /// the primary. A reply key equal to `okey` is an untranslated connection, created as
+    /// such. `Ok(None)`: `next` ran out, every key was taken; `Err`: `next` failed. The
+    /// place and the nodes are reserved once for all the tries.
+    #[inline]
+    pub(crate) fn create_translated<E>(
+        &mut self,
+        g: &Guard,
+        okey: Key,
+        o_lo: bool,
+        l4: &L4Info,
+        zone: u16,
+        mut next: impl FnMut() -> Result<Option<(Key, bool)>, E>,
+    ) -> Result<Option<CtResult>, E> {
+        let s = &self.s;
+        let oh = s.table.hash(&okey);
+        // The primary's bucket is read last: its miss overlaps the reply node's.
+        s.table.prefetch(oh);
+        let Some((rkey, r_lo)) = next()? else {
+            return Ok(None);
+        };
+        if rkey == okey {
+            return Ok(Some(self.track_key::<false>(g, okey, o_lo, *l4, zone, true).0));
+        }
+        let to = s.timeouts(zone);
+        let (kind, state, tcp, class) = match self.start(l4) {
             Ok(v) => v,
-            Err(r) => return NatCommit::Done(r),
+            Err(r) => return Ok(Some(r)),
         };
         if let Err(r) = self.admit(zone) {
-            return NatCommit::Done(r);
+            return Ok(Some(r));
         }
         let (mut p, mut a) = {
             let mut nodes = self.nodes.borrow_mut();
@@ -981,23 +1074,39 @@ impl CtWorker {
             (p, a)
         };
         Conn::pair(&mut p, &mut a);
-        let s = &self.s;
-        let a = match s.table.insert(a, s.table.hash(&rkey), g) {
-            Ok(a) => a,
-            Err((a, _)) => {
-                drop((p, a));
-                s.release(zone);
-                return NatCommit::Taken;
+        let mut rh = s.table.hash(&rkey);
+        let a = loop {
+            match s.table.insert(a, rh, g) {
+                Ok(a) => break a,
+                Err((back, _)) => {
+                    a = back;
+                    let more = next();
+                    match more {
+                        Ok(Some((k, lo))) if k != okey => {
+                            a.rekey(k, lo);
+                            rh = s.table.hash(&k);
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    drop((p, a));
+                    s.release(zone);
+                    return match more {
+                        Ok(Some(_)) => Ok(Some(self.track_key::<false>(g, okey, o_lo, *l4, zone, true).0)),
+                        Ok(None) => Ok(None),
+                        Err(e) => Err(e),
+                    };
+                }
             }
         };
-        match s.table.insert(p, s.table.hash(&okey), g) {
+        match s.table.insert(p, oh, g) {
             Ok(c) => {
                 // Cannot fail: this worker is the queue's only producer and it was not full.
                 let pushed = self.queue.push(ConnPtr(c as *const Conn));
                 debug_assert!(pushed.is_ok());
                 self.stats.created.inc();
                 self.stats.nat_created.inc();
-                NatCommit::Done(CtResult::orig(CtState::New))
+                Ok(Some(CtResult::orig(CtState::New)))
             }
             Err((p, existing)) => {
                 // Another worker created the connection first: the published reply node is an
@@ -1009,7 +1118,7 @@ impl CtWorker {
                 s.release(zone);
                 self.stats.races.inc();
                 let reply = o_lo != existing.orig_lo();
-                NatCommit::Done(self.update(existing.primary(), reply, &l4, zone, true))
+                Ok(Some(self.update(existing.primary(), reply, l4, zone, true)))
             }
         }
     }

@@ -202,6 +202,14 @@ impl Conn {
         &self.key
     }
 
+    /// Gives the unpublished node another key (a translated connection's reply node whose
+    /// first tuple was taken, tried again with the next).
+    #[inline(always)]
+    pub(crate) fn rekey(&mut self, key: Key, orig_lo: bool) {
+        self.key = key;
+        self.orig_lo = AtomicBool::new(orig_lo);
+    }
+
     /// Makes the unpublished `conn` and `reply` the two nodes of one translated connection:
     /// `reply` (keyed by the reply direction's tuple) becomes its reply node.
     pub fn pair(conn: &mut Conn, reply: &mut Conn) {
@@ -604,6 +612,24 @@ impl Table {
             p = n.next.load(Ordering::Acquire);
         }
         None
+    }
+
+    /// Hints the CPU to fetch the bucket of `hash`, which a lookup or an insert will read
+    /// soon (so that two buckets' misses overlap). Only a hint: it reads and writes nothing.
+    #[inline(always)]
+    pub fn prefetch(&self, hash: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        // SAFETY: a prefetch reads and writes no memory, cannot fault whatever the address, and
+        // touches no register but its address operand and no flags.
+        unsafe {
+            std::arch::asm!(
+                "prefetcht0 [{p}]",
+                p = in(reg) self.bucket(hash) as *const AtomicPtr<Conn>,
+                options(nostack, preserves_flags, readonly),
+            );
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = hash;
     }
 
     /// Looks a key up (`hash` from [`Table::hash`]). Lock-free.

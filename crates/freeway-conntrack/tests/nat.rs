@@ -73,19 +73,26 @@ fn checksums_ok(p: &Packet) -> bool {
     }
 }
 
-/// A masqueraded UDP flow: 10.0.0.2:5000 -> 198.51.100.7:53 leaves as 192.0.2.1:PORT.
-#[test]
-fn a_translated_connection_is_found_both_ways_and_rewrites_each() {
-    let (ct, mut w, _clock) = setup();
+/// Creates the connection of 10.0.0.2:5000 -> 198.51.100.7:53 masqueraded to 192.0.2.1:
+/// its packet as translated, its original tuple, its tracking result.
+fn masquerade_one(w: &mut CtWorker, g: &freeway_conntrack::Guard) -> (Packet, Tuple, freeway_conntrack::CtResult) {
     let mut ports = NatPorts::new(0, 1);
     let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 20);
     let orig = tuple_of(&p);
-    let g = w.pin();
     let snat = SrcNat {
         addr: (0xc000_0201, 0xc000_0201),
         ports: None,
     };
-    let r = nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).expect("translated");
+    let r = nat::commit_new(w, &mut ports, g, &mut p, 0, &orig, orig, Some(snat)).expect("translated");
+    (p, orig, r)
+}
+
+/// A masqueraded UDP flow: 10.0.0.2:5000 -> 198.51.100.7:53 leaves as 192.0.2.1:PORT.
+#[test]
+fn a_translated_connection_is_found_both_ways_and_rewrites_each() {
+    let (ct, mut w, _clock) = setup();
+    let g = w.pin();
+    let (p, orig, r) = masquerade_one(&mut w, &g);
     assert_eq!(r.state, CtState::New);
     let out = tuple_of(&p);
     assert_eq!(out.src_ip(), ip("192.0.2.1"));
@@ -362,4 +369,74 @@ fn an_orphaned_reply_node_is_removed_with_its_twin() {
     let _ = w.commit_nat(&g, q.data(), &q.meta, 0, &orig, false);
     drop((g, w));
     drop(ct);
+}
+
+/// `track_nat` tracks as `track` does and, from its one lookup, gives the plan `nat_of`
+/// gives: both directions of a translated connection, an already translated packet, an
+/// untranslated connection, and an ICMP error about the translated connection.
+#[test]
+fn track_nat_gives_the_plan_of_nat_of() {
+    let (_ct, mut w, _clock) = setup();
+    let flags = freeway_conntrack::TrackFlags {
+        commit: false,
+        l3_csum_verified: false,
+    };
+    let g = w.pin();
+    masquerade_one(&mut w, &g);
+    // An untranslated connection beside it.
+    let plain = frames::udp(ip("10.0.0.9"), ip("198.51.100.7"), 6000, 53, 20);
+    assert_eq!(w.track_packet(&g, &plain, 0, true).state, CtState::New);
+    let rep = frames::udp(ip("198.51.100.7"), ip("192.0.2.1"), 53, 5000, 7);
+    let again = frames::udp(ip("192.0.2.1"), ip("198.51.100.7"), 5000, 53, 3);
+    let fwd = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 3);
+    let err = frames::icmp_error(ip("203.0.113.1"), ip("192.0.2.1"), 3, 1, &again);
+    let cases = [
+        (&rep, CtState::Established, true, true),
+        (&fwd, CtState::Established, false, true),
+        (&again, CtState::Established, false, false),
+        (&plain, CtState::New, false, false),
+        (&err, CtState::Related, true, true),
+    ];
+    for (i, (q, state, reply, translated)) in cases.into_iter().enumerate() {
+        let (r, plan) = w.track_nat(&g, q.data(), &q.meta, 0, flags);
+        assert_eq!((r.state, r.reply), (state, reply), "case {i}");
+        assert_eq!(plan, w.nat_of(&g, q.data(), &q.meta, 0, false), "case {i}");
+        assert_eq!(plan.is_some(), translated, "case {i}");
+    }
+}
+
+/// A translated connection whose first candidate tuples are taken gets the next free one,
+/// and the tries reserve one place only: the table counts exactly its connections.
+#[test]
+fn taken_candidates_are_skipped_with_one_reservation() {
+    let (ct, mut w, _clock) = setup();
+    let mut ports = NatPorts::new(0, 1);
+    let g = w.pin();
+    let snat = SrcNat {
+        addr: (0xc000_0201, 0xc000_0201),
+        ports: Some(PortRange { lo: 7000, hi: 7003 }),
+    };
+    // Two connections take 7000 and 7001; a second set of ports (its cursor at the start)
+    // finds them taken and goes on to 7002 and 7003.
+    let mut fresh = NatPorts::new(0, 1);
+    let mut outs = Vec::new();
+    for i in 0..4 {
+        let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000 + i, 53, 4);
+        let orig = tuple_of(&p);
+        let ports = if i < 2 { &mut ports } else { &mut fresh };
+        nat::commit_new(&mut w, ports, &g, &mut p, 0, &orig, orig, Some(snat)).expect("a port is free");
+        assert!(checksums_ok(&p));
+        outs.push(tuple_of(&p).sport);
+    }
+    assert_eq!(outs, vec![7000, 7001, 7002, 7003], "every port once");
+    let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5999, 53, 4);
+    let orig = tuple_of(&p);
+    assert_eq!(
+        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)),
+        Err(nat::NatFail::Exhausted)
+    );
+    drop(g);
+    drop(w);
+    assert_eq!(ct.len(), 4, "no place kept by the refused connection");
+    assert_eq!(ct.stats().nat_exhausted, 1);
 }

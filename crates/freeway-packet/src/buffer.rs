@@ -124,6 +124,11 @@ pub mod meta_flags {
     /// again on its way out. Set by the reassembler (`freeway-frag`); a stage that builds a
     /// new frame in the buffer resets the metadata, and with it this mark.
     pub const REASSEMBLED: u8 = 1 << 6;
+    /// The buffer's headroom holds what the tracker's ingress lookup found of the packet's
+    /// connection's translation (NAT), so that the NAT hooks need not look it up again. Set
+    /// and read by `freeway-datapath`'s NAT (its module doc says where the note lies); a
+    /// stage that builds a new frame in the buffer resets the metadata, and with it this mark.
+    pub const NAT_NOTE: u8 = 1 << 7;
 }
 
 impl Default for Meta {

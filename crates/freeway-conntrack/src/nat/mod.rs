@@ -11,10 +11,11 @@ pub use rewrite::{rewrite, rewrite_icmp_error};
 
 use freeway_packet::Packet;
 
-use crate::ct::{CtWorker, NatCommit};
-use crate::key::Tuple;
+use crate::ct::CtWorker;
+use crate::extract::{walk, Class};
+use crate::key::{Key, Tuple};
 use crate::table::Guard;
-use crate::CtResult;
+use crate::{CtResult, CtState};
 
 /// A source translation for a new connection: the addresses to pick from (one, chosen by
 /// the original source, so a host keeps its external address), and the ports (`None`: keep
@@ -68,7 +69,9 @@ pub fn rewrite_pkt(pkt: &mut Packet, from: &Tuple, to: &Tuple) -> bool {
 /// Creates the connection of a new packet with its translation: `orig` is its tuple before
 /// any translation, `cur` its tuple now (after a destination translation, if any); with
 /// `snat`, its source becomes a free address and port of it. The packet is rewritten to the
-/// final tuple. Tries the candidates of [`NatPorts::candidates`] until the table takes one.
+/// final tuple. Tries the candidates of [`NatPorts::candidates`] until the table takes one
+/// (the table's insert is the test of a candidate: no lookup before it), with the nodes and
+/// the place reserved once.
 #[allow(clippy::too_many_arguments)]
 pub fn commit_new(
     ct: &mut CtWorker,
@@ -81,44 +84,53 @@ pub fn commit_new(
     snat: Option<SrcNat>,
 ) -> Result<CtResult, NatFail> {
     let l3_ok = pkt.meta.flags & freeway_packet::meta_flags::IPV4_CSUM_OK != 0;
+    // The packet's transport state (a rewrite changes only addresses and ports).
+    let l4 = match walk::<Tuple>(pkt.data(), &pkt.meta, l3_ok) {
+        Class::Track(_, l4) => l4,
+        Class::Invalid(r) => return Ok(CtResult::orig(CtState::Invalid(r))),
+        _ => return Ok(CtResult::orig(CtState::Untracked)),
+    };
+    // The candidates: one tuple, or one per candidate port.
+    let (mut one, mut many) = (None, None);
+    match snat {
+        None => one = Some(cur),
+        Some(s) => {
+            let addr = pick(s.addr, addr_hash(orig.src));
+            let echo = matches!(cur.proto, 1 | 58);
+            if matches!(cur.proto, 6 | 17) || echo {
+                // An echo request's identifier is its tuple's source port.
+                let range = s.ports.unwrap_or(PortRange::default_for(cur.sport, echo));
+                many = Some((addr, ports.candidates(range, cur.sport)));
+            } else {
+                one = Some(Tuple { src: addr, ..cur });
+            }
+        }
+    }
     let mut at = cur;
-    let commit = |ct: &mut CtWorker, pkt: &mut Packet, at: &mut Tuple, t: Tuple| -> Result<Option<CtResult>, NatFail> {
-        if !rewrite_pkt(pkt, at, &t) {
+    let next = || -> Result<Option<(Key, bool)>, NatFail> {
+        let t = match one.take() {
+            Some(t) => t,
+            None => match many.as_mut().and_then(|(addr, c)| Some((*addr, c.next()?))) {
+                Some((addr, p)) => Tuple {
+                    src: addr,
+                    sport: p,
+                    ..cur
+                },
+                None => return Ok(None),
+            },
+        };
+        if !rewrite_pkt(pkt, &at, &t) {
             return Err(NatFail::Malformed);
         }
-        *at = t;
-        Ok(match ct.commit_nat(g, pkt.data(), &pkt.meta, zone, orig, l3_ok) {
-            NatCommit::Done(r) => Some(r),
-            NatCommit::Taken => None,
-        })
+        at = t;
+        Ok(Some(Key::new(&t, zone)))
     };
-    let exhausted = |ct: &CtWorker| {
-        ct.note_nat_exhausted();
-        NatFail::Exhausted
-    };
-    let Some(s) = snat else {
-        return commit(ct, pkt, &mut at, cur)?.ok_or_else(|| exhausted(ct));
-    };
-    let addr = pick(s.addr, addr_hash(orig.src));
-    let echo = matches!(cur.proto, 1 | 58);
-    let has_ports = matches!(cur.proto, 6 | 17) || echo;
-    if !has_ports {
-        return commit(ct, pkt, &mut at, Tuple { src: addr, ..cur })?.ok_or_else(|| exhausted(ct));
-    }
-    // An echo request's identifier is its tuple's source port.
-    let range = s.ports.unwrap_or(PortRange::default_for(cur.sport, echo));
-    for p in ports.candidates(range, cur.sport) {
-        let t = Tuple {
-            src: addr,
-            sport: p,
-            ..cur
-        };
-        if ct.tuple_taken(g, &t, zone) {
-            continue;
-        }
-        if let Some(r) = commit(ct, pkt, &mut at, t)? {
-            return Ok(r);
+    let (okey, o_lo) = Key::new(orig, zone);
+    match ct.create_translated(g, okey, o_lo, &l4, zone, next)? {
+        Some(r) => Ok(r),
+        None => {
+            ct.note_nat_exhausted();
+            Err(NatFail::Exhausted)
         }
     }
-    Err(exhausted(ct))
 }

@@ -7,9 +7,9 @@
 //! anything another reads (a worker's cursor, its counters). A range with fewer blocks than
 //! workers is shared by the workers whose index folds onto the same block.
 //!
-//! Ports are only candidates: the connection table decides. A candidate whose translated
-//! tuple is already a connection's (a lookup) is skipped, and the insert itself refuses a tuple
-//! taken in between ([`NatCommit::Taken`](crate::NatCommit::Taken)), so a translation never
+//! Ports are only candidates: the connection table decides. The insert of the translated
+//! tuple's node refuses a tuple that is already a connection's (its scan of the bucket is the
+//! test, no lookup before it), and the next candidate is tried, so a translation never
 //! collides with an existing connection, and a port is reused for other destinations as Linux
 //! does (the tuple is unique, not the port). The source port is kept when it is free.
 //!

@@ -23,7 +23,7 @@
 //! Threads: [`FirewallShared`] lives with the control thread (which replaces rulesets) and is
 //! cloned into each worker's [`FwHook`]; a hook is owned by one worker.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use freeway_conntrack::{Conntrack, CtWorker};
@@ -161,11 +161,14 @@ pub(crate) struct FirewallShared {
     source: Arc<Mutex<String>>,
     /// Each router interface's masquerade addresses.
     masq: Arc<[(Option<u128>, Option<u128>)]>,
+    /// Tells the conntrack stage whether the published ruleset has nat chains.
+    nat_on: Arc<AtomicBool>,
 }
 
 impl FirewallShared {
     /// Compiles `rs` (from `source`) for `workers` workers against the router's interfaces;
-    /// `zones` gives each interface's conntrack zone.
+    /// `zones` gives each interface's conntrack zone; `nat_on` is set whenever the published
+    /// ruleset has nat chains.
     pub fn new(
         rs: Ruleset,
         source: &str,
@@ -173,11 +176,13 @@ impl FirewallShared {
         zones: Vec<u16>,
         workers: usize,
         ct: Conntrack,
+        nat_on: Arc<AtomicBool>,
     ) -> Result<FirewallShared, RunError> {
         let names: Arc<[(String, u32)]> = (0..ifaces.len())
             .filter_map(|i| ifaces.get(i as u16).map(|it| (it.name.clone(), i as u32)))
             .collect();
         let fw = compile(rs, &names, workers).map_err(|e| RunError(format!("firewall: {source}:{e}")))?;
+        nat_on.store(fw.any_nat(), Ordering::Relaxed);
         Ok(FirewallShared {
             slot: Arc::new(Slot {
                 gen: AtomicU64::new(1),
@@ -189,6 +194,7 @@ impl FirewallShared {
             zones: zones.into(),
             source: Arc::new(Mutex::new(source.to_string())),
             masq: super::nat::masquerade_addrs(ifaces),
+            nat_on,
         })
     }
 
@@ -211,6 +217,7 @@ impl FirewallShared {
     /// that does not compile changes nothing.
     pub fn replace(&self, rs: Ruleset, source: &str) -> Result<(), String> {
         let fw = compile(rs, &self.names, self.workers)?;
+        self.nat_on.store(fw.any_nat(), Ordering::Relaxed);
         let mut cur = self.slot.current.lock().unwrap_or_else(|e| e.into_inner());
         let gen = cur.0 + 1;
         *cur = (gen, Arc::new(fw));
@@ -226,6 +233,7 @@ impl FirewallShared {
         let (gen, fw) = self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
         FwHook {
             st: fw.worker(index),
+            any_nat: fw.any_nat(),
             fw,
             gen,
             slot: self.slot.clone(),
@@ -254,6 +262,8 @@ pub(crate) struct FwHook {
     logs: Vec<LogLine>,
     /// NAT: the worker's ports and what prerouting leaves for postrouting.
     nat: NatState,
+    /// Whether the ruleset has nat chains: read from it once per batch, not per packet.
+    any_nat: bool,
 }
 
 impl FwHook {
@@ -271,6 +281,7 @@ impl FwHook {
         }
         let (gen, fw) = self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
         self.st = fw.worker(self.index);
+        self.any_nat = fw.any_nat();
         self.fw = fw;
         self.gen = gen;
     }
@@ -301,10 +312,10 @@ impl FwHook {
     }
 
     /// Translates `pkt` at `hook` ([`super::nat`]); `false` drops it. A ruleset without nat
-    /// chains costs one test.
+    /// chains costs one test of a flag of the batch.
     #[inline]
     pub fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> bool {
-        if !self.fw.any_nat() {
+        if !self.any_nat {
             return true;
         }
         let zone = self.zone(iif);

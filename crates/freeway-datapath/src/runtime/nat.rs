@@ -30,6 +30,17 @@
 //! connection only once its first packet has passed every hook. A new connection that no
 //! rule translates is created there too, untranslated.
 //!
+//! # One lookup per packet
+//!
+//! With nat chains in the ruleset, the conntrack stage's ingress lookup also reads the
+//! connection's translation ([`CtWorker::track_nat`]) and leaves it in the packet's buffer,
+//! in the headroom right after the reassembler's [`FragNote`] ([`put_note`], marked by
+//! [`meta_flags::NAT_NOTE`]): prerouting takes it from there ([`take_note`]) instead of
+//! looking the connection up again, and an untranslated connection's packet costs it a
+//! byte. A packet without the mark (nat chains added since, headroom too short) is looked up
+//! as before. A note can be stale only if the packet changed in between, and a rewrite
+//! checks that the packet carries the tuple it rewrites from.
+//!
 //! Threads: a [`NatState`] belongs to its worker's firewall hook.
 
 use std::sync::Arc;
@@ -39,7 +50,7 @@ use freeway_conntrack::{extract, CtState, CtWorker, NatPlan, Tuple};
 use freeway_firewall::ast::{Hook, NatKind};
 use freeway_firewall::{Action, Firewall, FwState, NatChoice};
 use freeway_l3::Interfaces;
-use freeway_packet::{meta_flags, Packet};
+use freeway_packet::{meta_flags, FragNote, Packet};
 use freeway_sync::Tick;
 
 /// Each router interface's own addresses, for masquerade: its first IPv4 address and its
@@ -79,6 +90,95 @@ pub(crate) fn tuple_of(pkt: &Packet) -> Option<Tuple> {
         extract::Class::Track(t, _) => Some(t),
         _ => None,
     }
+}
+
+/// Where a NAT note starts in a buffer: after the reassembler's note.
+const NOTE_AT: usize = FragNote::LEN;
+/// Bytes of one tuple in a note.
+const TUPLE_LEN: usize = 38;
+/// Bytes of a note: a kind (0: untranslated, 1: a packet's plan, 2: an ICMP error's) and
+/// the plan's two tuples.
+const NOTE_LEN: usize = 1 + 2 * TUPLE_LEN;
+
+fn put_tuple(b: &mut [u8], t: &Tuple) {
+    b[0..16].copy_from_slice(&t.src.to_le_bytes());
+    b[16..32].copy_from_slice(&t.dst.to_le_bytes());
+    b[32..34].copy_from_slice(&t.sport.to_le_bytes());
+    b[34..36].copy_from_slice(&t.dport.to_le_bytes());
+    b[36] = t.proto;
+    b[37] = u8::from(t.v6);
+}
+
+fn get_tuple(b: &[u8]) -> Tuple {
+    let u128_at = |i: usize| {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&b[i..i + 16]);
+        u128::from_le_bytes(a)
+    };
+    Tuple {
+        src: u128_at(0),
+        dst: u128_at(16),
+        sport: u16::from_le_bytes([b[32], b[33]]),
+        dport: u16::from_le_bytes([b[34], b[35]]),
+        proto: b[36],
+        v6: b[37] != 0,
+    }
+}
+
+/// Leaves in `pkt`'s headroom what its connection's ingress lookup found of its translation
+/// (`None`: not translated) and marks it ([`meta_flags::NAT_NOTE`]). Without room for the
+/// note, nothing is marked (prerouting looks the connection up).
+#[inline]
+pub(crate) fn put_note(pkt: &mut Packet, plan: Option<NatPlan>) {
+    let h = pkt.headroom();
+    if h < NOTE_AT + NOTE_LEN {
+        return;
+    }
+    let Some(b) = pkt.push_front(h) else { return };
+    let n = &mut b[NOTE_AT..NOTE_AT + NOTE_LEN];
+    match plan {
+        None => n[0] = 0,
+        Some(NatPlan::Packet { from, to } | NatPlan::IcmpError { from, to }) => {
+            n[0] = if matches!(plan, Some(NatPlan::Packet { .. })) {
+                1
+            } else {
+                2
+            };
+            put_tuple(&mut n[1..], &from);
+            put_tuple(&mut n[1 + TUPLE_LEN..], &to);
+        }
+    }
+    pkt.pull_front(h);
+    pkt.meta.flags |= meta_flags::NAT_NOTE;
+}
+
+/// Takes the note [`put_note`] left: `Some(plan)` when there is one (and unmarks the packet),
+/// `None` when the connection must be looked up.
+#[inline]
+pub(crate) fn take_note(pkt: &mut Packet) -> Option<Option<NatPlan>> {
+    if pkt.meta.flags & meta_flags::NAT_NOTE == 0 {
+        return None;
+    }
+    pkt.meta.flags &= !meta_flags::NAT_NOTE;
+    let h = pkt.headroom();
+    if h < NOTE_AT + NOTE_LEN {
+        return None;
+    }
+    let b = pkt.push_front(h)?;
+    let n = &b[NOTE_AT..NOTE_AT + NOTE_LEN];
+    let plan = match n[0] {
+        0 => None,
+        k => {
+            let (from, to) = (get_tuple(&n[1..]), get_tuple(&n[1 + TUPLE_LEN..]));
+            Some(if k == 1 {
+                NatPlan::Packet { from, to }
+            } else {
+                NatPlan::IcmpError { from, to }
+            })
+        }
+    };
+    pkt.pull_front(h);
+    Some(plan)
 }
 
 /// One worker's NAT: its share of the ports, and what prerouting left for postrouting.
@@ -191,9 +291,15 @@ impl NatState {
                 }
             }
             meta_flags::CT_NEW | meta_flags::CT_ESTABLISHED | meta_flags::CT_RELATED => {
-                let g = cx.ct.pin();
-                let l3_ok = flags & meta_flags::IPV4_CSUM_OK != 0;
-                match cx.ct.nat_of(&g, pkt.data(), &pkt.meta, cx.zone, l3_ok) {
+                let plan = match take_note(pkt) {
+                    Some(plan) => plan,
+                    None => {
+                        let g = cx.ct.pin();
+                        let l3_ok = flags & meta_flags::IPV4_CSUM_OK != 0;
+                        cx.ct.nat_of(&g, pkt.data(), &pkt.meta, cx.zone, l3_ok)
+                    }
+                };
+                match plan {
                     Some(plan) => {
                         let (ok, later) = apply_prerouting(pkt, &plan);
                         self.src_half = later;
@@ -258,5 +364,47 @@ impl NatState {
             }
             Err(NatFail::Malformed) => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use freeway_conntrack::frames;
+    use std::net::IpAddr;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_note_carries_the_plan_once_and_leaves_the_frame_alone() {
+        // An IPv4 packet, and a v6 tuple in its note: the note holds any plan.
+        let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 8);
+        let frame = p.data().to_vec();
+        let from = tuple_of(&p).expect("tracked");
+        let to = Tuple {
+            src: u128::MAX - 7,
+            sport: 4242,
+            v6: true,
+            ..from
+        };
+        assert_eq!(take_note(&mut p), None, "no mark, no note");
+        for plan in [
+            None,
+            Some(NatPlan::Packet { from, to }),
+            Some(NatPlan::IcmpError { from: to, to: from }),
+        ] {
+            put_note(&mut p, plan);
+            assert_ne!(p.meta.flags & meta_flags::NAT_NOTE, 0);
+            assert_eq!(p.data(), &frame[..], "the frame is untouched");
+            assert_eq!(take_note(&mut p), Some(plan));
+            assert_eq!(take_note(&mut p), None, "taken once");
+        }
+        // A frame whose headers grew into the note's bytes has none.
+        let h = p.headroom();
+        assert!(p.push_front(h - NOTE_AT - NOTE_LEN + 1).is_some());
+        put_note(&mut p, None);
+        assert_eq!(take_note(&mut p), None);
     }
 }

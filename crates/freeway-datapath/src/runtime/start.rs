@@ -575,7 +575,17 @@ fn build_firewall(
         }
         zones.push(members.first().map_or(0, |p| p.zone));
     }
-    FirewallShared::new(rs.clone(), source, &router.ifaces, zones, nworkers, st.ct.clone()).map(Some)
+    let nat_on = st.nat_on.clone();
+    FirewallShared::new(
+        rs.clone(),
+        source,
+        &router.ifaces,
+        zones,
+        nworkers,
+        st.ct.clone(),
+        nat_on,
+    )
+    .map(Some)
 }
 
 /// The ports of a run, open, with their queues dealt out to workers.

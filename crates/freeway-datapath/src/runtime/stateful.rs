@@ -27,11 +27,12 @@
 //! Threads: a [`CtStage`] per worker, on that worker's thread; the table is lock-free and
 //! the expiry thread (`fw-ct-expiry`) removes expired connections in bounded chunks.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use freeway_conntrack::{
     Conntrack, CtConfig, CtResult, CtState, CtWorker, ExpiryThread, Firewall, FirewallPolicy, FwWorker, Timeouts,
-    Verdict,
+    TrackFlags, Verdict,
 };
 use freeway_frag::{Limits, Reassembler};
 use freeway_packet::wire::ETHERTYPE_IPV4;
@@ -53,6 +54,9 @@ pub(crate) struct Stateful {
     pub record_only: bool,
     /// Each worker's reassembly bounds (`None`: fragments are not reassembled).
     pub reassembly: Option<Limits>,
+    /// The ruleset has nat chains (set by the firewall's side whenever it publishes one):
+    /// tracking then also reads each connection's translation for the NAT hooks.
+    pub nat_on: Arc<AtomicBool>,
     expiry: Option<ExpiryThread>,
 }
 
@@ -97,6 +101,7 @@ impl Stateful {
             zones: zones.into(),
             record_only,
             reassembly,
+            nat_on: Arc::new(AtomicBool::new(false)),
             expiry: Some(expirer.spawn()),
         }))
     }
@@ -110,6 +115,7 @@ impl Stateful {
             record_only: self.record_only,
             reasm: self.reassembly.map(Reassembler::new),
             scratch: Vec::with_capacity(freeway_packet::MAX_BATCH),
+            nat_on: self.nat_on.clone(),
         }
     }
 
@@ -137,6 +143,8 @@ pub(crate) struct CtStage {
     pub(crate) reasm: Option<Reassembler>,
     /// The batch's packets while fragments are taken out of it (kept: no allocation).
     scratch: Vec<Packet>,
+    /// See [`Stateful::nat_on`]; read once per batch.
+    nat_on: Arc<AtomicBool>,
 }
 
 impl CtStage {
@@ -154,7 +162,11 @@ impl CtStage {
         // Reads the tracker's clock once for the batch.
         let g = self.ct.pin();
         if self.record_only {
-            let CtStage { ct, zones, .. } = self;
+            let CtStage { ct, zones, nat_on, .. } = self;
+            if nat_on.load(Ordering::Relaxed) {
+                record_with_nat(ct, &g, zones, batch);
+                return;
+            }
             for p in batch.as_mut_slice() {
                 let zone = zones.get(usize::from(p.meta.in_port)).copied().unwrap_or(0);
                 let r = ct.track_packet(&g, p, zone, false);
@@ -174,6 +186,24 @@ impl CtStage {
                 None => !r.over_limit(),
             }
         });
+    }
+}
+
+/// Tracking that only records, with nat chains in the ruleset: the same lookup also leaves
+/// each packet's translation for the NAT hooks (`runtime/nat.rs`, "One lookup per packet").
+#[inline(never)]
+fn record_with_nat(ct: &mut CtWorker, g: &freeway_conntrack::Guard, zones: &[u16], batch: &mut Batch) {
+    for p in batch.as_mut_slice() {
+        let zone = zones.get(usize::from(p.meta.in_port)).copied().unwrap_or(0);
+        let flags = TrackFlags {
+            commit: false,
+            l3_csum_verified: p.meta.flags & meta_flags::IPV4_CSUM_OK != 0,
+        };
+        let (r, plan) = ct.track_nat(g, p.data(), &p.meta, zone, flags);
+        record(p, &r);
+        if !r.uncommitted && matches!(r.state, CtState::New | CtState::Established | CtState::Related) {
+            super::nat::put_note(p, plan);
+        }
     }
 }
 
@@ -218,5 +248,7 @@ pub(crate) fn record(p: &mut Packet, r: &CtResult) {
         CtState::Untracked => meta_flags::CT_UNTRACKED,
     };
     let uncommitted = if r.uncommitted { meta_flags::CT_UNCOMMITTED } else { 0 };
-    p.meta.flags = (p.meta.flags & !(meta_flags::CT_MASK | meta_flags::CT_UNCOMMITTED)) | state | uncommitted;
+    p.meta.flags = (p.meta.flags & !(meta_flags::CT_MASK | meta_flags::CT_UNCOMMITTED | meta_flags::NAT_NOTE))
+        | state
+        | uncommitted;
 }
