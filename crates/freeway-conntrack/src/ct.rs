@@ -188,7 +188,14 @@ impl Conntrack {
         for &(z, l) in &cfg.zone_limits {
             zone_limit[usize::from(z)].store(l, Ordering::Relaxed);
         }
-        let policies: Box<[LiveTimeouts; 256]> = Box::new(std::array::from_fn(|_| LiveTimeouts::new(&cfg.timeouts)));
+        // Built on the heap: 26 KiB of atomics would overflow a small thread stack (loom's
+        // model threads have one).
+        let policies: Box<[LiveTimeouts; 256]> = (0..256)
+            .map(|_| LiveTimeouts::new(&cfg.timeouts))
+            .collect::<Vec<_>>()
+            .into_boxed_slice()
+            .try_into()
+            .expect("256 policies");
         let zone_policy: Box<[AtomicU8; ZONES]> = (0..ZONES)
             .map(|_| AtomicU8::new(0))
             .collect::<Vec<_>>()
