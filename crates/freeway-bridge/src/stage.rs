@@ -612,16 +612,18 @@ impl<L: Layout> Bridge<L> {
                     } else if in_flags.isolated && self.port_flags(o).isolated {
                         c.drop_isolated.inc();
                         uniform = false;
-                    } else if !vlans.ports.get(usize::from(o)).is_some_and(|v| v.is_member(vid)) {
+                    } else if let Some(want) = vlans.ports.get(usize::from(o)).and_then(|v| v.egress(vid)) {
+                        if Self::egress_prepare(p, want, vid, tag) {
+                            c.forwarded.inc();
+                            fate[i] = o;
+                            uniform &= fate[0] == o;
+                        } else {
+                            c.drop_no_headroom.inc();
+                            uniform = false;
+                        }
+                    } else {
                         // Learned while the port was a member of the VLAN, which it left.
                         c.drop_vlan_filtered.inc();
-                        uniform = false;
-                    } else if Self::egress_prepare(vlans, p, o, vid, tag) {
-                        c.forwarded.inc();
-                        fate[i] = o;
-                        uniform &= fate[0] == o;
-                    } else {
-                        c.drop_no_headroom.inc();
                         uniform = false;
                     }
                     continue;
@@ -797,7 +799,7 @@ impl<L: Layout> Bridge<L> {
                 p.take().expect("original used once, for the last member")
             };
             let mut copy = copy;
-            if Self::egress_prepare(vlans, &mut copy, m, vid, tag) {
+            if Self::egress_prepare(&mut copy, vlans.ports[usize::from(m)].egress_tagged(vid), vid, tag) {
                 c.flood_copies.inc();
                 out.emit(m, copy);
             } else {
@@ -810,11 +812,10 @@ impl<L: Layout> Bridge<L> {
         }
     }
 
-    /// Tags or untags `p` for leaving on `port` in VLAN `vid` (`tag` is the tag it arrived
+    /// Tags or untags `p` for leaving in VLAN `vid`, tagged if `want` (`tag` is the tag it arrived
     /// with). `false` if there was no headroom for a tag.
     #[inline(always)]
-    fn egress_prepare(vlans: &VlanView, p: &mut Packet, port: u16, vid: u16, tag: Option<u16>) -> bool {
-        let want = vlans.ports[usize::from(port)].egress_tagged(vid);
+    fn egress_prepare(p: &mut Packet, want: bool, vid: u16, tag: Option<u16>) -> bool {
         let ok = match (tag, want) {
             (None, false) => true,
             (Some(t), true) => {

@@ -214,6 +214,13 @@ impl PortVlan {
         }
     }
 
+    /// How frames of `vid` leave this port: `Some(tagged)` when it is a member of `vid`,
+    /// `None` when it is not (one read of the mode for both questions).
+    #[inline(always)]
+    pub fn egress(&self, vid: u16) -> Option<bool> {
+        self.is_member(vid).then(|| self.egress_tagged(vid))
+    }
+
     /// Whether the port is a member of `vid`.
     pub fn is_member(&self, vid: u16) -> bool {
         match self {
