@@ -94,9 +94,18 @@ impl LivePrinter {
 
 /// Prints the end-of-run summary.
 pub fn write_summary(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
-    let t = s.elapsed_s.max(1e-9);
     writeln!(out)?;
     writeln!(out, "summary after {:.2} s", s.elapsed_s)?;
+    summary_ports(out, s)?;
+    summary_workers(out, s)?;
+    summary_lan(out, s)?;
+    summary_stages(out, s)?;
+    summary_drops(out, s)
+}
+
+/// The summary's table of ports: totals and average rates.
+fn summary_ports(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
+    let t = s.elapsed_s.max(1e-9);
     writeln!(
         out,
         "  {:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
@@ -116,6 +125,12 @@ pub fn write_summary(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Res
             si(p.tx_packets as f64 / t)
         )?;
     }
+    Ok(())
+}
+
+/// The summary's table of workers: packets, batches, average rate and core.
+fn summary_workers(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
+    let t = s.elapsed_s.max(1e-9);
     writeln!(
         out,
         "  {:<12} {:>12} {:>12} {:>10} {:>6}",
@@ -132,6 +147,11 @@ pub fn write_summary(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Res
             w.core.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
         )?;
     }
+    Ok(())
+}
+
+/// The summary's lines of the bridge, its FDB and (when snooping) its MDB.
+fn summary_lan(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
     let b = |k: &str| s.bridge.get(k).copied().unwrap_or(0);
     writeln!(
         out,
@@ -166,6 +186,11 @@ pub fn write_summary(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Res
             b("mdb_queue_full")
         )?;
     }
+    Ok(())
+}
+
+/// The summary's lines of the optional stages: router, conntrack, reassembly, firewall.
+fn summary_stages(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
     if let Some(r) = &s.router {
         let l = &r.l3;
         writeln!(
@@ -209,6 +234,11 @@ pub fn write_summary(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Res
             f.drop_new_not_allowed
         )?;
     }
+    Ok(())
+}
+
+/// The summary's last line: every drop counter that is not zero.
+fn summary_drops(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
     let drops = s.drops();
     if drops.is_empty() {
         writeln!(out, "  drops: none")?;
