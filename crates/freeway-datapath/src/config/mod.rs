@@ -512,19 +512,7 @@ fn check_port(
     by_name: &mut HashMap<String, usize>,
     base: Option<&Path>,
 ) -> Result<PortSpec, ConfigError> {
-    let name = p.name.get_ref().clone();
-    if name.is_empty() || name.len() > 32 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(at.err(
-            Some(p.name.span()),
-            format!("port.name: {name:?} must be 1-32 characters of letters, digits, '-', '_' or '.'"),
-        ));
-    }
-    if let Some(prev) = by_name.insert(name.clone(), i) {
-        return Err(at.err(
-            Some(p.name.span()),
-            format!("port.name: {name:?} is listed twice (ports {prev} and {i})"),
-        ));
-    }
+    let name = check_port_name(at, i, p, by_name)?;
     let kind = *p.kind.get_ref();
     let vlan = match &p.vlan {
         Some(v) => v
@@ -533,55 +521,10 @@ fn check_port(
             .map_err(|m| at.err(Some(v.span()), format!("port {name:?}: vlan: {m}")))?,
         None => freeway_bridge::PortVlan::Access(1),
     };
-    let gen = match kind_table(at, &name, p, PortKind::Gen, "a `gen`", p.gen.as_ref())? {
-        Some(g) => {
-            g.get_ref()
-                .validate()
-                .map_err(|m| at.err(Some(g.span()), format!("port {name:?}: gen: {m}")))?;
-            Some(g.get_ref().clone())
-        }
-        None if kind == PortKind::Gen => Some(GenConfig::default()),
-        None => None,
-    };
-    let pcap = match kind_table(at, &name, p, PortKind::Pcap, "a `pcap`", p.pcap.as_ref())? {
-        Some(c) => {
-            let mut c2 = c.get_ref().clone();
-            if let Some(b) = base {
-                c2.rebase(b);
-            }
-            c2.validate()
-                .map_err(|m| at.err(Some(c.span()), format!("port {name:?}: pcap: {m}")))?;
-            Some(c2)
-        }
-        None if kind == PortKind::Pcap => {
-            return Err(missing_table(
-                at,
-                &name,
-                p,
-                r#"a pcap table, e.g. pcap = { read = "in.pcap" }"#,
-            ))
-        }
-        None => None,
-    };
+    let (gen, pcap) = port_file_tables(at, &name, p, base)?;
     let mut afpacket = iface_table(at, &name, p, PortKind::Afpacket, p.afpacket.as_ref(), |c| c.validate())?;
     let afxdp = iface_table(at, &name, p, PortKind::Afxdp, p.afxdp.as_ref(), |c| c.validate())?;
-    let mtu = match &p.mtu {
-        Some(m) => mtu::check_port_mtu(*m.get_ref(), afxdp.as_ref())
-            .map_err(|e| at.err(Some(m.span()), format!("port {name:?}: {e}")))?,
-        None => mtu::DEFAULT_PORT_MTU,
-    };
-    if let Some(a) = afpacket.as_mut() {
-        a.frame_size = mtu::ring_frame_size(a.frame_size, mtu);
-        if a.frame_size > a.block_size {
-            return Err(at.err(
-                p.mtu.as_ref().map(|m| m.span()),
-                format!(
-                    "port {name:?}: mtu {mtu} needs ring slots of {} bytes, more than afpacket.block_size ({})",
-                    a.frame_size, a.block_size
-                ),
-            ));
-        }
-    }
+    let mtu = port_mtu(at, &name, p, afpacket.as_mut(), afxdp.as_ref())?;
     let group_fwd_mask = match &p.group_fwd_mask {
         Some(m) => {
             freeway_bridge::check_group_fwd_mask(*m.get_ref())
@@ -624,6 +567,100 @@ fn check_port(
         mtu,
         mcast: (router, p.multicast_fast_leave.unwrap_or(false)),
     })
+}
+
+/// The `i`th port's name: valid, and not taken by an earlier port (recorded in `by_name`).
+fn check_port_name(
+    at: &Locator,
+    i: usize,
+    p: &PortConfig,
+    by_name: &mut HashMap<String, usize>,
+) -> Result<String, ConfigError> {
+    let name = p.name.get_ref().clone();
+    if name.is_empty() || name.len() > 32 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(at.err(
+            Some(p.name.span()),
+            format!("port.name: {name:?} must be 1-32 characters of letters, digits, '-', '_' or '.'"),
+        ));
+    }
+    if let Some(prev) = by_name.insert(name.clone(), i) {
+        return Err(at.err(
+            Some(p.name.span()),
+            format!("port.name: {name:?} is listed twice (ports {prev} and {i})"),
+        ));
+    }
+    Ok(name)
+}
+
+/// A port's `gen` and `pcap` tables, checked (a pcap table's paths rebased on `base`); a
+/// `gen` port without its table gets the defaults, a `pcap` port without its table is an error.
+fn port_file_tables(
+    at: &Locator,
+    name: &str,
+    p: &PortConfig,
+    base: Option<&Path>,
+) -> Result<(Option<GenConfig>, Option<PcapConfig>), ConfigError> {
+    let kind = *p.kind.get_ref();
+    let gen = match kind_table(at, name, p, PortKind::Gen, "a `gen`", p.gen.as_ref())? {
+        Some(g) => {
+            g.get_ref()
+                .validate()
+                .map_err(|m| at.err(Some(g.span()), format!("port {name:?}: gen: {m}")))?;
+            Some(g.get_ref().clone())
+        }
+        None if kind == PortKind::Gen => Some(GenConfig::default()),
+        None => None,
+    };
+    let pcap = match kind_table(at, name, p, PortKind::Pcap, "a `pcap`", p.pcap.as_ref())? {
+        Some(c) => {
+            let mut c2 = c.get_ref().clone();
+            if let Some(b) = base {
+                c2.rebase(b);
+            }
+            c2.validate()
+                .map_err(|m| at.err(Some(c.span()), format!("port {name:?}: pcap: {m}")))?;
+            Some(c2)
+        }
+        None if kind == PortKind::Pcap => {
+            return Err(missing_table(
+                at,
+                name,
+                p,
+                r#"a pcap table, e.g. pcap = { read = "in.pcap" }"#,
+            ))
+        }
+        None => None,
+    };
+    Ok((gen, pcap))
+}
+
+/// A port's MTU (checked against its AF_XDP settings), and its AF_PACKET ring slots made
+/// large enough for it.
+fn port_mtu(
+    at: &Locator,
+    name: &str,
+    p: &PortConfig,
+    afpacket: Option<&mut freeway_io::afpacket::AfPacketConfig>,
+    afxdp: Option<&freeway_io::afxdp::AfXdpConfig>,
+) -> Result<u16, ConfigError> {
+    let mtu = match &p.mtu {
+        Some(m) => mtu::check_port_mtu(*m.get_ref(), afxdp)
+            .map_err(|e| at.err(Some(m.span()), format!("port {name:?}: {e}")))?,
+        None => mtu::DEFAULT_PORT_MTU,
+    };
+    if let Some(a) = afpacket {
+        a.frame_size = mtu::ring_frame_size(a.frame_size, mtu);
+        if a.frame_size > a.block_size {
+            return Err(at.err(
+                p.mtu.as_ref().map(|m| m.span()),
+                format!(
+                    "port {name:?}: mtu {mtu} needs ring slots of {} bytes, more than afpacket.block_size ({})",
+                    a.frame_size, a.block_size
+                ),
+            ));
+        }
+    }
+    Ok(mtu)
 }
 
 /// A port's bridge flags: its keys, or the defaults.
