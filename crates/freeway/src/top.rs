@@ -146,8 +146,27 @@ fn num(v: &Value) -> f64 {
 fn draw(f: &mut Frame, st: &State) {
     let [head, body, foot] =
         Layout::vertical([Constraint::Length(3), Constraint::Min(3), Constraint::Length(1)]).areas(f.area());
+    f.render_widget(
+        ratatui::widgets::Paragraph::new(vec![Line::from(status_line(st))])
+            .block(Block::bordered().title(format!(" freeway top: {} ", st.sock))),
+        head,
+    );
+    let t = match st.view {
+        View::Ports => ports_table(st),
+        View::Workers => workers_table(st),
+        View::Drops => drops_table(st),
+    };
+    f.render_widget(t, body);
+    f.render_widget(
+        Line::from("p ports  w workers  d drops  Tab next  s sort  q quit"),
+        foot,
+    );
+}
+
+/// The header's line: uptime, ports, workers, drop rate and how full the tables are (or why
+/// the daemon did not answer).
+fn status_line(st: &State) -> String {
     let s = &st.stats;
-    let rates = &s["rates"];
     let mut tables = format!("fdb {}", s["fdb_entries"].as_u64().unwrap_or(0));
     if let Some(c) = s["conntrack"]["connections"].as_u64() {
         tables.push_str(&format!(
@@ -157,8 +176,8 @@ fn draw(f: &mut Frame, st: &State) {
     }
     tables.push_str(&format!("  taps {}", st.taps));
     let up = num(&s["elapsed_s"]);
-    let drops_ps = rates["drops_ps"].as_f64().map_or_else(|| "-".to_string(), human);
-    let status = match &st.error {
+    let drops_ps = s["rates"]["drops_ps"].as_f64().map_or_else(|| "-".to_string(), human);
+    match &st.error {
         Some(e) => format!("no answer: {e}"),
         None => format!(
             "up {:.0}s  {} ports  {} workers  drops {drops_ps}/s  {tables}",
@@ -166,108 +185,98 @@ fn draw(f: &mut Frame, st: &State) {
             s["ports"].as_array().map_or(0, Vec::len),
             s["workers"].as_array().map_or(0, Vec::len)
         ),
-    };
-    f.render_widget(
-        ratatui::widgets::Paragraph::new(vec![Line::from(status)])
-            .block(Block::bordered().title(format!(" freeway top: {} ", st.sock))),
-        head,
-    );
-    let bold = Style::default().add_modifier(Modifier::BOLD);
-    match st.view {
-        View::Ports => {
-            let empty = Vec::new();
-            let ports = s["ports"].as_array().unwrap_or(&empty);
-            let prates = rates["ports"].as_array().unwrap_or(&empty);
-            let mut rows: Vec<(String, [f64; 5])> = ports
-                .iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    let r = prates.get(i).unwrap_or(&Value::Null);
-                    (
-                        p["name"].as_str().unwrap_or("?").to_string(),
-                        [
-                            num(&r["rx_pps"]),
-                            num(&r["rx_bps"]),
-                            num(&r["tx_pps"]),
-                            num(&r["tx_bps"]),
-                            num(&p["rx_dropped"]) + num(&p["tx_dropped"]),
-                        ],
-                    )
-                })
-                .collect();
-            match st.sort {
-                Sort::Name => rows.sort_by(|a, b| a.0.cmp(&b.0)),
-                Sort::Rx => rows.sort_by(|a, b| b.1[0].total_cmp(&a.1[0])),
-                Sort::Tx => rows.sort_by(|a, b| b.1[2].total_cmp(&a.1[2])),
-                Sort::Dropped => rows.sort_by(|a, b| b.1[4].total_cmp(&a.1[4])),
-            }
-            let rows = rows.into_iter().map(|(n, x)| {
-                Row::new(vec![
-                    n,
-                    human(x[0]),
-                    human(x[1]),
-                    human(x[2]),
-                    human(x[3]),
-                    format!("{:.0}", x[4]),
-                ])
-            });
-            let t = Table::new(
-                rows,
-                [
-                    Constraint::Length(14),
-                    Constraint::Length(9),
-                    Constraint::Length(10),
-                    Constraint::Length(9),
-                    Constraint::Length(10),
-                    Constraint::Length(12),
-                ],
-            )
-            .header(Row::new(vec!["port", "rx pps", "rx bit/s", "tx pps", "tx bit/s", "dropped"]).style(bold))
-            .block(Block::bordered().title(format!(" ports (sorted by {}) ", st.sort.name())));
-            f.render_widget(t, body);
-        }
-        View::Workers => {
-            let empty = Vec::new();
-            let workers = s["workers"].as_array().unwrap_or(&empty);
-            let pps = rates["workers_pps"].as_array().unwrap_or(&empty);
-            let rows = workers.iter().enumerate().map(|(i, w)| {
-                Row::new(vec![
-                    w["id"].to_string(),
-                    w["core"].as_u64().map_or_else(|| "-".into(), |c| c.to_string()),
-                    pps.get(i).map_or_else(|| "-".into(), |x| human(num(x))),
-                    w["packets"].to_string(),
-                    w["sleeps"].to_string(),
-                ])
-            });
-            let t = Table::new(
-                rows,
-                [
-                    Constraint::Length(8),
-                    Constraint::Length(6),
-                    Constraint::Length(10),
-                    Constraint::Length(16),
-                    Constraint::Length(12),
-                ],
-            )
-            .header(Row::new(vec!["worker", "core", "pps", "packets", "sleeps"]).style(bold))
-            .block(Block::bordered().title(" workers "));
-            f.render_widget(t, body);
-        }
-        View::Drops => {
-            let mut drops: Vec<(String, u64)> = s["drops"]
-                .as_object()
-                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect())
-                .unwrap_or_default();
-            drops.sort_by_key(|d| std::cmp::Reverse(d.1));
-            let rows = drops.into_iter().map(|(k, v)| Row::new(vec![k, v.to_string()]));
-            let t = Table::new(rows, [Constraint::Length(40), Constraint::Length(16)])
-                .header(Row::new(vec!["drop reason", "packets"]).style(bold))
-                .block(Block::bordered().title(" drops by reason "));
-            f.render_widget(t, body);
-        }
     }
-    f.render_widget(
-        Line::from("p ports  w workers  d drops  Tab next  s sort  q quit"),
-        foot,
-    );
+}
+
+/// A bordered table of `rows` under a bold `header`, its columns `widths` wide.
+fn table<'a>(rows: impl IntoIterator<Item = Row<'a>>, widths: &[u16], header: &[&'a str], title: String) -> Table<'a> {
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    Table::new(rows, widths.iter().map(|w| Constraint::Length(*w)))
+        .header(Row::new(header.to_vec()).style(bold))
+        .block(Block::bordered().title(title))
+}
+
+/// The ports view: each port's rates and drops, in the chosen order.
+fn ports_table(st: &State) -> Table<'static> {
+    let s = &st.stats;
+    let empty = Vec::new();
+    let ports = s["ports"].as_array().unwrap_or(&empty);
+    let prates = s["rates"]["ports"].as_array().unwrap_or(&empty);
+    let mut rows: Vec<(String, [f64; 5])> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let r = prates.get(i).unwrap_or(&Value::Null);
+            (
+                p["name"].as_str().unwrap_or("?").to_string(),
+                [
+                    num(&r["rx_pps"]),
+                    num(&r["rx_bps"]),
+                    num(&r["tx_pps"]),
+                    num(&r["tx_bps"]),
+                    num(&p["rx_dropped"]) + num(&p["tx_dropped"]),
+                ],
+            )
+        })
+        .collect();
+    match st.sort {
+        Sort::Name => rows.sort_by(|a, b| a.0.cmp(&b.0)),
+        Sort::Rx => rows.sort_by(|a, b| b.1[0].total_cmp(&a.1[0])),
+        Sort::Tx => rows.sort_by(|a, b| b.1[2].total_cmp(&a.1[2])),
+        Sort::Dropped => rows.sort_by(|a, b| b.1[4].total_cmp(&a.1[4])),
+    }
+    let rows = rows.into_iter().map(|(n, x)| {
+        Row::new(vec![
+            n,
+            human(x[0]),
+            human(x[1]),
+            human(x[2]),
+            human(x[3]),
+            format!("{:.0}", x[4]),
+        ])
+    });
+    table(
+        rows,
+        &[14, 9, 10, 9, 10, 12],
+        &["port", "rx pps", "rx bit/s", "tx pps", "tx bit/s", "dropped"],
+        format!(" ports (sorted by {}) ", st.sort.name()),
+    )
+}
+
+/// The workers view: each worker's core, rate, packets and sleeps.
+fn workers_table(st: &State) -> Table<'static> {
+    let s = &st.stats;
+    let empty = Vec::new();
+    let workers = s["workers"].as_array().unwrap_or(&empty);
+    let pps = s["rates"]["workers_pps"].as_array().unwrap_or(&empty);
+    let rows: Vec<Row> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            Row::new(vec![
+                w["id"].to_string(),
+                w["core"].as_u64().map_or_else(|| "-".into(), |c| c.to_string()),
+                pps.get(i).map_or_else(|| "-".into(), |x| human(num(x))),
+                w["packets"].to_string(),
+                w["sleeps"].to_string(),
+            ])
+        })
+        .collect();
+    table(
+        rows,
+        &[8, 6, 10, 16, 12],
+        &["worker", "core", "pps", "packets", "sleeps"],
+        " workers ".into(),
+    )
+}
+
+/// The drops view: every drop reason, the largest first.
+fn drops_table(st: &State) -> Table<'static> {
+    let mut drops: Vec<(String, u64)> = st.stats["drops"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect())
+        .unwrap_or_default();
+    drops.sort_by_key(|d| std::cmp::Reverse(d.1));
+    let rows = drops.into_iter().map(|(k, v)| Row::new(vec![k, v.to_string()]));
+    table(rows, &[40, 16], &["drop reason", "packets"], " drops by reason ".into())
 }
