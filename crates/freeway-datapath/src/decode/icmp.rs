@@ -29,40 +29,14 @@ pub(super) fn icmp4(s: &mut String, f: &Frame, l4: usize, len: usize) {
             "echo {}, id {id}, seq {seq}",
             if t == 8 { "request" } else { "reply" }
         ),
-        3 => match c {
-            0 => write!(s, "net {dst} unreachable"),
-            1 => write!(s, "host {dst} unreachable"),
-            2 => write!(s, "{dst} protocol {} unreachable", inner.as_ref().map_or(0, |i| i.1)),
-            3 => match inner {
-                Some((d, 6, Some(p))) => write!(s, "{d} tcp port {p} unreachable"),
-                Some((d, 17, Some(p))) => write!(s, "{d} udp port {p} unreachable"),
-                Some((d, pr, p)) => write!(s, "{d} protocol {pr} port {} unreachable", p.unwrap_or(0)),
-                None => write!(s, " port unreachable"),
-            },
-            4 => match f.u16(l4 + 6).unwrap_or(0) {
-                0 => write!(s, "{dst} unreachable - need to frag"),
-                mtu => write!(s, "{dst} unreachable - need to frag (mtu {mtu})"),
-            },
-            5 => write!(s, "{dst} unreachable - source route failed"),
-            6 => write!(s, "net {dst} unreachable - unknown"),
-            7 => write!(s, "host {dst} unreachable - unknown"),
-            8 => write!(s, "{dst} unreachable - source host isolated"),
-            9 => write!(s, "net {dst} unreachable - admin prohibited"),
-            10 => write!(s, "host {dst} unreachable - admin prohibited"),
-            11 => write!(s, "net {dst} unreachable - tos prohibited"),
-            12 => write!(s, "host {dst} unreachable - tos prohibited"),
-            13 => write!(s, "host {dst} unreachable - admin prohibited filter"),
-            14 => write!(s, "host {dst} unreachable - host precedence violation"),
-            15 => write!(s, "host {dst} unreachable - precedence cutoff"),
-            c => write!(s, "{dst} unreachable - #{c}"),
-        },
+        3 => unreach4(s, f, l4, c, inner),
         5 => {
             let gw = f.v4(l4 + 4).map(|a| a.to_string()).unwrap_or_default();
+            // Codes 0 to 3: for the net or the host, and for the TOS or not.
+            let tos = if c & 2 != 0 { "-tos" } else { "" };
+            let to = if c & 1 != 0 { "host" } else { "net" };
             match c {
-                0 => write!(s, "redirect {dst} to net {gw}"),
-                1 => write!(s, "redirect {dst} to host {gw}"),
-                2 => write!(s, "redirect-tos {dst} to net {gw}"),
-                3 => write!(s, "redirect-tos {dst} to host {gw}"),
+                0..=3 => write!(s, "redirect{tos} {dst} to {to} {gw}"),
                 c => write!(s, "redirect-#{c} {dst} to {gw}"),
             }
         }
@@ -87,84 +61,102 @@ pub(super) fn icmp4(s: &mut String, f: &Frame, l4: usize, len: usize) {
     let _ = write!(s, ", length {len}");
 }
 
+/// An ICMP destination unreachable of code `c` at `l4`, about the quoted packet `inner`.
+fn unreach4(s: &mut String, f: &Frame, l4: usize, c: u8, inner: Option<(String, u8, Option<u16>)>) -> std::fmt::Result {
+    let dst = inner.as_ref().map(|i| i.0.clone()).unwrap_or_default();
+    match c {
+        2 => write!(s, "{dst} protocol {} unreachable", inner.as_ref().map_or(0, |i| i.1)),
+        3 => match inner {
+            Some((d, 6, Some(p))) => write!(s, "{d} tcp port {p} unreachable"),
+            Some((d, 17, Some(p))) => write!(s, "{d} udp port {p} unreachable"),
+            Some((d, pr, p)) => write!(s, "{d} protocol {pr} port {} unreachable", p.unwrap_or(0)),
+            None => write!(s, " port unreachable"),
+        },
+        4 => match f.u16(l4 + 6).unwrap_or(0) {
+            0 => write!(s, "{dst} unreachable - need to frag"),
+            mtu => write!(s, "{dst} unreachable - need to frag (mtu {mtu})"),
+        },
+        c => unreach4_plain(s, c, &dst),
+    }
+}
+
+/// An ICMP destination unreachable of code `c` in tcpdump's plain form: whether it is the
+/// net or the host that is unreachable, and why.
+fn unreach4_plain(s: &mut String, c: u8, dst: &str) -> std::fmt::Result {
+    let scope = match c {
+        0 | 6 | 9 | 11 => "net ",
+        5 | 8 => "",
+        _ => "host ",
+    };
+    let why = match c {
+        0 | 1 => "",
+        5 => " - source route failed",
+        6 | 7 => " - unknown",
+        8 => " - source host isolated",
+        9 | 10 => " - admin prohibited",
+        11 | 12 => " - tos prohibited",
+        13 => " - admin prohibited filter",
+        14 => " - host precedence violation",
+        15 => " - precedence cutoff",
+        c => return write!(s, "{dst} unreachable - #{c}"),
+    };
+    write!(s, "{scope}{dst} unreachable{why}")
+}
+
+/// ICMPv6 message types tcpdump names.
+const ICMP6_NAMES: &[(u8, &str)] = &[
+    (1, "destination unreachable"),
+    (2, "packet too big"),
+    (3, "time exceeded in-transit"),
+    (4, "parameter problem"),
+    (128, "echo request"),
+    (129, "echo reply"),
+    (130, "multicast listener query"),
+    (131, "multicast listener report"),
+    (132, "multicast listener done"),
+    (133, "router solicitation"),
+    (134, "router advertisement"),
+    (135, "neighbor solicitation"),
+    (136, "neighbor advertisement"),
+    (137, "redirect"),
+    (138, "router renumbering"),
+    (139, "node information query"),
+    (140, "node information reply"),
+    (141, "inverse neighbor solicitation"),
+    (142, "inverse neighbor advertisement"),
+    (143, "multicast listener report v2"),
+    (200, "mtrace response"),
+    (201, "mtrace message"),
+];
+
+/// The IPv6 address at `at` as text, empty when the frame is too short.
+fn v6_text(f: &Frame, at: usize) -> String {
+    f.v6(at).map(|a| a.to_string()).unwrap_or_default()
+}
+
+/// The `len` bytes of a message at `l4` in hex, as far as the frame holds them.
+fn dump(s: &mut String, f: &Frame, l4: usize, len: usize) {
+    super::hex_dump(s, f.b.get(l4..(l4 + len).min(f.b.len())).unwrap_or_default(), false);
+}
+
 /// An ICMPv6 message at `l4` of `len` bytes (after `src > dst: `).
 pub(super) fn icmp6(s: &mut String, f: &Frame, l4: usize, len: usize) {
     let (Some(t), Some(c)) = (f.u8(l4), f.u8(l4 + 1)) else {
         s.push_str("ICMP6, [|icmp6]");
         return;
     };
-    let name = match t {
-        1 => "destination unreachable",
-        2 => "packet too big",
-        3 => "time exceeded in-transit",
-        4 => "parameter problem",
-        128 => "echo request",
-        129 => "echo reply",
-        130 => "multicast listener query",
-        131 => "multicast listener report",
-        132 => "multicast listener done",
-        133 => "router solicitation",
-        134 => "router advertisement",
-        135 => "neighbor solicitation",
-        136 => "neighbor advertisement",
-        137 => "redirect",
-        138 => "router renumbering",
-        139 => "node information query",
-        140 => "node information reply",
-        141 => "inverse neighbor solicitation",
-        142 => "inverse neighbor advertisement",
-        143 => "multicast listener report v2",
-        200 => "mtrace response",
-        201 => "mtrace message",
-        _ => "",
-    };
-    if name.is_empty() {
+    let Some(&(_, name)) = ICMP6_NAMES.iter().find(|(n, _)| *n == t) else {
         let _ = write!(s, "ICMP6, unknown icmp6 type ({t}), length {len}");
-        super::hex_dump(s, f.b.get(l4..(l4 + len).min(f.b.len())).unwrap_or_default(), false);
+        dump(s, f, l4, len);
         return;
-    }
+    };
     let _ = write!(s, "ICMP6, {name}");
-    // The quoted packet's destination, at the fixed place of an IPv6 header.
-    let q = l4 + 8;
-    let qdst = f.v6(q + 24).map(|a| a.to_string()).unwrap_or_default();
     let _ = match t {
-        1 => {
-            let code = match c {
-                0 => "unreachable route",
-                1 => " unreachable prohibited",
-                2 => "beyond scope",
-                3 => "unreachable address",
-                4 => "unreachable port",
-                _ => "",
-            };
-            if code.is_empty() {
-                let _ = write!(s, ", unknown unreach code ({c})");
-            } else {
-                let _ = write!(s, ", {code}");
-            }
-            match c {
-                0 | 1 | 3 => write!(s, " {qdst}"),
-                2 => write!(
-                    s,
-                    " {qdst}, source address {}",
-                    f.v6(q + 8).map(|a| a.to_string()).unwrap_or_default()
-                ),
-                4 => match (f.u8(q + 6), f.u16(q + 40 + 2)) {
-                    (Some(6), Some(p)) => write!(s, ", {qdst} tcp port {p}"),
-                    (Some(17), Some(p)) => write!(s, ", {qdst} udp port {p}"),
-                    (pr, p) => write!(
-                        s,
-                        ", {qdst} protocol {} port {} unreachable",
-                        pr.unwrap_or(0),
-                        p.unwrap_or(0)
-                    ),
-                },
-                _ => Ok(()),
-            }
-        }
+        1 => icmp6_unreach(s, f, c, l4 + 8),
         2 => write!(s, ", mtu {}", f.u32(l4 + 4).unwrap_or(0)),
         3 => match c {
-            0 => write!(s, " for {qdst}"),
+            // The quoted packet's destination, at the fixed place of an IPv6 header.
+            0 => write!(s, " for {}", v6_text(f, l4 + 8 + 24)),
             1 => write!(s, " (reassembly)"),
             c => write!(s, ", unknown code ({c})"),
         },
@@ -187,35 +179,15 @@ pub(super) fn icmp6(s: &mut String, f: &Frame, l4: usize, len: usize) {
         130 if len == 24 => mld1(s, f, l4),
         130 if len >= 28 => {
             s.push_str(" v2");
-            let _ = write!(s, " [gaddr {}", f.v6(l4 + 8).map(|a| a.to_string()).unwrap_or_default());
-            let n = f.u16(l4 + 26).unwrap_or(0);
-            if n > 0 {
-                if len < 28 + usize::from(n) * 16 {
-                    s.push_str(" [invalid number of sources]");
-                } else {
-                    let _ = write!(s, ", {n} source(s)");
-                }
-            }
+            let _ = write!(s, " [gaddr {}", v6_text(f, l4 + 8));
+            sources(s, len, 28, f.u16(l4 + 26).unwrap_or(0), 16);
             write!(s, "]")
         }
         130 => write!(s, " unknown-version (len {len}) "),
         131 | 132 => mld1(s, f, l4),
-        135 => write!(
-            s,
-            ", who has {}",
-            f.v6(l4 + 8).map(|a| a.to_string()).unwrap_or_default()
-        ),
-        136 => write!(
-            s,
-            ", tgt is {}",
-            f.v6(l4 + 8).map(|a| a.to_string()).unwrap_or_default()
-        ),
-        137 => write!(
-            s,
-            ", {} to {}",
-            f.v6(l4 + 24).map(|a| a.to_string()).unwrap_or_default(),
-            f.v6(l4 + 8).map(|a| a.to_string()).unwrap_or_default()
-        ),
+        135 => write!(s, ", who has {}", v6_text(f, l4 + 8)),
+        136 => write!(s, ", tgt is {}", v6_text(f, l4 + 8)),
+        137 => write!(s, ", {} to {}", v6_text(f, l4 + 24), v6_text(f, l4 + 8)),
         143 => {
             if len < 8 {
                 write!(s, " [invalid len {len}]")
@@ -226,11 +198,45 @@ pub(super) fn icmp6(s: &mut String, f: &Frame, l4: usize, len: usize) {
         133 | 134 | 138..=142 => Ok(()),
         _ => {
             let _ = write!(s, ", length {len}");
-            super::hex_dump(s, f.b.get(l4..(l4 + len).min(f.b.len())).unwrap_or_default(), false);
+            dump(s, f, l4, len);
             return;
         }
     };
     let _ = write!(s, ", length {len}");
+}
+
+/// The rest of an ICMPv6 destination unreachable of code `c`, whose quoted packet is at `q`.
+fn icmp6_unreach(s: &mut String, f: &Frame, c: u8, q: usize) -> std::fmt::Result {
+    let qdst = v6_text(f, q + 24);
+    match c {
+        0 => write!(s, ", unreachable route {qdst}"),
+        1 => write!(s, ",  unreachable prohibited {qdst}"),
+        2 => write!(s, ", beyond scope {qdst}, source address {}", v6_text(f, q + 8)),
+        3 => write!(s, ", unreachable address {qdst}"),
+        4 => match (f.u8(q + 6), f.u16(q + 40 + 2)) {
+            (Some(6), Some(p)) => write!(s, ", unreachable port, {qdst} tcp port {p}"),
+            (Some(17), Some(p)) => write!(s, ", unreachable port, {qdst} udp port {p}"),
+            (pr, p) => write!(
+                s,
+                ", unreachable port, {qdst} protocol {} port {} unreachable",
+                pr.unwrap_or(0),
+                p.unwrap_or(0)
+            ),
+        },
+        c => write!(s, ", unknown unreach code ({c})"),
+    }
+}
+
+/// A query's count of `n` sources, `each` bytes long after the first `fixed` bytes of a
+/// message of `len` bytes (or that the count does not fit).
+fn sources(s: &mut String, len: usize, fixed: usize, n: u16, each: usize) {
+    if n > 0 {
+        if len < fixed + usize::from(n) * each {
+            s.push_str(" [invalid number of sources]");
+        } else {
+            let _ = write!(s, ", {n} source(s)");
+        }
+    }
 }
 
 /// An MLDv1 message's delay and address.
@@ -315,14 +321,7 @@ fn igmp3_query(s: &mut String, f: &Frame, l4: usize, len: usize, mrc: u8) -> std
         return Ok(());
     }
     let _ = write!(s, " [gaddr {}", f.v4(l4 + 4).map(|a| a.to_string()).unwrap_or_default());
-    let n = f.u16(l4 + 10).unwrap_or(0);
-    if n > 0 {
-        if len < 12 + usize::from(n) * 4 {
-            s.push_str(" [invalid number of sources]");
-        } else {
-            let _ = write!(s, ", {n} source(s)");
-        }
-    }
+    sources(s, len, 12, f.u16(l4 + 10).unwrap_or(0), 4);
     write!(s, "]")
 }
 
