@@ -5,7 +5,12 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 mod common;
-use common::{ctl, freeway, ok, raw, signal, spawn_run, stop};
+use common::{assert_contains_all, ctl, freeway, ok, raw, signal, spawn_run, stop};
+
+/// The arguments of `freeway capture --config CFG ARGS...`.
+fn capture_args<'a>(cfg: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    [&["capture", "--config", cfg][..], args].concat()
+}
 
 /// The router demo written to a temporary file, with a short duration.
 fn router_config(tag: &str) -> (PathBuf, PathBuf) {
@@ -219,7 +224,7 @@ fn capture_dumps_programs_and_rejects_bad_requests_clearly() {
             "in, out or inout",
         ),
     ] {
-        let o = freeway(&[&["capture", "--config", demo][..], args].concat());
+        let o = freeway(&capture_args(demo, args));
         assert!(!o.status.success(), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
@@ -859,18 +864,10 @@ fn a_capture_whose_disk_is_full_stops_with_a_logged_error_while_forwarding_goes_
 #[test]
 fn capture_without_w_prints_one_tcpdump_style_line_per_packet() {
     let (dir, cfg) = router_config("text");
-    let o = ok(&[
-        "capture",
-        "--config",
+    let o = ok(&capture_args(
         cfg.to_str().unwrap(),
-        "-i",
-        "wan",
-        "-Q",
-        "out",
-        "-c",
-        "3",
-        "udp",
-    ]);
+        &["-i", "wan", "-Q", "out", "-c", "3", "udp"],
+    ));
     let text = String::from_utf8(o.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
@@ -937,22 +934,8 @@ fn capture_on_any_port_sees_every_port() {
     let demo = demo_config(&dir);
     // Frames received from host-b and from host-c: two ports, one tap on `any`.
     for src in ["02:00:00:00:00:0b", "02:00:00:00:00:0c"] {
-        let o = ok(&[
-            "capture",
-            "--config",
-            demo.to_str().unwrap(),
-            "-i",
-            "any",
-            "-Q",
-            "in",
-            "-c",
-            "5",
-            "-w",
-            "-",
-            "ether",
-            "src",
-            src,
-        ]);
+        let args = ["-i", "any", "-Q", "in", "-c", "5", "-w", "-", "ether", "src", src];
+        let o = ok(&capture_args(demo.to_str().unwrap(), &args));
         let frames = pcap_frames(&o.stdout);
         assert_eq!(frames.len(), 5, "{src}");
         assert!(frames.iter().all(|f| f[6..12] == common::mac_bytes(src)), "{src}");
@@ -978,15 +961,14 @@ fn reload_applies_the_changed_tables_live_and_a_bad_file_changes_nothing() {
     std::fs::write(&cfg, &added).unwrap();
     // --check says what would change and what waits for a restart, and changes nothing.
     let text = String::from_utf8(ctl(&["reload", "--check"]).stdout).unwrap();
-    assert!(
-        text.contains("would apply: route replace 203.0.113.0/24 via 10.0.20.7"),
-        "{text}"
+    assert_contains_all(
+        &text,
+        &[
+            "would apply: route replace 203.0.113.0/24 via 10.0.20.7",
+            "would apply: neigh add 10.0.20.9 lladdr 02:00:00:00:20:09 dev wan",
+            "waits for a restart: workers",
+        ],
     );
-    assert!(
-        text.contains("would apply: neigh add 10.0.20.9 lladdr 02:00:00:00:20:09 dev wan"),
-        "{text}"
-    );
-    assert!(text.contains("waits for a restart: workers"), "{text}");
     let routes = String::from_utf8(ctl(&["route", "show"]).stdout).unwrap();
     assert!(!routes.contains("203.0.113.0/24"), "{routes}");
     // reload applies it while forwarding goes on.

@@ -70,8 +70,7 @@ fn router_firewall_and_capture_between_two_subnets() {
     // h1 in 10.1.0.0/24 (VLAN 10), h2 in 10.2.0.0/24 (VLAN 20), the router between them.
     two_subnets(&bed);
     let pcap = bed.dir.join("h2-out.pcap");
-    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
-    cfg.push_str(&router_v10_v20());
+    let mut cfg = routed_ports();
     cfg.push_str(&format!(
         r#"
 [conntrack]

@@ -77,8 +77,7 @@ fn bird_announces_over_bgp_through_the_punt_path_and_freeway_forwards() {
         "h2",
         "ip addr add 172.16.5.1/32 dev lo && ip addr add 172.31.0.1/32 dev lo",
     );
-    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
-    cfg.push_str(&router_v10_v20());
+    let mut cfg = routed_ports();
     cfg.push_str("\n[linux]\npunt = true\nmirror = true\nprotocols = [\"bird\"]\n");
     bed.start_ctl(&cfg);
 

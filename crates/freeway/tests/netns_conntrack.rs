@@ -142,8 +142,7 @@ fn tcp(bed: &Bed, from: &str, to: &str, sport: u16, dport: u16) {
 fn routed_bed(tag: &str) -> Bed {
     let mut bed = Bed::up(tag);
     two_subnets(&bed);
-    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
-    cfg.push_str(&router_v10_v20());
+    let mut cfg = routed_ports();
     cfg.push_str("\n[conntrack]\nmax = 10000\n\n[firewall]\nallow_new_from = [\"h1\"]\n");
     bed.start_ctl(&cfg);
     assert!(bed.ping("h1", "10.2.0.2"), "h1 pings h2 across the router");

@@ -37,8 +37,7 @@ fn frag_bed(tag: &str) -> Bed {
     two_subnets(&bed);
     let rules = bed.dir.join("policy.nft");
     std::fs::write(&rules, POLICY).unwrap();
-    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
-    cfg.push_str(&router_v10_v20());
+    let mut cfg = routed_ports();
     cfg.push_str(&format!("\n[firewall]\nruleset = \"{}\"\n", rules.display()));
     bed.start_ctl(&cfg);
     assert!(bed.ping("h1", "10.2.0.2"), "a small ping crosses the router");

@@ -50,8 +50,7 @@ fn kernel_routes_are_mirrored_and_forwarded() {
          && ip route add 10.7.0.0/16 via 10.2.0.2 dev v20 proto static \
          && ip neigh add 10.1.0.66 lladdr 02:00:00:00:00:66 dev v10 nud permanent",
     );
-    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
-    cfg.push_str(&router_v10_v20());
+    let mut cfg = routed_ports();
     cfg.push_str("\n[linux]\nmirror = true\nprotocols = [\"bird\", \"zebra\"]\n");
     bed.start_ctl(&cfg);
     let text = route_show_until(&bed, |t| t.contains("10.9.0.0/16"));
@@ -142,8 +141,7 @@ fn the_kernel_twin_answers_tcp_to_the_routers_address() {
     need_root!();
     let mut bed = Bed::up("punt");
     two_subnets(&bed);
-    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
-    cfg.push_str(&router_v10_v20());
+    let mut cfg = routed_ports();
     cfg.push_str("\n[linux]\npunt = true\n");
     bed.start_ctl(&cfg);
     // The twins exist with the interfaces' addresses.

@@ -66,8 +66,7 @@ fn jumbo_frames_cross_the_bridge_and_the_router() {
 
     // The same hosts in two subnets, the router between them on 9000-byte interfaces.
     two_subnets(&bed);
-    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
-    cfg.push_str(&router_v10_v20());
+    let mut cfg = routed_ports();
     for p in ["h1", "h2", "v10", "v20"] {
         cfg = with_mtu(&cfg, p, 9000);
     }
@@ -86,9 +85,7 @@ fn a_df_packet_over_the_egress_mtu_gets_fragmentation_needed() {
     need_root!();
     let mut bed = Bed::up("fragneeded");
     two_subnets(&bed);
-    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
-    cfg.push_str(&router_v10_v20());
-    let cfg = with_mtu(&cfg, "v20", 1400);
+    let cfg = with_mtu(&routed_ports(), "v20", 1400);
     bed.start_ctl(&cfg);
     assert!(bed.ping("h1", "10.2.0.2"), "h1 pings h2 across the router");
     // 1,500 bytes with DF through a 1,400-byte interface.

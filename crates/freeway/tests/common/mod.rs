@@ -11,6 +11,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// Asserts that `text` holds each of `wants`, naming the missing one and showing `text`.
+pub fn assert_contains_all(text: &str, wants: &[&str]) {
+    for w in wants {
+        assert!(text.contains(w), "no {w:?} in:\n{text}");
+    }
+}
+
 /// Runs the `freeway` binary with `args`.
 pub fn freeway(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_freeway"))

@@ -344,6 +344,14 @@ pub fn router_v10_v20() -> String {
     s
 }
 
+/// A two-worker router between [`two_subnets`]' hosts: ports h1 (VLAN 10) and h2 (VLAN 20)
+/// and [`router_v10_v20`]'s interfaces; a test adds its own sections.
+pub fn routed_ports() -> String {
+    let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
+    cfg.push_str(&router_v10_v20());
+    cfg
+}
+
 pub fn ports(workers: usize, vlans: &[(&str, u16)]) -> String {
     ports_of("afpacket", workers, vlans)
 }
