@@ -161,12 +161,7 @@ fn build_reset_v4(pkt: &mut Packet, l2: L2, ip: &[u8]) -> bool {
     h[16..20].copy_from_slice(&dst);
     let c = checksum(h);
     wr16(h, 10, c);
-    let t = &mut f[l3 + 20..l3 + 40];
-    write_reset(t, &s);
-    let c = fold(sum(t, pseudo_v4(src, dst, IPPROTO_TCP, 20)));
-    wr16(t, 16, c);
-    finish_frame(pkt);
-    true
+    finish_reset(pkt, l3 + 20, &s, pseudo_v4(src, dst, IPPROTO_TCP, 20))
 }
 
 fn build_reset_v6(pkt: &mut Packet, l2: L2, ip: &[u8]) -> bool {
@@ -187,9 +182,15 @@ fn build_reset_v6(pkt: &mut Packet, l2: L2, ip: &[u8]) -> bool {
     };
     let f = pkt.data_mut();
     write_v6_header(&mut f[l3..l3 + 40], 20, IPPROTO_TCP, 64, src.into(), dst.into());
-    let t = &mut f[l3 + 40..l3 + 60];
-    write_reset(t, &s);
-    let c = fold(sum(t, pseudo_v6(src, dst, IPPROTO_TCP, 20)));
+    finish_reset(pkt, l3 + 40, &s, pseudo_v6(src, dst, IPPROTO_TCP, 20))
+}
+
+/// Writes the reset's TCP header at `at`, its checksum over the pseudo-header's sum
+/// `pseudo`, and finishes the frame.
+fn finish_reset(pkt: &mut Packet, at: usize, s: &Segment, pseudo: u32) -> bool {
+    let t = &mut pkt.data_mut()[at..at + 20];
+    write_reset(t, s);
+    let c = fold(sum(t, pseudo));
     wr16(t, 16, c);
     finish_frame(pkt);
     true
