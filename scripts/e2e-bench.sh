@@ -22,8 +22,11 @@
 # table of medians follows. Results: a table on stdout, and JSON lines with -j FILE.
 #
 # Needs root, iproute2, iperf3, python3 and a release build (cargo build --release; FW_BIN
-# names another freeway binary, e.g. an older build to compare). Usage:
-#   scripts/e2e-bench.sh [-s SECONDS] [-w WORKERS] [-r RUNS] [-j FILE]
+# names another freeway binary, e.g. an older build to compare). -d LIST measures only the
+# datapaths named in the comma-separated LIST (e.g. -d freeway-bridge,freeway-bridge-xdp to
+# set AF_PACKET against AF_XDP in alternation); FW_XDP_OPTS adds fields to the AF_XDP ports'
+# tables (e.g. FW_XDP_OPTS=', mode = "skb"'). Usage:
+#   scripts/e2e-bench.sh [-s SECONDS] [-w WORKERS] [-r RUNS] [-j FILE] [-d LIST]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,13 +34,15 @@ SECS=5
 WORKERS=2
 RUNS=1
 JSON=""
-while getopts "s:w:r:j:" o; do
+ONLY=""
+while getopts "s:w:r:j:d:" o; do
     case $o in
     s) SECS=$OPTARG ;;
     w) WORKERS=$OPTARG ;;
     r) RUNS=$OPTARG ;;
     j) JSON=$OPTARG ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    d) ONLY=",$OPTARG," ;;
+    *) sed -n '2,29p' "$0"; exit 2 ;;
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "e2e-bench: must run as root" >&2; exit 1; }
@@ -68,10 +73,11 @@ addr() { # host, address/len, gateway or ""
 }
 
 ports() { # vlan of h1, vlan of h2, port kind (default afpacket)
-    local k=${3:-afpacket}
+    local k=${3:-afpacket} o=""
+    [ "$k" != afxdp ] || o=${FW_XDP_OPTS:-}
     printf 'workers = %s\n' "$WORKERS"
-    printf '[[port]]\nname = "h1"\nkind = "%s"\n%s = { iface = "h1" }\nvlan = { mode = "access", vlan = %s }\n' "$k" "$k" "$1"
-    printf '[[port]]\nname = "h2"\nkind = "%s"\n%s = { iface = "h2" }\nvlan = { mode = "access", vlan = %s }\n' "$k" "$k" "$2"
+    printf '[[port]]\nname = "h1"\nkind = "%s"\n%s = { iface = "h1"%s }\nvlan = { mode = "access", vlan = %s }\n' "$k" "$k" "$o" "$1"
+    printf '[[port]]\nname = "h2"\nkind = "%s"\n%s = { iface = "h2"%s }\nvlan = { mode = "access", vlan = %s }\n' "$k" "$k" "$o" "$2"
 }
 ROUTER='
 [router]
@@ -157,6 +163,9 @@ EOF
     echo $(((after - before) / SECS))
 }
 
+# Whether datapath $1 is to be measured (-d).
+wanted() { [ -z "$ONLY" ] || [[ $ONLY == *",$1,"* ]]; }
+
 measure() { # name, destination address, destination MAC (the next hop's)
     local name=$1 dst=$2 pps tcp retr gpps cpu avg p99
     # Warm up ARP (and the router's neighbour entries) before measuring.
@@ -205,38 +214,48 @@ addr h1 10.0.0.1/24 ""
 addr h2 10.0.0.2/24 ""
 
 # 1. The Linux bridge.
-in_ns sw ip link add br0 type bridge
-in_ns sw ip link set h1 master br0
-in_ns sw ip link set h2 master br0
-in_ns sw ip link set br0 up
-measure kernel-bridge 10.0.0.2 02:00:00:00:00:02
-in_ns sw ip link del br0
+if wanted kernel-bridge; then
+    in_ns sw ip link add br0 type bridge
+    in_ns sw ip link set h1 master br0
+    in_ns sw ip link set h2 master br0
+    in_ns sw ip link set br0 up
+    measure kernel-bridge 10.0.0.2 02:00:00:00:00:02
+    in_ns sw ip link del br0
+fi
 
 # 2. Freeway's bridge.
-start_freeway "$(ports 1 1)"
-measure freeway-bridge 10.0.0.2 02:00:00:00:00:02
-stop_freeway
+if wanted freeway-bridge; then
+    start_freeway "$(ports 1 1)"
+    measure freeway-bridge 10.0.0.2 02:00:00:00:00:02
+    stop_freeway
+fi
 
 # 2b. The same on AF_XDP ports.
-start_freeway "$(ports 1 1 afxdp)"
-measure freeway-bridge-xdp 10.0.0.2 02:00:00:00:00:02
-stop_freeway
+if wanted freeway-bridge-xdp; then
+    start_freeway "$(ports 1 1 afxdp)"
+    measure freeway-bridge-xdp 10.0.0.2 02:00:00:00:00:02
+    stop_freeway
+fi
 
 # 3. Freeway's router.
 addr h1 10.1.0.2/24 10.1.0.1
 addr h2 10.2.0.2/24 10.2.0.1
-start_freeway "$(ports 10 20)$ROUTER"
-measure freeway-router 10.2.0.2 02:fe:00:00:00:01
-stop_freeway
+if wanted freeway-router; then
+    start_freeway "$(ports 10 20)$ROUTER"
+    measure freeway-router 10.2.0.2 02:fe:00:00:00:01
+    stop_freeway
+fi
 
 # 4. The router with conntrack and the stateful firewall.
-start_freeway "$(ports 10 20)$ROUTER
+if wanted freeway-conntrack; then
+    start_freeway "$(ports 10 20)$ROUTER
 [conntrack]
 max = 100000
 [firewall]
 allow_new_from = [\"h1\"]"
-measure freeway-conntrack 10.2.0.2 02:fe:00:00:00:01
-stop_freeway
+    measure freeway-conntrack 10.2.0.2 02:fe:00:00:00:01
+    stop_freeway
+fi
 done
 
 [ -z "$JSON" ] || cat "$ALL" >>"$JSON"
