@@ -1690,6 +1690,9 @@ route get ADDR                          the route a packet to ADDR takes
 reload [--check] [FILE]                 read the configuration again, apply what changed
 route add PREFIX via GW[,GW...]         add a route (several gateways: ECMP)
 route add PREFIX dev IFACE              add a directly connected route
+route add PREFIX via GW dev IFACE       add a route through GW on IFACE
+route add PREFIX nexthop via GW dev IFACE [weight 1] nexthop ...
+                                        add an ECMP route, as ip route writes it
 route replace PREFIX ...                add or replace
 route del PREFIX                        delete a route
 neigh show                              the neighbour table
