@@ -19,10 +19,10 @@
 #[macro_use]
 mod netbed;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use netbed::bird::{bird_installed, wait_for, Bird};
+use netbed::bird::{wait_for, Bird};
 use netbed::*;
 
 /// The README's text.
@@ -44,12 +44,13 @@ fn block(text: &str, after: &str, fence: &str) -> String {
     body.join("\n") + "\n"
 }
 
-fn installed(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// Whether `tool` is installed; if not, a loud skip (a failure under CI) saying `why`.
+fn have_or_skip(tool: &str, why: &str) -> bool {
+    let have = installed(tool);
+    if !have {
+        freeway_testkit::skip(format!("{tool} is not installed: {why}"));
+    }
+    have
 }
 
 /// A test bed that the README's own commands bring up and down: only its names (suffix) and
@@ -69,8 +70,7 @@ fn bed_for_readme(tag: &str) -> Bed {
 #[test]
 fn the_veth_test_bed_walk_through_runs_as_written() {
     need_root!();
-    if !installed("tcpdump") {
-        freeway_testkit::skip("tcpdump is not installed: the walk-through pipes its capture into it");
+    if !have_or_skip("tcpdump", "the walk-through pipes its capture into it") {
         return;
     }
     let block = block(&readme(), "### Between network namespaces", "```sh");
@@ -121,8 +121,8 @@ fn the_veth_test_bed_walk_through_runs_as_written() {
 #[test]
 fn bird_drives_the_router_with_the_readme_s_linux_section() {
     need_root!();
-    if !bird_installed() {
-        freeway_testkit::skip("bird2 (bird, birdc) is not installed");
+    let bird2 = "BIRD 2 drives the router (Debian package bird2)";
+    if !(have_or_skip("bird", bird2) && have_or_skip("birdc", bird2)) {
         return;
     }
     let text = readme();
@@ -133,18 +133,17 @@ fn bird_drives_the_router_with_the_readme_s_linux_section() {
     let mut bed = Bed::up("rdbird");
     let upstream = bed.dir.join("upstream.conf");
     std::fs::write(&upstream, block(&text, "**Scaling out.**", "```")).unwrap();
-    let o = Command::new("bird")
+    let parsed = Command::new("bird")
         .arg("-p")
         .arg("-c")
         .arg(&upstream)
         .output()
         .unwrap();
+    let err = String::from_utf8_lossy(&parsed.stderr);
     assert!(
-        o.status.success(),
-        "the README's upstream BIRD configuration: {}",
-        String::from_utf8_lossy(&o.stderr)
+        parsed.status.success(),
+        "the README's upstream BIRD configuration: {err}"
     );
-
     // A router whose [linux] section is the README's; BIRD in its namespace exports a
     // static route through h2 to the kernel's main table.
     two_subnets(&bed);
