@@ -483,3 +483,138 @@ fn port_flags_change_while_forwarding_and_the_mdb_is_shown() {
     assert!(s["data"]["mdb"]["groups"].is_u64(), "{s}");
     stop(child, dir);
 }
+
+/// ECMP through the socket in `ip route`'s words: `nexthop via GW dev IFACE [weight 1]` per
+/// hop, shown as `ip route` and `ip -j route` show such a route, replaced, deleted; a hop that
+/// cannot be is refused with its reason and changes nothing.
+#[test]
+fn an_ecmp_route_is_added_shown_replaced_and_deleted_in_ip_route_s_words() {
+    let (dir, sock, child) = running("ecmp", "");
+    let route = |sock: &Path| -> (Vec<String>, Option<Value>) {
+        let r = ctl(sock, &["route", "show"]);
+        let text = r["text"].as_str().unwrap();
+        let mut lines = Vec::new();
+        let mut on = false;
+        for l in text.lines() {
+            if !l.starts_with('\t') {
+                on = l.starts_with("10.8.0.0/24 ");
+            }
+            if on {
+                lines.push(l.trim_end().to_string());
+            }
+        }
+        let rows = r["data"].as_array().cloned().unwrap_or_default();
+        let json = rows.into_iter().find(|x| x["dst"] == "10.8.0.0/24");
+        (lines, json)
+    };
+    let add = ctl(
+        &sock,
+        &[
+            "route",
+            "add",
+            "10.8.0.0/24",
+            "nexthop",
+            "via",
+            "10.0.10.254",
+            "dev",
+            "lan",
+            "nexthop",
+            "via",
+            "10.0.20.253",
+            "dev",
+            "wan",
+            "weight",
+            "1",
+        ],
+    );
+    assert_eq!(add["ok"], true, "{add}");
+    let (text, json) = route(&sock);
+    assert_eq!(
+        text,
+        [
+            "10.8.0.0/24 proto ctl",
+            "\tnexthop via 10.0.10.254 dev lan weight 1",
+            "\tnexthop via 10.0.20.253 dev wan weight 1",
+        ],
+        "as `ip route` prints it"
+    );
+    assert_eq!(
+        json.unwrap(),
+        json!({
+            "dst": "10.8.0.0/24", "protocol": "ctl", "origin": "ctl", "flags": [],
+            "nexthops": [
+                {"gateway": "10.0.10.254", "dev": "lan", "weight": 1, "flags": []},
+                {"gateway": "10.0.20.253", "dev": "wan", "weight": 1, "flags": []},
+            ]
+        }),
+        "as `ip -j route` prints it (and Freeway's origin)"
+    );
+    // `route get` names both hops.
+    let get = ctl(&sock, &["route", "get", "10.8.0.9"]);
+    assert_eq!(
+        get["text"], "10.8.0.9\n\tnexthop via 10.0.10.254 dev lan\n\tnexthop via 10.0.20.253 dev wan\n",
+        "{get}"
+    );
+    // Added twice: refused, as `ip route add` refuses.
+    let again = ctl(&sock, &["route", "add", "10.8.0.0/24", "nexthop", "via", "10.0.20.7"]);
+    assert_eq!(again["kind"], "conflict", "{again}");
+
+    // Bad hops: refused with the reason, nothing changed.
+    // Each: the error's kind | the words after `route replace 10.8.0.0/24` | its message.
+    let bad = r#"invalid | nexthop via 10.0.10.254 dev wan nexthop via 10.0.20.7 | via 10.0.10.254 dev wan: 10.0.10.254 is not on wan's subnet
+not_found | nexthop via 10.0.20.7 dev dmz nexthop via 10.0.10.7 | dev "dmz": no such interface
+invalid | nexthop via 10.0.20.7 weight 2 nexthop via 10.0.10.7 weight 1 | weight 2: the router's ECMP spreads flows equally
+refused | nexthop via 10.0.20.1 nexthop via 10.0.10.7 | via 10.0.20.1: that is the router's own address
+invalid | nexthop via 192.0.2.1 nexthop via 10.0.10.7 | via 192.0.2.1: on no interface's subnet
+usage | nexthop via 10.0.20.7 bogus 1 | "bogus"
+usage | nexthop dev | dev: which?"#;
+    for row in bad.lines() {
+        let f: Vec<&str> = row.split(" | ").collect();
+        let (kind, words, msg) = (f[0], f[1], f[2]);
+        let mut w = vec!["route", "replace", "10.8.0.0/24"];
+        w.extend(words.split(' '));
+        let r = ctl(&sock, &w);
+        assert_eq!(r["ok"], false, "{words}: {r}");
+        assert_eq!(r["kind"], kind, "{words}: {r}");
+        assert!(r["error"].as_str().unwrap().contains(msg), "{words}: {r}");
+    }
+    assert_eq!(route(&sock).0.len(), 3, "the bad hops changed nothing");
+
+    // Replaced: a hop through a gateway and a connected one; then one hop with its device.
+    let r = ctl(
+        &sock,
+        &[
+            "route",
+            "replace",
+            "10.8.0.0/24",
+            "nexthop",
+            "via",
+            "10.0.20.7",
+            "nexthop",
+            "dev",
+            "lan",
+        ],
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(
+        route(&sock).0,
+        [
+            "10.8.0.0/24 proto ctl",
+            "\tnexthop dev lan weight 1",
+            "\tnexthop via 10.0.20.7 dev wan weight 1",
+        ]
+    );
+    let r = ctl(
+        &sock,
+        &["route", "replace", "10.8.0.0/24", "via", "10.0.20.7", "dev", "wan"],
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let (text, json) = route(&sock);
+    assert_eq!(text, ["10.8.0.0/24 via 10.0.20.7 dev wan proto ctl"]);
+    assert_eq!(json.unwrap()["gateway"], "10.0.20.7");
+
+    // Deleted.
+    assert_eq!(ctl(&sock, &["route", "del", "10.8.0.0/24"])["ok"], true);
+    assert_eq!(route(&sock), (Vec::new(), None));
+    stop(child, dir);
+}

@@ -60,6 +60,12 @@ dst = "10.5.0.0/16"
 dev = "wan"
 "#;
 
+/// An ECMP route added through the control socket (`freeway ctl route add` arguments) and
+/// the same in the kernel, whose protocol number 77 (no name in `rt_protos`) stands for
+/// Freeway's `proto ctl` in the comparison.
+const CTL_ECMP: &str = "10.7.0.0/24 nexthop via 10.0.10.253 dev lan nexthop via 10.0.20.252 dev wan";
+const CTL_PROTO: &str = "77";
+
 /// Neighbours: (address, MAC, device). The first is configured, the second added with
 /// `freeway ctl neigh add`.
 const NEIGHS: &[(&str, &str, &str)] = &[
@@ -191,6 +197,9 @@ fn routes_neighbours_and_fdb_entries_print_as_iproute2_prints_them() {
         "\n[[neigh]]\nip = \"{ip}\"\nmac = \"{mac}\"\ndev = \"{dev}\"\n"
     ));
     bed.start_ctl(&cfg);
+    let mut add = vec!["route", "add"];
+    add.extend(CTL_ECMP.split(' '));
+    bed.ctl(&add);
     let (ip, mac, dev) = NEIGHS[1];
     bed.ctl(&["neigh", "add", ip, "lladdr", mac, "dev", dev]);
     let (mac, port, vlan) = FDB[1];
@@ -217,13 +226,15 @@ fn routes_neighbours_and_fdb_entries_print_as_iproute2_prints_them() {
     for r in KERNEL_ROUTES {
         k.ok(&format!("ip route add {r}"));
     }
+    let (dst, hops) = CTL_ECMP.split_once(' ').unwrap();
+    k.ok(&format!("ip route add {dst} proto {CTL_PROTO} {hops}"));
     for (ip, mac, dev) in NEIGHS {
         k.ok(&format!("ip neigh add {ip} lladdr {mac} dev {dev} nud permanent"));
     }
 
     // Routes: every one, in the same order, text line for line.
     let kernel = k.ok("ip route show");
-    let fw = freeway(&bed, &["route", "show"]);
+    let fw = freeway(&bed, &["route", "show"]).replace(" proto ctl", &format!(" proto {CTL_PROTO}"));
     let trim = |t: &str| t.lines().map(|l| l.trim_end().to_string()).collect::<Vec<_>>();
     assert_eq!(trim(&fw), trim(&kernel), "freeway route show vs ip route show");
     let kj = json(&k.ok("ip -j route show"));
@@ -232,6 +243,9 @@ fn routes_neighbours_and_fdb_entries_print_as_iproute2_prints_them() {
         .map(|mut r| {
             // Freeway's own key: who put the route in.
             r.as_object_mut().unwrap().remove("origin");
+            if r["protocol"] == "ctl" {
+                r["protocol"] = CTL_PROTO.into();
+            }
             r
         })
         .collect();

@@ -78,6 +78,10 @@ const USING_IT: &[(&str, How)] = &[
         Run,
     ),
     ("freeway ctl route add 10.9.0.0/24 via 10.0.20.7", Run),
+    (
+        "freeway ctl route replace 10.9.0.0/24 nexthop via 10.0.10.254 dev lan nexthop via 10.0.20.253 dev wan",
+        Run,
+    ),
     ("freeway ctl route del 10.9.0.0/24", Run),
     (
         "freeway ctl fdb add 02:00:00:00:00:99 dev lan [vlan 10]; freeway ctl fdb del 02:00:00:00:00:99 vlan 10",

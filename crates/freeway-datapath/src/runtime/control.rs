@@ -847,17 +847,6 @@ impl<L: Layout> Control<L> {
             .unwrap_or_default()
     }
 
-    /// The router's interface holding `ip`, if it is one of the router's own addresses.
-    fn own_address(ifs: &Interfaces, ip: IpAddr) -> Option<String> {
-        let i = match ip {
-            IpAddr::V4(a) => ifs.local_v4(a),
-            IpAddr::V6(a) => ifs
-                .local_v6(a)
-                .or_else(|| (0..ifs.len() as u16).find(|&i| ifs.get(i).is_some_and(|x| x.link_local() == a))),
-        }?;
-        Some(ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone()))
-    }
-
     /// Joins an ended capture and remembers how it ended.
     fn reap(&mut self, t: super::capture::RunningTap) {
         let (id, desc) = (t.id(), t.desc().clone());
@@ -1206,7 +1195,7 @@ impl<L: Layout> Control<L> {
     fn neigh_add(&self, ip: IpAddr, mac: &Mac, dev: &str) -> Result<Reply, CtlError> {
         let (_, ifs, _) = self.rib.as_ref().ok_or_else(no_router)?;
         let i = iface_named(ifs, dev)?;
-        if let Some(on) = Self::own_address(ifs, ip) {
+        if let Some(on) = own_address(ifs, ip) {
             return Err(CtlError::Refused(format!(
                 "{ip} is the router's own address (interface {on}): it cannot be a neighbour"
             )));
@@ -1578,30 +1567,30 @@ impl<L: Layout> Control<L> {
                     return Err(CtlError::Usage("route add PREFIX via GW[,GW...]: no gateway".into()));
                 }
                 gws.iter()
-                    .map(|&ip| {
-                        if ip.is_ipv4() != p.addr().is_ipv4() {
-                            return Err(CtlError::Invalid(format!(
-                                "via {ip}: not of the route's address family"
-                            )));
-                        }
-                        if let Some(on) = Self::own_address(ifs, ip) {
-                            return Err(CtlError::Refused(format!(
-                                "via {ip}: that is the router's own address (interface {on}), not a gateway"
-                            )));
-                        }
-                        let i = (0..ifs.len() as u16)
-                            .find(|&i| {
-                                ifs.get(i).is_some_and(|x| match ip {
-                                    IpAddr::V4(a) => x.v4_on_link(a),
-                                    IpAddr::V6(a) => x.v6_on_link(a),
-                                })
-                            })
-                            .ok_or_else(|| CtlError::Invalid(format!("via {ip}: on no interface's subnet")))?;
-                        Ok(NextHop::via(ip, i))
-                    })
+                    .map(|&ip| gateway_hop(ifs, p, ip, None))
                     .collect::<Result<Vec<_>, CtlError>>()?
             }
             Hops::Dev(d) => vec![NextHop::connected(iface_named(ifs, d)?)],
+            Hops::Nexthops(hs) => {
+                if hs.is_empty() {
+                    return Err(CtlError::Usage("route add PREFIX nexthop ...: no next hop".into()));
+                }
+                hs.iter()
+                    .map(|h| {
+                        if let Some(w) = h.weight.filter(|&w| w != 1) {
+                            return Err(CtlError::Invalid(format!(
+                                "nexthop {h}: weight {w}: the router's ECMP spreads flows equally \
+                                 (weight 1 only)"
+                            )));
+                        }
+                        match (h.via, &h.dev) {
+                            (Some(ip), dev) => gateway_hop(ifs, p, ip, dev.as_deref()),
+                            (None, Some(d)) => Ok(NextHop::connected(iface_named(ifs, d)?)),
+                            (None, None) => Err(CtlError::Usage("nexthop: via GW or dev IFACE needed".into())),
+                        }
+                    })
+                    .collect::<Result<Vec<_>, CtlError>>()?
+            }
         };
         let mut r = Route::new(p, hops);
         r.kind = kind;
@@ -1609,6 +1598,53 @@ impl<L: Layout> Control<L> {
         res.map_err(route_error)?;
         Ok(Reply::new("", json!({"generation": rib.generation()})))
     }
+}
+
+/// The hop through gateway `ip` for a route to `p`: on `dev` (whose subnet must hold
+/// it), or on the interface whose subnet holds it.
+fn gateway_hop(ifs: &Interfaces, p: Prefix, ip: IpAddr, dev: Option<&str>) -> Result<NextHop, CtlError> {
+    if ip.is_ipv4() != p.addr().is_ipv4() {
+        return Err(CtlError::Invalid(format!(
+            "via {ip}: not of the route's address family"
+        )));
+    }
+    if let Some(on) = own_address(ifs, ip) {
+        return Err(CtlError::Refused(format!(
+            "via {ip}: that is the router's own address (interface {on}), not a gateway"
+        )));
+    }
+    let on_link = |i: u16| {
+        ifs.get(i).is_some_and(|x| match ip {
+            IpAddr::V4(a) => x.v4_on_link(a),
+            IpAddr::V6(a) => x.v6_on_link(a),
+        })
+    };
+    let i = match dev {
+        Some(d) => {
+            let i = iface_named(ifs, d)?;
+            if !on_link(i) {
+                return Err(CtlError::Invalid(format!(
+                    "via {ip} dev {d}: {ip} is not on {d}'s subnet"
+                )));
+            }
+            i
+        }
+        None => (0..ifs.len() as u16)
+            .find(|&i| on_link(i))
+            .ok_or_else(|| CtlError::Invalid(format!("via {ip}: on no interface's subnet")))?,
+    };
+    Ok(NextHop::via(ip, i))
+}
+
+/// The router's interface holding `ip`, if it is one of the router's own addresses.
+fn own_address(ifs: &Interfaces, ip: IpAddr) -> Option<String> {
+    let i = match ip {
+        IpAddr::V4(a) => ifs.local_v4(a),
+        IpAddr::V6(a) => ifs
+            .local_v6(a)
+            .or_else(|| (0..ifs.len() as u16).find(|&i| ifs.get(i).is_some_and(|x| x.link_local() == a))),
+    }?;
+    Some(ifs.get(i).map_or_else(|| format!("if{i}"), |x| x.name.clone()))
 }
 
 /// A RIB refusal, typed.
@@ -1654,6 +1690,9 @@ route get ADDR                          the route a packet to ADDR takes
 reload [--check] [FILE]                 read the configuration again, apply what changed
 route add PREFIX via GW[,GW...]         add a route (several gateways: ECMP)
 route add PREFIX dev IFACE              add a directly connected route
+route add PREFIX via GW dev IFACE       add a route through GW on IFACE
+route add PREFIX nexthop via GW dev IFACE [weight 1] nexthop ...
+                                        add an ECMP route, as ip route writes it
 route replace PREFIX ...                add or replace
 route del PREFIX                        delete a route
 neigh show                              the neighbour table

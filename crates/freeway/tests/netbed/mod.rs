@@ -24,16 +24,20 @@ pub fn can_run() -> Result<(), String> {
         return Err("not root".into());
     }
     for tool in ["ip", "ping", "python3"] {
-        let ok = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
+        if !installed(tool) {
             return Err(format!("{tool} not installed"));
         }
     }
     Ok(())
+}
+
+/// Whether the command `tool` is on the path.
+pub fn installed(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 extern "C" {

@@ -12,7 +12,7 @@ use freeway_bridge::Mac;
 use freeway_conntrack::query::{parse_proto, parse_state};
 use freeway_conntrack::{CtFilter, TupleFilter};
 
-use super::protocol::{CtlError, Direction, FileFormat, Hops, Request, TapOptions};
+use super::protocol::{CtlError, Direction, FileFormat, HopSpec, Hops, Request, TapOptions};
 use crate::config::capture::{TapOptionsError, MAX_SNAPLEN};
 
 /// The capture flags of `freeway capture` and `freeway ctl capture start` (tcpdump's).
@@ -305,33 +305,117 @@ fn fdb_words(words: &[String]) -> Result<(Option<String>, Option<u16>), CtlError
     Ok((dev, vlan))
 }
 
-/// `route add|replace` arguments: `PREFIX via GW[,GW...]` or `PREFIX dev IFACE`.
+/// `route add|replace` arguments, as `ip route` takes them: `PREFIX via GW[,GW...]`,
+/// `PREFIX dev IFACE`, `PREFIX via GW dev IFACE`, or ECMP as
+/// `PREFIX nexthop via GW dev IFACE [weight N] nexthop ...`.
 #[derive(Args, Clone, Debug)]
 pub struct RouteAddArgs {
     /// The destination (`10.9.0.0/24`, `2001:db8::/32`, `default`).
     prefix: String,
-    /// `via` (gateways) or `dev` (directly connected).
-    #[arg(value_name = "via|dev", value_parser = keyword!("via", "dev"))]
-    how: String,
-    /// GW[,GW...] (several: ECMP) or IFACE.
-    #[arg(value_name = "GW|IFACE")]
-    target: String,
+    /// `via GW[,GW...]` (several: ECMP), `dev IFACE`, both, or `nexthop [via GW] [dev IFACE]
+    /// [weight N]` once per hop.
+    #[arg(
+        value_name = "via GW | dev IFACE | nexthop ...",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    words: Vec<String>,
 }
 
 impl RouteAddArgs {
     fn hops(&self) -> Result<Hops, CtlError> {
-        if self.how == "dev" {
-            return Ok(Hops::Dev(self.target.clone()));
-        }
-        self.target
-            .split(',')
-            .map(|g| {
-                g.parse::<IpAddr>()
-                    .map_err(|_| CtlError::Usage(format!("via {g:?}: not an address")))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Hops::Via)
+        route_hops(&self.words)
     }
+}
+
+/// The hops of `route add|replace PREFIX WORDS...`.
+fn route_hops(words: &[String]) -> Result<Hops, CtlError> {
+    let usage = |m: String| CtlError::Usage(m);
+    let mut it = words.iter().map(String::as_str).peekable();
+    // ECMP: one `nexthop` group per hop.
+    if it.peek() == Some(&"nexthop") {
+        let mut hops = Vec::new();
+        while let Some(w) = it.next() {
+            if w != "nexthop" {
+                return Err(usage(format!(
+                    "{w:?}: expected nexthop [via GW] [dev IFACE] [weight N] (one per hop)"
+                )));
+            }
+            let mut h = HopSpec {
+                via: None,
+                dev: None,
+                weight: None,
+            };
+            while let Some(&w) = it.peek().filter(|w| **w != "nexthop") {
+                it.next();
+                let arg = it.next().ok_or_else(|| usage(format!("nexthop ... {w}: which?")))?;
+                match w {
+                    "via" => h.via = Some(gateway(arg)?),
+                    "dev" => h.dev = Some(arg.to_string()),
+                    "weight" => {
+                        let n = arg
+                            .parse::<u32>()
+                            .ok()
+                            .filter(|n| (1..=256).contains(n))
+                            .ok_or_else(|| usage(format!("weight {arg}: a weight is 1 to 256")))?;
+                        h.weight = Some(n);
+                    }
+                    other => {
+                        return Err(usage(format!(
+                            "nexthop {other:?}: expected via GW, dev IFACE or weight N"
+                        )))
+                    }
+                }
+            }
+            if h.via.is_none() && h.dev.is_none() {
+                return Err(usage("nexthop: via GW or dev IFACE needed".into()));
+            }
+            hops.push(h);
+        }
+        return Ok(Hops::Nexthops(hops));
+    }
+    let (mut via, mut dev) = (None, None);
+    while let Some(w) = it.next() {
+        let arg = it.next();
+        match (w, arg) {
+            ("via", Some(a)) => {
+                via = Some(a.split(',').map(gateway).collect::<Result<Vec<_>, _>>()?);
+            }
+            ("dev", Some(a)) => dev = Some(a.to_string()),
+            ("via" | "dev", None) => return Err(usage(format!("{w}: which?"))),
+            ("nexthop", _) => {
+                return Err(usage(
+                    "nexthop: the hops are either all `nexthop ...` groups or one via/dev".into(),
+                ))
+            }
+            (other, _) => {
+                return Err(usage(format!(
+                    "{other:?}: expected via GW[,GW...], dev IFACE or nexthop ..."
+                )))
+            }
+        }
+    }
+    Ok(match (via, dev) {
+        (Some(g), None) => Hops::Via(g),
+        (None, Some(d)) => Hops::Dev(d),
+        (Some(g), Some(d)) => Hops::Nexthops(
+            g.into_iter()
+                .map(|g| HopSpec {
+                    via: Some(g),
+                    dev: Some(d.clone()),
+                    weight: None,
+                })
+                .collect(),
+        ),
+        (None, None) => return Err(usage("via GW or dev IFACE needed".into())),
+    })
+}
+
+/// A gateway address of `via GW`.
+fn gateway(g: &str) -> Result<IpAddr, CtlError> {
+    g.parse::<IpAddr>()
+        .map_err(|_| CtlError::Usage(format!("via {g:?}: not an address")))
 }
 
 /// `route` commands.
@@ -345,7 +429,8 @@ pub enum RouteCmd {
         /// The destination address.
         addr: IpAddr,
     },
-    /// Adds a route: `route add PREFIX via GW[,GW...]` or `route add PREFIX dev IFACE`.
+    /// Adds a route: `route add PREFIX via GW[,GW...]`, `route add PREFIX [via GW] dev IFACE`
+    /// or `route add PREFIX nexthop via GW dev IFACE nexthop via GW dev IFACE` (ECMP).
     Add(RouteAddArgs),
     /// Adds or replaces a route.
     Replace(RouteAddArgs),
@@ -703,6 +788,9 @@ mod tests {
             "route add 10.8.0.0/16 via 10.0.20.7,10.0.20.8",
             "route add 10.0.20.0/24 dev wan",
             "route replace default via 10.0.20.7",
+            "route add 10.8.0.0/16 via 10.0.20.7 dev wan",
+            "route add 10.8.0.0/16 nexthop via 10.0.20.7 dev wan nexthop via 10.0.20.8",
+            "route replace 10.8.0.0/16 nexthop via 10.0.20.7 dev wan weight 1 nexthop dev lan weight 1",
             "route del 10.6.0.0/16",
             "neigh show",
             "neigh add 10.0.20.9 lladdr 02:00:00:00:20:09 dev wan",
@@ -798,6 +886,27 @@ mod tests {
                 "via \"nowhere\": not an address",
             ),
             ("route add 10.0.0.0/8 through 10.0.20.7", "usage", "through"),
+            (
+                "route add 10.0.0.0/8 nexthop via 10.0.20.7 weight 0",
+                "usage",
+                "weight 0: a weight is 1 to 256",
+            ),
+            (
+                "route add 10.0.0.0/8 nexthop weight 1",
+                "usage",
+                "nexthop: via GW or dev IFACE needed",
+            ),
+            ("route add 10.0.0.0/8 nexthop via 10.0.20.7 dev", "usage", "dev: which?"),
+            (
+                "route add 10.0.0.0/8 nexthop via 10.0.20.7 onlink x",
+                "usage",
+                "\"onlink\"",
+            ),
+            (
+                "route add 10.0.0.0/8 via 10.0.20.7 nexthop via 10.0.20.8",
+                "usage",
+                "either all `nexthop ...` groups",
+            ),
             ("neigh add 10.0.20.9 02:00:00:00:20:09 dev wan", "usage", "lladdr"),
             ("capture start -w /tmp/x.pcap", "usage", "-i PORT"),
             ("capture start -i wan", "usage", "-w FILE"),

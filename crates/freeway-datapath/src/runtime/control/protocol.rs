@@ -55,6 +55,58 @@ pub enum Hops {
     Via(Vec<IpAddr>),
     /// Directly connected on this interface.
     Dev(String),
+    /// Hops each naming its gateway, its interface or both, as `ip route`'s
+    /// `via GW dev IFACE` and `nexthop via GW dev IFACE weight N nexthop ...` (ECMP).
+    Nexthops(Vec<HopSpec>),
+}
+
+/// One next hop as `ip route` writes it: `[via GW] [dev IFACE] [weight N]` (one at least of
+/// the gateway and the interface).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HopSpec {
+    /// The gateway; absent: directly connected on `dev`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<IpAddr>,
+    /// The router interface; absent: the one whose subnet holds the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    /// `ip route`'s weight (the router's ECMP is equal-cost: only 1 is accepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+impl fmt::Display for HopSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        if let Some(g) = self.via {
+            write!(f, "via {g}")?;
+            sep = " ";
+        }
+        if let Some(d) = &self.dev {
+            write!(f, "{sep}dev {d}")?;
+            sep = " ";
+        }
+        if let Some(w) = self.weight {
+            write!(f, "{sep}weight {w}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Hops {
+    /// The words after the prefix: ` via A,B`, ` dev X`, ` via A dev X`, ` nexthop ... nexthop ...`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Hops::Via(g) => {
+                let g: Vec<String> = g.iter().map(IpAddr::to_string).collect();
+                write!(f, " via {}", g.join(","))
+            }
+            Hops::Dev(d) => write!(f, " dev {d}"),
+            Hops::Nexthops(h) if h.len() == 1 && h[0].weight.is_none() => write!(f, " {}", h[0]),
+            Hops::Nexthops(h) => h.iter().try_for_each(|h| write!(f, " nexthop {h}")),
+        }
+    }
 }
 
 /// A request to the control socket. Ports and interfaces are named as in the config;
@@ -358,13 +410,7 @@ impl Request {
 /// The request as `freeway ctl` words (for logs): `route add 10.9.0.0/24 via 10.0.20.7`.
 impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hops = |f: &mut fmt::Formatter<'_>, h: &Hops| match h {
-            Hops::Via(g) => {
-                let g: Vec<String> = g.iter().map(IpAddr::to_string).collect();
-                write!(f, " via {}", g.join(","))
-            }
-            Hops::Dev(d) => write!(f, " dev {d}"),
-        };
+        let hops = |f: &mut fmt::Formatter<'_>, h: &Hops| write!(f, "{h}");
         let tap = |f: &mut fmt::Formatter<'_>, t: &TapOptions| {
             write!(f, " -i {} -Q {} -s {}", t.port, t.direction, t.snaplen)?;
             if let Some(c) = t.count {
@@ -824,6 +870,35 @@ mod tests {
             assert_eq!(v["request"]["cmd"], r.command(), "{line}");
             assert_eq!(decode_request(line.as_bytes()).unwrap(), r, "{line}");
         }
+    }
+
+    #[test]
+    fn ecmp_hops_round_trip_with_their_devices_and_weights() {
+        let r = Request::RouteReplace {
+            prefix: "10.9.0.0/24".into(),
+            hops: Hops::Nexthops(vec![
+                HopSpec {
+                    via: Some("10.0.20.7".parse().unwrap()),
+                    dev: Some("wan".into()),
+                    weight: Some(1),
+                },
+                HopSpec {
+                    via: None,
+                    dev: Some("lan".into()),
+                    weight: None,
+                },
+            ]),
+        };
+        let line = encode_request(&r);
+        assert!(
+            line.contains(r#""hops":{"nexthops":[{"via":"10.0.20.7","dev":"wan","weight":1},{"dev":"lan"}]}"#),
+            "{line}"
+        );
+        assert_eq!(decode_request(line.as_bytes()).unwrap(), r, "{line}");
+        assert_eq!(
+            r.to_string(),
+            "route replace 10.9.0.0/24 nexthop via 10.0.20.7 dev wan weight 1 nexthop dev lan"
+        );
     }
 
     #[test]

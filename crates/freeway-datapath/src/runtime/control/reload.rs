@@ -108,11 +108,7 @@ pub(crate) enum Change {
 impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Change::RouteSet(p, Hops::Via(gws)) => {
-                let g: Vec<String> = gws.iter().map(ToString::to_string).collect();
-                write!(f, "route replace {p} via {}", g.join(","))
-            }
-            Change::RouteSet(p, Hops::Dev(d)) => write!(f, "route replace {p} dev {d}"),
+            Change::RouteSet(p, h) => write!(f, "route replace {p}{h}"),
             Change::RouteDel(p) => write!(f, "route del {p}"),
             Change::NeighSet(ip, mac, dev) => write!(f, "neigh add {ip} lladdr {mac} dev {dev}"),
             Change::NeighDel(ip, dev) => write!(f, "neigh del {ip} dev {dev}"),
