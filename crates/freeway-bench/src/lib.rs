@@ -23,6 +23,7 @@ pub mod firewall;
 pub mod frag;
 pub mod fw_forward;
 pub mod linuxcp;
+pub mod linuxcp_fwd;
 pub mod nat;
 pub mod route;
 
