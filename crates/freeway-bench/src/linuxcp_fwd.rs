@@ -89,21 +89,9 @@ fn drive(t0: Instant, flood: usize) -> Result<Duration, String> {
 
 /// Mpps forwarded over the window `[FROM, FROM + seconds]`.
 fn forwarded_mpps(snaps: &[Snapshot], seconds: f64) -> Result<f64, String> {
-    let first = snaps
-        .iter()
-        .find(|s| s.elapsed_s >= FROM)
-        .ok_or("run too short to measure")?;
-    let last = snaps
-        .iter()
-        .rev()
-        .find(|s| s.elapsed_s <= FROM + seconds + 0.05)
-        .ok_or("run too short to measure")?;
+    let (first, last, _) = crate::window_from(snaps, FROM, seconds)?;
     let fwd = |s: &Snapshot| s.router.as_ref().map_or(0, |r| r.l3.forwarded_v4) as f64;
-    let dt = last.elapsed_s - first.elapsed_s;
-    if dt <= 0.1 {
-        return Err("measurement window too short".into());
-    }
-    Ok((fwd(last) - fwd(first)) / dt / 1e6)
+    Ok((fwd(last) - fwd(first)) / (last.elapsed_s - first.elapsed_s) / 1e6)
 }
 
 /// One run in a fresh namespace: Mpps forwarded, the flood's kernel time.

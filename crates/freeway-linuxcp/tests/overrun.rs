@@ -89,14 +89,14 @@ fn body() {
     let (tx, rx) = mpsc::channel::<Vec<Change>>();
     let (entered_tx, entered) = mpsc::channel::<()>();
     let (go, go_rx) = mpsc::channel::<()>();
+    let cfg = MirrorConfig {
+        filter: Filter::default(),
+        ifaces: vec![IFACE.into()],
+        notify_buffer: 4096,
+    };
     let mirror = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            let cfg = MirrorConfig {
-                filter: Filter::default(),
-                ifaces: vec![IFACE.into()],
-                notify_buffer: 4096,
-            };
             let mut hold = Some((entered_tx, go_rx));
             freeway_linuxcp::run(&cfg, &stop, |b| {
                 if let Some((entered, go)) = hold.take() {
