@@ -65,6 +65,8 @@ pub struct Netlink {
     pending_at: usize,
     /// `events` reported an overrun (`ENOBUFS`) not yet acted on.
     overran: bool,
+    /// The receive buffer asked for `events`, bytes.
+    rcvbuf: usize,
 }
 
 /// The notification socket's receive buffer: large, so bursts (a full BGP table arriving)
@@ -129,6 +131,7 @@ impl Netlink {
             pending: Vec::new(),
             pending_at: 0,
             overran: false,
+            rcvbuf,
         })
     }
 
@@ -163,8 +166,10 @@ impl Netlink {
 
     /// Before a resync: reads the notification socket empty and drops what it held and what
     /// `pending` held (the dump that follows covers all of it), and forgets an overrun. Ends:
-    /// an overrun socket is sent nothing until its queue is empty, so this reads at most one
-    /// buffer's worth after the last overrun it sees.
+    /// an overrun socket is sent nothing until its queue is empty, so after the last overrun
+    /// it sees, one buffer's worth (the kernel doubles the size asked) holds every message
+    /// older than the lost ones; it stops there even if more keep coming, since those newer
+    /// messages replayed after the dump converge.
     fn discard_notifications(&mut self) -> io::Result<()> {
         self.pending.clear();
         self.pending_at = 0;
@@ -172,15 +177,18 @@ impl Netlink {
         if !self.subscribed {
             return Ok(());
         }
-        loop {
+        let bound = 2 * self.rcvbuf + self.buf.len();
+        let mut since_overrun = 0;
+        while since_overrun <= bound {
             match self.events.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Ok(n) => since_overrun += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => since_overrun = 0,
                 Err(e) => return Err(e),
             }
         }
+        Ok(())
     }
 
     /// Whether the notification socket overran since the last resync (or the last call).
