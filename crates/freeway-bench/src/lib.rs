@@ -23,6 +23,7 @@ pub mod firewall;
 pub mod frag;
 pub mod fw_forward;
 pub mod linuxcp;
+pub mod linuxcp_fwd;
 pub mod nat;
 pub mod route;
 
@@ -304,14 +305,23 @@ pub(crate) const WARMUP: f64 = 0.5;
 /// The snapshots of the measurement window (after the warm-up, `seconds` long) and each
 /// worker's Mpps over it.
 pub(crate) fn window(snaps: &[Snapshot], seconds: f64) -> Result<(&Snapshot, &Snapshot, Vec<f64>), String> {
+    window_from(snaps, WARMUP, seconds)
+}
+
+/// [`window`] starting `from` seconds into the run.
+pub(crate) fn window_from(
+    snaps: &[Snapshot],
+    from: f64,
+    seconds: f64,
+) -> Result<(&Snapshot, &Snapshot, Vec<f64>), String> {
     let first = snaps
         .iter()
-        .find(|s| s.elapsed_s >= WARMUP)
+        .find(|s| s.elapsed_s >= from)
         .ok_or("run too short to measure")?;
     let last = snaps
         .iter()
         .rev()
-        .find(|s| s.elapsed_s <= WARMUP + seconds + 0.05)
+        .find(|s| s.elapsed_s <= from + seconds + 0.05)
         .ok_or("run too short to measure")?;
     let dt = last.elapsed_s - first.elapsed_s;
     if dt <= 0.1 {

@@ -37,6 +37,13 @@ pub struct LinuxcpArgs {
     /// Single route changes timed per run.
     #[arg(long, default_value_t = 200)]
     pub changes: usize,
+    /// Also measure forwarding (one worker, the router topology on mirrored routes) quiet
+    /// and while this many kernel routes are written; 0: not.
+    #[arg(long, default_value_t = 0)]
+    pub forwarding: usize,
+    /// The forwarding measurement's window, seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
     /// Write results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -83,7 +90,8 @@ fn route(i: usize, gw: Ipv4Addr, ifindex: u32) -> KernelRoute {
     }
 }
 
-fn ifindex(name: &str) -> Result<u32, String> {
+/// The index of the kernel device `name`.
+pub(crate) fn ifindex(name: &str) -> Result<u32, String> {
     let c = std::ffi::CString::new(name).expect("no NUL");
     // SAFETY: a valid NUL-terminated name.
     match unsafe { libc::if_nametoindex(c.as_ptr()) } {
@@ -108,16 +116,22 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// One run in a fresh namespace.
-fn run_one(n: usize, changes: usize) -> Result<LinuxcpRow, String> {
-    // SAFETY: unshare has no memory preconditions; it moves this thread (and the threads it
-    // starts from now on) into a new network namespace.
+/// Moves the calling thread (and the threads it starts from now on) into a new network
+/// namespace.
+pub(crate) fn enter_netns() -> Result<(), String> {
+    // SAFETY: unshare has no memory preconditions.
     if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
         return Err(format!(
             "bench linuxcp: cannot enter a new network namespace ({}): run it as root",
             std::io::Error::last_os_error()
         ));
     }
+    Ok(())
+}
+
+/// One run in a fresh namespace.
+fn run_one(n: usize, changes: usize) -> Result<LinuxcpRow, String> {
+    enter_netns()?;
     let twins = Twins::create(&[Some(TwinSpec {
         name: IFACE.into(),
         mac: [0x02, 0, 0, 0, 0, 0x01],
@@ -160,6 +174,7 @@ fn run_one(n: usize, changes: usize) -> Result<LinuxcpRow, String> {
             let cfg = MirrorConfig {
                 filter: Filter::default(),
                 ifaces: vec![IFACE.into()],
+                notify_buffer: MirrorConfig::NOTIFY_BUFFER,
             };
             freeway_linuxcp::run(&cfg, &stop, |b| tx.send(b).is_ok())
         })
@@ -231,6 +246,12 @@ fn run_one(n: usize, changes: usize) -> Result<LinuxcpRow, String> {
 
 /// `freeway bench linuxcp`.
 pub fn linuxcp(a: LinuxcpArgs) -> Result<(), String> {
+    if a.forwarding > 1 << 20 {
+        return Err(format!("--forwarding {}: at most {}", a.forwarding, 1 << 20));
+    }
+    if !(a.seconds > 0.0 && a.seconds <= 600.0) {
+        return Err(format!("--seconds {}: more than 0, at most 600", a.seconds));
+    }
     println!(
         "{:>9} {:>10} {:>12} {:>11} {:>8} {:>11} {:>11} {:>11}",
         "routes", "dump ms", "kernel ms", "notify ms", "resyncs", "change p50", "change p99", "change max"
@@ -258,5 +279,17 @@ pub fn linuxcp(a: LinuxcpArgs) -> Result<(), String> {
         );
         rows.push(r);
     }
-    crate::write_json(a.json.as_deref(), &rows)
+    if a.forwarding == 0 {
+        return crate::write_json(a.json.as_deref(), &rows);
+    }
+    let f = crate::linuxcp_fwd::compare(a.forwarding, a.seconds)?;
+    println!(
+        "forwarding (1 worker, routes mirrored from the kernel), {:.1} s: quiet {:.2} Mpps, \
+         while {} routes are written {:.2} Mpps ({:.2}x); the kernel held them after {:.0} ms",
+        f.seconds, f.quiet_mpps, f.flood_routes, f.flood_mpps, f.ratio, f.kernel_write_ms
+    );
+    crate::write_json(
+        a.json.as_deref(),
+        &serde_json::json!({ "convergence": rows, "forwarding": f }),
+    )
 }

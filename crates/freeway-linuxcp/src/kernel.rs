@@ -1,4 +1,4 @@
-//! Writing routes into the kernel's routing table, many at once (benchmarks and tests): the
+//! Writing (and deleting) routes in the kernel's routing table, many at once (benchmarks and tests): the
 //! requests are streamed without waiting for each answer; the last asks for an
 //! acknowledgement, which the kernel sends after every earlier request's answer.
 
@@ -69,6 +69,21 @@ impl Writer {
     /// Writes every route; returns how many the kernel refused.
     pub fn write(&mut self, routes: impl IntoIterator<Item = KernelRoute>, replace: bool) -> io::Result<usize> {
         let flags = NLM_F_REQUEST | NLM_F_CREATE | if replace { NLM_F_REPLACE } else { 0 };
+        self.stream(routes, flags, RouteNetlinkMessage::NewRoute)
+    }
+
+    /// Deletes every route; returns how many the kernel refused (not there, for one).
+    pub fn delete(&mut self, routes: impl IntoIterator<Item = KernelRoute>) -> io::Result<usize> {
+        self.stream(routes, NLM_F_REQUEST, RouteNetlinkMessage::DelRoute)
+    }
+
+    /// Streams one request of kind `req` with `flags` for each route, the last acknowledged.
+    fn stream(
+        &mut self,
+        routes: impl IntoIterator<Item = KernelRoute>,
+        flags: u16,
+        req: fn(RouteMessage) -> RouteNetlinkMessage,
+    ) -> io::Result<usize> {
         let mut buf: Vec<u8> = Vec::with_capacity(64 << 10);
         let mut last = None;
         let mut errors = 0;
@@ -78,10 +93,7 @@ impl Writer {
             let mut h = NetlinkHeader::default();
             h.flags = flags | if it.peek().is_none() { NLM_F_ACK } else { 0 };
             h.sequence_number = seq;
-            let mut m = NetlinkMessage::new(
-                h,
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(message(&r))),
-            );
+            let mut m = NetlinkMessage::new(h, NetlinkPayload::InnerMessage(req(message(&r))));
             m.finalize();
             let at = buf.len();
             buf.resize(at + m.buffer_len(), 0);

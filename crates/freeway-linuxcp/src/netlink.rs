@@ -8,6 +8,18 @@
 //! again and diffs ([`Mirror::resync`]). Links: a router interface's device appearing,
 //! changing or going also triggers a resync, since the kernel does not notify every route it
 //! removes with a device.
+//!
+//! Overruns. Once a netlink socket has overrun, the kernel drops *every* further
+//! notification to it, silently, until its queue has been read empty (the socket stays
+//! "congested"). So a resync first reads the queue empty and discards it (all of it predates
+//! the dump, which covers it; nothing new is queued meanwhile, so this ends within one
+//! buffer's worth), then dumps. While a dump runs, the notification socket is read between
+//! the dump's datagrams into memory (`pending`, bounded), so a long dump under a flood of
+//! changes does not overrun it again; those notifications are handled after the dump, in
+//! order (replaying an unbroken suffix of the notifications over a later snapshot converges
+//! on the kernel's table). An overrun during the dump is noted and costs one more round;
+//! every round applies a whole dump, and once the kernel's changes slow below what the
+//! mirror reads, a round ends with none.
 
 use std::collections::HashMap;
 use std::io;
@@ -44,11 +56,29 @@ pub struct Netlink {
     dump: Socket,
     seq: u32,
     buf: Vec<u8>,
+    /// Whether `events` is subscribed to notifications.
+    subscribed: bool,
+    /// Notifications read from `events` and not yet handled: whole datagrams in arrival
+    /// order, each padded to 4 bytes (filled while a dump runs, so the socket keeps room).
+    pending: Vec<u8>,
+    /// How much of `pending` is handled.
+    pending_at: usize,
+    /// `events` reported an overrun (`ENOBUFS`) not yet acted on.
+    overran: bool,
+    /// The receive buffer asked for `events`, bytes.
+    rcvbuf: usize,
 }
 
 /// The notification socket's receive buffer: large, so bursts (a full BGP table arriving)
 /// rarely overrun it.
 const RCVBUF: usize = 32 << 20;
+
+/// The most notification bytes held unhandled in memory (about two million routes); past
+/// it the socket is left to overrun, and a resync follows.
+const PENDING_MAX: usize = 256 << 20;
+
+/// The smallest netlink message (its header).
+const NLMSG_HDR: usize = 16;
 
 fn link_name(m: &LinkMessage) -> Option<String> {
     m.attributes.iter().find_map(|a| match a {
@@ -67,12 +97,17 @@ impl Netlink {
     /// Opens the sockets; `subscribe`: to route and link notifications (without, only
     /// requests are answered).
     pub(crate) fn open_with(subscribe: bool) -> io::Result<Netlink> {
+        Netlink::open_sized(subscribe, RCVBUF)
+    }
+
+    /// [`Netlink::open_with`], the notification socket's receive buffer `rcvbuf` bytes.
+    fn open_sized(subscribe: bool, rcvbuf: usize) -> io::Result<Netlink> {
         let mut events = Socket::new(NETLINK_ROUTE)?;
         events.bind(&SocketAddr::new(0, 0))?;
         if subscribe {
             // A larger buffer than rmem_max needs CAP_NET_ADMIN (SO_RCVBUFFORCE); fall back.
-            if force_rcvbuf(&events, RCVBUF).is_err() {
-                let _ = events.set_rx_buf_sz(RCVBUF);
+            if force_rcvbuf(&events, rcvbuf).is_err() {
+                let _ = events.set_rx_buf_sz(rcvbuf);
             }
             for g in [
                 libc::RTNLGRP_IPV4_ROUTE,
@@ -92,7 +127,109 @@ impl Netlink {
             dump,
             seq: 1,
             buf: vec![0; 1 << 20],
+            subscribed: subscribe,
+            pending: Vec::new(),
+            pending_at: 0,
+            overran: false,
+            rcvbuf,
         })
+    }
+
+    /// Reads what the notification socket holds into `pending`, without waiting, until it is
+    /// empty or `pending` holds [`PENDING_MAX`] unhandled bytes; an overrun is noted.
+    fn buffer_notifications(&mut self) -> io::Result<()> {
+        if !self.subscribed {
+            return Ok(());
+        }
+        if self.pending_at == self.pending.len() {
+            self.pending.clear();
+            self.pending_at = 0;
+        } else if self.pending_at > (1 << 20) && self.pending_at * 2 > self.pending.len() {
+            self.pending.drain(..self.pending_at);
+            self.pending_at = 0;
+        }
+        while self.pending.len() - self.pending_at < PENDING_MAX {
+            match self.events.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
+                Ok(n) => {
+                    self.pending.extend_from_slice(&self.buf[..n]);
+                    self.pending.resize(self.pending.len().next_multiple_of(4), 0);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // The queue is read on: the socket stays congested until it is empty.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => self.overran = true,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a resync: reads the notification socket empty and drops what it held and what
+    /// `pending` held (the dump that follows covers all of it), and forgets an overrun. Ends:
+    /// an overrun socket is sent nothing until its queue is empty, so after the last overrun
+    /// it sees, one buffer's worth (the kernel doubles the size asked) holds every message
+    /// older than the lost ones; it stops there even if more keep coming, since those newer
+    /// messages replayed after the dump converge.
+    fn discard_notifications(&mut self) -> io::Result<()> {
+        self.pending.clear();
+        self.pending_at = 0;
+        self.overran = false;
+        if !self.subscribed {
+            return Ok(());
+        }
+        let bound = 2 * self.rcvbuf + self.buf.len();
+        let mut since_overrun = 0;
+        while since_overrun <= bound {
+            match self.events.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
+                Ok(n) => since_overrun += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => since_overrun = 0,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the notification socket overran since the last resync (or the last call).
+    fn take_overrun(&mut self) -> bool {
+        std::mem::take(&mut self.overran)
+    }
+
+    /// Decodes up to `max` notifications from `pending` (in order) into `out`.
+    fn decode_pending(&mut self, max: usize, out: &mut Vec<Event>) {
+        while out.len() < max {
+            let rest = &self.pending[self.pending_at..];
+            if rest.len() < NLMSG_HDR {
+                // Nothing, or a datagram's padding.
+                self.pending_at = self.pending.len();
+                return;
+            }
+            let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+            if len < NLMSG_HDR || len > rest.len() {
+                // Where the next message starts is lost: read the whole table again.
+                tracing::warn!("linux mirror: a malformed rtnetlink notification: reading the whole table again");
+                self.pending_at = self.pending.len();
+                self.overran = true;
+                return;
+            }
+            match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len]) {
+                Ok(msg) => {
+                    if let NetlinkPayload::InnerMessage(m) = msg.payload {
+                        match m {
+                            RouteNetlinkMessage::NewRoute(r) => out.push(Event::NewRoute(r)),
+                            RouteNetlinkMessage::DelRoute(r) => out.push(Event::DelRoute(r)),
+                            RouteNetlinkMessage::NewLink(l) => out.push(Event::Link(l.header.index, link_name(&l))),
+                            RouteNetlinkMessage::DelLink(l) => out.push(Event::DelLink(l.header.index)),
+                            RouteNetlinkMessage::NewNeighbour(n) => out.push(Event::Neigh(n)),
+                            _ => {}
+                        }
+                    }
+                }
+                Err(_) => tracing::warn!("linux mirror: an undecodable rtnetlink message: skipped"),
+            }
+            self.pending_at += len.next_multiple_of(4).min(rest.len());
+        }
     }
 
     /// Sends a change (`NLM_F_ACK` and `flags`) and waits for the kernel's answer.
@@ -131,6 +268,8 @@ impl Netlink {
         m.serialize(&mut out);
         self.dump.send(&out, 0)?;
         loop {
+            // A long dump under a flood of changes: the notifications keep coming meanwhile.
+            self.buffer_notifications()?;
             let n = self.dump.recv(&mut &mut self.buf[..], 0)?;
             let mut off = 0;
             while off < n {
@@ -247,54 +386,31 @@ impl Netlink {
         self.ask_each(req, NLM_F_DUMP, each)
     }
 
-    /// Waits up to `wait` for notifications and returns those queued (at most about
-    /// `max`); `Err(ENOBUFS)` when the socket overran.
+    /// Waits up to `wait` for notifications and returns those queued (at most `max`, the
+    /// oldest first); `Err(ENOBUFS)` when the socket overran.
     fn events(&mut self, wait: Duration, max: usize) -> io::Result<Vec<Event>> {
-        let mut pfd = libc::pollfd {
-            fd: self.events.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, its count, a bounded timeout.
-        let r = unsafe { libc::poll(&mut pfd, 1, wait.as_millis().min(1000) as libc::c_int) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(Vec::new())
-            } else {
-                Err(e)
+        if self.pending_at == self.pending.len() {
+            let mut pfd = libc::pollfd {
+                fd: self.events.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
             };
-        }
-        let mut out = Vec::new();
-        while out.len() < max {
-            let n = match self.events.recv(&mut &mut self.buf[..], 0) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            let mut off = 0;
-            while off < n {
-                let Ok(msg) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[off..n]) else {
-                    tracing::warn!("linux mirror: an undecodable rtnetlink message: skipped");
-                    break;
+            // SAFETY: one valid pollfd, its count, a bounded timeout.
+            let r = unsafe { libc::poll(&mut pfd, 1, wait.as_millis().min(1000) as libc::c_int) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                return if e.kind() == io::ErrorKind::Interrupted {
+                    Ok(Vec::new())
+                } else {
+                    Err(e)
                 };
-                let len = msg.header.length as usize;
-                if let NetlinkPayload::InnerMessage(m) = msg.payload {
-                    match m {
-                        RouteNetlinkMessage::NewRoute(r) => out.push(Event::NewRoute(r)),
-                        RouteNetlinkMessage::DelRoute(r) => out.push(Event::DelRoute(r)),
-                        RouteNetlinkMessage::NewLink(l) => out.push(Event::Link(l.header.index, link_name(&l))),
-                        RouteNetlinkMessage::DelLink(l) => out.push(Event::DelLink(l.header.index)),
-                        RouteNetlinkMessage::NewNeighbour(n) => out.push(Event::Neigh(n)),
-                        _ => {}
-                    }
-                }
-                if len == 0 {
-                    break;
-                }
-                off += (len + 3) & !3;
             }
+        }
+        self.buffer_notifications()?;
+        let mut out = Vec::new();
+        self.decode_pending(max, &mut out);
+        if self.take_overrun() {
+            return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
         }
         Ok(out)
     }
@@ -327,6 +443,15 @@ pub struct MirrorConfig {
     /// The router's interface names, by Freeway interface index: a kernel device of the same
     /// name is that interface.
     pub ifaces: Vec<String>,
+    /// The notification socket's receive buffer, bytes ([`MirrorConfig::NOTIFY_BUFFER`];
+    /// beyond `net.core.rmem_max` only with `CAP_NET_ADMIN`). Tests make it tiny to force
+    /// overruns.
+    pub notify_buffer: usize,
+}
+
+impl MirrorConfig {
+    /// The notification socket's usual receive buffer: 32 MiB.
+    pub const NOTIFY_BUFFER: usize = RCVBUF;
 }
 
 /// The router interface whose twin is the kernel's device `i`, by name.
@@ -362,13 +487,14 @@ pub fn run_with(
     mut sink: impl FnMut(Vec<Change>) -> bool,
     mut neigh: impl FnMut(Neighbour),
 ) -> io::Result<crate::translate::MirrorStats> {
-    let mut nl = Netlink::open()?;
+    let mut nl = Netlink::open_sized(true, cfg.notify_buffer)?;
     let mut mirror = Mirror::new();
     let mut links: HashMap<u32, String> = HashMap::new();
     let mut need_resync = true;
     while !stop.load(Ordering::Relaxed) {
         if need_resync {
             need_resync = false;
+            nl.discard_notifications()?;
             links = nl.links()?;
             let map = |i: u32| twin_of(&links, &cfg.ifaces, i);
             let mut gone = false;
@@ -397,8 +523,12 @@ pub fn run_with(
                         dump.push((k, r));
                     }
                 })?;
-                for c in mirror.resync(dump) {
+                for (i, c) in mirror.resync(dump).into_iter().enumerate() {
                     out(c, &mut gone);
+                    if i % CHUNK == 0 {
+                        // Handing a large diff over may wait on the RIB's owner.
+                        nl.buffer_notifications()?;
+                    }
                 }
             }
             if gone || (!chunk.is_empty() && !sink(chunk)) {
@@ -406,6 +536,15 @@ pub fn run_with(
             }
             nl.each_neigh(|n| decode_neigh(&n, map).into_iter().for_each(&mut neigh))?;
             tracing::info!(routes = mirror.len(), "linux mirror: table {} read", cfg.filter.table);
+            if nl.take_overrun() {
+                // Notifications were lost while the table was read: what was read is applied,
+                // and another round reads it again.
+                tracing::warn!(
+                    "linux mirror: the notification socket overran during the dump: reading the table again"
+                );
+                need_resync = true;
+                continue;
+            }
         }
         let events = match nl.events(Duration::from_millis(100), BATCH) {
             Ok(e) => e,

@@ -69,6 +69,7 @@ pub(crate) fn spawn(
     let cfg = MirrorConfig {
         filter: filter.clone(),
         ifaces,
+        notify_buffer: MirrorConfig::NOTIFY_BUFFER,
     };
     let stop = stop.clone();
     let h = std::thread::Builder::new()
