@@ -12,19 +12,22 @@
 //!
 //! [`Interfaces`] is built once (configuration) and then shared read-only (`Arc`) by all
 //! workers; lookups are bisections of small sorted arrays, no lock, no shared write. A new
-//! configuration is a new `Interfaces` handed to new workers. The one live setting is each
+//! configuration is a new `Interfaces`: a reload that changes an interface's addresses
+//! publishes one through [`LiveInterfaces`], which workers take up between batches. The live
+//! setting inside one version is each
 //! interface's IP MTU ([`Interfaces::mtu`], [`Interfaces::set_mtu`]): a relaxed atomic per
 //! interface, written by the control thread and read by the L3 stage for packets it
 //! forwards (a load, never a write, on the fast path).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use freeway_packet::wire::{ETHERTYPE_ARP, ETHERTYPE_IPV6, IPPROTO_ICMPV6};
 use freeway_packet::{Packet, NO_OFFSET};
 use freeway_route::prefix::{mask4, mask6};
+use freeway_sync::published::Published;
 use serde::Serialize;
 
 use crate::frame::{is_group, outer_vid, BROADCAST};
@@ -377,6 +380,25 @@ impl Interfaces {
         Ok(s)
     }
 
+    /// The same interfaces with interface `idx`'s addresses replaced by `v4` and `v6`,
+    /// checked as [`Interfaces::new`] checks them; the copy shares the live MTUs.
+    pub fn with_addresses(
+        &self,
+        idx: u16,
+        v4: Vec<(Ipv4Addr, u8)>,
+        v6: Vec<(Ipv6Addr, u8)>,
+    ) -> Result<Interfaces, IfaceError> {
+        let mut list = self.list.clone();
+        let it = list
+            .get_mut(usize::from(idx))
+            .ok_or_else(|| IfaceError::BadInterface(format!("no interface {idx}")))?;
+        it.v4 = v4;
+        it.v6 = v6;
+        let mut s = Interfaces::new(list)?;
+        s.mtus = self.mtus.clone();
+        Ok(s)
+    }
+
     /// The live IP MTU of interface `idx` ([`DEFAULT_MTU`] for an index that names none).
     #[inline(always)]
     pub fn mtu(&self, idx: u16) -> u16 {
@@ -636,5 +658,54 @@ mod tests {
         ));
         assert!(a.is_v4_broadcast(Ipv4Addr::new(10, 0, 0, 255)));
         assert!(!a.is_v4_broadcast(Ipv4Addr::new(10, 0, 0, 254)));
+    }
+}
+
+/// The running router's interfaces as workers see them: one writer (the control thread)
+/// publishes a whole new [`Interfaces`] (addresses changed by a reload) and bumps a
+/// generation; each worker compares the generation with its own once per batch (one
+/// `Acquire` load) and, only when it moved, takes the new version (an epoch pin and an `Arc`
+/// clone). Nothing is locked or written on the fast path.
+pub struct LiveInterfaces {
+    cur: Published<Arc<Interfaces>>,
+    gen: AtomicU64,
+}
+
+impl LiveInterfaces {
+    /// The first version.
+    pub fn new(ifaces: Arc<Interfaces>) -> LiveInterfaces {
+        LiveInterfaces {
+            cur: Published::new(ifaces),
+            gen: AtomicU64::new(1),
+        }
+    }
+
+    /// The generation of the current version (it grows with every publication).
+    #[inline(always)]
+    pub fn generation(&self) -> u64 {
+        self.gen.load(Ordering::Acquire)
+    }
+
+    /// The current version and its generation (a version at least as new as the generation
+    /// says: a publication in between shows up again at the next comparison).
+    pub fn current(&self) -> (u64, Arc<Interfaces>) {
+        let gen = self.generation();
+        let g = freeway_sync::reclaim::pin();
+        (gen, self.cur.load(&g).clone())
+    }
+
+    /// Publishes `ifaces`. One writer at a time.
+    pub fn publish(&self, ifaces: Arc<Interfaces>) {
+        self.cur.publish(ifaces);
+        // After the pointer: a worker that sees the new generation finds the new version.
+        self.gen.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for LiveInterfaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveInterfaces")
+            .field("gen", &self.generation())
+            .finish()
     }
 }

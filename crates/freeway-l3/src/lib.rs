@@ -30,7 +30,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use filter::{FilterHook, FilterVerdict, NatHook, Reject};
 pub use icmp::TokenBucket;
-pub use iface::{ConnectedPrefix, IfaceError, Interface, Interfaces, Wants};
+pub use iface::{ConnectedPrefix, IfaceError, Interface, Interfaces, LiveInterfaces, Wants};
 pub use neigh::{
     Neigh, NeighConfig, NeighEntry, NeighError, NeighState, NeighStats, NeighUpdate, NeighView, NeighWriter,
 };

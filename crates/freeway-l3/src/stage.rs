@@ -41,8 +41,9 @@
 //! [`crate::icmp`] decide whether one may be sent at all.
 //!
 //! Threads: one `L3Worker` per worker thread, `&mut self`; it reads [`Interfaces`] (immutable,
-//! shared) and the neighbour table (lock-free, one epoch pin per batch), writes only its own
-//! counters and pending queue, and hands neighbour updates to the writer through the bounded
+//! shared; a new version arrives between batches through [`L3Worker::set_interfaces`]) and
+//! the neighbour table (lock-free, one epoch pin per batch), writes only its own counters
+//! and pending queue, and hands neighbour updates to the writer through the bounded
 //! queue (a full queue is counted, never waited on). Nothing here panics on any frame content.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -470,6 +471,12 @@ impl L3Worker {
     /// The interfaces.
     pub fn interfaces(&self) -> &Interfaces {
         &self.ifaces
+    }
+
+    /// Takes up a new version of the interfaces (their addresses changed); packets waiting
+    /// for a neighbour keep the interface index they were routed to.
+    pub fn set_interfaces(&mut self, ifaces: Arc<Interfaces>) {
+        self.ifaces = ifaces;
     }
 
     /// Packets waiting for a neighbour.

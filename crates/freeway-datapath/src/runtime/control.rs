@@ -215,6 +215,8 @@ pub(crate) struct Control<L: Layout> {
     pub port_names: Vec<String>,
     /// The RIB and the interfaces (with a router).
     pub rib: Option<(Rib, Arc<Interfaces>, Neigh)>,
+    /// Where new interfaces are published to the workers (with a router).
+    pub ifaces_live: Option<Arc<freeway_l3::LiveInterfaces>>,
     pub ct: Option<Conntrack>,
     /// The bridge ports' VLAN membership (static FDB entries are checked against it).
     pub port_vlans: Vec<PortVlan>,
@@ -1308,6 +1310,10 @@ impl<L: Layout> Control<L> {
                     .link_mtu(port, u32::from(*mtu))
                     .map(drop)
                     .map_err(|e| e.to_string()),
+                Change::Addrs(a) => match (self.rib.as_mut(), self.ifaces_live.as_ref()) {
+                    (Some((rib, ifs, _)), Some(live)) => reload::readdress(rib, ifs, live, a),
+                    _ => Err("this run has no router".into()),
+                },
                 Change::TapStart(_, t) => self.tap_start(&t.0),
                 Change::TapStop(_, t) => self.tap_stop(&t.0),
                 Change::CtTimeouts(t) => match &self.ct {

@@ -15,6 +15,8 @@
 //! router does not want ([`freeway_l3::Wants::NotOurs`]), runs the L3 stage on the rest
 //! (route lookup through the per-worker [`RouteCache`], neighbour resolution, rewrite), and
 //! bridges what the stage emits. Everything stays on the worker's thread, in its batch.
+//! Before it does, it compares the generation of the published interfaces
+//! ([`LiveInterfaces`], one load) with its own and takes up a reload's new addresses.
 //!
 //! Threads: [`RouterWorker`] is owned by one worker. The RIB ([`Rib`]) is the control side,
 //! kept by the runtime's caller thread; the neighbour writer runs on its own thread
@@ -25,8 +27,8 @@ use std::sync::Arc;
 
 use freeway_l3::neigh::{NeighConfig, NeighWriter};
 use freeway_l3::{
-    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Out, L3Worker, NatHook, Neigh, Punt, RouteLookup,
-    Wants,
+    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Out, L3Worker, LiveInterfaces, NatHook, Neigh, Punt,
+    RouteLookup, Wants,
 };
 use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, MAX_BATCH};
 use freeway_route::{Fib, FibConfig, Guard, NextHop, Prefix, Rib, Route, RouteCache};
@@ -46,8 +48,10 @@ const MAX_ROUNDS: usize = 2;
 
 /// The router's shared state, built from the config.
 pub(crate) struct RouterShared {
-    /// The interfaces (immutable, shared with workers).
+    /// The interfaces as the run started (immutable, shared with workers).
     pub ifaces: Arc<Interfaces>,
+    /// The current interfaces: a reload that changes addresses publishes a new version here.
+    pub live: Arc<LiveInterfaces>,
     /// The bridge port index of the router.
     pub port: u16,
     /// The FIB workers read.
@@ -114,6 +118,7 @@ pub(crate) fn build(spec: &RouterSpec, port: u16, now: Tick) -> Result<(RouterSh
     };
     Ok((
         RouterShared {
+            live: Arc::new(LiveInterfaces::new(ifaces.clone())),
             ifaces,
             port,
             fib,
@@ -206,6 +211,9 @@ pub(crate) struct RouterWorker {
     pub cache: RouteCache,
     fib: Fib,
     ifaces: Arc<Interfaces>,
+    /// Where a reload publishes new interfaces, and the generation `ifaces` is of.
+    live: Arc<LiveInterfaces>,
+    ifaces_gen: u64,
     port: u16,
     /// Frames the router emitted, to be bridged from the router port.
     outbox: Vec<Packet>,
@@ -234,11 +242,14 @@ impl RouterWorker {
     /// A worker's router over `shared`, judging with `fw` when a ruleset is loaded; `first`:
     /// the worker that routes out what the kernel twins send.
     pub fn new(shared: &RouterShared, fw: Option<FwHook>, first: bool) -> RouterWorker {
+        let (ifaces_gen, ifaces) = shared.live.current();
         RouterWorker {
-            l3: L3Worker::new(shared.ifaces.clone(), shared.neigh.clone(), shared.l3.clone()),
+            l3: L3Worker::new(ifaces.clone(), shared.neigh.clone(), shared.l3.clone()),
             cache: RouteCache::new(ROUTE_CACHE_ENTRIES, shared.cache),
             fib: shared.fib.clone(),
-            ifaces: shared.ifaces.clone(),
+            ifaces,
+            live: shared.live.clone(),
+            ifaces_gen,
             port: shared.port,
             outbox: Vec::with_capacity(4 * MAX_BATCH),
             batch: Batch::default(),
@@ -256,6 +267,9 @@ impl RouterWorker {
     /// Routes what the bridge queued for the router port, then bridges what the router
     /// emits. `inbox` is scratch space owned by the caller.
     pub fn run(&mut self, now: Tick, br: &mut impl Bridging, inbox: &mut Vec<Packet>) {
+        if self.live.generation() != self.ifaces_gen {
+            self.take_interfaces();
+        }
         if self.serve_twins {
             self.route_twins_output(now, br);
         }
@@ -269,6 +283,15 @@ impl RouterWorker {
         }
         // Whatever is still queued for the router waits for the next batch (bounded: the
         // bridge queues at most one frame per frame it bridges).
+    }
+
+    /// Takes up the interfaces a reload published (their addresses changed).
+    #[cold]
+    fn take_interfaces(&mut self) {
+        let (gen, ifaces) = self.live.current();
+        self.l3.set_interfaces(ifaces.clone());
+        self.ifaces = ifaces;
+        self.ifaces_gen = gen;
     }
 
     /// Sends what waited for a neighbour and has resolved, or expired (idle workers call

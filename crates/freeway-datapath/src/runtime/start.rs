@@ -380,6 +380,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
             (Some(r), Some(sh)) => Some((r, sh.ifaces.clone(), sh.neigh.clone())),
             _ => None,
         },
+        ifaces_live: x.router.map(|sh| sh.live.clone()),
         ct: x.stateful.map(|s| s.ct.clone()),
         port_vlans: bridge_port_vlans(x.cfg),
         nports: x.cfg.ports.len(),

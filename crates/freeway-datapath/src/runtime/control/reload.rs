@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use freeway_bridge::{Mac, PortFlags, PortVlan};
 
@@ -47,6 +47,10 @@ pub(crate) struct Live {
     ct_timeouts: Option<Vec<(String, u64)>>,
     /// Each configured port's VLAN mode, flags and MTU, in port order.
     ports: Vec<PortLive>,
+    /// Each router interface's addresses, in interface order.
+    addrs: Vec<IfaceAddrs>,
+    /// Whether the router interfaces have kernel twins (`[linux] punt`).
+    twins: bool,
     /// The taps of the file: what they are (as [`tap_words`] writes them), and their specs.
     taps: Vec<(String, FileTap)>,
     /// The rest, section by section, in a form that compares (its `Debug` text).
@@ -60,6 +64,26 @@ pub(crate) struct PortLive {
     vlan: PortVlan,
     flags: PortFlags,
     mtu: u16,
+}
+
+/// A router interface's addresses: its name, IPv4 and IPv6 addresses with prefix lengths.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct IfaceAddrs {
+    pub(crate) name: String,
+    pub(crate) v4: Vec<(Ipv4Addr, u8)>,
+    pub(crate) v6: Vec<(Ipv6Addr, u8)>,
+}
+
+impl fmt::Display for IfaceAddrs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v4 = self.v4.iter().map(|(a, l)| format!("{a}/{l}"));
+        let all: Vec<String> = v4.chain(self.v6.iter().map(|(a, l)| format!("{a}/{l}"))).collect();
+        if all.is_empty() {
+            write!(f, "{} (none)", self.name)
+        } else {
+            write!(f, "{} {}", self.name, all.join(" "))
+        }
+    }
 }
 
 /// A tap of the file (compared by all its settings).
@@ -103,6 +127,9 @@ pub(crate) enum Change {
     TapStart(String, FileTap),
     /// `capture stop`: a tap of the file that the file no longer has.
     TapStop(String, FileTap),
+    /// The router interfaces whose addresses change, with all their new addresses (published
+    /// at once, with their connected routes).
+    Addrs(Vec<IfaceAddrs>),
 }
 
 impl fmt::Display for Change {
@@ -125,6 +152,10 @@ impl fmt::Display for Change {
                 write!(f, "link set dev {port} {}", super::lan::flags_words(flags))
             }
             Change::LinkMtu(port, mtu) => write!(f, "link set dev {port} mtu {mtu}"),
+            Change::Addrs(a) => {
+                let a: Vec<String> = a.iter().map(ToString::to_string).collect();
+                write!(f, "interface addresses: {}", a.join("; "))
+            }
             Change::TapStart(w, _) => write!(f, "capture start {w}"),
             Change::TapStop(w, _) => write!(f, "capture stop {w}"),
             Change::CtTimeouts(t) if t.is_empty() => write!(f, "conntrack timeouts: the defaults"),
@@ -168,6 +199,7 @@ impl Live {
                 .iter()
                 .map(|t| (tap_words(t, &c.ports), FileTap(t.clone())))
                 .collect(),
+            twins: c.linux.as_ref().is_some_and(|l| l.punt),
             ..Live::default()
         };
         if let Some(r) = &c.router {
@@ -194,16 +226,33 @@ impl Live {
             for n in &r.neighs {
                 live.neighs.insert((n.ip, ifname(n.iface)), n.mac);
             }
+            live.addrs = r
+                .interfaces
+                .iter()
+                .map(|i| IfaceAddrs {
+                    name: i.name.clone(),
+                    v4: i.v4.clone(),
+                    v6: i.v6.clone(),
+                })
+                .collect();
         }
-        let router_rest = c
-            .router
-            .as_ref()
-            .map(|r| format!("{:?} {:?} {} {}", r.mac, r.interfaces, r.route_cache, r.neigh_limit));
+        // The interfaces without their addresses, which change live.
+        let router_rest = c.router.as_ref().map(|r| {
+            let ifs: Vec<String> = r
+                .interfaces
+                .iter()
+                .map(|i| format!("{} {} {:?} {}", i.name, i.vlan, i.mac, i.mtu))
+                .collect();
+            format!("{:?} {ifs:?} {} {}", r.mac, r.route_cache, r.neigh_limit)
+        });
         live.rest = vec![
             ("workers", format!("{} {}", c.workers, c.pin_workers)),
             ("ports", ports_rest(c)),
             ("the FDB's settings", format!("{:?}", c.fdb)),
-            ("router interfaces and addresses", format!("{router_rest:?}")),
+            (
+                "router interfaces (added, removed or changed)",
+                format!("{router_rest:?}"),
+            ),
             (
                 "the connection tracker's size and reassembly",
                 format!("{:?}", c.conntrack.as_ref().map(|ct| (ct.max, &ct.reassembly))),
@@ -261,6 +310,14 @@ impl Live {
                 .filter(|p| p.name == *name)
                 .for_each(|p| p.mtu = *m),
             Change::CtTimeouts(t) => self.ct_timeouts = Some(t.clone()),
+            Change::Addrs(new) => {
+                for n in new {
+                    self.addrs
+                        .iter_mut()
+                        .filter(|a| a.name == n.name)
+                        .for_each(|a| *a = n.clone());
+                }
+            }
             Change::TapStart(w, t) => self.taps.push((w.clone(), t.clone())),
             Change::TapStop(w, _) => {
                 if let Some(i) = self.taps.iter().position(|x| x.0 == *w) {
@@ -352,6 +409,13 @@ impl Live {
             let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
             out.insert(at, v);
         }
+        let rest_of = |l: &Live, k: &str| l.rest.iter().find(|x| x.0.starts_with(k)).map(|x| x.1.clone());
+        if rest_of(self, "router") == rest_of(new, "router") && self.addrs != new.addrs {
+            let changed: Vec<IfaceAddrs> = new.addrs.iter().filter(|a| !self.addrs.contains(a)).cloned().collect();
+            // First, so that routes and neighbours of a new subnet find it.
+            out.insert(0, Change::Addrs(changed));
+        }
+        let addrs_waiting = self.addrs != new.addrs;
         let mut restart: Vec<&'static str> = self
             .rest
             .iter()
@@ -368,8 +432,22 @@ impl Live {
         if taps_wait {
             restart.push("taps (their ports changed)");
         }
+        if addrs_waiting && self.twins && new.twins {
+            restart.push("the kernel twins' addresses");
+        }
+        if addrs_waiting && self.ruleset.is_some() && masquerade_of(&self.addrs) != masquerade_of(&new.addrs) {
+            restart.push("masquerade's source addresses");
+        }
         (out, restart)
     }
+}
+
+/// Each interface's first IPv4 and first IPv6 address: the ones masquerade translates to.
+fn masquerade_of(addrs: &[IfaceAddrs]) -> Vec<(Option<Ipv4Addr>, Option<Ipv6Addr>)> {
+    addrs
+        .iter()
+        .map(|a| (a.v4.first().map(|x| x.0), a.v6.first().map(|x| x.0)))
+        .collect()
 }
 
 /// A tap in `capture` words: `-i PORT -Q DIR [-s SNAPLEN] [-c COUNT] -w FILE [FILTER]` (every
@@ -412,6 +490,55 @@ fn ports_rest(c: &Checked) -> String {
         })
         .collect();
     ports.join("\n")
+}
+
+/// Gives the router interfaces named in `new` their new addresses: the connected routes of
+/// the addresses that go are deleted, the new interfaces published to the workers (they take
+/// them up at their next batch), then the connected routes of the new addresses added, all
+/// the route changes in one RIB publication. `ifs` becomes the new interfaces. Addresses
+/// that do not fit together (one held twice) change nothing.
+pub(crate) fn readdress(
+    rib: &mut freeway_route::Rib,
+    ifs: &mut std::sync::Arc<freeway_l3::Interfaces>,
+    live: &freeway_l3::LiveInterfaces,
+    new: &[IfaceAddrs],
+) -> Result<(), String> {
+    use freeway_route::{Prefix, Route, RouteKind};
+    let mut next = (**ifs).clone();
+    for a in new {
+        let i = ifs
+            .by_name(&a.name)
+            .ok_or_else(|| format!("no router interface {:?}", a.name))?;
+        next = next
+            .with_addresses(i, a.v4.clone(), a.v6.clone())
+            .map_err(|e| format!("interface {}: {e}", a.name))?;
+    }
+    let prefixes = |x: &freeway_l3::Interfaces| -> Result<Vec<(Prefix, u16)>, String> {
+        x.connected_prefixes()
+            .into_iter()
+            .map(|c| {
+                Prefix::new_truncate(c.prefix, c.len)
+                    .map(|p| (p, c.iface))
+                    .map_err(|e| format!("connected route: {e}"))
+            })
+            .collect()
+    };
+    let (old_c, new_c) = (prefixes(ifs)?, prefixes(&next)?);
+    let next = std::sync::Arc::new(next);
+    rib.batch(|rib| {
+        for (p, _) in old_c.iter().filter(|c| !new_c.contains(c)) {
+            if rib.kind_of(*p) == Some(RouteKind::Connected) {
+                let _ = rib.delete(*p);
+            }
+        }
+        live.publish(next.clone());
+        for (p, i) in new_c.iter().filter(|c| !old_c.contains(c)) {
+            // A prefix a configured route already has keeps that route.
+            let _ = rib.add(Route::connected(*p, *i));
+        }
+    });
+    *ifs = next;
+    Ok(())
 }
 
 /// The connection tracker's timeouts: the defaults with `overrides` (name, seconds).
@@ -516,5 +643,48 @@ mod tests {
         let mut part = a.clone();
         part.absorb(&changes[0]);
         assert_eq!(part.diff(&b).0.len(), 1);
+    }
+
+    #[test]
+    fn an_interface_address_changed_is_one_change_applied_first_and_nothing_waits() {
+        let a = live("");
+        let text = crate::config::ROUTER_CONFIG.replace(
+            "addr = [\"10.0.20.1/24\", \"2001:db8:20::1/64\"]",
+            "addr = [\"10.0.20.1/24\", \"10.0.30.1/24\", \"2001:db8:20::1/64\"]",
+        );
+        let text = format!("{text}\n[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.30.7\"\n");
+        let b = Live::of(&parse(&text, "t.toml", None).unwrap());
+        let (changes, restart) = a.diff(&b);
+        let words: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            words,
+            [
+                "interface addresses: wan 10.0.20.1/24 10.0.30.1/24 2001:db8:20::1/64",
+                "route replace 203.0.113.0/24 via 10.0.30.7"
+            ]
+        );
+        assert!(restart.is_empty(), "{restart:?}");
+        let mut now = a.clone();
+        for c in &changes {
+            now.absorb(c);
+        }
+        assert_eq!(now.diff(&b), (vec![], vec![]));
+    }
+
+    #[test]
+    fn a_changed_interface_waits_for_a_restart_with_its_addresses() {
+        let a = live("");
+        let text = crate::config::ROUTER_CONFIG.replace(
+            "name = \"wan\"\nvlan = 20\naddr = [\"10.0.20.1/24\", ",
+            "name = \"wan\"\nvlan = 20\nmtu = 1400\naddr = [\"10.0.20.1/24\", \"10.0.30.1/24\", ",
+        );
+        assert_ne!(text, crate::config::ROUTER_CONFIG);
+        let b = Live::of(&parse(&text, "t.toml", None).unwrap());
+        let (changes, restart) = a.diff(&b);
+        assert!(changes.iter().all(|c| !matches!(c, Change::Addrs(_))), "{changes:?}");
+        assert!(
+            restart.contains(&"router interfaces (added, removed or changed)"),
+            "{restart:?}"
+        );
     }
 }
