@@ -599,9 +599,85 @@ impl freeway_route::rib::Ifaces for &Interfaces {
     }
 }
 
+/// The running router's interfaces as workers see them: one writer (the control thread)
+/// publishes a whole new [`Interfaces`] (addresses changed by a reload) and bumps a
+/// generation; each worker compares the generation with its own once per batch (one
+/// `Acquire` load) and, only when it moved, takes the new version (an epoch pin and an `Arc`
+/// clone). Nothing is locked or written on the fast path.
+pub struct LiveInterfaces {
+    cur: Published<Arc<Interfaces>>,
+    gen: AtomicU64,
+}
+
+impl LiveInterfaces {
+    /// The first version.
+    pub fn new(ifaces: Arc<Interfaces>) -> LiveInterfaces {
+        LiveInterfaces {
+            cur: Published::new(ifaces),
+            gen: AtomicU64::new(1),
+        }
+    }
+
+    /// The generation of the current version (it grows with every publication).
+    #[inline(always)]
+    pub fn generation(&self) -> u64 {
+        self.gen.load(Ordering::Acquire)
+    }
+
+    /// The current version and its generation (a version at least as new as the generation
+    /// says: a publication in between shows up again at the next comparison).
+    pub fn current(&self) -> (u64, Arc<Interfaces>) {
+        let gen = self.generation();
+        let g = freeway_sync::reclaim::pin();
+        (gen, self.cur.load(&g).clone())
+    }
+
+    /// Publishes `ifaces`. One writer at a time.
+    pub fn publish(&self, ifaces: Arc<Interfaces>) {
+        self.cur.publish(ifaces);
+        // After the pointer: a worker that sees the new generation finds the new version.
+        self.gen.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for LiveInterfaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveInterfaces")
+            .field("gen", &self.generation())
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_addresses_are_a_new_version_that_keeps_the_live_mtus() {
+        let a = Interface::new("a", 1, Some(10), [2, 0, 0, 0, 0, 1]).with_v4(Ipv4Addr::new(10, 0, 0, 1), 24);
+        let b = Interface::new("b", 1, Some(20), [2, 0, 0, 0, 0, 1]).with_v4(Ipv4Addr::new(10, 1, 0, 1), 24);
+        let s = Arc::new(Interfaces::new(vec![a, b]).unwrap());
+        let live = LiveInterfaces::new(s.clone());
+        let (gen, _) = live.current();
+        let more = vec![(Ipv4Addr::new(10, 1, 0, 1), 24), (Ipv4Addr::new(10, 3, 0, 1), 24)];
+        let t = s.with_addresses(1, more, Vec::new()).unwrap();
+        assert_eq!(t.local_v4(Ipv4Addr::new(10, 3, 0, 1)), Some(1));
+        assert_eq!(
+            s.local_v4(Ipv4Addr::new(10, 3, 0, 1)),
+            None,
+            "the old version is unchanged"
+        );
+        // An address another interface holds: refused, nothing changes.
+        let taken = vec![(Ipv4Addr::new(10, 0, 0, 1), 24)];
+        assert!(s.with_addresses(1, taken, Vec::new()).is_err());
+        // One live MTU for both versions.
+        s.set_mtu(1, 1400).unwrap();
+        assert_eq!(t.mtu(1), 1400);
+        live.publish(Arc::new(t));
+        let (gen2, now) = live.current();
+        assert!(gen2 > gen && live.generation() == gen2);
+        assert_eq!(now.local_v4(Ipv4Addr::new(10, 3, 0, 1)), Some(1));
+    }
 
     #[test]
     fn eui64_and_solicited_node() {
@@ -658,54 +734,5 @@ mod tests {
         ));
         assert!(a.is_v4_broadcast(Ipv4Addr::new(10, 0, 0, 255)));
         assert!(!a.is_v4_broadcast(Ipv4Addr::new(10, 0, 0, 254)));
-    }
-}
-
-/// The running router's interfaces as workers see them: one writer (the control thread)
-/// publishes a whole new [`Interfaces`] (addresses changed by a reload) and bumps a
-/// generation; each worker compares the generation with its own once per batch (one
-/// `Acquire` load) and, only when it moved, takes the new version (an epoch pin and an `Arc`
-/// clone). Nothing is locked or written on the fast path.
-pub struct LiveInterfaces {
-    cur: Published<Arc<Interfaces>>,
-    gen: AtomicU64,
-}
-
-impl LiveInterfaces {
-    /// The first version.
-    pub fn new(ifaces: Arc<Interfaces>) -> LiveInterfaces {
-        LiveInterfaces {
-            cur: Published::new(ifaces),
-            gen: AtomicU64::new(1),
-        }
-    }
-
-    /// The generation of the current version (it grows with every publication).
-    #[inline(always)]
-    pub fn generation(&self) -> u64 {
-        self.gen.load(Ordering::Acquire)
-    }
-
-    /// The current version and its generation (a version at least as new as the generation
-    /// says: a publication in between shows up again at the next comparison).
-    pub fn current(&self) -> (u64, Arc<Interfaces>) {
-        let gen = self.generation();
-        let g = freeway_sync::reclaim::pin();
-        (gen, self.cur.load(&g).clone())
-    }
-
-    /// Publishes `ifaces`. One writer at a time.
-    pub fn publish(&self, ifaces: Arc<Interfaces>) {
-        self.cur.publish(ifaces);
-        // After the pointer: a worker that sees the new generation finds the new version.
-        self.gen.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
-impl std::fmt::Debug for LiveInterfaces {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LiveInterfaces")
-            .field("gen", &self.generation())
-            .finish()
     }
 }

@@ -1,6 +1,7 @@
 //! Starting and stopping a datapath, in named steps: [`build_tables`] (router, FDB, bridge,
 //! conntrack), [`open_ports`] (queues dealt out to workers), [`build_workers`], then the
-//! threads ([`spawn_workers`], [`spawn_writers`], [`spawn_metrics`], [`spawn_control`]),
+//! threads ([`spawn_workers`], [`spawn_writers`], [`spawn_metrics`], [`spawn_control`], the
+//! Linux control plane's [`spawn_linux`]),
 //! [`wait`] for the end of the run, and [`stop_and_collect`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -90,13 +91,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let (clock, _ticker) = Clock::start();
     let taps = taps.unwrap_or_else(|| R::with_workers(nworkers));
     let mut tables = build_tables::<L>(cfg, &clock, nworkers)?;
-    let twins = match tables.router.as_mut() {
-        Some((sh, _, _)) => {
-            sh.twins = super::linux::twins(cfg, &sh.ifaces)?;
-            sh.twins.clone()
-        }
-        None => None,
-    };
+    let twins = open_twins(cfg, &mut tables)?;
     let OpenPorts { ports, rx_of, tx_of } = open_ports(cfg, given, nworkers)?;
     let ports = Arc::new(Mutex::new(ports));
     let offline = is_offline(cfg, nworkers);
@@ -108,16 +103,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         .transpose()?;
     let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
     let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers, offline)?;
-    tracing::info!(
-        workers = nworkers,
-        ports = ?port_names,
-        router = tables.router.is_some(),
-        conntrack = cfg.conntrack.is_some() || cfg.firewall.is_some(),
-        taps = running_taps.len(),
-        control = ?opts.control,
-        metrics = ?opts.metrics,
-        "datapath starting"
-    );
+    log_start(cfg, &opts, nworkers, &port_names, running_taps.len());
     let (workers, all_stats) = build_workers(cfg, &tables, rx_of, tx_of, &taps)?;
     let snapper = snapper_of(cfg, &tables, &workers, all_stats, &ports);
     let Tables {
@@ -136,14 +122,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let stop = Arc::new(AtomicBool::new(false));
     let writer_stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
-    // In offline runs the one worker owns the tables' writers (deterministic output);
-    // otherwise they run on their own threads, which also take the control socket's changes.
-    let (inline, writers) = if offline {
-        let fdb = Some(fdb_w);
-        (Some(Inline { fdb, neigh: neigh_w }), Writers::none())
-    } else {
-        (None, spawn_writers(fdb_w, neigh_w, &clock, &writer_stop)?)
-    };
+    let (inline, writers) = writers_for(offline, fdb_w, neigh_w, &clock, &writer_stop)?;
     let worker_handles = spawn_workers(workers, &clock, &stop, inline)?;
     let metrics_handle = metrics_listener
         .map(|l| spawn_metrics(l, snapper.clone(), start, &writer_stop))
@@ -152,19 +131,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     // SIGHUP: the main thread reads the file again and, with a control thread, hands the
     // configuration to it (the owner of the RIB and of the tables' change queues).
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<Checked>(1);
-    let mirror = cfg.linux.as_ref().and_then(|l| l.mirror.as_ref());
-    let (linux_thread, linux_feed) = match (mirror, router_shared.as_ref()) {
-        (Some(filter), Some(sh)) => {
-            let names = sh.ifaces.iter().map(|i| i.name.clone()).collect();
-            let (h, feed) = super::linux::spawn(filter, names, sh.neigh.clone(), &writer_stop)?;
-            (Some(h), Some(feed))
-        }
-        _ => (None, None),
-    };
-    let twins_thread = twins
-        .as_ref()
-        .map(|t| super::linux::spawn_twins(t, &writer_stop))
-        .transpose()?;
+    let (linux_threads, linux_feed) = spawn_linux(cfg, router_shared.as_ref(), twins.as_ref(), &writer_stop)?;
     // The control thread also runs without a socket when the kernel route mirror needs the
     // RIB's writer.
     let ctl_handle = match (control_listener, linux_feed) {
@@ -218,16 +185,8 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         control: ctl_handle,
     };
     let (elapsed, inline_back, neigh_w, ctl_rib) = stop_and_collect(threads, start)?;
-    if let Some(h) = linux_thread {
-        h.join()
-            .map_err(|_| RunError("the linux mirror's thread panicked".into()))?;
-    }
-    if let Some(h) = twins_thread {
-        h.join().map_err(|_| RunError("the twins' thread panicked".into()))?;
-    }
-    if ctl_rib.is_some() {
-        rib = ctl_rib;
-    }
+    linux_threads.join()?;
+    let rib = ctl_rib.or(rib);
     let taps = capture::finish(&taps, running_taps);
     tracing::info!(elapsed_s = elapsed.as_secs_f64(), "datapath stopped");
     let close_errors = close_ports(&ports, cfg, &taps);
@@ -245,6 +204,94 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         connections: stateful.as_ref().map(|s| s.ct.dump()).unwrap_or_default(),
         taps,
     })
+}
+
+/// The log line of a run that starts.
+fn log_start(cfg: &Checked, opts: &RunOptions<'_>, workers: usize, ports: &[String], taps: usize) {
+    tracing::info!(
+        workers,
+        ports = ?ports,
+        router = cfg.router.is_some(),
+        conntrack = cfg.conntrack.is_some() || cfg.firewall.is_some(),
+        taps,
+        control = ?opts.control,
+        metrics = ?opts.metrics,
+        "datapath starting"
+    );
+}
+
+/// The tables' writers: in offline runs the one worker owns them (deterministic output);
+/// otherwise they run on their own threads, which also take the control socket's changes.
+fn writers_for<L: Layout>(
+    offline: bool,
+    fdb_w: FdbWriter<L>,
+    neigh_w: Option<NeighWriter>,
+    clock: &Clock,
+    stop: &Arc<AtomicBool>,
+) -> Result<(Option<Inline<L>>, Writers<L>), RunError> {
+    Ok(if offline {
+        let fdb = Some(fdb_w);
+        (Some(Inline { fdb, neigh: neigh_w }), Writers::none())
+    } else {
+        (None, spawn_writers(fdb_w, neigh_w, clock, stop)?)
+    })
+}
+
+/// The router interfaces' kernel twins (`[linux] punt`), opened before the workers that
+/// write to them are built.
+fn open_twins<L: Layout>(
+    cfg: &Checked,
+    tables: &mut Tables<L>,
+) -> Result<Option<Arc<freeway_linuxcp::Twins>>, RunError> {
+    Ok(match tables.router.as_mut() {
+        Some((sh, _, _)) => {
+            sh.twins = super::linux::twins(cfg, &sh.ifaces)?;
+            sh.twins.clone()
+        }
+        None => None,
+    })
+}
+
+/// The Linux control plane's threads: the kernel route mirror and the twins' reader.
+struct LinuxThreads {
+    mirror: Option<JoinHandle<()>>,
+    twins: Option<JoinHandle<()>>,
+}
+
+impl LinuxThreads {
+    /// Waits for both (they stop with the writers' stop flag).
+    fn join(self) -> Result<(), RunError> {
+        if let Some(h) = self.mirror {
+            h.join()
+                .map_err(|_| RunError("the linux mirror's thread panicked".into()))?;
+        }
+        if let Some(h) = self.twins {
+            h.join().map_err(|_| RunError("the twins' thread panicked".into()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Starts the kernel route mirror (`[linux] mirror`, with a router: its changes go to the
+/// control thread through the feed) and the reader of what the kernel sends through the
+/// twins (`[linux] punt`).
+fn spawn_linux(
+    cfg: &Checked,
+    router: Option<&RouterShared>,
+    twins: Option<&Arc<freeway_linuxcp::Twins>>,
+    stop: &Arc<AtomicBool>,
+) -> Result<(LinuxThreads, Option<super::linux::LinuxFeed>), RunError> {
+    let filter = cfg.linux.as_ref().and_then(|l| l.mirror.as_ref());
+    let (mirror, feed) = match (filter, router) {
+        (Some(filter), Some(sh)) => {
+            let names = sh.ifaces.iter().map(|i| i.name.clone()).collect();
+            let (h, feed) = super::linux::spawn(filter, names, sh.neigh.clone(), stop)?;
+            (Some(h), Some(feed))
+        }
+        _ => (None, None),
+    };
+    let twins = twins.map(|t| super::linux::spawn_twins(t, stop)).transpose()?;
+    Ok((LinuxThreads { mirror, twins }, feed))
 }
 
 /// What snapshots of a run read: every worker's counters, the tables, the ports' own counters.
@@ -329,10 +376,12 @@ fn router_tables(
     if let Some(mut w) = neigh_w {
         w.service(now);
     }
+    // The interfaces as they are now (a reload may have changed their addresses).
+    let ifs = r.live.current().1;
     (
-        rib.records(&*r.ifaces),
-        rib.show(&*r.ifaces).to_string(),
-        r.neigh.entries(now, &r.ifaces),
+        rib.records(&*ifs),
+        rib.show(&*ifs).to_string(),
+        r.neigh.entries(now, &ifs),
     )
 }
 

@@ -8,12 +8,23 @@
 //! a new timeout at its next packet), and of each port: its VLAN membership (access VLAN,
 //! trunk list and native VLAN: every port's mode published at once as one version of the
 //! bridge's VLAN view, which a worker loads once per batch), its bridge flags and its MTU
-//! (`link set`); and the file's taps: one the file gained starts (writing its file from the
+//! (`link set`); the file's taps: one the file gained starts (writing its file from the
 //! start, as `capture start` does), one it lost stops (`capture stop`: its counts stay in
-//! `capture list`). The membership goes first, so static entries of a port that joins a VLAN
-//! find it. What does not (ports added, removed or of another kind or setting, router
-//! interfaces and addresses, workers, the FDB's settings, the tracker's size) is named in the answer as waiting for a restart, and left as it is; when the ports
-//! themselves differ, their per-port changes wait with them. A file with an error changes
+//! `capture list`); and the router interfaces' addresses ([`readdress`]): every interface
+//! whose addresses changed, at once, in one new version of the interfaces published to the
+//! workers ([`freeway_l3::LiveInterfaces`]: a worker compares its generation once per batch
+//! and takes the new version between batches), the connected routes of the addresses that
+//! went deleted and those of the new ones added in one RIB publication. From the next batch
+//! the router answers ARP, ND and pings for the new addresses and delivers to them, and no
+//! longer for the old ones. The membership and the addresses go first, so static entries of
+//! a port that joins a VLAN, and routes through a gateway on a new subnet, find them. What
+//! does not (ports added, removed or of another kind or setting, router interfaces added,
+//! removed or otherwise changed, workers, the FDB's settings, the tracker's size) is named
+//! in the answer as waiting for a restart, and left as it is; when the ports or the
+//! interfaces themselves differ, their per-port changes and addresses wait with them. Two
+//! things follow an address change only at a restart, and the answer names them: the kernel
+//! twins' addresses (`[linux] punt`), and masquerade's source address of an interface whose
+//! first address changed (with a ruleset). A file with an error changes
 //! nothing: the error names its file and line. A change the datapath refuses (an MTU larger
 //! than its buffers) is reported as failed; the others are applied.
 //!
@@ -412,8 +423,10 @@ impl Live {
         let rest_of = |l: &Live, k: &str| l.rest.iter().find(|x| x.0.starts_with(k)).map(|x| x.1.clone());
         if rest_of(self, "router") == rest_of(new, "router") && self.addrs != new.addrs {
             let changed: Vec<IfaceAddrs> = new.addrs.iter().filter(|a| !self.addrs.contains(a)).cloned().collect();
-            // First, so that routes and neighbours of a new subnet find it.
-            out.insert(0, Change::Addrs(changed));
+            // Right after the ruleset (which stops the rest when it does not compile), so that
+            // routes and neighbours of a new subnet find it.
+            let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
+            out.insert(at, Change::Addrs(changed));
         }
         let addrs_waiting = self.addrs != new.addrs;
         let mut restart: Vec<&'static str> = self
@@ -577,6 +590,12 @@ mod tests {
     use super::*;
     use crate::config::parse;
 
+    /// The changes from `a` to `b` in `freeway ctl` words, and what waits.
+    fn said(a: &Live, b: &Live) -> (Vec<String>, Vec<&'static str>) {
+        let (changes, restart) = a.diff(b);
+        (changes.iter().map(ToString::to_string).collect(), restart)
+    }
+
     fn live(extra: &str) -> Live {
         let base = crate::config::ROUTER_CONFIG;
         Live::of(&parse(&format!("{base}\n{extra}"), "t.toml", None).unwrap())
@@ -589,8 +608,7 @@ mod tests {
         let b = live(
             "[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.20.7\"\n\n[[neigh]]\nip = \"10.0.20.9\"\nmac = \"02:00:00:00:20:09\"\ndev = \"wan\"\n",
         );
-        let (changes, restart) = a.diff(&b);
-        let words: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        let (words, restart) = said(&a, &b);
         assert_eq!(
             words,
             [
@@ -599,9 +617,10 @@ mod tests {
             ]
         );
         assert!(restart.is_empty(), "{restart:?}");
-        let (back, _) = b.diff(&a);
-        let words: Vec<String> = back.iter().map(ToString::to_string).collect();
-        assert_eq!(words, ["route del 203.0.113.0/24", "neigh del 10.0.20.9 dev wan"]);
+        assert_eq!(
+            said(&b, &a).0,
+            ["route del 203.0.113.0/24", "neigh del 10.0.20.9 dev wan"]
+        );
     }
 
     #[test]
@@ -654,8 +673,7 @@ mod tests {
         );
         let text = format!("{text}\n[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.30.7\"\n");
         let b = Live::of(&parse(&text, "t.toml", None).unwrap());
-        let (changes, restart) = a.diff(&b);
-        let words: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        let (words, restart) = said(&a, &b);
         assert_eq!(
             words,
             [
@@ -665,7 +683,7 @@ mod tests {
         );
         assert!(restart.is_empty(), "{restart:?}");
         let mut now = a.clone();
-        for c in &changes {
+        for c in &a.diff(&b).0 {
             now.absorb(c);
         }
         assert_eq!(now.diff(&b), (vec![], vec![]));
