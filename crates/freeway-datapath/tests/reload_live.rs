@@ -108,11 +108,16 @@ struct Run {
 
 impl Run {
     fn start(tag: &str) -> Run {
+        Run::start_with(tag, &config_text(ORIGINAL.0, ORIGINAL.1, ORIGINAL.2, ORIGINAL.3))
+    }
+
+    /// A run of the configuration `text` (its file is `cfg.toml` in the run's directory).
+    fn start_with(tag: &str, text: &str) -> Run {
         let dir = std::env::temp_dir().join(format!("freeway-reload-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("cfg.toml");
-        write(&file, ORIGINAL);
+        std::fs::write(&file, text).unwrap();
         let sock = dir.join("ctl.sock");
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -300,4 +305,93 @@ fn a_tap_added_to_the_file_starts_and_one_removed_stops() {
         24 + written * (16 + 60),
         "{ended}"
     );
+}
+
+/// A generator on VLAN 10 pinging 10.3.0.1 through the router (MAC 02:fe:00:00:00:01), sinks
+/// on VLANs 10 and 20; the VLAN 20 interface has the addresses `v20`.
+fn pinging_router(v20: &str) -> String {
+    format!(
+        r#"workers = 1
+
+[[port]]
+name = "src"
+kind = "gen"
+vlan = {{ mode = "access", vlan = 10 }}
+gen = {{ src_macs = ["02:00:00:00:00:01"], dst_macs = ["02:fe:00:00:00:01"], proto = "icmp", src_ip = "10.1.0.2", dst_ip = "10.3.0.1" }}
+
+[[port]]
+name = "a"
+kind = "sink"
+vlan = {{ mode = "access", vlan = 10 }}
+
+[[port]]
+name = "b"
+kind = "sink"
+vlan = {{ mode = "access", vlan = 20 }}
+
+[router]
+mac = "02:fe:00:00:00:01"
+
+[[interface]]
+name = "v10"
+vlan = 10
+addr = ["10.1.0.1/24"]
+
+[[interface]]
+name = "v20"
+vlan = 20
+addr = [{v20}]
+"#
+    )
+}
+
+/// The router's echo replies so far.
+fn echo_replies(sock: &Path) -> u64 {
+    ask(sock, &["stats"])["data"]["router"]["l3"]["echo_replies_v4"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn an_interface_address_added_by_reload_answers_and_a_removed_one_stops() {
+    let one = pinging_router(r#""10.2.0.1/24""#);
+    let two = pinging_router(r#""10.2.0.1/24", "10.3.0.1/24""#);
+    let run = Run::start_with("addrs", &one);
+    let (sock, file) = (&run.sock, run.dir.join("cfg.toml"));
+    settle(sock);
+    assert_eq!(echo_replies(sock), 0, "10.3.0.1 is no address of the router yet");
+
+    // --check: the plan, nothing applied.
+    std::fs::write(&file, &two).unwrap();
+    let r = ask(sock, &["reload", "--check"]);
+    let text = r["text"].as_str().unwrap();
+    assert!(
+        text.contains("would apply: interface addresses: v20 10.2.0.1/24 10.3.0.1/24"),
+        "{text}"
+    );
+    settle(sock);
+    assert_eq!(echo_replies(sock), 0, "--check applied nothing");
+
+    // Applied: the worker takes the new interfaces up at its next batch and answers.
+    let r = ask(sock, &["reload"]);
+    let text = r["text"].as_str().unwrap();
+    assert!(text.contains("applied: interface addresses: v20"), "{text}");
+    assert!(!text.contains("FAILED") && !text.contains("restart"), "{text}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while echo_replies(sock) == 0 {
+        assert!(Instant::now() < deadline, "the added address never answered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let routes = ask(sock, &["route", "show"]);
+    assert!(routes["text"].as_str().unwrap().contains("10.3.0.0/24"), "{routes}");
+
+    // Removed: once every batch began after the reload, no more replies.
+    std::fs::write(&file, &one).unwrap();
+    ask(sock, &["reload"]);
+    settle(sock);
+    let before = echo_replies(sock);
+    settle(sock);
+    assert_eq!(echo_replies(sock), before, "the removed address answers no more");
+    let routes = ask(sock, &["route", "show"]);
+    assert!(!routes["text"].as_str().unwrap().contains("10.3.0.0/24"), "{routes}");
 }
