@@ -310,38 +310,16 @@ fn a_tap_added_to_the_file_starts_and_one_removed_stops() {
 /// A generator on VLAN 10 pinging 10.3.0.1 through the router (MAC 02:fe:00:00:00:01), sinks
 /// on VLANs 10 and 20; the VLAN 20 interface has the addresses `v20`.
 fn pinging_router(v20: &str) -> String {
+    let ping = r#"{ src_macs = ["02:00:00:00:00:01"], dst_macs = ["02:fe:00:00:00:01"], proto = "icmp", src_ip = "10.1.0.2", dst_ip = "10.3.0.1" }"#;
+    let access = |v: u16| format!(r#"{{ mode = "access", vlan = {v} }}"#);
     format!(
-        r#"workers = 1
-
-[[port]]
-name = "src"
-kind = "gen"
-vlan = {{ mode = "access", vlan = 10 }}
-gen = {{ src_macs = ["02:00:00:00:00:01"], dst_macs = ["02:fe:00:00:00:01"], proto = "icmp", src_ip = "10.1.0.2", dst_ip = "10.3.0.1" }}
-
-[[port]]
-name = "a"
-kind = "sink"
-vlan = {{ mode = "access", vlan = 10 }}
-
-[[port]]
-name = "b"
-kind = "sink"
-vlan = {{ mode = "access", vlan = 20 }}
-
-[router]
-mac = "02:fe:00:00:00:01"
-
-[[interface]]
-name = "v10"
-vlan = 10
-addr = ["10.1.0.1/24"]
-
-[[interface]]
-name = "v20"
-vlan = 20
-addr = [{v20}]
-"#
+        "workers = 1\nport = [\n  {{ name = \"src\", kind = \"gen\", vlan = {}, gen = {ping} }},\n  \
+         {{ name = \"a\", kind = \"sink\", vlan = {} }},\n  {{ name = \"b\", kind = \"sink\", vlan = {} }},\n]\n\
+         interface = [\n  {{ name = \"v10\", vlan = 10, addr = [\"10.1.0.1/24\"] }},\n  \
+         {{ name = \"v20\", vlan = 20, addr = [{v20}] }},\n]\n\n[router]\nmac = \"02:fe:00:00:00:01\"\n",
+        access(10),
+        access(10),
+        access(20),
     )
 }
 
