@@ -17,29 +17,21 @@ fn unreachable(bed: &Bed, from: &str, to: &str) -> bool {
     !bed.exec(from, &["ping", "-c", "2", "-W", "1", to]).status.success()
 }
 
-/// h1 and h3 on VLAN 10, h2 on VLAN 20; the VLAN 20 interface has `v20` as its addresses.
-fn config(v20: &str) -> String {
-    let mut s = ports(2, &[("h1", 10), ("h2", 20), ("h3", 10)]);
-    s.push_str("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
-    s.push_str("\n[[interface]]\nname = \"v10\"\nvlan = 10\naddr = [\"10.1.0.1/24\"]\n");
-    s.push_str(&format!("\n[[interface]]\nname = \"v20\"\nvlan = 20\naddr = [{v20}]\n"));
-    s
-}
-
 #[test]
 fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
     need_root!();
     let mut bed = Bed::up("rla");
     two_subnets(&bed);
     bed.sh_ok("h2", "ip addr add 10.3.0.2/24 dev eth0");
-    let one = config("\"10.2.0.1/24\"");
+    let one = routed_ports();
+    let two = one.replace("addr = [\"10.2.0.1/24\"]", "addr = [\"10.2.0.1/24\", \"10.3.0.1/24\"]");
+    assert_ne!(one, two);
     bed.start_ctl(&one);
     let file = bed.dir.join("freeway.toml");
     assert!(bed.ping("h1", "10.2.0.2"), "h1 reaches h2 through the router");
     assert!(unreachable(&bed, "h1", "10.3.0.1"), "not yet the router's address");
 
     // --check: the plan, nothing applied.
-    let two = config("\"10.2.0.1/24\", \"10.3.0.1/24\"");
     std::fs::write(&file, &two).unwrap();
     let r = bed.ctl(&["reload", "--check"]);
     let text = r["text"].as_str().unwrap();
