@@ -12,11 +12,6 @@ mod netbed;
 
 use netbed::*;
 
-/// Whether `from` gets no answer from `to` (two pings of a second each).
-fn unreachable(bed: &Bed, from: &str, to: &str) -> bool {
-    !bed.exec(from, &["ping", "-c", "2", "-W", "1", to]).status.success()
-}
-
 #[test]
 fn reload_and_sighup_move_ports_between_vlans_while_hosts_ping() {
     need_root!();
@@ -37,7 +32,7 @@ fn reload_and_sighup_move_ports_between_vlans_while_hosts_ping() {
         "{text}"
     );
     assert!(!text.contains("FAILED") && !text.contains("restart"), "{text}");
-    assert!(unreachable(&bed, "h1", "10.0.0.2"), "h2 left VLAN 1");
+    assert!(bed.unreachable("h1", "10.0.0.2"), "h2 left VLAN 1");
     assert!(bed.ping("h1", "10.0.0.3"), "h3 is still on VLAN 1");
     let drops = bed.ctl(&["stats"]);
     assert!(drops["text"].as_str().unwrap().contains("vlan_filtered"), "{drops}");
@@ -51,7 +46,7 @@ fn reload_and_sighup_move_ports_between_vlans_while_hosts_ping() {
         .unwrap();
     assert!(hup.success());
     assert!(bed.ping("h2", "10.0.0.3"), "h2 and h3 share VLAN 2 after SIGHUP");
-    assert!(unreachable(&bed, "h1", "10.0.0.3"), "h3 left VLAN 1");
+    assert!(bed.unreachable("h1", "10.0.0.3"), "h3 left VLAN 1");
 
     // Back to one VLAN: everyone reaches everyone again, and the run never restarted.
     std::fs::write(&file, &all_one).unwrap();

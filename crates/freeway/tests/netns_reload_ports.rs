@@ -12,11 +12,6 @@ mod netbed;
 
 use netbed::*;
 
-/// Whether `from` gets no answer from `to` (two pings of a second each).
-fn unreachable(bed: &Bed, from: &str, to: &str) -> bool {
-    !bed.exec(from, &["ping", "-c", "2", "-W", "1", to]).status.success()
-}
-
 #[test]
 fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
     need_root!();
@@ -29,7 +24,7 @@ fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
     bed.start_ctl(&one);
     let file = bed.dir.join("freeway.toml");
     assert!(bed.ping("h1", "10.2.0.2"), "h1 reaches h2 through the router");
-    assert!(unreachable(&bed, "h1", "10.3.0.1"), "not yet the router's address");
+    assert!(bed.unreachable("h1", "10.3.0.1"), "not yet the router's address");
 
     // --check: the plan, nothing applied.
     std::fs::write(&file, &two).unwrap();
@@ -39,7 +34,7 @@ fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
         text.contains("would apply: interface addresses: v20 10.2.0.1/24 10.3.0.1/24"),
         "{text}"
     );
-    assert!(unreachable(&bed, "h1", "10.3.0.1"), "--check applied nothing");
+    assert!(bed.unreachable("h1", "10.3.0.1"), "--check applied nothing");
 
     // Applied: the new address answers, its subnet is routed, the old one still routes.
     let r = bed.ctl(&["reload"]);
@@ -62,11 +57,8 @@ fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
             .contains("applied: interface addresses: v20 10.2.0.1/24"),
         "{r}"
     );
-    assert!(
-        unreachable(&bed, "h1", "10.3.0.1"),
-        "the removed address answers no more"
-    );
-    assert!(unreachable(&bed, "h1", "10.3.0.2"), "its subnet is no longer routed");
+    assert!(bed.unreachable("h1", "10.3.0.1"), "the removed address answers no more");
+    assert!(bed.unreachable("h1", "10.3.0.2"), "its subnet is no longer routed");
     assert!(bed.ping("h1", "10.2.0.2"), "h1 still reaches h2");
     let routes = bed.ctl(&["route", "show"]);
     assert!(!routes["text"].as_str().unwrap().contains("10.3.0.0/24"), "{routes}");
@@ -76,7 +68,7 @@ fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
     let w: Vec<String> = ["reload"].iter().map(ToString::to_string).collect();
     let r = freeway_datapath::runtime::ctl_request(&bed.sock(), &w).expect("the control socket answers");
     assert_eq!(r["ok"], false, "{r}");
-    assert!(unreachable(&bed, "h1", "10.3.0.1"), "a bad file changed nothing");
+    assert!(bed.unreachable("h1", "10.3.0.1"), "a bad file changed nothing");
     assert!(bed.ping("h1", "10.2.0.2"), "and forwarding goes on");
     bed.stop();
 }

@@ -231,6 +231,11 @@ impl Bed {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
     }
 
+    /// Whether `from` gets no answer from `to` (two pings of a second each).
+    pub fn unreachable(&self, from: &str, to: &str) -> bool {
+        !self.exec(from, &["ping", "-c", "2", "-W", "1", to]).status.success()
+    }
+
     pub fn ping(&self, from: &str, to: &str) -> bool {
         // Retry for a while: the first packets may wait for ARP on both sides.
         let deadline = Instant::now() + Duration::from_secs(5);
