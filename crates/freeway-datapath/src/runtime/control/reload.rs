@@ -596,6 +596,13 @@ mod tests {
         (changes.iter().map(ToString::to_string).collect(), restart)
     }
 
+    /// The router demo with `from` replaced by `to` (which must be in it).
+    fn router_with(from: &str, to: &str) -> Live {
+        let text = crate::config::ROUTER_CONFIG.replace(from, to);
+        assert_ne!(text, crate::config::ROUTER_CONFIG, "{from:?} is not in the router demo");
+        Live::of(&parse(&text, "t.toml", None).unwrap())
+    }
+
     fn live(extra: &str) -> Live {
         let base = crate::config::ROUTER_CONFIG;
         Live::of(&parse(&format!("{base}\n{extra}"), "t.toml", None).unwrap())
@@ -667,12 +674,10 @@ mod tests {
     #[test]
     fn an_interface_address_changed_is_one_change_applied_first_and_nothing_waits() {
         let a = live("");
-        let text = crate::config::ROUTER_CONFIG.replace(
+        let b = router_with(
             "addr = [\"10.0.20.1/24\", \"2001:db8:20::1/64\"]",
-            "addr = [\"10.0.20.1/24\", \"10.0.30.1/24\", \"2001:db8:20::1/64\"]",
+            "addr = [\"10.0.20.1/24\", \"10.0.30.1/24\", \"2001:db8:20::1/64\"]\n[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.30.7\"",
         );
-        let text = format!("{text}\n[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.30.7\"\n");
-        let b = Live::of(&parse(&text, "t.toml", None).unwrap());
         let addrs = "interface addresses: wan 10.0.20.1/24 10.0.30.1/24 2001:db8:20::1/64";
         let route = "route replace 203.0.113.0/24 via 10.0.30.7";
         assert_eq!(said(&a, &b), (vec![addrs.to_string(), route.to_string()], vec![]));
@@ -686,12 +691,10 @@ mod tests {
     #[test]
     fn a_changed_interface_waits_for_a_restart_with_its_addresses() {
         let a = live("");
-        let text = crate::config::ROUTER_CONFIG.replace(
+        let b = router_with(
             "name = \"wan\"\nvlan = 20\naddr = [\"10.0.20.1/24\", ",
             "name = \"wan\"\nvlan = 20\nmtu = 1400\naddr = [\"10.0.20.1/24\", \"10.0.30.1/24\", ",
         );
-        assert_ne!(text, crate::config::ROUTER_CONFIG);
-        let b = Live::of(&parse(&text, "t.toml", None).unwrap());
         let (changes, restart) = a.diff(&b);
         assert!(changes.iter().all(|c| !matches!(c, Change::Addrs(_))), "{changes:?}");
         assert!(
