@@ -310,6 +310,37 @@ struct BridgePort {
     name: Box<str>,
 }
 
+/// The ingress port of the frames the stage is deciding, read once per batch (again only
+/// where a batch mixes ingress ports): a port's flags and BPDU-guard state changed by another
+/// thread take effect from a worker's next batch.
+struct Ingress<'a> {
+    port: u16,
+    bp: &'a BridgePort,
+    vlan: &'a PortVlan,
+    flags: PortFlags,
+    /// Its frames' sources are learned: its learning flag, unless the stage is read-only.
+    learn: bool,
+    /// Disabled by its BPDU guard: as read for the batch, or by a BPDU in it.
+    disabled: bool,
+}
+
+/// What becomes of a known-unicast frame of one VLAN from the ingress port to one egress
+/// port: decided once for a run of frames of the same (egress port, VLAN) in a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Egress {
+    /// Sent, tagged or not.
+    Send {
+        /// Leaves with a VLAN tag.
+        tagged: bool,
+    },
+    /// The egress port is disabled by its BPDU guard.
+    Disabled,
+    /// Both ports are isolated.
+    Isolated,
+    /// The egress port is not a member of the VLAN (any more).
+    Filtered,
+}
+
 /// Says, once per disabling, that a port's BPDU guard disabled it (a worker, cold path).
 #[cold]
 #[inline(never)]
@@ -403,7 +434,7 @@ impl<L: Layout> Bridge<L> {
     }
 
     /// Sets `port`'s flags, also while workers forward (one store, seen by each worker from
-    /// its next frame on); an unknown port is refused.
+    /// its next batch on); an unknown port is refused.
     pub fn set_port_flags(&self, port: u16, flags: PortFlags) -> Result<(), String> {
         self.ports
             .get(usize::from(port))
@@ -455,6 +486,37 @@ impl<L: Layout> Bridge<L> {
             .get(usize::from(port))
             .map(|p| PortFlags::from_bits(p.flags.load(Ordering::Relaxed)))
             .unwrap_or_default()
+    }
+
+    /// The ingress port `port` as the stage reads it for a batch; `None` for no bridge port.
+    #[inline]
+    fn ingress<'a>(&'a self, vlans: &'a VlanView, port: u16, read_only: bool) -> Option<Ingress<'a>> {
+        let bp = self.ports.get(usize::from(port))?;
+        let vlan = vlans.ports.get(usize::from(port))?;
+        let flags = PortFlags::from_bits(bp.flags.load(Ordering::Relaxed));
+        Some(Ingress {
+            port,
+            bp,
+            vlan,
+            flags,
+            learn: flags.learning && !read_only,
+            disabled: bp.disabled.load(Ordering::Relaxed),
+        })
+    }
+
+    /// What becomes of a known-unicast frame of VLAN `vid` from `ing` to port `o`.
+    #[inline(never)]
+    fn egress(&self, vlans: &VlanView, ing: &Ingress<'_>, o: u16, vid: u16) -> Egress {
+        if self.port_disabled(o) {
+            Egress::Disabled
+        } else if ing.flags.isolated && self.port_flags(o).isolated {
+            Egress::Isolated
+        } else {
+            match vlans.ports.get(usize::from(o)).and_then(|v| v.egress(vid)) {
+                Some(tagged) => Egress::Send { tagged },
+                None => Egress::Filtered,
+            }
+        }
     }
 
     /// Whether a frame to the link-local group `01:80:c2:00:00:0{low}` received on a port
@@ -523,13 +585,19 @@ impl<L: Layout> Bridge<L> {
         } = w;
         let c: &BridgeCounters = counters;
         c.rx.add(batch.len() as u64);
-        // Per packet: the output port, or DROP / FLOOD; for floods, the VLAN and original tag.
+        // Per packet: the output port, or DROP / FLOOD.
         let mut fate = [DROP; MAX_BATCH];
-        let mut flood_vid = [(0u16, None::<u16>, FloodClass::Unknown); MAX_BATCH];
-        let mut snooped: [Snooped<'_>; MAX_BATCH] = [None; MAX_BATCH];
+        // For floods only, made when the batch's first frame floods: the VLAN, original tag
+        // and class, and where snooping sends a multicast frame.
+        let mut floods: Option<[(u16, Option<u16>, FloodClass); MAX_BATCH]> = None;
+        let mut snooped: Option<[Snooped<'_>; MAX_BATCH]> = None;
         let mut mview: Option<&mdb::MdbView> = None;
         let mut uniform = true;
         let read_only = matches!(learning, Learning::ReadOnly);
+        // The ingress port's state, read when its first frame of the batch comes, and the
+        // verdict for the last (egress port, VLAN) a frame from it was forwarded to.
+        let mut ing: Option<Ingress<'_>> = None;
+        let mut last_out: Option<(u16, u16, Egress)> = None;
         for (i, p) in batch.as_mut_slice().iter_mut().enumerate() {
             // One bounds check for both addresses.
             let Some(&[d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5]) = p.data().first_chunk::<12>() else {
@@ -545,55 +613,64 @@ impl<L: Layout> Bridge<L> {
                 continue;
             }
             let in_port = p.meta.in_port;
-            let Some(bp) = self.ports.get(usize::from(in_port)) else {
-                c.drop_bad_port.inc();
-                uniform = false;
-                continue;
+            let cur = match &mut ing {
+                Some(x) if x.port == in_port => x,
+                _ => match self.ingress(vlans, in_port, read_only) {
+                    Some(x) => {
+                        last_out = None;
+                        ing.insert(x)
+                    }
+                    None => {
+                        c.drop_bad_port.inc();
+                        uniform = false;
+                        continue;
+                    }
+                },
             };
-            if bp.disabled.load(Ordering::Relaxed) {
+            if cur.disabled {
                 c.drop_port_disabled.inc();
                 uniform = false;
                 continue;
             }
             let tag = (p.meta.vlan_depth > 0 && p.meta.vlan != NO_VLAN).then_some(p.meta.vlan);
-            let Some(vid) = vlans.ports[usize::from(in_port)].classify(tag) else {
+            let Some(vid) = cur.vlan.classify(tag) else {
                 c.drop_vlan_filtered.inc();
                 uniform = false;
                 continue;
             };
 
             // Learn the source.
-            let in_flags = PortFlags::from_bits(bp.flags.load(Ordering::Relaxed));
-            let sk = key(src, vid);
-            match table.lookup(sk, &guard) {
-                _ if read_only || !in_flags.learning => {}
-                Some(n) => {
-                    if n.port() != in_port {
-                        if n.move_to(in_port) {
-                            c.moves.inc();
-                        } else if n.is_static() {
-                            c.static_conflict.inc();
-                        }
-                    }
-                    n.touch_updated(now);
-                }
-                None => match learning {
-                    Learning::ReadOnly => {}
-                    Learning::Inline(wr) => {
-                        wr.learn(sk, in_port, now);
-                    }
-                    Learning::Queue => {
-                        let slot = &mut recent[(sk.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % RECENT];
-                        if slot.0 != sk || now.saturating_sub(slot.1) >= RELEARN_MS {
-                            *slot = (sk, now);
-                            if self.fdb.request_learn(LearnRequest { key: sk, port: in_port }) {
-                                c.learn_requests.inc();
-                            } else {
-                                c.learn_queue_full.inc();
+            if cur.learn {
+                let sk = key(src, vid);
+                match table.lookup(sk, &guard) {
+                    Some(n) => {
+                        if n.port() != in_port {
+                            if n.move_to(in_port) {
+                                c.moves.inc();
+                            } else if n.is_static() {
+                                c.static_conflict.inc();
                             }
                         }
+                        n.touch_updated(now);
                     }
-                },
+                    None => match learning {
+                        Learning::ReadOnly => {}
+                        Learning::Inline(wr) => {
+                            wr.learn(sk, in_port, now);
+                        }
+                        Learning::Queue => {
+                            let slot = &mut recent[(sk.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % RECENT];
+                            if slot.0 != sk || now.saturating_sub(slot.1) >= RELEARN_MS {
+                                *slot = (sk, now);
+                                if self.fdb.request_learn(LearnRequest { key: sk, port: in_port }) {
+                                    c.learn_requests.inc();
+                                } else {
+                                    c.learn_queue_full.inc();
+                                }
+                            }
+                        }
+                    },
+                }
             }
 
             // Decide.
@@ -606,35 +683,53 @@ impl<L: Layout> Bridge<L> {
                     if o == in_port {
                         c.drop_same_port.inc();
                         uniform = false;
-                    } else if self.port_disabled(o) {
-                        c.drop_port_disabled.inc();
-                        uniform = false;
-                    } else if in_flags.isolated && self.port_flags(o).isolated {
-                        c.drop_isolated.inc();
-                        uniform = false;
-                    } else if let Some(want) = vlans.ports.get(usize::from(o)).and_then(|v| v.egress(vid)) {
-                        if Self::egress_prepare(p, want, vid, tag) {
-                            c.forwarded.inc();
-                            fate[i] = o;
-                            uniform &= fate[0] == o;
-                        } else {
-                            c.drop_no_headroom.inc();
+                        continue;
+                    }
+                    let verdict = match last_out {
+                        Some((lo, lv, e)) if lo == o && lv == vid => e,
+                        _ => {
+                            let e = self.egress(vlans, cur, o, vid);
+                            last_out = Some((o, vid, e));
+                            e
+                        }
+                    };
+                    match verdict {
+                        Egress::Send { tagged } => {
+                            if Self::egress_prepare(p, tagged, vid, tag) {
+                                c.forwarded.inc();
+                                fate[i] = o;
+                                uniform &= fate[0] == o;
+                            } else {
+                                c.drop_no_headroom.inc();
+                                uniform = false;
+                            }
+                        }
+                        Egress::Disabled => {
+                            c.drop_port_disabled.inc();
                             uniform = false;
                         }
-                    } else {
-                        // Learned while the port was a member of the VLAN, which it left.
-                        c.drop_vlan_filtered.inc();
-                        uniform = false;
+                        Egress::Isolated => {
+                            c.drop_isolated.inc();
+                            uniform = false;
+                        }
+                        Egress::Filtered => {
+                            // Learned while the port was a member of the VLAN, which it left.
+                            c.drop_vlan_filtered.inc();
+                            uniform = false;
+                        }
                     }
                     continue;
                 }
                 c.unknown_unicast.inc();
-            } else if is_link_local(&dst) && !Self::forwards_link_local(bp.group_fwd, dst[5]) {
-                if dst[5] == 0 && in_flags.bpdu_guard && !read_only {
-                    // An STP BPDU where no switch should be: the port goes down.
-                    if !bp.disabled.swap(true, Ordering::Relaxed) {
-                        guard_log(in_port, &bp.name);
+            } else if is_link_local(&dst) && !Self::forwards_link_local(cur.bp.group_fwd, dst[5]) {
+                if dst[5] == 0 && cur.flags.bpdu_guard && !read_only {
+                    // An STP BPDU where no switch should be: the port goes down, for the
+                    // rest of this batch too (its frames, and frames to it).
+                    if !cur.bp.disabled.swap(true, Ordering::Relaxed) {
+                        guard_log(in_port, &cur.bp.name);
                     }
+                    cur.disabled = true;
+                    last_out = None;
                     c.bpdu_guard.inc();
                 }
                 c.drop_link_local.inc();
@@ -648,7 +743,7 @@ impl<L: Layout> Bridge<L> {
             } else {
                 FloodClass::Unknown
             };
-            let rate = bp.storm.rate(class);
+            let rate = cur.bp.storm.rate(class);
             if rate != 0 && !read_only {
                 let port = usize::from(in_port);
                 if storm.len() <= port {
@@ -664,14 +759,15 @@ impl<L: Layout> Bridge<L> {
             if let (FloodClass::Multicast, Some(m)) = (class, &self.mdb) {
                 let view = *mview.get_or_insert_with(|| m.view(&guard));
                 if view.snooping() {
-                    snooped[i] = Self::snoop(view, m, p, vid, c, learning, now);
-                    if snooped[i].is_some() {
+                    let s = Self::snoop(view, m, p, vid, c, learning, now);
+                    if s.is_some() {
                         c.mcast_snooped.inc();
+                        snooped.get_or_insert([None; MAX_BATCH])[i] = s;
                     }
                 }
             }
             fate[i] = FLOOD;
-            flood_vid[i] = (vid, tag, class);
+            floods.get_or_insert([(0, None, FloodClass::Unknown); MAX_BATCH])[i] = (vid, tag, class);
             uniform = false;
         }
 
@@ -683,9 +779,14 @@ impl<L: Layout> Bridge<L> {
             match fate[i] {
                 DROP => out.pool().put(p),
                 FLOOD => {
-                    let (vid, tag, class) = flood_vid[i];
+                    // Set with FLOOD, so present; a DROP if ever not.
+                    let Some(&f) = floods.as_ref().and_then(|f| f.get(i)) else {
+                        out.pool().put(p);
+                        continue;
+                    };
+                    let s = snooped.as_ref().and_then(|s| s.get(i).copied().flatten());
                     let in_port = p.meta.in_port;
-                    self.flood(vlans, p, in_port, (vid, tag, class), snooped[i], c, out);
+                    self.flood(vlans, p, in_port, f, s, c, out);
                 }
                 o => out.emit(o, p),
             }

@@ -730,7 +730,7 @@ impl RxQueue for GenQueue {
         if let Some(b) = &mut self.bucket {
             n = n.min(b.available(now));
         }
-        if n == 0 {
+        if n == 0 || self.tpl.is_empty() {
             return 0;
         }
         let mut bytes = 0u64;
@@ -740,29 +740,37 @@ impl RxQueue for GenQueue {
         pool.get_into(batch, n as usize);
         // One clock read per batch: the batch's packets share their receive timestamp.
         let ts = crate::wall_ns();
-        for p in &mut batch.as_mut_slice()[first..] {
-            p.meta.ts_ns = ts;
-            let t = self.tpl[self.cursor];
-            let frame = &self.data[t.off as usize..(t.off + t.len) as usize];
-            let mut fits = p.set_frame(frame).is_ok();
-            if !fits {
-                // A frame beyond the main buffers: a large one, when the pool has them.
-                if let Some(mut big) = pool.get_large() {
-                    fits = big.set_frame(frame).is_ok();
-                    big.meta.ts_ns = ts;
-                    pool.put(std::mem::replace(p, big));
+        // The packets walk the ring's templates from the cursor, in runs that end where the
+        // ring wraps (one bounds check and one wrap test a run, not a packet).
+        let mut done = first;
+        while done < batch.len() {
+            let tpls = &self.tpl[self.cursor..];
+            let pkts = &mut batch.as_mut_slice()[done..];
+            let k = pkts.len().min(tpls.len());
+            for (p, t) in pkts.iter_mut().zip(tpls) {
+                p.meta.ts_ns = ts;
+                let frame = &self.data[t.off as usize..(t.off + t.len) as usize];
+                let mut fits = p.set_frame(frame).is_ok();
+                if !fits {
+                    // A frame beyond the main buffers: a large one, when the pool has them.
+                    if let Some(mut big) = pool.get_large() {
+                        fits = big.set_frame(frame).is_ok();
+                        big.meta.ts_ns = ts;
+                        pool.put(std::mem::replace(p, big));
+                    }
+                }
+                if fits {
+                    if let Some(patch) = &self.patch {
+                        patch.apply(t, p.data_mut());
+                    }
+                    bytes += u64::from(t.len);
+                } else {
+                    // Left empty, removed below.
+                    too_big += 1;
                 }
             }
-            if fits {
-                if let Some(patch) = &self.patch {
-                    patch.apply(&t, p.data_mut());
-                }
-                bytes += u64::from(t.len);
-            } else {
-                // Left empty, removed below.
-                too_big += 1;
-            }
-            self.cursor += 1;
+            done += k;
+            self.cursor += k;
             if self.cursor == self.tpl.len() {
                 self.cursor = 0;
                 if let Some(patch) = &mut self.patch {

@@ -88,9 +88,13 @@ impl PortMtus {
     }
 }
 
+/// An untagged Ethernet header's bytes: a frame of a port of MTU `m` may be `m` plus this
+/// plus 4 bytes a VLAN tag.
+pub(crate) const ETH_HEADER: usize = 14;
+
 /// Whether `p` is larger than a port of MTU `mtu` sends: its frame less the Ethernet header
 /// and its VLAN tags is more than `mtu`.
 #[inline(always)]
 pub(crate) fn over_mtu(p: &Packet, mtu: u16) -> bool {
-    p.len() > usize::from(mtu) + 14 + 4 * usize::from(p.meta.vlan_depth)
+    p.len() > usize::from(mtu) + ETH_HEADER + 4 * usize::from(p.meta.vlan_depth)
 }

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use super::mtu::{over_mtu, PortMtus};
+use super::mtu::{over_mtu, PortMtus, ETH_HEADER};
 use super::stats::WorkerStats;
 use freeway_bridge::Emit;
 use freeway_capture::{Direction, TapPoint};
@@ -68,15 +68,17 @@ impl<T: TapPoint> Tx<T> {
         if b.is_empty() {
             return;
         }
-        // One pass for the byte count and the MTU check: an over-size frame is rare.
+        // One pass for the byte count and the longest frame. Only a frame longer than the
+        // MTU with an untagged Ethernet header may be over it (a tagged frame may be 4 bytes
+        // longer a tag): then, rarely, each frame's own limit is checked.
         let mtu = self.mtus.mtu(port);
         let mut bytes = 0usize;
-        let mut over = false;
+        let mut longest = 0usize;
         for p in b.as_slice() {
             bytes += p.len();
-            over |= over_mtu(p, mtu);
+            longest = longest.max(p.len());
         }
-        if over {
+        if longest > usize::from(mtu) + ETH_HEADER && b.as_slice().iter().any(|p| over_mtu(p, mtu)) {
             bytes = self.drop_over_mtu(port, mtu);
         }
         let b = &mut self.pending[port];
