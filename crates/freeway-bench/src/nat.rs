@@ -1,10 +1,13 @@
 //! `freeway bench nat`: what NAT costs the tracker, against plain tracking in the same run.
 //!
 //! * **New connections**: each worker creates connections from its own clients (UDP, one
-//!   packet each, to one server), either plainly (`track` with commit: one lookup, one insert)
+//!   packet each, to one server; each client's source port is its own, spread over Linux's
+//!   ephemeral range as real clients' are, [`client_port`]), either plainly (`track` with commit: one lookup, one insert)
 //!   or translated as the datapath's postrouting does (`nat::commit_new` with a source
-//!   translation to one public address: a candidate port from the worker's blocks, the
-//!   rewrite, two inserts, the first of which tests the candidate). The two variants alternate, each in
+//!   translation to one public address: the client's own port when no other connection to
+//!   the same server uses it, else a candidate from a pseudo-random point of the worker's
+//!   blocks (seeded: every run the same), the rewrite, two inserts, the first of which tests
+//!   the candidate). The two variants alternate, each in
 //!   a fresh table, at every worker count; the ratio is NAT over plain.
 //! * **Established packets**: `flows` connections per worker are created first, then each
 //!   worker sends packets of them in turn (original direction), either tracked (`track`) or
@@ -89,6 +92,14 @@ fn client(id: usize, i: usize) -> u32 {
     0x0a00_0000 | ((id as u32) << 20) | (i as u32 & 0xf_ffff)
 }
 
+/// Client `i`'s source port: a fixed pseudo-random one of Linux's ephemeral range
+/// (32768-60999), as each real client picks its own. (With one port for all, every client
+/// after the first to a server would find its port taken there and need a second candidate.)
+fn client_port(id: usize, i: usize) -> u16 {
+    let h = ((id as u64) << 32 | i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+    (32_768 + h % 28_232) as u16
+}
+
 fn template() -> Packet {
     frames::udp(
         IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
@@ -135,7 +146,7 @@ fn on_workers<R: Send + 'static>(
             std::thread::spawn(move || {
                 let bw = Bw {
                     w: ct.worker(),
-                    ports: NatPorts::new(id, workers),
+                    ports: NatPorts::seeded(id, workers, 0x5eed),
                     snat: SrcNat {
                         addr: (u128::from(PUBLIC), u128::from(PUBLIC)),
                         ports: None,
@@ -171,7 +182,7 @@ fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, u64) {
         for start in (0..conns).step_by(32) {
             let g = b.w.pin();
             for i in start..(start + 32).min(conns) {
-                set_client(&mut p, client(id, i), 40_000, i);
+                set_client(&mut p, client(id, i), client_port(id, i), i);
                 let r = if translate {
                     let orig = tuple_of(&p);
                     nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, Some(b.snat))
@@ -198,7 +209,7 @@ fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> 
             for i in 0..flows {
                 let mut p = template();
                 p.meta.flags |= meta_flags::IPV4_CSUM_OK;
-                set_client(&mut p, client(id, i), 40_000, i);
+                set_client(&mut p, client(id, i), client_port(id, i), i);
                 let orig = tuple_of(&p);
                 let mut q = p.clone();
                 if translate {

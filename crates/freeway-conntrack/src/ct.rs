@@ -737,7 +737,15 @@ impl CtWorker {
             let r = self.update(c.primary(), reply, &l4, zone, commit);
             let plan = if NAT {
                 let from = key.tuple(src_lo);
-                node_target(c, src_lo, false).map(|to| NatPlan::Packet { from, to })
+                // An original-direction packet of a translated IPv4 connection: its rewrite is
+                // on the primary's hot line, which `update` read; no read of the reply node.
+                let to = if reply || c.is_reply_node() {
+                    None
+                } else {
+                    c.nat4(&from)
+                };
+                to.or_else(|| node_target(c, src_lo, false))
+                    .map(|to| NatPlan::Packet { from, to })
             } else {
                 None
             };
@@ -1091,6 +1099,7 @@ impl CtWorker {
                     match more {
                         Ok(Some((k, lo))) if k != okey => {
                             a.rekey(k, lo);
+                            p.set_nat4(&a);
                             rh = s.table.hash(&k);
                             continue;
                         }

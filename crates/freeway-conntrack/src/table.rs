@@ -82,7 +82,7 @@ use std::cell::UnsafeCell;
 use freeway_sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use freeway_sync::Tick;
 
-use crate::key::Key;
+use crate::key::{Key, Tuple};
 use crate::tcp::TcpConn;
 
 use freeway_sync::chain::{self, Linked};
@@ -122,6 +122,11 @@ pub struct Hot {
     pub(crate) status: AtomicU8,
     lock: AtomicBool,
     tcp: UnsafeCell<TcpConn>,
+    /// A translated IPv4 connection's original direction as translated, in the primary
+    /// (source, destination, source port << 16 | destination port; `None` otherwise): an
+    /// original-direction packet finds its rewrite here, on the line its update reads
+    /// anyway, instead of in the reply node's key. Set before publication, immutable after.
+    nat4: Option<[u32; 3]>,
 }
 
 /// One connection, or the reply node of a translated one (see "NAT" in the module doc).
@@ -192,6 +197,7 @@ impl Conn {
                 status: AtomicU8::new(status),
                 lock: AtomicBool::new(false),
                 tcp: UnsafeCell::new(tcp),
+                nat4: None,
             },
         }
     }
@@ -216,6 +222,33 @@ impl Conn {
         conn.twin = reply as *const Conn;
         reply.twin = conn as *const Conn;
         reply.reply_node = true;
+        conn.set_nat4(reply);
+    }
+
+    /// Copies the unpublished reply node's tuple, as the original direction's packets carry
+    /// it once translated, into the primary's hot line (IPv4 only: see [`Conn::nat4`]).
+    #[inline(always)]
+    pub(crate) fn set_nat4(&mut self, reply: &Conn) {
+        let t = reply.key.tuple(reply.orig_lo());
+        self.hot.nat4 = (!t.v6).then_some([
+            t.src as u32,
+            t.dst as u32,
+            u32::from(t.sport) << 16 | u32::from(t.dport),
+        ]);
+    }
+
+    /// A primary's translated tuple for the original direction, whose untranslated tuple is
+    /// `from`, when it is an IPv4 connection's (`None`: read the twin's key).
+    #[inline(always)]
+    pub fn nat4(&self, from: &Tuple) -> Option<Tuple> {
+        let [src, dst, ports] = self.hot.nat4?;
+        Some(Tuple {
+            src: u128::from(src),
+            dst: u128::from(dst),
+            sport: (ports >> 16) as u16,
+            dport: ports as u16,
+            ..*from
+        })
     }
 
     /// Whether this is the reply node of a translated connection.

@@ -136,12 +136,13 @@ pub trait L3Out {
     /// Translates `pkt` in place at `hook` (NAT): it arrived on router interface `iif` and,
     /// at [`NatHook::Postrouting`], leaves by `oif` (at prerouting `oif == iif`). A translation
     /// keeps the frame's layout and its metadata valid (a verified IPv4 header checksum stays
-    /// verified). `false` drops the packet (counted as `filtered`). The default changes
-    /// nothing.
+    /// verified). `Err` drops the packet, counted under the reason given (`filtered` for a
+    /// rule's drop, `nat_exhausted` for a new connection that found no free port). The
+    /// default changes nothing.
     #[inline(always)]
-    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> bool {
+    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> Result<(), L3Drop> {
         let _ = (hook, pkt, iif, oif);
-        true
+        Ok(())
     }
 }
 
@@ -232,6 +233,9 @@ drops! {
     PendingTimeout => "pending_timeout",
     /// Dropped or rejected by the firewall at the input or forward hook.
     Filtered => "filtered",
+    /// A new connection that a NAT rule translates found no free port (or identifier) in
+    /// its range: refused.
+    NatExhausted => "nat_exhausted",
     /// For the router's kernel twin, which could not take it (its queue was full).
     PuntFailed => "punt_failed",
 }
@@ -648,8 +652,8 @@ impl State {
             }
             pkt.meta.flags |= meta_flags::IPV4_CSUM_OK;
         }
-        if !out.nat(NatHook::Prerouting, &mut pkt, iif, iif) {
-            return self.drop(out, pkt, L3Drop::Filtered);
+        if let Err(why) = out.nat(NatHook::Prerouting, &mut pkt, iif, iif) {
+            return self.drop(out, pkt, why);
         }
         let f = pkt.data();
         let src = Ipv4Addr::new(f[l3 + 12], f[l3 + 13], f[l3 + 14], f[l3 + 15]);
@@ -745,8 +749,8 @@ impl State {
         let Some(mut pkt) = self.hook(cx, FilterHook::Forward, pkt, iif, oif, out) else {
             return;
         };
-        if !out.nat(NatHook::Postrouting, &mut pkt, iif, oif) {
-            return self.drop(out, pkt, L3Drop::Filtered);
+        if let Err(why) = out.nat(NatHook::Postrouting, &mut pkt, iif, oif) {
+            return self.drop(out, pkt, why);
         }
         let mut frags = std::mem::take(&mut self.frags);
         match fragment_v4(&pkt, usize::from(mtu), out.pool(), |f| frags.push(f)) {
@@ -802,8 +806,8 @@ impl State {
         if end > f.len() {
             return self.drop(out, pkt, L3Drop::Malformed);
         }
-        if !out.nat(NatHook::Prerouting, &mut pkt, iif, iif) {
-            return self.drop(out, pkt, L3Drop::Filtered);
+        if let Err(why) = out.nat(NatHook::Prerouting, &mut pkt, iif, iif) {
+            return self.drop(out, pkt, why);
         }
         let f = pkt.data();
         let src = addr6(&f[l3 + 8..l3 + 24]);
@@ -1002,8 +1006,8 @@ impl State {
         let Some(mut pkt) = self.hook(cx, FilterHook::Forward, pkt, iif, oif, out) else {
             return;
         };
-        if !out.nat(NatHook::Postrouting, &mut pkt, iif, oif) {
-            return self.drop(out, pkt, L3Drop::Filtered);
+        if let Err(why) = out.nat(NatHook::Postrouting, &mut pkt, iif, oif) {
+            return self.drop(out, pkt, why);
         }
         self.deliver(cx, pkt, iif, oif, nh, out);
     }

@@ -2,7 +2,7 @@
 //! from 2,000 source ports (`scripts/nat-probe.py syn-flood`, a raw socket) through
 //! `snat to 203.0.113.1:20000-20063` towards a port h2 silently drops, so every translated connection stays half-open and holds its port.
 //! After the first 64, new connections find no free port: each is refused and counted
-//! (`conntrack.nat_exhausted` in `freeway stats -j`), the connection table holds no more than
+//! (`conntrack.nat_exhausted` in `freeway stats -j`) and dropped as `router:nat_exhausted`, the connection table holds no more than
 //! the range allows, a TCP connection h3 opened before the flood (through masquerade) keeps
 //! passing, and the daemon answers its control socket throughout.
 //!
@@ -149,6 +149,27 @@ fn a_syn_flood_exhausting_the_nat_ports_is_counted_and_stalls_nothing() {
     assert!(
         exhausted + flood as u64 + lost >= 2000,
         "{exhausted} refused, {flood} translated, {lost} lost: {st}"
+    );
+    // Each refused SYN is dropped under its own reason, not the firewall's: read once the
+    // count stands still, so that both numbers are of the same packets.
+    let mut prev = u64::MAX;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while st["conntrack"]["nat_exhausted"].as_u64() != Some(prev) && std::time::Instant::now() < deadline {
+        prev = st["conntrack"]["nat_exhausted"].as_u64().unwrap_or(0);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        st = stats_j(&bed);
+    }
+    assert_eq!(
+        st["drops"]["router:nat_exhausted"].as_u64(),
+        st["conntrack"]["nat_exhausted"].as_u64(),
+        "refused SYNs are dropped as router:nat_exhausted: {}",
+        st["drops"]
+    );
+    assert_eq!(
+        st["drops"]["router:filtered"].as_u64().unwrap_or(0),
+        0,
+        "none as the firewall's: {}",
+        st["drops"]
     );
     assert!(
         text.lines()

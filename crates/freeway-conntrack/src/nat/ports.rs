@@ -7,6 +7,11 @@
 //! anything another reads (a worker's cursor, its counters). A range with fewer blocks than
 //! workers is shared by the workers whose index folds onto the same block.
 //!
+//! Where a search starts in the worker's ports: with [`NatPorts::seeded`] (the datapath's),
+//! at a pseudo-random point for every new connection, as Linux starts its search at a random
+//! offset, so a translated port says nothing about the connections before it (the sequence
+//! is fixed by the seed, for tests); with [`NatPorts::new`], where the last search stopped.
+//!
 //! Ports are only candidates: the connection table decides. The insert of the translated
 //! tuple's node refuses a tuple that is already a connection's (its scan of the bucket is the
 //! test, no lookup before it), and the next candidate is tried, so a translation never
@@ -63,8 +68,10 @@ impl PortRange {
 pub struct NatPorts {
     worker: u32,
     workers: u32,
-    /// Where the next search starts in the worker's own ports.
+    /// Where the next search starts in the worker's own ports (without `rng`).
     cursor: u32,
+    /// The state of the generator of each search's starting point ([`NatPorts::seeded`]).
+    rng: Option<u64>,
     /// New connections refused: no free port among the candidates.
     exhausted: u64,
     /// When exhaustion was last logged.
@@ -72,21 +79,51 @@ pub struct NatPorts {
 }
 
 impl NatPorts {
-    /// Worker `worker`'s share, of `workers` workers.
+    /// Worker `worker`'s share, of `workers` workers, searched in order: each search starts
+    /// where the last one stopped (predictable ports; tests).
     pub fn new(worker: usize, workers: usize) -> NatPorts {
         let workers = workers.max(1) as u32;
         NatPorts {
             worker: worker as u32 % workers,
             workers,
             cursor: 0,
+            rng: None,
             exhausted: 0,
             logged: None,
         }
     }
 
+    /// Worker `worker`'s share, of `workers` workers, each search starting at a pseudo-random
+    /// point of it drawn from `seed`'s sequence (the same seed gives the same ports).
+    pub fn seeded(worker: usize, workers: usize, seed: u64) -> NatPorts {
+        NatPorts {
+            rng: Some(seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            ..NatPorts::new(worker, workers)
+        }
+    }
+
+    /// Where a search of `owned` ports starts: the next pseudo-random point (splitmix64), or
+    /// the cursor.
+    #[inline]
+    fn start(&mut self, owned: u32) -> u32 {
+        match &mut self.rng {
+            Some(s) => {
+                *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = *s;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^= z >> 31;
+                // The high half scaled to `owned` (no division).
+                (((z >> 32) * u64::from(owned)) >> 32) as u32
+            }
+            None => self.cursor % owned,
+        }
+    }
+
     /// The candidates for a connection whose own port is `orig`, in `range`: `orig` first
     /// when it is in the range, then this worker's ports from its cursor on, at most
-    /// [`MAX_TRIES`] in all. Each call moves the cursor past what it handed out.
+    /// [`MAX_TRIES`] in all, from a pseudo-random point ([`NatPorts::seeded`]) or the
+    /// cursor, which each call moves past what it handed out.
     pub fn candidates(&mut self, range: PortRange, orig: u16) -> Candidates<'_> {
         let len = range.len();
         let blocks = len.div_ceil(BLOCK);
@@ -95,7 +132,7 @@ impl NatPorts {
         let first = self.worker % stride;
         let owned_blocks = (blocks - first).div_ceil(stride);
         let owned = owned_blocks * BLOCK;
-        let start = self.cursor % owned;
+        let start = self.start(owned);
         Candidates {
             range,
             orig: range.contains(orig).then_some(orig),
@@ -203,5 +240,29 @@ mod tests {
         assert_eq!(c, (10..=19).collect::<Vec<_>>());
         assert!(q.exhausted(0) && !q.exhausted(500) && q.exhausted(1000));
         assert_eq!(q.exhausted_count(), 3);
+    }
+
+    #[test]
+    fn seeded_searches_start_at_scattered_points_fixed_by_the_seed() {
+        let range = PortRange { lo: 1024, hi: 65535 };
+        let firsts = |seed: u64| -> Vec<u16> {
+            let mut p = NatPorts::seeded(1, 2, seed);
+            (0..64).map(|_| p.candidates(range, 0).next().unwrap()).collect()
+        };
+        let a = firsts(7);
+        assert_eq!(a, firsts(7), "the seed fixes the sequence");
+        assert_ne!(a, firsts(8), "another seed, other ports");
+        // Worker 1's blocks only, and no run of consecutive ports.
+        assert!(a.iter().all(|x| ((x - 1024) / BLOCK as u16) % 2 == 1));
+        let consecutive = a.windows(2).filter(|w| w[1] == w[0].wrapping_add(1)).count();
+        assert!(consecutive < 4, "{a:?}");
+        let distinct: std::collections::HashSet<_> = a.iter().collect();
+        assert!(distinct.len() > 60, "{a:?}");
+        // A search still walks on from its start, wrapping within the worker's ports.
+        let mut p = NatPorts::seeded(0, 1, 3);
+        let c: Vec<u16> = p.candidates(PortRange { lo: 10, hi: 19 }, 0).collect();
+        let mut sorted = c.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (10..=19).collect::<Vec<_>>());
     }
 }

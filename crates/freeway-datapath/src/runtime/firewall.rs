@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use freeway_conntrack::{Conntrack, CtWorker};
 use freeway_firewall::ast::{ChainType, Family, Hook, RejectWith, Ruleset};
 use freeway_firewall::{Action, Fields, Firewall, FwState, LogLine, Strategy};
-use freeway_l3::{FilterHook, FilterVerdict, Interfaces, NatHook, Reject};
+use freeway_l3::{FilterHook, FilterVerdict, Interfaces, L3Drop, NatHook, Reject};
 use freeway_packet::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use freeway_packet::{meta_flags, Packet};
 use freeway_sync::Tick;
@@ -314,9 +314,9 @@ impl FwHook {
     /// Translates `pkt` at `hook` ([`super::nat`]); `false` drops it. A ruleset without nat
     /// chains costs one test of a flag of the batch.
     #[inline]
-    pub fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> bool {
+    pub fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> Result<(), L3Drop> {
         if !self.any_nat {
-            return true;
+            return Ok(());
         }
         let zone = self.zone(iif);
         let FwHook {
@@ -332,7 +332,8 @@ impl FwHook {
             now: *now,
         };
         match hook {
-            NatHook::Prerouting => nat.prerouting(&mut cx, pkt),
+            NatHook::Prerouting if nat.prerouting(&mut cx, pkt) => Ok(()),
+            NatHook::Prerouting => Err(L3Drop::Filtered),
             NatHook::Postrouting => nat.postrouting(&mut cx, pkt),
         }
     }

@@ -49,7 +49,7 @@ use freeway_conntrack::nat::{self, NatFail, NatPorts, PortRange, SrcNat};
 use freeway_conntrack::{extract, CtState, CtWorker, NatPlan, Tuple};
 use freeway_firewall::ast::{Hook, NatKind};
 use freeway_firewall::{Action, Firewall, FwState, NatChoice};
-use freeway_l3::Interfaces;
+use freeway_l3::{Interfaces, L3Drop};
 use freeway_packet::{meta_flags, FragNote, Packet};
 use freeway_sync::Tick;
 
@@ -259,10 +259,13 @@ enum Said {
 }
 
 impl NatState {
-    /// Worker `index` of `workers`.
+    /// Worker `index` of `workers`. Its ports are searched from random points (a seed per
+    /// run), as Linux's are, so that a translated port reveals nothing.
     pub fn new(index: usize, workers: usize, masq: Arc<[(Option<u128>, Option<u128>)]>) -> NatState {
+        use std::hash::BuildHasher;
+        let seed = std::collections::hash_map::RandomState::new().hash_one(index);
         NatState {
-            ports: NatPorts::new(index, workers),
+            ports: NatPorts::seeded(index, workers, seed),
             masq,
             src_half: None,
             new_orig: None,
@@ -312,25 +315,25 @@ impl NatState {
         }
     }
 
-    /// The postrouting hook; `false` drops the packet.
-    pub fn postrouting(&mut self, cx: &mut NatCx<'_>, pkt: &mut Packet) -> bool {
+    /// The postrouting hook; `Err` drops the packet, for the reason it gives.
+    pub fn postrouting(&mut self, cx: &mut NatCx<'_>, pkt: &mut Packet) -> Result<(), L3Drop> {
         if let Some((from, to)) = self.src_half.take() {
-            return nat::rewrite_pkt(pkt, &from, &to);
+            return ok_or_filtered(nat::rewrite_pkt(pkt, &from, &to));
         }
         let Some(orig) = self.new_orig.take() else {
-            return true;
+            return Ok(());
         };
-        let Some(cur) = tuple_of(pkt) else { return true };
+        let Some(cur) = tuple_of(pkt) else { return Ok(()) };
         let (oif, now) = (cx.oif, cx.now);
         let snat = match cx.said(Hook::Postrouting, pkt, u32::from(oif)) {
-            Said::Drop => return false,
+            Said::Drop => return Err(L3Drop::Filtered),
             Said::Nat(c) => {
                 let addr = match c.kind {
                     NatKind::Masquerade => {
                         let (v4, v6) = self.masq.get(usize::from(oif)).copied().unwrap_or((None, None));
                         let Some(a) = (if cur.v6 { v6 } else { v4 }) else {
                             // An interface without an address of the packet's family.
-                            return false;
+                            return Err(L3Drop::Filtered);
                         };
                         (a, a)
                     }
@@ -348,7 +351,7 @@ impl NatState {
             // A translated connection that could not be created (a limit) cannot be
             // translated back: its packet is dropped. An untranslated one passes, as it does
             // without NAT.
-            Ok(r) => !matches!(r.state, CtState::Invalid(_)) || (snat.is_none() && orig == cur),
+            Ok(r) => ok_or_filtered(!matches!(r.state, CtState::Invalid(_)) || (snat.is_none() && orig == cur)),
             Err(NatFail::Exhausted) => {
                 if self.ports.exhausted(now) {
                     tracing::warn!(
@@ -360,11 +363,16 @@ impl NatState {
                         "no free port for a new translated connection: refused"
                     );
                 }
-                false
+                Err(L3Drop::NatExhausted)
             }
-            Err(NatFail::Malformed) => false,
+            Err(NatFail::Malformed) => Err(L3Drop::Filtered),
         }
     }
+}
+
+/// `Ok` for `true`, a drop counted as `filtered` for `false`.
+fn ok_or_filtered(ok: bool) -> Result<(), L3Drop> {
+    ok.then_some(()).ok_or(L3Drop::Filtered)
 }
 
 #[cfg(test)]

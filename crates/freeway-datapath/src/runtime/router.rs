@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use freeway_l3::neigh::{NeighConfig, NeighWriter};
 use freeway_l3::{
-    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Out, L3Worker, LiveInterfaces, NatHook, Neigh, Punt,
-    RouteLookup, Wants,
+    FilterHook, FilterVerdict, Interface, Interfaces, L3Config, L3Drop, L3Out, L3Worker, LiveInterfaces, NatHook,
+    Neigh, Punt, RouteLookup, Wants,
 };
 use freeway_packet::{meta_flags, parse, Batch, Packet, PacketPool, MAX_BATCH};
 use freeway_route::{Fib, FibConfig, Guard, NextHop, Prefix, Rib, Route, RouteCache};
@@ -197,10 +197,10 @@ impl L3Out for ToBridge<'_> {
     }
 
     #[inline]
-    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> bool {
+    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> Result<(), L3Drop> {
         match self.fw.as_deref_mut() {
             Some(fw) => fw.nat(hook, pkt, iif, oif),
-            None => true,
+            None => Ok(()),
         }
     }
 }

@@ -872,10 +872,14 @@ impl L3Out for Record {
             _ => FilterVerdict::Accept,
         }
     }
-    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> bool {
+    fn nat(&mut self, hook: NatHook, pkt: &mut Packet, iif: u16, oif: u16) -> Result<(), freeway_l3::L3Drop> {
         match (self.nft.as_mut(), self.ifaces.as_ref()) {
-            (Some(n), Some(ifs)) => n.nat(hook, pkt, iif, oif, ifs),
-            _ => true,
+            // The trace creates no connection: no port is looked for, none is missing.
+            (Some(n), Some(ifs)) => n
+                .nat(hook, pkt, iif, oif, ifs)
+                .then_some(())
+                .ok_or(freeway_l3::L3Drop::Filtered),
+            _ => Ok(()),
         }
     }
 }
