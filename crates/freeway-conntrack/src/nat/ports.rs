@@ -24,6 +24,7 @@
 //!
 //! Threads: a [`NatPorts`] belongs to one worker.
 
+use freeway_sync::rng::Rng;
 use freeway_sync::Tick;
 
 /// Ports per block.
@@ -71,7 +72,7 @@ pub struct NatPorts {
     /// Where the next search starts in the worker's own ports (without `rng`).
     cursor: u32,
     /// The state of the generator of each search's starting point ([`NatPorts::seeded`]).
-    rng: Option<u64>,
+    rng: Option<Rng>,
     /// New connections refused: no free port among the candidates.
     exhausted: u64,
     /// When exhaustion was last logged.
@@ -97,25 +98,17 @@ impl NatPorts {
     /// point of it drawn from `seed`'s sequence (the same seed gives the same ports).
     pub fn seeded(worker: usize, workers: usize, seed: u64) -> NatPorts {
         NatPorts {
-            rng: Some(seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            rng: Some(Rng(seed ^ (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))),
             ..NatPorts::new(worker, workers)
         }
     }
 
-    /// Where a search of `owned` ports starts: the next pseudo-random point (splitmix64), or
+    /// Where a search of `owned` ports starts: the next pseudo-random point (SplitMix64), or
     /// the cursor.
     #[inline]
     fn start(&mut self, owned: u32) -> u32 {
         match &mut self.rng {
-            Some(s) => {
-                *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let mut z = *s;
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                z ^= z >> 31;
-                // The high half scaled to `owned` (no division).
-                (((z >> 32) * u64::from(owned)) >> 32) as u32
-            }
+            Some(r) => r.below(u64::from(owned)) as u32,
             None => self.cursor % owned,
         }
     }
