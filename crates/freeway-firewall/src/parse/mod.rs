@@ -961,39 +961,7 @@ impl Parser {
 
     fn a_match(&mut self) -> Result<Match, Error> {
         let span = self.span();
-        let mut fields = vec![self.field()?];
-        while self.eat(&Tok::Dot) {
-            fields.push(self.field()?);
-            if fields.len() > 16 {
-                return Err(err(span, "concatenation of more than 16 fields"));
-            }
-        }
-        for (f, fs) in &fields {
-            let bad = match self.family {
-                Family::Ip => implied(*f).0 == Some("ip6"),
-                Family::Ip6 => implied(*f).0 == Some("ip"),
-                _ => false,
-            };
-            if bad {
-                return Err(err(
-                    *fs,
-                    format!(
-                        "conflicting protocols specified: {} in a table of family {}",
-                        f.name(),
-                        self.family.name()
-                    ),
-                ));
-            }
-        }
-        if fields.len() > 1 && fields.iter().any(|(f, _)| f.value_type() == ValueType::Ifname) {
-            return Err(unsupported(span, "interface names in a concatenation"));
-        }
-        if self.is_word("vmap") || self.is_word("map") {
-            return Err(unsupported(
-                self.span(),
-                "maps and verdict maps (`vmap`) are not supported yet: write one rule per verdict",
-            ));
-        }
+        let fields = self.match_fields(span)?;
         let dts: Vec<Dt> = fields.iter().map(|(f, _)| Dt::of_field(*f)).collect();
         let fields: Vec<Field> = fields.into_iter().map(|(f, _)| f).collect();
         let single = (dts.len() == 1).then_some(dts[0]);
@@ -1002,43 +970,8 @@ impl Parser {
         let op = self.op();
         let negate = op == Some(Tok::Ne);
         let test = match op {
-            Some(Tok::Amp) => {
-                let Some(dt) = single.filter(|d| !matches!(d.value_type(), ValueType::Ifname | ValueType::Ipv6Addr))
-                else {
-                    return Err(unsupported(op_span, "'&' on this match"));
-                };
-                let mask = self.bits(dt)?;
-                let negate = match self.op() {
-                    Some(Tok::Eq) => false,
-                    Some(Tok::Ne) => true,
-                    _ => return Err(self.unexpected("'==' or '!='")),
-                };
-                let value = self.bits(dt)?;
-                Test::Masked { mask, value, negate }
-            }
-            Some(ref cmp @ (Tok::Lt | Tok::Gt | Tok::Le | Tok::Ge)) => {
-                let Some(dt) = single.filter(|d| d.value_type() != ValueType::Ifname) else {
-                    return Err(unsupported(op_span, "comparing this match with < or >"));
-                };
-                let vs = self.span();
-                let (w, _) = match self.peek() {
-                    Tok::Word(_) => self.word("")?,
-                    _ => return Err(self.unexpected("a value")),
-                };
-                let v = dt.parse_one(&w).map_err(|m| err(vs, m))?;
-                let max = dt.max();
-                let (lo, hi) = match cmp {
-                    Tok::Lt if v > 0 => (0, v - 1),
-                    Tok::Gt if v < max => (v + 1, max),
-                    Tok::Le => (0, v),
-                    Tok::Ge => (v, max),
-                    _ => return Err(unsupported(vs, "a comparison no value satisfies")),
-                };
-                Test::In {
-                    rhs: Rhs::Elems(vec![Elem(vec![Atom::Range(lo, hi)])]),
-                    negate: false,
-                }
-            }
+            Some(Tok::Amp) => self.masked_test(single, op_span)?,
+            Some(ref cmp @ (Tok::Lt | Tok::Gt | Tok::Le | Tok::Ge)) => self.comparison_test(single, cmp, op_span)?,
             _ => match self.peek().clone() {
                 Tok::SetRef(s) => {
                     self.bump();
@@ -1080,6 +1013,85 @@ impl Parser {
             },
         };
         Ok(Match { fields, test, span })
+    }
+
+    /// A match's field, or the fields of a concatenation (`ip saddr . tcp dport`), checked
+    /// against the table's family; a map after them is refused.
+    fn match_fields(&mut self, span: Span) -> Result<Vec<(Field, Span)>, Error> {
+        let mut fields = vec![self.field()?];
+        while self.eat(&Tok::Dot) {
+            fields.push(self.field()?);
+            if fields.len() > 16 {
+                return Err(err(span, "concatenation of more than 16 fields"));
+            }
+        }
+        for (f, fs) in &fields {
+            let bad = match self.family {
+                Family::Ip => implied(*f).0 == Some("ip6"),
+                Family::Ip6 => implied(*f).0 == Some("ip"),
+                _ => false,
+            };
+            if bad {
+                return Err(err(
+                    *fs,
+                    format!(
+                        "conflicting protocols specified: {} in a table of family {}",
+                        f.name(),
+                        self.family.name()
+                    ),
+                ));
+            }
+        }
+        if fields.len() > 1 && fields.iter().any(|(f, _)| f.value_type() == ValueType::Ifname) {
+            return Err(unsupported(span, "interface names in a concatenation"));
+        }
+        if self.is_word("vmap") || self.is_word("map") {
+            return Err(unsupported(
+                self.span(),
+                "maps and verdict maps (`vmap`) are not supported yet: write one rule per verdict",
+            ));
+        }
+        Ok(fields)
+    }
+
+    /// `FIELD & MASK == VALUE` (or `!=`), after the `&`.
+    fn masked_test(&mut self, single: Option<Dt>, op_span: Span) -> Result<Test, Error> {
+        let Some(dt) = single.filter(|d| !matches!(d.value_type(), ValueType::Ifname | ValueType::Ipv6Addr)) else {
+            return Err(unsupported(op_span, "'&' on this match"));
+        };
+        let mask = self.bits(dt)?;
+        let negate = match self.op() {
+            Some(Tok::Eq) => false,
+            Some(Tok::Ne) => true,
+            _ => return Err(self.unexpected("'==' or '!='")),
+        };
+        let value = self.bits(dt)?;
+        Ok(Test::Masked { mask, value, negate })
+    }
+
+    /// `FIELD < VALUE` (`>`, `<=`, `>=`) as the range of values that satisfy it.
+    fn comparison_test(&mut self, single: Option<Dt>, cmp: &Tok, op_span: Span) -> Result<Test, Error> {
+        let Some(dt) = single.filter(|d| d.value_type() != ValueType::Ifname) else {
+            return Err(unsupported(op_span, "comparing this match with < or >"));
+        };
+        let vs = self.span();
+        let (w, _) = match self.peek() {
+            Tok::Word(_) => self.word("")?,
+            _ => return Err(self.unexpected("a value")),
+        };
+        let v = dt.parse_one(&w).map_err(|m| err(vs, m))?;
+        let max = dt.max();
+        let (lo, hi) = match cmp {
+            Tok::Lt if v > 0 => (0, v - 1),
+            Tok::Gt if v < max => (v + 1, max),
+            Tok::Le => (0, v),
+            Tok::Ge => (v, max),
+            _ => return Err(unsupported(vs, "a comparison no value satisfies")),
+        };
+        Ok(Test::In {
+            rhs: Rhs::Elems(vec![Elem(vec![Atom::Range(lo, hi)])]),
+            negate: false,
+        })
     }
 
     fn rule(&mut self, t: usize, c: usize) -> Result<Rule, Error> {
