@@ -35,7 +35,7 @@ use freeway_bridge::Padded;
 use freeway_capture::{Direction, Filter, LockedTaps, TapRegistry, TapSpec, TapStats, TapWriter, Taps, WriterOptions};
 use serde::Serialize;
 
-use crate::{bridge_config, check_runs, machine, median, window, WARMUP};
+use crate::{bridge_config, check_runs, median, window, WARMUP};
 use freeway_datapath::config;
 use freeway_datapath::runtime::{self, RunOptions, Snapshot};
 
@@ -463,16 +463,12 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
     }
     if let Some(path) = &a.json {
         let v = serde_json::json!({
-            "bench": "capture",
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "machine": machine(),
             "seconds": a.seconds,
             "swap_rate": a.swap_rate,
             "rows": rows,
             "runs": runs,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        crate::write_report(path, Some("capture"), v)?;
     }
     Ok(())
 }

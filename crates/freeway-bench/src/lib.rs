@@ -190,9 +190,7 @@ pub fn refcount(a: RefcountArgs) -> Result<(), String> {
         }
     }
     if let Some(path) = &a.json {
-        let v = serde_json::json!({"bench": "refcount", "command": std::env::args().collect::<Vec<_>>().join(" "), "machine": machine(), "rows": rows});
-        std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        write_report(path, Some("refcount"), serde_json::json!({ "rows": rows }))?;
     }
     Ok(())
 }
@@ -495,9 +493,6 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
     }
     if let Some(path) = &a.json {
         let v = serde_json::json!({
-            "bench": "bridge",
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "machine": machine(),
             "entries": a.entries,
             "frame_size": a.frame_size,
             "seconds": a.seconds,
@@ -505,8 +500,7 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
             "ratios": ratios,
             "runs": runs,
         });
-        std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        write_report(path, Some("bridge"), v)?;
     }
     Ok(())
 }
@@ -530,10 +524,28 @@ pub fn main(cmd: BenchCmd) -> Result<(), String> {
 
 /// Writes `rows` with the command line and the machine as JSON, when a path is given.
 pub(crate) fn write_json<T: Serialize>(path: Option<&std::path::Path>, rows: &T) -> Result<(), String> {
-    if let Some(path) = path {
-        let v = serde_json::json!({"command": std::env::args().collect::<Vec<_>>().join(" "), "machine": machine(), "rows": rows});
-        std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    match path {
+        Some(path) => write_report(path, None, serde_json::json!({ "rows": rows })),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Writes a benchmark's JSON file: `bench` (when given), the command line and the machine,
+/// then the members of `fields` (an object) in their order.
+pub(crate) fn write_report(
+    path: &std::path::Path,
+    bench: Option<&str>,
+    fields: serde_json::Value,
+) -> Result<(), String> {
+    let mut v = serde_json::Map::new();
+    if let Some(b) = bench {
+        v.insert("bench".into(), b.into());
+    }
+    v.insert("command".into(), std::env::args().collect::<Vec<_>>().join(" ").into());
+    v.insert("machine".into(), machine());
+    if let serde_json::Value::Object(m) = fields {
+        v.extend(m);
+    }
+    std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
