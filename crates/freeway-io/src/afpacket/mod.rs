@@ -100,6 +100,36 @@ pub mod rx;
 pub(crate) mod sys;
 pub mod tx;
 
+/// One queue's place in its port's counters: the packets and bytes of every port kind
+/// ([`StatsBlock`]) and the AF_PACKET counters `C` of its direction, both indexed by the
+/// queue. Written only by the queue's worker.
+#[derive(Debug)]
+pub(crate) struct QueueSlot<C> {
+    stats: StatsBlock,
+    extra: Arc<[CachePadded<C>]>,
+    idx: usize,
+}
+
+impl<C> QueueSlot<C> {
+    /// Queue `idx` of both blocks.
+    pub(crate) fn new(stats: StatsBlock, extra: Arc<[CachePadded<C>]>, idx: usize) -> QueueSlot<C> {
+        assert!(idx < stats.len() && idx < extra.len(), "queue index out of range");
+        QueueSlot { stats, extra, idx }
+    }
+
+    /// The queue's packets and bytes.
+    #[inline]
+    pub(crate) fn stats(&self) -> &crate::QueueStats {
+        self.stats.queue(self.idx)
+    }
+
+    /// The queue's AF_PACKET counters.
+    #[inline]
+    pub(crate) fn extra(&self) -> &C {
+        &self.extra[self.idx]
+    }
+}
+
 pub use rx::{AfPacketRx, RxCounters};
 pub use tx::{AfPacketTx, TxCounters};
 
@@ -502,18 +532,11 @@ impl Port for AfPacketPort {
             let (s, ring) = self.open_socket(q, fanout)?;
             let s = Arc::new(s);
             socks.push(s.clone());
-            rx.push(Box::new(AfPacketRx::new(
-                ring,
-                s.clone(),
-                self.rx_stats.clone(),
-                self.rx_extra.clone(),
-                q,
-            )));
+            let rx_slot = QueueSlot::new(self.rx_stats.clone(), self.rx_extra.clone(), q);
+            rx.push(Box::new(AfPacketRx::new(ring, s.clone(), rx_slot)));
             tx.push(Box::new(AfPacketTx::new(
                 s,
-                self.tx_stats.clone(),
-                self.tx_extra.clone(),
-                q,
+                QueueSlot::new(self.tx_stats.clone(), self.tx_extra.clone(), q),
             )));
         }
         self.socks = socks;

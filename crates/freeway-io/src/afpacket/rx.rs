@@ -46,10 +46,11 @@ use std::sync::Arc;
 use freeway_packet::checksum;
 use freeway_packet::parse::parse_frame;
 use freeway_packet::{Batch, Meta, Packet, PacketPool, TooBig, NO_OFFSET};
-use freeway_sync::{CachePadded, Counter, Tick};
+use freeway_sync::{Counter, Tick};
 
 use super::sys::{self, Ring, Socket, Tpacket2Hdr};
-use crate::{RxQueue, StatsBlock};
+use super::QueueSlot;
+use crate::RxQueue;
 
 /// Receive counters of one queue beyond packets/bytes. Single writer: the queue's worker.
 #[derive(Debug, Default)]
@@ -170,34 +171,23 @@ pub struct AfPacketRx {
     sock: Arc<Socket>,
     /// Slot at the cursor: the next frame the kernel hands over.
     cur: usize,
-    stats: StatsBlock,
-    extra: Arc<[CachePadded<RxCounters>]>,
-    idx: usize,
+    slot: QueueSlot<RxCounters>,
 }
 
 impl AfPacketRx {
-    pub(crate) fn new(
-        ring: Ring,
-        sock: Arc<Socket>,
-        stats: StatsBlock,
-        extra: Arc<[CachePadded<RxCounters>]>,
-        idx: usize,
-    ) -> AfPacketRx {
-        assert!(idx < stats.len() && idx < extra.len(), "queue index out of range");
+    pub(crate) fn new(ring: Ring, sock: Arc<Socket>, slot: QueueSlot<RxCounters>) -> AfPacketRx {
         AfPacketRx {
             ring,
             sock,
             cur: 0,
-            stats,
-            extra,
-            idx,
+            slot,
         }
     }
 }
 
 impl RxQueue for AfPacketRx {
     fn rx_burst(&mut self, batch: &mut Batch, pool: &mut PacketPool, _now: Tick) -> usize {
-        let x = &self.extra[self.idx];
+        let x = self.slot.extra();
         let fs = self.ring.frame_size;
         let mut n = 0usize;
         let mut bytes = 0u64;
@@ -270,7 +260,7 @@ impl RxQueue for AfPacketRx {
             }
         }
         if n != 0 || dropped != 0 {
-            let s = self.stats.queue(self.idx);
+            let s = self.slot.stats();
             s.packets.add(n as u64);
             s.bytes.add(bytes);
             s.dropped.add(dropped);

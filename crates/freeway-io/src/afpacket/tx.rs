@@ -18,10 +18,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use freeway_packet::{Batch, PacketPool, MAX_BATCH};
-use freeway_sync::{CachePadded, Counter};
+use freeway_sync::Counter;
 
 use super::sys::Socket;
-use crate::{StatsBlock, TxQueue};
+use super::QueueSlot;
+use crate::TxQueue;
 
 /// Transmit counters of one queue beyond packets/bytes. Single writer: the queue's worker.
 #[derive(Debug, Default)]
@@ -40,25 +41,12 @@ pub struct TxCounters {
 #[derive(Debug)]
 pub struct AfPacketTx {
     sock: Arc<Socket>,
-    stats: StatsBlock,
-    extra: Arc<[CachePadded<TxCounters>]>,
-    idx: usize,
+    slot: QueueSlot<TxCounters>,
 }
 
 impl AfPacketTx {
-    pub(crate) fn new(
-        sock: Arc<Socket>,
-        stats: StatsBlock,
-        extra: Arc<[CachePadded<TxCounters>]>,
-        idx: usize,
-    ) -> AfPacketTx {
-        assert!(idx < stats.len() && idx < extra.len(), "queue index out of range");
-        AfPacketTx {
-            sock,
-            stats,
-            extra,
-            idx,
-        }
+    pub(crate) fn new(sock: Arc<Socket>, slot: QueueSlot<TxCounters>) -> AfPacketTx {
+        AfPacketTx { sock, slot }
     }
 }
 
@@ -68,7 +56,7 @@ impl TxQueue for AfPacketTx {
         if n == 0 {
             return 0;
         }
-        let x = &self.extra[self.idx];
+        let x = self.slot.extra();
         let pkts = batch.as_slice();
         // SAFETY: all-zero is a valid `iovec` and `mmsghdr` (null pointers, zero lengths).
         let mut iov: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
@@ -126,7 +114,7 @@ impl TxQueue for AfPacketTx {
             }
         }
         let sent = n as u64 - dropped;
-        let s = self.stats.queue(self.idx);
+        let s = self.slot.stats();
         s.packets.add(sent);
         s.bytes.add(bytes);
         s.dropped.add(dropped);

@@ -518,12 +518,8 @@ impl Port for AfXdpPort {
                         format_args!("transmit-only AF_PACKET socket on {iface} for worker {w}"),
                     )
                 })?;
-            tx.push(Box::new(crate::afpacket::AfPacketTx::new(
-                Arc::new(s),
-                self.tx_stats.clone(),
-                self.pk_extra.clone(),
-                w,
-            )));
+            let slot = crate::afpacket::QueueSlot::new(self.tx_stats.clone(), self.pk_extra.clone(), w);
+            tx.push(Box::new(crate::afpacket::AfPacketTx::new(Arc::new(s), slot)));
         }
         self.attached.queues = queues;
         self.attached.zerocopy_queues = zc;
