@@ -549,3 +549,25 @@ pub(crate) fn write_report(
     std::fs::write(path, serde_json::to_string_pretty(&v).expect("json"))
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_report_carries_its_name_the_command_the_machine_and_its_fields() {
+        let path = std::env::temp_dir().join(format!("freeway-bench-report-{}.json", std::process::id()));
+        super::write_report(&path, Some("demo"), serde_json::json!({ "rows": [1, 2], "seconds": 3 })).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(v["bench"], "demo");
+        assert!(v["command"].is_string());
+        assert!(v["machine"]["cores"].is_number());
+        assert_eq!(v["rows"], serde_json::json!([1, 2]));
+        assert_eq!(v["seconds"], 3);
+        let path = std::env::temp_dir().join(format!("freeway-bench-rows-{}.json", std::process::id()));
+        super::write_json(Some(&path), &vec![7]).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(v.get("bench").is_none());
+        assert_eq!(v["rows"], serde_json::json!([7]));
+    }
+}
