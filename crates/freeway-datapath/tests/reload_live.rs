@@ -1,6 +1,6 @@
 //! `freeway ctl reload` while generator traffic flows: VLAN membership, port flags, MTUs and
 //! conntrack timeouts change live; `--check` changes nothing; a file with an error changes
-//! nothing. Frames are counted on sink ports; "nothing more reached a port" is judged after
+//! nothing; ports added, removed or changed are named and wait for a restart. Frames are counted on sink ports; "nothing more reached a port" is judged after
 //! the generator's port received several more batches than a worker can hold at once (one
 //! worker: every batch started after a change was published sees it).
 
@@ -250,7 +250,40 @@ fn a_changed_port_kind_waits_for_a_restart_and_its_live_changes_with_it() {
     let text = r["text"].as_str().unwrap();
     assert!(text.contains("no live change"), "{text}");
     assert!(text.contains("waits for a restart: ports"), "{text}");
+    assert!(
+        text.contains("port b changed (its kind or settings): waits for a restart"),
+        "{text}"
+    );
     assert!(silent(sock, 2), "b stays on VLAN 20");
+}
+
+#[test]
+fn a_port_added_or_removed_is_named_and_the_running_ones_keep_forwarding() {
+    let (run, file) = forwarding("portset");
+    let sock = &run.sock;
+    let original = config_text(ORIGINAL.0, ORIGINAL.1, ORIGINAL.2, ORIGINAL.3);
+    // A sink `c` added and `b` removed: each named on a line of its own, nothing applied.
+    let b = "\n[[port]]\nname = \"b\"\nkind = \"sink\"\nvlan = { mode = \"access\", vlan = 20 }\n";
+    assert!(original.contains(b), "{original}");
+    let c = "\n[[port]]\nname = \"c\"\nkind = \"sink\"\nvlan = { mode = \"access\", vlan = 10 }\n";
+    std::fs::write(&file, original.replace(b, c)).unwrap();
+    let r = ask(sock, &["reload", "--check"]);
+    assert_eq!(
+        r["data"]["ports_waiting"],
+        serde_json::json!(["c added (sink)", "b removed"]),
+        "{r}"
+    );
+    let r = ask(sock, &["reload"]);
+    let text = r["text"].as_str().unwrap();
+    assert!(text.starts_with("no live change\n"), "{text}");
+    assert!(text.contains("  port c added (sink): waits for a restart\n"), "{text}");
+    assert!(text.contains("  port b removed: waits for a restart\n"), "{text}");
+    // The running ports are untouched: `a` still gets the broadcasts, `b` still none.
+    let before = settle(sock)[1].1;
+    assert!(settle(sock)[1].1 > before, "a still receives");
+    assert!(silent(sock, 2), "b stays as it was");
+    let ports = ask(sock, &["stats"])["data"]["ports"].as_array().unwrap().len();
+    assert_eq!(ports, 3, "the run's ports are the ones it started with");
 }
 
 #[test]

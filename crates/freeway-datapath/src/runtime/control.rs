@@ -438,7 +438,8 @@ pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc
     while !stop.load(Ordering::Relaxed) {
         if let Some(new) = c.reloads.as_ref().and_then(|r| r.try_recv().ok()) {
             let (applied, restart) = c.apply_reload(&new, false);
-            let text = reload::report(false, &applied, &restart);
+            let ports = c.live.port_plan(&reload::Live::of(&new));
+            let text = reload::report(false, &applied, &restart, &ports);
             tracing::info!(
                 changes = applied.len(),
                 "SIGHUP reload: {}",
@@ -1249,7 +1250,8 @@ impl<L: Layout> Control<L> {
         };
         let new = crate::config::load(&path).map_err(|e| CtlError::Invalid(format!("{e}; nothing changed")))?;
         let (applied, restart) = self.apply_reload(&new, check);
-        let text = reload::report(check, &applied, &restart);
+        let ports = self.live.port_plan(&reload::Live::of(&new));
+        let text = reload::report(check, &applied, &restart, &ports);
         let data = json!({
             "file": path.display().to_string(),
             "check": check,
@@ -1259,6 +1261,7 @@ impl<L: Layout> Control<L> {
                 "error": r.as_ref().err(),
             })).collect::<Vec<_>>(),
             "restart": restart,
+            "ports_waiting": ports,
         });
         Ok(Reply::new(text, data))
     }

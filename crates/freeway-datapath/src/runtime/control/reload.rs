@@ -20,13 +20,24 @@
 //! a port that joins a VLAN, and routes through a gateway on a new subnet, find them. What
 //! does not (ports added, removed or of another kind or setting, router interfaces added,
 //! removed or otherwise changed, workers, the FDB's settings, the tracker's size) is named
-//! in the answer as waiting for a restart, and left as it is; when the ports or the
-//! interfaces themselves differ, their per-port changes and addresses wait with them. Two
+//! in the answer as waiting for a restart, and left as it is (each port added, removed or
+//! changed on a line of its own: [`Live::port_plan`]); when the ports or the interfaces
+//! themselves differ, their per-port changes and addresses wait with them. Two
 //! things follow an address change only at a restart, and the answer names them: the kernel
 //! twins' addresses (`[linux] punt`), and masquerade's source address of an interface whose
 //! first address changed (with a ruleset). A file with an error changes
 //! nothing: the error names its file and line. A change the datapath refuses (an MTU larger
 //! than its buffers) is reported as failed; the others are applied.
+//!
+//! Why a port added or removed waits: the run sizes every per-port table once, at start, by
+//! its number of ports: the bridge's ports and VLAN view, each worker's transmit queues,
+//! batches and next-stage edges, the ports' MTUs, the counters of every worker, and the
+//! names of stats, Prometheus and the taps; the router's bridge port is the one after the
+//! last configured port. A live port needs these sized for a fixed capacity (the router port
+//! at a fixed index), a per-worker hand-over taken between batches (a port's receive queue
+//! to poll, a transmit queue to add or drop), the FDB flushed of a removed port's entries,
+//! and port numbers never reused within a run; until then the running ports stay as they
+//! are, which is always correct.
 //!
 //! Threads: the control thread only; it keeps the [`Live`] view of the configuration it
 //! applied last.
@@ -68,13 +79,18 @@ pub(crate) struct Live {
     rest: Vec<(&'static str, String)>,
 }
 
-/// What of a port changes live: its name, VLAN mode, bridge flags and L2 MTU.
+/// What of a port changes live: its name, VLAN mode, bridge flags and L2 MTU; and the rest of
+/// its settings (kind, device, rings, ...), which wait for a restart.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PortLive {
     name: String,
     vlan: PortVlan,
     flags: PortFlags,
     mtu: u16,
+    /// Its settings that wait for a restart (as [`port_rest`] writes them).
+    rest: String,
+    /// Its kind (`afpacket`, `pcap`, ...).
+    kind: &'static str,
 }
 
 /// A router interface's addresses: its name, IPv4 and IPv6 addresses with prefix lengths.
@@ -203,6 +219,8 @@ impl Live {
                     vlan: p.vlan.clone(),
                     flags: p.flags,
                     mtu: p.mtu,
+                    rest: port_rest(p),
+                    kind: p.kind.name(),
                 })
                 .collect(),
             taps: c
@@ -455,6 +473,32 @@ impl Live {
     }
 }
 
+impl Live {
+    /// What differs between the ports of `self` and those of `new`, port by port, in the
+    /// order of `new` then the removed ones: `h3 added (afpacket)`, `h2 removed`, `h1 changed
+    /// (its kind or settings)`, and `the order of the ports` when only that differs. Each of
+    /// these waits for a restart, and with them every per-port change (VLAN, flags, MTU).
+    pub(crate) fn port_plan(&self, new: &Live) -> Vec<String> {
+        let by_name = |l: &Live, n: &str| l.ports.iter().position(|p| p.name == n);
+        let mut plan = Vec::new();
+        for p in &new.ports {
+            match by_name(self, &p.name).map(|i| &self.ports[i]) {
+                None => plan.push(format!("{} added ({})", p.name, p.kind)),
+                Some(o) if o.rest != p.rest => plan.push(format!("{} changed (its kind or settings)", p.name)),
+                Some(_) => {}
+            }
+        }
+        for o in self.ports.iter().filter(|o| by_name(new, &o.name).is_none()) {
+            plan.push(format!("{} removed", o.name));
+        }
+        let names = |l: &Live| l.ports.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        if plan.is_empty() && names(self) != names(new) {
+            plan.push("the order of the ports".into());
+        }
+        plan
+    }
+}
+
 /// Each interface's first IPv4 and first IPv6 address: the ones masquerade translates to.
 fn masquerade_of(addrs: &[IfaceAddrs]) -> Vec<(Option<Ipv4Addr>, Option<Ipv6Addr>)> {
     addrs
@@ -485,24 +529,24 @@ fn tap_words(t: &TapSpec, ports: &[crate::config::PortSpec]) -> String {
 /// The ports as the configuration has them, with what changes live (VLAN mode, flags, MTU,
 /// and the ring frame size an MTU implies) left out: a difference here waits for a restart.
 fn ports_rest(c: &Checked) -> String {
-    let ports: Vec<String> = c
-        .ports
-        .iter()
-        .map(|p| {
-            let ring = p.afpacket.as_ref().map(|a| {
-                let mut a = a.clone();
-                if a.frame_size == crate::config::mtu::ring_frame_size(0, p.mtu) {
-                    a.frame_size = 0;
-                }
-                a
-            });
-            format!(
-                "{} {:?} {:?} {:?} {:?} {:?} {} {} {:?} {:?}",
-                p.name, p.kind, p.gen, p.pcap, ring, p.afxdp, p.zone, p.group_fwd_mask, p.storm, p.mcast
-            )
-        })
-        .collect();
+    let ports: Vec<String> = c.ports.iter().map(port_rest).collect();
     ports.join("\n")
+}
+
+/// One port as [`ports_rest`] writes it: its name, kind and every setting that does not
+/// change live.
+fn port_rest(p: &crate::config::PortSpec) -> String {
+    let ring = p.afpacket.as_ref().map(|a| {
+        let mut a = a.clone();
+        if a.frame_size == crate::config::mtu::ring_frame_size(0, p.mtu) {
+            a.frame_size = 0;
+        }
+        a
+    });
+    format!(
+        "{} {:?} {:?} {:?} {:?} {:?} {} {} {:?} {:?}",
+        p.name, p.kind, p.gen, p.pcap, ring, p.afxdp, p.zone, p.group_fwd_mask, p.storm, p.mcast
+    )
 }
 
 /// Gives the router interfaces named in `new` their new addresses: the connected routes of
@@ -566,8 +610,14 @@ pub(crate) fn timeouts(overrides: &[(String, u64)]) -> Result<freeway_conntrack:
 /// Each change of a reload, and whether it was applied.
 pub(crate) type Outcome = Vec<(Change, Result<(), String>)>;
 
-/// The answer of a reload: what changed (or would, with `--check`), what failed, what waits.
-pub(crate) fn report(check: bool, applied: &[(Change, Result<(), String>)], restart: &[&str]) -> String {
+/// The answer of a reload: what changed (or would, with `--check`), what failed, what waits
+/// (with the ports that differ, one line each: [`Live::port_plan`]).
+pub(crate) fn report(
+    check: bool,
+    applied: &[(Change, Result<(), String>)],
+    restart: &[&str],
+    ports: &[String],
+) -> String {
     let mut s = String::new();
     if applied.is_empty() {
         s.push_str("no live change\n");
@@ -581,6 +631,9 @@ pub(crate) fn report(check: bool, applied: &[(Change, Result<(), String>)], rest
     }
     if !restart.is_empty() {
         s.push_str(&format!("not applied, waits for a restart: {}\n", restart.join(", ")));
+    }
+    for p in ports {
+        s.push_str(&format!("  port {p}: waits for a restart\n"));
     }
     s
 }
@@ -700,6 +753,31 @@ mod tests {
         assert!(
             restart.contains(&"router interfaces (added, removed or changed)"),
             "{restart:?}"
+        );
+    }
+
+    #[test]
+    fn ports_added_removed_or_changed_are_named_one_by_one_and_wait() {
+        let a = live("");
+        assert!(a.port_plan(&a).is_empty());
+        let b = live("[[port]]\nname = \"extra\"\nkind = \"sink\"\n");
+        assert_eq!(a.port_plan(&b), ["extra added (sink)"]);
+        assert_eq!(b.port_plan(&a), ["extra removed"]);
+        let (changes, restart) = a.diff(&b);
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(restart, ["ports"]);
+        let c = router_with("rate_pps = 10000, seed = 3", "rate_pps = 10000, seed = 4");
+        assert_eq!(a.port_plan(&c), ["intruder changed (its kind or settings)"]);
+        // A port whose VLAN, flags or MTU change is no port change: that applies live.
+        let d = router_with(
+            "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 20 }",
+            "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 10 }",
+        );
+        assert!(a.port_plan(&d).is_empty());
+        let text = report(true, &[], &restart, &a.port_plan(&b));
+        assert_eq!(
+            text,
+            "no live change\nnot applied, waits for a restart: ports\n  port extra added (sink): waits for a restart\n"
         );
     }
 }
