@@ -286,6 +286,13 @@ impl FwHook {
         self.gen = gen;
     }
 
+    /// Takes up a new version of the router's interfaces (a reload changed their
+    /// addresses): masquerade's source addresses follow it (cold: once per version).
+    #[cold]
+    pub fn set_interfaces(&mut self, ifaces: &Interfaces) {
+        self.nat.set_masquerade(super::nat::masquerade_addrs(ifaces));
+    }
+
     /// The verdict on `pkt` at `hook`, from router interface `iif` (to `oif`).
     #[inline]
     pub fn judge(&mut self, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16) -> FilterVerdict {

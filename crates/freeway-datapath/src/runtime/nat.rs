@@ -184,7 +184,8 @@ pub(crate) fn take_note(pkt: &mut Packet) -> Option<Option<NatPlan>> {
 /// One worker's NAT: its share of the ports, and what prerouting left for postrouting.
 pub(crate) struct NatState {
     ports: NatPorts,
-    /// Masquerade addresses of each router interface.
+    /// Masquerade addresses of each router interface, of the interfaces' version the worker
+    /// routes with ([`NatState::set_masquerade`]).
     masq: Arc<[(Option<u128>, Option<u128>)]>,
     /// The source half of an established connection's translation, still to do.
     src_half: Option<(Tuple, Tuple)>,
@@ -270,6 +271,14 @@ impl NatState {
             src_half: None,
             new_orig: None,
         }
+    }
+
+    /// Takes up the masquerade addresses of a new version of the interfaces (a reload changed
+    /// their addresses): from the next new connection on, masquerade translates to them.
+    /// Connections already translated keep the address they have until they expire, as
+    /// Linux's do.
+    pub fn set_masquerade(&mut self, masq: Arc<[(Option<u128>, Option<u128>)]>) {
+        self.masq = masq;
     }
 
     /// Whether a new connection's creation waits for postrouting (the forward filter hook

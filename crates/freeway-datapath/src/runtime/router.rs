@@ -241,8 +241,11 @@ pub(crate) trait Bridging {
 impl RouterWorker {
     /// A worker's router over `shared`, judging with `fw` when a ruleset is loaded; `first`:
     /// the worker that routes out what the kernel twins send.
-    pub fn new(shared: &RouterShared, fw: Option<FwHook>, first: bool) -> RouterWorker {
+    pub fn new(shared: &RouterShared, mut fw: Option<FwHook>, first: bool) -> RouterWorker {
         let (ifaces_gen, ifaces) = shared.live.current();
+        if let Some(fw) = fw.as_mut() {
+            fw.set_interfaces(&ifaces);
+        }
         RouterWorker {
             l3: L3Worker::new(ifaces.clone(), shared.neigh.clone(), shared.l3.clone()),
             cache: RouteCache::new(ROUTE_CACHE_ENTRIES, shared.cache),
@@ -285,10 +288,14 @@ impl RouterWorker {
         // bridge queues at most one frame per frame it bridges).
     }
 
-    /// Takes up the interfaces a reload published (their addresses changed).
+    /// Takes up the interfaces a reload published (their addresses changed), and with them
+    /// masquerade's source addresses.
     #[cold]
     fn take_interfaces(&mut self) {
         let (gen, ifaces) = self.live.current();
+        if let Some(fw) = self.fw.as_mut() {
+            fw.set_interfaces(&ifaces);
+        }
         self.l3.set_interfaces(ifaces.clone());
         self.ifaces = ifaces;
         self.ifaces_gen = gen;

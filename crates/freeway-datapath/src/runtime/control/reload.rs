@@ -22,11 +22,13 @@
 //! removed or otherwise changed, workers, the FDB's settings, the tracker's size) is named
 //! in the answer as waiting for a restart, and left as it is (each port added, removed or
 //! changed on a line of its own: [`Live::port_plan`]); when the ports or the interfaces
-//! themselves differ, their per-port changes and addresses wait with them. Two
-//! things follow an address change only at a restart, and the answer names them: the kernel
-//! twins' addresses (`[linux] punt`), and masquerade's source address of an interface whose
-//! first address changed (with a ruleset). A file with an error changes
-//! nothing: the error names its file and line. A change the datapath refuses (an MTU larger
+//! themselves differ, their per-port changes and addresses wait with them.
+//! Masquerade's source address follows an address change with the interfaces' version: a
+//! worker takes up an interface's new first address when it takes up the version, so the
+//! next new connection masquerades to it; connections already translated keep the address
+//! they have until they expire, as Linux's do. The kernel twins' addresses (`[linux] punt`)
+//! follow an address change only at a restart, and the answer names them. A file with an
+//! error changes nothing: the error names its file and line. A change the datapath refuses (an MTU larger
 //! than its buffers) is reported as failed; the others are applied.
 //!
 //! Why a port added or removed waits: the run sizes every per-port table once, at start, by
@@ -466,9 +468,6 @@ impl Live {
         if addrs_waiting && self.twins && new.twins {
             restart.push("the kernel twins' addresses");
         }
-        if addrs_waiting && self.ruleset.is_some() && masquerade_of(&self.addrs) != masquerade_of(&new.addrs) {
-            restart.push("masquerade's source addresses");
-        }
         (out, restart)
     }
 }
@@ -497,14 +496,6 @@ impl Live {
         }
         plan
     }
-}
-
-/// Each interface's first IPv4 and first IPv6 address: the ones masquerade translates to.
-fn masquerade_of(addrs: &[IfaceAddrs]) -> Vec<(Option<Ipv4Addr>, Option<Ipv6Addr>)> {
-    addrs
-        .iter()
-        .map(|a| (a.v4.first().map(|x| x.0), a.v6.first().map(|x| x.0)))
-        .collect()
 }
 
 /// A tap in `capture` words: `-i PORT -Q DIR [-s SNAPLEN] [-c COUNT] -w FILE [FILTER]` (every
