@@ -25,4 +25,4 @@ pub use apply::{apply, Applied};
 pub use neigh::{decode_neigh, Neighbour};
 pub use netlink::{run, run_with, MirrorConfig};
 pub use translate::{decode, Change, Decoded, Filter, Key, Mirror, MirrorStats, Skip};
-pub use twin::{TwinSpec, TwinStats, Twins};
+pub use twin::{Addresses, TwinSpec, TwinStats, Twins};

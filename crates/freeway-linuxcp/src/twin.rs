@@ -46,6 +46,9 @@ pub struct TwinSpec {
     pub v6: Vec<(Ipv6Addr, u8)>,
 }
 
+/// An interface's addresses: IPv4 and IPv6, with prefix lengths.
+pub type Addresses<'a> = (&'a [(Ipv4Addr, u8)], &'a [(Ipv6Addr, u8)]);
+
 struct Tap {
     fd: OwnedFd,
     name: String,
@@ -170,7 +173,8 @@ fn ifindex(name: &str) -> io::Result<u32> {
     }
 }
 
-fn add_address(nl: &mut Netlink, index: u32, ip: IpAddr, len: u8, name: &str) -> io::Result<()> {
+/// The netlink message of address `ip`/`len` on device `index`.
+fn address_message(index: u32, ip: IpAddr, len: u8) -> AddressMessage {
     let mut m = AddressMessage::default();
     m.header.family = if ip.is_ipv4() {
         AddressFamily::Inet
@@ -185,8 +189,28 @@ fn add_address(nl: &mut Netlink, index: u32, ip: IpAddr, len: u8, name: &str) ->
         m.header.flags = AddressHeaderFlags::Nodad;
         m.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
     }
+    m
+}
+
+fn add_address(nl: &mut Netlink, index: u32, ip: IpAddr, len: u8, name: &str) -> io::Result<()> {
+    let m = address_message(index, ip, len);
     nl.change(RouteNetlinkMessage::NewAddress(m), NLM_F_CREATE | NLM_F_REPLACE)
         .map_err(|e| io::Error::new(e.kind(), format!("twin {name}: adding {ip}/{len}: {e}")))
+}
+
+/// Deletes address `ip`/`len` from device `index`; one already gone is no error.
+fn del_address(nl: &mut Netlink, index: u32, ip: IpAddr, len: u8, name: &str) -> io::Result<()> {
+    let m = address_message(index, ip, len);
+    match nl.change(RouteNetlinkMessage::DelAddress(m), 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(()),
+        r => r.map_err(|e| io::Error::new(e.kind(), format!("twin {name}: deleting {ip}/{len}: {e}"))),
+    }
+}
+
+/// An interface's addresses, both families, as `IpAddr`s with prefix lengths.
+fn all_addresses(v4: &[(Ipv4Addr, u8)], v6: &[(Ipv6Addr, u8)]) -> Vec<(IpAddr, u8)> {
+    let v4 = v4.iter().map(|(a, l)| (IpAddr::V4(*a), *l));
+    v4.chain(v6.iter().map(|(a, l)| (IpAddr::V6(*a), *l))).collect()
 }
 
 impl Twins {
@@ -202,11 +226,8 @@ impl Twins {
             };
             let fd = open_tap(s)?;
             let index = ifindex(&s.name)?;
-            for (a, l) in &s.v4 {
-                add_address(&mut nl, index, IpAddr::V4(*a), *l, &s.name)?;
-            }
-            for (a, l) in &s.v6 {
-                add_address(&mut nl, index, IpAddr::V6(*a), *l, &s.name)?;
+            for (a, l) in all_addresses(&s.v4, &s.v6) {
+                add_address(&mut nl, index, a, l, &s.name)?;
             }
             tracing::info!(twin = %s.name, index, "kernel twin created");
             taps.push(Some(Tap {
@@ -222,6 +243,28 @@ impl Twins {
             sent: AtomicU64::new(0),
             sent_dropped: AtomicU64::new(0),
         })
+    }
+
+    /// Gives the twin of `iface` new addresses: those of `old` that `new` lacks are deleted
+    /// (the kernel deletes their connected routes), then every address of `new` is added
+    /// (again: deleting an IPv4 address can take the secondary addresses of its subnet with
+    /// it). `old` and `new` are (IPv4, IPv6) lists with prefix lengths. An interface without
+    /// a twin changes nothing.
+    pub fn set_addresses(&self, iface: u16, old: Addresses<'_>, new: Addresses<'_>) -> io::Result<()> {
+        let Some(Some(tap)) = self.taps.get(usize::from(iface)) else {
+            return Ok(());
+        };
+        let mut nl = Netlink::open_with(false)?;
+        let index = ifindex(&tap.name)?;
+        let (old, new) = (all_addresses(old.0, old.1), all_addresses(new.0, new.1));
+        for (a, l) in old.iter().filter(|x| !new.contains(x)) {
+            del_address(&mut nl, index, *a, *l, &tap.name)?;
+        }
+        for (a, l) in &new {
+            add_address(&mut nl, index, *a, *l, &tap.name)?;
+        }
+        tracing::info!(twin = %tap.name, "kernel twin's addresses changed");
+        Ok(())
     }
 
     /// Whether interface `iface` has a twin.

@@ -111,3 +111,63 @@ fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
     assert!(bed.ping("h1", "203.0.113.2"), "and masquerade goes on");
     bed.stop();
 }
+
+/// The addresses of the kernel twin `dev` in Freeway's namespace, as `ip -br addr` lists them.
+fn twin_addrs(bed: &Bed, dev: &str) -> String {
+    let o = bed.sh_ok("sw", &format!("ip -br addr show dev {dev}"));
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// `[linux] punt`: a reload that changes an interface's addresses gives its kernel twin the
+/// new ones (an added subnet, then its first address deleted while a second address of its
+/// subnet stays), and forwarding goes on.
+#[test]
+fn the_kernel_twin_takes_the_addresses_a_reload_gives_its_interface() {
+    need_root!();
+    let mut bed = Bed::up("rlt");
+    two_subnets(&bed);
+    let mut one = routed_ports();
+    one.push_str("\n[linux]\npunt = true\n");
+    let two = one.replace(
+        "addr = [\"10.2.0.1/24\"]",
+        "addr = [\"10.2.0.1/24\", \"10.2.0.5/24\", \"10.3.0.1/24\"]",
+    );
+    let three = one.replace("addr = [\"10.2.0.1/24\"]", "addr = [\"10.2.0.5/24\"]");
+    assert!(one != two && one != three);
+    bed.start_ctl(&one);
+    let file = bed.dir.join("freeway.toml");
+    let text = twin_addrs(&bed, "v20");
+    assert!(text.contains("10.2.0.1/24") && !text.contains("10.3.0.1/24"), "{text}");
+
+    std::fs::write(&file, &two).unwrap();
+    let r = bed.ctl(&["reload"]);
+    let said = r["text"].as_str().unwrap();
+    assert!(said.contains("applied: interface addresses: v20"), "{said}");
+    assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
+    let text = twin_addrs(&bed, "v20");
+    for a in ["10.2.0.1/24", "10.2.0.5/24", "10.3.0.1/24"] {
+        assert!(text.contains(a), "the twin has {a}: {text}");
+    }
+
+    // The first address goes: the kernel would take the second of its subnet with it, which
+    // the twin keeps.
+    std::fs::write(&file, &three).unwrap();
+    let r = bed.ctl(&["reload"]);
+    let said = r["text"].as_str().unwrap();
+    assert!(said.contains("applied: interface addresses: v20 10.2.0.5/24"), "{said}");
+    assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
+    let text = twin_addrs(&bed, "v20");
+    assert!(text.contains("10.2.0.5/24"), "{text}");
+    assert!(!text.contains("10.2.0.1/") && !text.contains("10.3.0.1/"), "{text}");
+    assert!(
+        twin_addrs(&bed, "v10").contains("10.1.0.1/24"),
+        "the other twin keeps its address"
+    );
+    assert!(bed.ping("h1", "10.2.0.5"), "the new first address answers");
+    bed.sh_ok("h2", "ip route replace default via 10.2.0.5");
+    assert!(
+        bed.ping("h1", "10.2.0.2"),
+        "and forwarding goes on (h2 through the new address)"
+    );
+    bed.stop();
+}

@@ -217,6 +217,8 @@ pub(crate) struct Control<L: Layout> {
     pub rib: Option<(Rib, Arc<Interfaces>, Neigh)>,
     /// Where new interfaces are published to the workers (with a router).
     pub ifaces_live: Option<Arc<freeway_l3::LiveInterfaces>>,
+    /// The router interfaces' kernel twins (`[linux] punt`), which take their new addresses.
+    pub twins: Option<Arc<freeway_linuxcp::Twins>>,
     pub ct: Option<Conntrack>,
     /// The bridge ports' VLAN membership (static FDB entries are checked against it).
     pub port_vlans: Vec<PortVlan>,
@@ -1314,7 +1316,13 @@ impl<L: Layout> Control<L> {
                     .map(drop)
                     .map_err(|e| e.to_string()),
                 Change::Addrs(a) => match (self.rib.as_mut(), self.ifaces_live.as_ref()) {
-                    (Some((rib, ifs, _)), Some(live)) => reload::readdress(rib, ifs, live, a),
+                    (Some((rib, ifs, _)), Some(live)) => {
+                        let old = ifs.clone();
+                        reload::readdress(rib, ifs, live, a).and_then(|()| match &self.twins {
+                            Some(t) => reload::readdress_twins(t, &old, a),
+                            None => Ok(()),
+                        })
+                    }
                     _ => Err("this run has no router".into()),
                 },
                 Change::TapStart(_, t) => self.tap_start(&t.0),

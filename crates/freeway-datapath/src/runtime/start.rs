@@ -430,6 +430,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
             _ => None,
         },
         ifaces_live: x.router.map(|sh| sh.live.clone()),
+        twins: x.router.and_then(|sh| sh.twins.clone()),
         ct: x.stateful.map(|s| s.ct.clone()),
         port_vlans: bridge_port_vlans(x.cfg),
         nports: x.cfg.ports.len(),

@@ -26,10 +26,13 @@
 //! Masquerade's source address follows an address change with the interfaces' version: a
 //! worker takes up an interface's new first address when it takes up the version, so the
 //! next new connection masquerades to it; connections already translated keep the address
-//! they have until they expire, as Linux's do. The kernel twins' addresses (`[linux] punt`)
-//! follow an address change only at a restart, and the answer names them. A file with an
-//! error changes nothing: the error names its file and line. A change the datapath refuses (an MTU larger
-//! than its buffers) is reported as failed; the others are applied.
+//! they have until they expire, as Linux's do. The kernel twins (`[linux] punt`) take the
+//! new addresses too, by netlink, once the workers have them ([`readdress_twins`]: those
+//! that went are deleted, the kernel deleting their connected routes, then the new list is
+//! added); twins turned on or off wait for a restart. A file with an error changes nothing:
+//! the error names its file and line. A change the datapath refuses (an MTU larger than its
+//! buffers, an address the kernel refuses on a twin) is reported as failed; the others are
+//! applied.
 //!
 //! Why a port added or removed waits: the run sizes every per-port table once, at start, by
 //! its number of ports: the bridge's ports and VLAN view, each worker's transmit queues,
@@ -448,7 +451,6 @@ impl Live {
             let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
             out.insert(at, Change::Addrs(changed));
         }
-        let addrs_waiting = self.addrs != new.addrs;
         let mut restart: Vec<&'static str> = self
             .rest
             .iter()
@@ -465,8 +467,8 @@ impl Live {
         if taps_wait {
             restart.push("taps (their ports changed)");
         }
-        if addrs_waiting && self.twins && new.twins {
-            restart.push("the kernel twins' addresses");
+        if self.twins != new.twins {
+            restart.push("the kernel twins ([linux] punt turned on or off)");
         }
         (out, restart)
     }
@@ -538,6 +540,24 @@ fn port_rest(p: &crate::config::PortSpec) -> String {
         "{} {:?} {:?} {:?} {:?} {:?} {} {} {:?} {:?}",
         p.name, p.kind, p.gen, p.pcap, ring, p.afxdp, p.zone, p.group_fwd_mask, p.storm, p.mcast
     )
+}
+
+/// Gives the kernel twins (`[linux] punt`) of the interfaces named in `new` their new
+/// addresses; `old`: the interfaces before the change.
+pub(crate) fn readdress_twins(
+    twins: &freeway_linuxcp::Twins,
+    old: &freeway_l3::Interfaces,
+    new: &[IfaceAddrs],
+) -> Result<(), String> {
+    for n in new {
+        let Some((i, o)) = old.by_name(&n.name).and_then(|i| Some((i, old.get(i)?))) else {
+            continue;
+        };
+        twins
+            .set_addresses(i, (&o.v4, &o.v6), (&n.v4, &n.v6))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Gives the router interfaces named in `new` their new addresses: the connected routes of
