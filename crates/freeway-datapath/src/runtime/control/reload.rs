@@ -753,6 +753,20 @@ mod tests {
     }
 
     #[test]
+    fn with_twins_an_address_change_waits_for_nothing_and_punt_toggled_does() {
+        let punt = "\n[linux]\npunt = true\n";
+        let from = "addr = [\"10.0.20.1/24\", \"2001:db8:20::1/64\"]";
+        let a = router_with(from, &format!("{from}{punt}"));
+        let b = router_with(from, &format!("addr = [\"10.0.20.9/24\", \"2001:db8:20::1/64\"]{punt}"));
+        let (words, restart) = said(&a, &b);
+        assert_eq!(words, vec!["interface addresses: wan 10.0.20.9/24 2001:db8:20::1/64"]);
+        assert!(restart.is_empty(), "{restart:?}");
+        let (words, restart) = said(&live(""), &a);
+        assert!(words.is_empty(), "{words:?}");
+        assert_eq!(restart, vec!["the kernel twins ([linux] punt turned on or off)"]);
+    }
+
+    #[test]
     fn a_changed_interface_waits_for_a_restart_with_its_addresses() {
         let a = live("");
         let b = router_with(
