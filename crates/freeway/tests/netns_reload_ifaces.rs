@@ -81,13 +81,7 @@ fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
 
     // Applied: a new connection masquerades to the new address, and h2 (which has to ask for
     // it) answers it.
-    let r = bed.ctl(&["reload"]);
-    let text = r["text"].as_str().unwrap();
-    assert!(
-        text.contains("applied: interface addresses: wan 203.0.113.9/24"),
-        "{text}"
-    );
-    assert!(!text.contains("FAILED") && !text.contains("restart"), "{text}");
+    reload_applies(&bed, &two, "interface addresses: wan 203.0.113.9/24");
     bed.sh_ok("h2", "ip neigh flush dev eth0");
     assert!(bed.ping("h1", "203.0.113.2"), "h1 still reaches h2 through masquerade");
     let after = conntrack(&bed);
@@ -103,10 +97,7 @@ fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
     assert!(bed.unreachable("h2", "203.0.113.1"), "the old one no longer does");
 
     // A file that does not parse changes nothing.
-    std::fs::write(&file, format!("{one}\n[[interface]]\nname = ")).unwrap();
-    let w: Vec<String> = ["reload"].iter().map(ToString::to_string).collect();
-    let r = freeway_datapath::runtime::ctl_request(&bed.sock(), &w).expect("the control socket answers");
-    assert_eq!(r["ok"], false, "{r}");
+    bed.reload_refused(&format!("{one}\n[[interface]]\nname = "));
     assert!(bed.ping("h2", "203.0.113.9"), "a bad file changed nothing");
     assert!(bed.ping("h1", "203.0.113.2"), "and masquerade goes on");
     bed.stop();
@@ -116,6 +107,16 @@ fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
 fn twin_addrs(bed: &Bed, dev: &str) -> String {
     let o = bed.sh_ok("sw", &format!("ip -br addr show dev {dev}"));
     String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// Reloads `text` as the run's configuration: it applies `change`, nothing fails and
+/// nothing waits for a restart.
+fn reload_applies(bed: &Bed, text: &str, change: &str) {
+    std::fs::write(bed.dir.join("freeway.toml"), text).unwrap();
+    let r = bed.ctl(&["reload"]);
+    let said = r["text"].as_str().unwrap();
+    assert!(said.contains(&format!("applied: {change}")), "{said}");
+    assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
 }
 
 /// `[linux] punt`: a reload that changes an interface's addresses gives its kernel twin the
@@ -135,15 +136,14 @@ fn the_kernel_twin_takes_the_addresses_a_reload_gives_its_interface() {
     let three = one.replace("addr = [\"10.2.0.1/24\"]", "addr = [\"10.2.0.5/24\"]");
     assert!(one != two && one != three);
     bed.start_ctl(&one);
-    let file = bed.dir.join("freeway.toml");
     let text = twin_addrs(&bed, "v20");
     assert!(text.contains("10.2.0.1/24") && !text.contains("10.3.0.1/24"), "{text}");
 
-    std::fs::write(&file, &two).unwrap();
-    let r = bed.ctl(&["reload"]);
-    let said = r["text"].as_str().unwrap();
-    assert!(said.contains("applied: interface addresses: v20"), "{said}");
-    assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
+    reload_applies(
+        &bed,
+        &two,
+        "interface addresses: v20 10.2.0.1/24 10.2.0.5/24 10.3.0.1/24",
+    );
     let text = twin_addrs(&bed, "v20");
     for a in ["10.2.0.1/24", "10.2.0.5/24", "10.3.0.1/24"] {
         assert!(text.contains(a), "the twin has {a}: {text}");
@@ -151,11 +151,7 @@ fn the_kernel_twin_takes_the_addresses_a_reload_gives_its_interface() {
 
     // The first address goes: the kernel would take the second of its subnet with it, which
     // the twin keeps.
-    std::fs::write(&file, &three).unwrap();
-    let r = bed.ctl(&["reload"]);
-    let said = r["text"].as_str().unwrap();
-    assert!(said.contains("applied: interface addresses: v20 10.2.0.5/24"), "{said}");
-    assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
+    reload_applies(&bed, &three, "interface addresses: v20 10.2.0.5/24");
     let text = twin_addrs(&bed, "v20");
     assert!(text.contains("10.2.0.5/24"), "{text}");
     assert!(!text.contains("10.2.0.1/") && !text.contains("10.3.0.1/"), "{text}");

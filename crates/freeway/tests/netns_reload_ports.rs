@@ -64,10 +64,7 @@ fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
     assert!(!routes["text"].as_str().unwrap().contains("10.3.0.0/24"), "{routes}");
 
     // A file that does not parse changes nothing.
-    std::fs::write(&file, format!("{two}\n[[interface]]\nname = ")).unwrap();
-    let w: Vec<String> = ["reload"].iter().map(ToString::to_string).collect();
-    let r = freeway_datapath::runtime::ctl_request(&bed.sock(), &w).expect("the control socket answers");
-    assert_eq!(r["ok"], false, "{r}");
+    bed.reload_refused(&format!("{two}\n[[interface]]\nname = "));
     assert!(bed.unreachable("h1", "10.3.0.1"), "a bad file changed nothing");
     assert!(bed.ping("h1", "10.2.0.2"), "and forwarding goes on");
     bed.stop();

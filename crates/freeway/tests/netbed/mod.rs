@@ -178,6 +178,16 @@ impl Bed {
         r
     }
 
+    /// Writes `text` (a file with an error) as the run's configuration and asks for a reload,
+    /// which must be refused.
+    pub fn reload_refused(&self, text: &str) -> serde_json::Value {
+        std::fs::write(self.dir.join("freeway.toml"), text).unwrap();
+        let w = vec!["reload".to_string()];
+        let r = freeway_datapath::runtime::ctl_request(&self.sock(), &w).expect("the control socket answers");
+        assert_eq!(r["ok"], false, "a reload of a bad file: {r}");
+        r
+    }
+
     /// Frames sent so far on the port named `port`.
     pub fn tx(&self, port: &str) -> u64 {
         self.port_counter(port, "tx_packets")
