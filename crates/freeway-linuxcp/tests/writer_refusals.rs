@@ -6,10 +6,11 @@
 //! Root only: the test runs in a network namespace of its own (`unshare`) with one tap device;
 //! without root it is skipped (under CI, a failure).
 
+mod common;
+
 use std::net::{IpAddr, Ipv4Addr};
 
 use freeway_linuxcp::kernel::{refusals_text, KernelRoute, Writer};
-use freeway_linuxcp::{TwinSpec, Twins};
 use freeway_route::Prefix;
 
 fn route(i: usize, ifindex: u32) -> KernelRoute {
@@ -22,27 +23,6 @@ fn route(i: usize, ifindex: u32) -> KernelRoute {
     }
 }
 
-fn twin(name: &str) -> Option<(Twins, u32)> {
-    let twins = match Twins::create(&[Some(TwinSpec {
-        name: name.into(),
-        mac: [0x02, 0, 0, 0, 0, 0x01],
-        mtu: 1500,
-        v4: vec![(Ipv4Addr::new(10, 0, 0, 1), 24)],
-        v6: vec![],
-    })]) {
-        Ok(t) => t,
-        Err(e) => {
-            freeway_testkit::skip(format!("cannot create a tap device: {e}"));
-            return None;
-        }
-    };
-    let c = std::ffi::CString::new(name).expect("no NUL");
-    // SAFETY: a valid NUL-terminated name.
-    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    assert_ne!(idx, 0, "{name} has no index");
-    Some((twins, idx))
-}
-
 fn body() {
     // SAFETY: unshare has no memory preconditions; it moves this thread into a new network
     // namespace.
@@ -53,7 +33,7 @@ fn body() {
         ));
         return;
     }
-    let Some((twins, idx)) = twin("lcpw0") else {
+    let Some((twins, idx)) = common::twin("lcpw0") else {
         return;
     };
     let mut w = Writer::open().expect("an rtnetlink socket");
@@ -68,7 +48,7 @@ fn body() {
         refusals_text(w.refusals())
     );
     assert!(refusals_text(w.refusals()).ends_with("x 2"));
-    let Some((_twins, idx)) = twin("lcpw1") else {
+    let Some((_twins, idx)) = common::twin("lcpw1") else {
         return;
     };
     assert_eq!(w.write((5..7).map(|i| route(i, idx)), false).unwrap(), 0);
