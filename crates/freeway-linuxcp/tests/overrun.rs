@@ -53,13 +53,7 @@ fn kernel_table(ifindex: u32) -> HashMap<Prefix, Route> {
 }
 
 fn body() {
-    // SAFETY: unshare has no memory preconditions; it moves this thread (and the threads it
-    // starts from now on) into a new network namespace.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        freeway_testkit::skip(format!(
-            "cannot enter a new network namespace ({}): run as root",
-            std::io::Error::last_os_error()
-        ));
+    if !common::fresh_netns() {
         return;
     }
     let Some((twins, idx)) = common::twin(IFACE) else {

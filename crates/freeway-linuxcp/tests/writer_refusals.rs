@@ -24,13 +24,7 @@ fn route(i: usize, ifindex: u32) -> KernelRoute {
 }
 
 fn body() {
-    // SAFETY: unshare has no memory preconditions; it moves this thread into a new network
-    // namespace.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        freeway_testkit::skip(format!(
-            "cannot enter a new network namespace ({}): run as root",
-            std::io::Error::last_os_error()
-        ));
+    if !common::fresh_netns() {
         return;
     }
     let Some((twins, idx)) = common::twin("lcpw0") else {

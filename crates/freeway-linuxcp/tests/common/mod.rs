@@ -1,8 +1,22 @@
-//! What the root tests share: a kernel twin (a tap device) in the test's own namespace.
+//! What the root tests share: a namespace of their own, a kernel twin (a tap device) in it.
 
 use std::net::Ipv4Addr;
 
 use freeway_linuxcp::{TwinSpec, Twins};
+
+/// Moves the calling thread (and the threads it starts from now on) into a new network
+/// namespace; `false` (the test skipped, loudly) when it cannot (not root).
+pub fn fresh_netns() -> bool {
+    // SAFETY: unshare has no memory preconditions.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        freeway_testkit::skip(format!(
+            "cannot enter a new network namespace ({}): run as root",
+            std::io::Error::last_os_error()
+        ));
+        return false;
+    }
+    true
+}
 
 /// Creates the twin `name` (10.0.0.1/24) and returns it with its device's index; `None` (the
 /// test skipped, loudly) when no tap device can be made.
