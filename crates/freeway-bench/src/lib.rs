@@ -19,6 +19,7 @@ pub mod capture_parts;
 mod cas_ref;
 pub mod churn;
 pub mod conntrack;
+pub mod cpus;
 pub mod firewall;
 pub mod frag;
 pub mod fw_forward;

@@ -16,6 +16,12 @@
 //!
 //! The mirror's full resyncs (its socket overran) are shown: with large N they are part of
 //! the notification figure.
+//!
+//! `--forwarding N` adds forwarding quiet and while N routes are written (`linuxcp_fwd`).
+//! On a machine with a core to spare, give the worker its own CPU and keep the mirror, the
+//! RIB's owner and the route writer off it:
+//! `freeway bench linuxcp --routes 1000 --changes 10 --forwarding 1000000 --seconds 10 --worker-cpu 1`
+//! (the line before the figures says where the threads ran).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,6 +47,11 @@ pub struct LinuxcpArgs {
     /// and while this many kernel routes are written; 0: not.
     #[arg(long, default_value_t = 0)]
     pub forwarding: usize,
+    /// With `--forwarding`: the forwarding worker's own CPU; every other thread of the run
+    /// (the mirror, the RIB's owner, the route writer) is kept off it, on the other CPUs
+    /// this process may use. Default: the worker pinned to the first CPU, the rest anywhere.
+    #[arg(long)]
+    pub worker_cpu: Option<usize>,
     /// The forwarding measurement's window, seconds.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
@@ -282,11 +293,35 @@ pub fn linuxcp(a: LinuxcpArgs) -> Result<(), String> {
     if a.forwarding == 0 {
         return crate::write_json(a.json.as_deref(), &rows);
     }
-    let f = crate::linuxcp_fwd::compare(a.forwarding, a.seconds)?;
+    let placement = crate::linuxcp_fwd::placement(a.worker_cpu)?;
+    let f = crate::linuxcp_fwd::compare(a.forwarding, a.seconds, placement)?;
+    match f.placement.worker_cpu {
+        Some(c) => println!(
+            "the worker on CPU {c}, every other thread on CPUs {:?}",
+            f.placement.other_cpus
+        ),
+        None => println!("the worker pinned to the first CPU, the other threads on any (--worker-cpu: apart)"),
+    }
     println!(
         "forwarding (1 worker, routes mirrored from the kernel), {:.1} s: quiet {:.2} Mpps, \
          while {} routes are written {:.2} Mpps ({:.2}x); the kernel held them after {:.0} ms",
         f.seconds, f.quiet_mpps, f.flood_routes, f.flood_mpps, f.ratio, f.kernel_write_ms
+    );
+    if f.kernel_write_ms < f.seconds * 1e3 {
+        println!(
+            "  (the kernel held the flood {:.1} s before the window's end: widen --forwarding or narrow --seconds)",
+            f.seconds - f.kernel_write_ms / 1e3
+        );
+    }
+    println!(
+        "  worker on a CPU {:.0}% of the window quiet, {:.0}% flooded (waiting for one {:.0}%, {:.0}%); \
+         CPU per flood route: mirror {:.0} ns, RIB's owner {:.0} ns",
+        f.quiet.worker_on_cpu * 100.0,
+        f.flood.worker_on_cpu * 100.0,
+        f.quiet.worker_waiting * 100.0,
+        f.flood.worker_waiting * 100.0,
+        f.mirror_ns_per_route,
+        f.rib_ns_per_route
     );
     crate::write_json(
         a.json.as_deref(),

@@ -56,6 +56,16 @@ pub fn message(r: &KernelRoute) -> RouteMessage {
 /// Streams route additions (`replace`: or replacements) to the kernel.
 pub struct Writer {
     nl: Netlink,
+    refusals: Vec<(i32, usize)>,
+}
+
+/// `(errno, count)` pairs as text: `Network is unreachable (os error 101) x 2`.
+pub fn refusals_text(refusals: &[(i32, usize)]) -> String {
+    let text: Vec<String> = refusals
+        .iter()
+        .map(|&(errno, n)| format!("{} x {n}", io::Error::from_raw_os_error(errno)))
+        .collect();
+    text.join(", ")
 }
 
 impl Writer {
@@ -63,10 +73,17 @@ impl Writer {
     pub fn open() -> io::Result<Writer> {
         Ok(Writer {
             nl: Netlink::open_with(false)?,
+            refusals: Vec::new(),
         })
     }
 
-    /// Writes every route; returns how many the kernel refused.
+    /// Why the kernel refused routes of the last `write` or `delete`: `(errno, count)`, most
+    /// frequent first (empty when it took every one).
+    pub fn refusals(&self) -> &[(i32, usize)] {
+        &self.refusals
+    }
+
+    /// Writes every route; returns how many the kernel refused ([`Writer::refusals`] says why).
     pub fn write(&mut self, routes: impl IntoIterator<Item = KernelRoute>, replace: bool) -> io::Result<usize> {
         let flags = NLM_F_REQUEST | NLM_F_CREATE | if replace { NLM_F_REPLACE } else { 0 };
         self.stream(routes, flags, RouteNetlinkMessage::NewRoute)
@@ -86,7 +103,8 @@ impl Writer {
     ) -> io::Result<usize> {
         let mut buf: Vec<u8> = Vec::with_capacity(64 << 10);
         let mut last = None;
-        let mut errors = 0;
+        let mut by_errno: std::collections::BTreeMap<i32, usize> = Default::default();
+        let mut count = |errno: i32| *by_errno.entry(errno).or_default() += 1;
         let mut it = routes.into_iter().peekable();
         while let Some(r) = it.next() {
             let seq = self.nl.next_seq();
@@ -102,15 +120,18 @@ impl Writer {
             if buf.len() > (60 << 10) {
                 self.nl.send_raw(&buf)?;
                 buf.clear();
-                errors += self.nl.drain_errors(None)?;
+                self.nl.drain_errors(None, &mut count)?;
             }
         }
         if !buf.is_empty() {
             self.nl.send_raw(&buf)?;
         }
         if let Some(seq) = last {
-            errors += self.nl.drain_errors(Some(seq))?;
+            self.nl.drain_errors(Some(seq), &mut count)?;
         }
-        Ok(errors)
+        let mut refusals: Vec<(i32, usize)> = by_errno.into_iter().collect();
+        refusals.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+        self.refusals = refusals;
+        Ok(self.refusals.iter().map(|&(_, n)| n).sum())
     }
 }

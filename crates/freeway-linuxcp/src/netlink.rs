@@ -308,15 +308,15 @@ impl Netlink {
         self.dump.send(bytes, 0).map(drop)
     }
 
-    /// Counts the error answers waiting on the request socket; with `until`, waits for the
-    /// answer of that sequence number (its acknowledgement or error) first.
-    pub(crate) fn drain_errors(&mut self, until: Option<u32>) -> io::Result<usize> {
-        let mut errors = 0;
+    /// Reads the error answers waiting on the request socket, calling `refused` with each one's
+    /// errno; with `until`, waits for the answer of that sequence number (its acknowledgement
+    /// or error) first.
+    pub(crate) fn drain_errors(&mut self, until: Option<u32>, mut refused: impl FnMut(i32)) -> io::Result<()> {
         loop {
             let flags = if until.is_some() { 0 } else { libc::MSG_DONTWAIT };
             let n = match self.dump.recv(&mut &mut self.buf[..], flags) {
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(errors),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
@@ -327,11 +327,11 @@ impl Netlink {
                 };
                 let len = msg.header.length as usize;
                 if let NetlinkPayload::Error(e) = &msg.payload {
-                    if e.code.is_some() {
-                        errors += 1;
+                    if let Some(code) = e.code {
+                        refused(-code.get());
                     }
                     if Some(msg.header.sequence_number) == until {
-                        return Ok(errors);
+                        return Ok(());
                     }
                 }
                 if len == 0 {

@@ -7,6 +7,8 @@
 //! Root only: the test runs in a network namespace of its own (`unshare`) with one tap device;
 //! without root it is skipped (under CI, a failure).
 
+mod common;
+
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use freeway_linuxcp::kernel::{KernelRoute, Writer};
 use freeway_linuxcp::netlink::Netlink;
-use freeway_linuxcp::{decode, Change, Decoded, Filter, Mirror, MirrorConfig, TwinSpec, Twins};
+use freeway_linuxcp::{decode, Change, Decoded, Filter, Mirror, MirrorConfig};
 use freeway_route::{Prefix, Route};
 
 const IFACE: &str = "lcp0";
@@ -51,32 +53,12 @@ fn kernel_table(ifindex: u32) -> HashMap<Prefix, Route> {
 }
 
 fn body() {
-    // SAFETY: unshare has no memory preconditions; it moves this thread (and the threads it
-    // starts from now on) into a new network namespace.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        freeway_testkit::skip(format!(
-            "cannot enter a new network namespace ({}): run as root",
-            std::io::Error::last_os_error()
-        ));
+    if !common::fresh_netns() {
         return;
     }
-    let twins = match Twins::create(&[Some(TwinSpec {
-        name: IFACE.into(),
-        mac: [0x02, 0, 0, 0, 0, 0x01],
-        mtu: 1500,
-        v4: vec![(Ipv4Addr::new(10, 0, 0, 1), 24)],
-        v6: vec![],
-    })]) {
-        Ok(t) => t,
-        Err(e) => {
-            freeway_testkit::skip(format!("cannot create a tap device: {e}"));
-            return;
-        }
+    let Some((twins, idx)) = common::twin(IFACE) else {
+        return;
     };
-    let c = std::ffi::CString::new(IFACE).expect("no NUL");
-    // SAFETY: a valid NUL-terminated name.
-    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    assert_ne!(idx, 0, "{IFACE} has no index");
 
     let n = 4000;
     let mut w = Writer::open().expect("an rtnetlink socket");
