@@ -82,7 +82,8 @@ pub(crate) fn spawn_service<S: Send + 'static>(
         .spawn(move || {
             let mut nap = Duration::from_millis(1);
             while !stop.load(Ordering::Relaxed) {
-                if f(&mut s, clock.now()) == 0 {
+                // Up to date even while the ticker naps (all workers asleep).
+                if f(&mut s, clock.refresh()) == 0 {
                     nap = (nap * 2).min(SERVICE_NAP_MAX);
                 } else {
                     nap = Duration::from_millis(1);

@@ -9,6 +9,9 @@
 //! worker polls, so no timeout exists just to look at the stop flag. An idle Freeway thus
 //! costs each worker about ten wake-ups a second, where a fixed 5 ms timeout cost 200: on a
 //! laptop or a small VM each wake-up is a timer interrupt, an IPI and a context switch.
+//! While every worker sleeps the coarse clock's ticker slows down too (`freeway_sync::clock`):
+//! a worker brings the clock up to date as it wakes, and wakes the ticker after the first
+//! batch when frames woke it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,7 +27,7 @@ use freeway_io::wait::{StopWake, Waiter, Woken};
 use freeway_io::RxQueue;
 use freeway_l3::neigh::NeighWriter;
 use freeway_packet::{parse, Batch, Packet, PacketPool};
-use freeway_sync::{CachePadded, Clock, Tick};
+use freeway_sync::{CachePadded, Clock, Sleeper, Tick};
 
 /// A worker's context, passed explicitly down the pipeline (never hidden in
 /// packet metadata).
@@ -130,6 +133,9 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
         waiter = waiter.map(|wt| wt.with_stop(sw));
     }
     let long_sleeps = stop_wake.is_some();
+    // A worker that sleeps in `poll()` tells the clock, which slows down while all do.
+    let sleeper = waiter.as_ref().map(|_| clock.sleeper());
+    let mut woke_for_frames = false;
     let mut idle = 0u32;
     // When this idle stretch's yielding began (see `idle_wait`).
     let mut yield_since = Instant::now();
@@ -154,6 +160,13 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
                 w.tx.taps.tap(*port, Direction::Rx, batch.as_slice(), w.tx.poll_ns);
             }
             process_batch(&mut w, *port, &mut batch, now, inline.as_mut(), &mut scratch);
+        }
+        if woke_for_frames {
+            // After the first batch, not before: the ticker's wake-up does not delay it.
+            woke_for_frames = false;
+            if let Some(s) = &sleeper {
+                s.wake_ticker();
+            }
         }
         if got == 0 {
             if !live {
@@ -186,7 +199,7 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
                 // a whole time slice): sleep from now on.
                 idle = YIELD_POLLS;
             }
-            idle_wait(idle, &mut waiter, w.tx.taps.any(), sleep, &w.stats);
+            woke_for_frames = idle_wait(idle, &mut waiter, sleeper.as_ref(), w.tx.taps.any(), sleep, &w.stats);
         } else {
             idle = 0;
         }
@@ -222,21 +235,37 @@ const SLEEP_QUIET: Duration = Duration::from_millis(100);
 /// [`Waiter`] (every queue gives a descriptor: no generator or pcap file) and no tap is
 /// attached (the taps' writers merge by the workers' progress marks, which a sleeping worker
 /// would not advance); else 50 µs at a time. A waiter that fails is dropped for good.
-fn idle_wait(idle: u32, waiter: &mut Option<Waiter>, taps: bool, sleep: Duration, stats: &WorkerStats) {
+/// Returns whether it slept in `poll()` and a descriptor woke it.
+fn idle_wait(
+    idle: u32,
+    waiter: &mut Option<Waiter>,
+    sleeper: Option<&Sleeper>,
+    taps: bool,
+    sleep: Duration,
+    stats: &WorkerStats,
+) -> bool {
     if idle < SPIN_POLLS {
         std::hint::spin_loop();
     } else if idle < YIELD_POLLS {
         std::thread::yield_now();
     } else if let Some(wt) = waiter.as_mut().filter(|_| !taps) {
         stats.sleeps.inc();
-        match wt.wait(sleep) {
-            Ok(Woken::Ready) => stats.wakeups.inc(),
+        let woken = match sleeper {
+            Some(s) => s.sleep(|| wt.wait(sleep)),
+            None => wt.wait(sleep),
+        };
+        match woken {
+            Ok(Woken::Ready) => {
+                stats.wakeups.inc();
+                return true;
+            }
             Ok(Woken::Timeout) => {}
             Err(_) => *waiter = None,
         }
     } else {
         std::thread::sleep(Duration::from_micros(50));
     }
+    false
 }
 
 pub(crate) fn poll_router<L: Layout, T: TapPoint>(w: &mut Worker<L, T>, now: Tick, inline: Option<&mut Inline<L>>) {
