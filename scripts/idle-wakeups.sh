@@ -32,16 +32,12 @@ shift $((OPTIND - 1))
 [ "$(id -u)" -eq 0 ] || { echo "idle-wakeups: must run as root" >&2; exit 1; }
 
 export FW_SUFFIX=-iw$$ FW_QUEUES=$WORKERS
-BED=scripts/netns-testbed.sh
 TMP=$(mktemp -d)
 FWPID=""
-cleanup() {
-    [ -n "$FWPID" ] && kill -INT "$FWPID" 2>/dev/null && wait "$FWPID" 2>/dev/null || true
-    bash $BED down >/dev/null 2>&1 || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-bash $BED up >/dev/null
+# On exit: stop a Freeway still running, remove the bed and the temporary files.
+trap 'if [ -n "$FWPID" ]; then kill -INT "$FWPID"; wait "$FWPID"; fi 2>/dev/null
+      scripts/netns-testbed.sh down >/dev/null 2>&1; rm -rf "$TMP"' EXIT
+scripts/netns-testbed.sh up >/dev/null
 in_ns() { local n=$1; shift; ip netns exec "fw-$n$FW_SUFFIX" "$@"; }
 
 {

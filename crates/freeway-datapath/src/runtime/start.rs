@@ -49,9 +49,6 @@ pub(crate) fn open_port(spec: &crate::config::PortSpec) -> Result<Box<dyn Port>,
     })
 }
 
-/// Runs a background service (`f` once per round, returning how much work it found) until
-/// `stop` is set, backing off while idle: every wake-up preempts a worker on a busy
-/// machine, but the latency of the service is the sleep while work arrives.
 /// The longest a table's writer thread (`fw-fdb`, `fw-neigh`) naps while nothing comes: the
 /// workers' queues (learn requests, neighbour updates) wait that long at most; the control
 /// socket's changes wake it at once ([`nap_on_ops`]). About 30 wake-ups a second while idle,
@@ -69,14 +66,17 @@ fn nap_on_ops<T>(ops: &Receiver<T>, nap: Duration) {
     }
 }
 
-pub(crate) fn spawn_service<S: Send + 'static>(
+/// Runs a background service (`f` once per round, returning how much work it found) until
+/// `stop` is set, backing off while idle: every wake-up preempts a worker on a busy
+/// machine, but the latency of the service is the sleep while work arrives.
+/// Its state is a table's writer and the control socket's changes for it, which wake it.
+pub(crate) fn spawn_service<W: Send + 'static, T: Send + 'static>(
     name: &str,
     clock: Clock,
     stop: Arc<AtomicBool>,
-    mut s: S,
-    f: fn(&mut S, Tick) -> usize,
-    nap_on: fn(&S, Duration),
-) -> Result<std::thread::JoinHandle<S>, RunError> {
+    mut s: (W, Receiver<T>),
+    f: fn(&mut (W, Receiver<T>), Tick) -> usize,
+) -> Result<std::thread::JoinHandle<(W, Receiver<T>)>, RunError> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
@@ -88,7 +88,7 @@ pub(crate) fn spawn_service<S: Send + 'static>(
                 } else {
                     nap = Duration::from_millis(1);
                 }
-                nap_on(&s, nap);
+                nap_on_ops(&s.1, nap);
             }
             f(&mut s, clock.now());
             s
@@ -848,19 +848,13 @@ pub(crate) fn spawn_writers<L: Layout>(
         stop.clone(),
         (fdb_w, fdb_rx),
         |(w, rx), now| w.service(now) + control::apply_fdb(w, rx, now),
-        |(_, rx), nap| nap_on_ops(rx, nap),
     )?;
     let (neigh_ops, neigh) = match neigh_w {
         Some(w) => {
             let (tx, rx) = crossbeam_channel::bounded::<Op<NeighOp>>(64);
-            let h = spawn_service(
-                "fw-neigh",
-                clock.clone(),
-                stop.clone(),
-                (w, rx),
-                |(w, rx), now| w.service(now) + control::apply_neigh(w, rx, now),
-                |(_, rx), nap| nap_on_ops(rx, nap),
-            )?;
+            let h = spawn_service("fw-neigh", clock.clone(), stop.clone(), (w, rx), |(w, rx), now| {
+                w.service(now) + control::apply_neigh(w, rx, now)
+            })?;
             (Some(tx), Some(h))
         }
         None => (None, None),
