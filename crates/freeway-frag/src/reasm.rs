@@ -317,6 +317,11 @@ impl Reassembler {
         }
     }
 
+    /// Whether no datagram is being reassembled (nothing can expire).
+    pub fn is_empty(&self) -> bool {
+        self.head == NIL
+    }
+
     /// Drops every datagram whose first fragment came `timeout_ms` or more before `now`.
     /// Costs one comparison when none is due.
     #[inline]

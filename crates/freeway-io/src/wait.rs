@@ -6,11 +6,20 @@
 //! [`Waiter::wait`] when it has found nothing for a while. The fast path never calls it: a
 //! worker with traffic makes no syscall to wait.
 //!
+//! A sleeping worker must also hear that the run stops, without a timeout that wakes it a few
+//! hundred times a second to look at its stop flag: a [`StopWake`] is one `eventfd` that every
+//! worker's waiter polls beside its queues ([`Waiter::with_stop`]). It is written once, when the
+//! run stops, and never read: it stays readable, so every wait from then on returns at once and
+//! no worker can miss it (one that was between its stop-flag check and `poll()` when it was
+//! written returns from that `poll()` at once). Timeouts are then only for the worker's own
+//! deadlines (frames waiting for a neighbour, fragments to expire).
+//!
 //! Threads: a `Waiter` belongs to one worker; the descriptors stay owned by the queues, which
-//! outlive it (the worker drops the waiter before its queues).
+//! outlive it (the worker drops the waiter before its queues). A `StopWake` is shared (`Arc`)
+//! by the workers and the thread that stops them.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use crate::RxQueue;
@@ -49,6 +58,12 @@ impl Waiter {
         }
     }
 
+    /// Also wakes when `stop` is signalled (see [`StopWake`]).
+    pub fn with_stop(mut self, stop: &StopWake) -> Waiter {
+        self.fds.push(Waiter::pollfd(stop.fd.as_raw_fd()));
+        self
+    }
+
     /// Sleeps until a queue's descriptor is readable or `timeout` passes (rounded up to a
     /// millisecond). Returns at once when a frame is already there: the kernel reports a
     /// socket readable as long as user space has not taken its last frame, so a frame that
@@ -74,13 +89,45 @@ impl Waiter {
     }
 }
 
+/// The signal that wakes every sleeping worker when the run stops: an `eventfd` written once
+/// ([`StopWake::signal`]) and never read, so it stays readable for good.
+#[derive(Debug)]
+pub struct StopWake {
+    fd: OwnedFd,
+}
+
+impl StopWake {
+    /// A new, unsignalled `eventfd`.
+    pub fn new() -> io::Result<StopWake> {
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor that
+        // nothing else owns.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by eventfd and is owned by no one else.
+        Ok(StopWake {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Makes the descriptor readable for good: every [`Waiter::wait`] that polls it returns at
+    /// once from now on. Calling it again changes nothing that matters (the counter grows).
+    pub fn signal(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: `one` is 8 readable bytes for the whole call, as eventfd's write wants; the
+        // descriptor is live while `self` is. A failed write (the counter at its maximum)
+        // means it is readable already.
+        let _ = unsafe { libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use freeway_packet::{Batch, PacketPool};
     use freeway_sync::Tick;
     use std::io::Write;
-    use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
 
     struct Q(Option<RawFd>);
@@ -116,5 +163,20 @@ mod tests {
         assert_eq!(w.wait(Duration::from_millis(1)).unwrap(), Woken::Timeout);
         w2.write_all(b"x").unwrap();
         assert_eq!(w.wait(Duration::from_secs(60)).unwrap(), Woken::Ready);
+    }
+
+    #[test]
+    fn a_signalled_stop_wakes_every_wait_from_then_on() {
+        let (r, _w) = pipe();
+        let a = Q(Some(r.as_raw_fd()));
+        let stop = StopWake::new().unwrap();
+        let mut w1 = Waiter::new([&a as &dyn RxQueue]).unwrap().with_stop(&stop);
+        let mut w2 = Waiter::new([&a as &dyn RxQueue]).unwrap().with_stop(&stop);
+        assert_eq!(w1.wait(Duration::from_millis(1)).unwrap(), Woken::Timeout);
+        stop.signal();
+        for _ in 0..3 {
+            assert_eq!(w1.wait(Duration::from_secs(60)).unwrap(), Woken::Ready);
+            assert_eq!(w2.wait(Duration::from_secs(60)).unwrap(), Woken::Ready);
+        }
     }
 }

@@ -526,6 +526,12 @@ impl L3Worker {
         self.with_ctx(now, |st, cx| st.poll(cx, out));
     }
 
+    /// Whether packets wait for a neighbour: [`L3Worker::poll`] then has work due soon, so an
+    /// idle worker sleeps only briefly.
+    pub fn has_pending(&self) -> bool {
+        !self.st.pending.is_empty()
+    }
+
     /// Runs `f` on the stage's state with the context of one batch: the neighbour table
     /// pinned once, the clock read once (`now`).
     #[inline(always)]

@@ -34,7 +34,7 @@ pub mod refcount;
 pub mod rng;
 
 pub use bucket::TokenBucket;
-pub use clock::{Clock, Tick};
+pub use clock::{Clock, Sleeper, Tick};
 pub use counter::Counter;
 /// Pads and aligns a value to the length of a cache line (128 bytes on x86-64, covering the
 /// adjacent-line prefetcher), so that a write-heavy field does not share a line with read-mostly data.

@@ -393,8 +393,13 @@ pub(crate) fn bind(path: &Path, access: &access::Access) -> Result<Listener, Run
     Ok(listener)
 }
 
-/// How often an idle acceptor looks for a client.
-const IDLE_POLL: Duration = Duration::from_millis(10);
+/// How long the idle control thread waits for a request (one wakes it at once) before it
+/// looks at what has no wake-up of its own: a SIGHUP reload, the rates' sample, captures whose
+/// client left or that ended. Also how long the acceptor sleeps in `poll()` on the socket (a
+/// client wakes it at once) before it looks at the stop flag. Ten wake-ups a second each.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+/// How long the acceptor waits after an `accept` error other than "no client yet".
+const ACCEPT_ERROR_NAP: Duration = Duration::from_millis(10);
 
 /// A request handed to the control thread, with where its answer goes. A `capture` request
 /// carries its connection (the capture is streamed on it); its answer is `None` when the
@@ -518,21 +523,35 @@ pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc
     c
 }
 
+/// Sleeps until `fd` is readable (a listening socket: a client waits) or `timeout` passes.
+fn wait_readable(fd: &impl std::os::fd::AsRawFd, timeout: Duration) {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `p` is one live, writable `pollfd` for the whole call; the kernel writes only its
+    // `revents`. The descriptor is borrowed from `fd`, live for the call. An error (a signal)
+    // only ends the wait early.
+    unsafe { libc::poll(&mut p, 1, ms) };
+}
+
 /// The acceptor: hands each connection to a client thread, at most [`MAX_CLIENTS`] at once.
 fn accept_loop(l: &Listener, jobs: &Sender<Job>, stats: &Arc<ClientStats>, stop: &AtomicBool) {
-    // Right after a connection the next one is likely (a script, `freeway stress churn`):
-    // poll again soon, backing off to 10 ms while nobody calls.
-    let mut nap = IDLE_POLL;
+    // While nobody calls, sleep in `poll()` on the listening socket: a client wakes it at once.
     while !stop.load(Ordering::Relaxed) {
         let s = match l.listener.accept() {
             Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                wait_readable(&l.listener, IDLE_POLL);
+                continue;
+            }
             Err(_) => {
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(IDLE_POLL);
+                std::thread::sleep(ACCEPT_ERROR_NAP);
                 continue;
             }
         };
-        nap = Duration::from_micros(50);
         let connected = Instant::now();
         let peer = match access::Peer::of(&s) {
             Ok(p) if l.access.admits(&p, l.owner) => p,

@@ -319,6 +319,13 @@ impl RouterWorker {
         self.bridge_out(now, br);
     }
 
+    /// Whether [`RouterWorker::poll`] has nothing due until a frame comes: no packet waits
+    /// for a neighbour, and this worker does not route out what the kernel twins send (which
+    /// arrives from another thread without waking it).
+    pub fn quiet(&self) -> bool {
+        !self.serve_twins && !self.l3.has_pending()
+    }
+
     /// Routes out what the kernel twins sent (at most a batch's worth), then bridges it.
     fn route_twins_output(&mut self, now: Tick, br: &mut impl Bridging) {
         let Some(t) = self.twins.as_deref() else { return };

@@ -1,8 +1,21 @@
 //! A worker: its context, its poll loop, and the pipeline it runs on each received batch.
+//!
+//! Idle: after an empty poll a worker spins ([`SPIN_POLLS`] polls), then yields its core (until
+//! [`YIELD_POLLS`] polls or [`YIELD_WINDOW`] has passed, whichever comes first), then sleeps in
+//! `poll()` on its queues' descriptors and the run's stop signal (`freeway_io::wait`), woken
+//! by the first frame. The sleep's timeout is the next thing due without a frame: 5 ms while
+//! packets wait for a neighbour or fragments for reassembly (or on worker 0 when it routes the
+//! kernel twins' output), else [`SLEEP_QUIET`]; stopping the run signals an eventfd every
+//! worker polls, so no timeout exists just to look at the stop flag. An idle Freeway thus
+//! costs each worker about ten wake-ups a second, where a fixed 5 ms timeout cost 200: on a
+//! laptop or a small VM each wake-up is a timer interrupt, an IPI and a context switch.
+//! While every worker sleeps the coarse clock's ticker slows down too (`freeway_sync::clock`):
+//! a worker brings the clock up to date as it wakes, and wakes the ticker after the first
+//! batch when frames woke it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::router::{Bridging, RouterWorker};
 use super::stateful::CtStage;
@@ -10,11 +23,11 @@ use super::stats::WorkerStats;
 use super::tx::{wall_ns, Tx};
 use freeway_bridge::{Bridge, BridgeWorker, FdbWriter, Layout, Learning};
 use freeway_capture::{Direction, TapPoint};
-use freeway_io::wait::{Waiter, Woken};
+use freeway_io::wait::{StopWake, Waiter, Woken};
 use freeway_io::RxQueue;
 use freeway_l3::neigh::NeighWriter;
 use freeway_packet::{parse, Batch, Packet, PacketPool};
-use freeway_sync::{CachePadded, Clock, Tick};
+use freeway_sync::{CachePadded, Clock, Sleeper, Tick};
 
 /// A worker's context, passed explicitly down the pipeline (never hidden in
 /// packet metadata).
@@ -95,6 +108,7 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     mut w: Worker<L, T>,
     clock: Clock,
     stop: Arc<AtomicBool>,
+    stop_wake: Option<Arc<StopWake>>,
     mut inline: Option<Inline<L>>,
 ) -> Option<Inline<L>> {
     if let Some(c) = w.core {
@@ -112,8 +126,19 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     let mut batch = Batch::new();
     let mut rx = std::mem::take(&mut w.rx);
     // Declared after `rx`, so dropped before the queues whose descriptors it polls.
+    // Without the stop signal to poll, the worker cannot sleep past its stop flag: no long
+    // sleeps then (see `idle_wait`).
     let mut waiter = Waiter::new(rx.iter().map(|(_, q)| q.as_ref()));
+    if let Some(sw) = stop_wake.as_deref() {
+        waiter = waiter.map(|wt| wt.with_stop(sw));
+    }
+    let long_sleeps = stop_wake.is_some();
+    // A worker that sleeps in `poll()` tells the clock, which slows down while all do.
+    let sleeper = waiter.as_ref().map(|_| clock.sleeper());
+    let mut woke_for_frames = false;
     let mut idle = 0u32;
+    // When this idle stretch's yielding began (see `idle_wait`).
+    let mut yield_since = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
         if w.tx.taps.any() {
@@ -136,6 +161,13 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
             }
             process_batch(&mut w, *port, &mut batch, now, inline.as_mut(), &mut scratch);
         }
+        if woke_for_frames {
+            // After the first batch, not before: the ticker's wake-up does not delay it.
+            woke_for_frames = false;
+            if let Some(s) = &sleeper {
+                s.wake_ticker();
+            }
+        }
         if got == 0 {
             if !live {
                 break;
@@ -152,7 +184,22 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
                     r.expire(now, &mut w.tx.pool);
                 }
             }
-            idle_wait(idle, &mut waiter, w.tx.taps.any(), &w.stats);
+            // Nothing due until a frame comes: sleep long (the stop signal wakes the worker).
+            let quiet = long_sleeps
+                && w.router.as_ref().is_none_or(|r| r.quiet())
+                && w.ct
+                    .as_ref()
+                    .and_then(|c| c.reasm.as_ref())
+                    .is_none_or(|r| r.is_empty());
+            let sleep = if quiet { SLEEP_QUIET } else { SLEEP_MAX };
+            if idle == SPIN_POLLS {
+                yield_since = Instant::now();
+            } else if idle < YIELD_POLLS && idle > SPIN_POLLS && yield_since.elapsed() >= YIELD_WINDOW {
+                // Yielding for longer than the window (a loaded core gives each yield away for
+                // a whole time slice): sleep from now on.
+                idle = YIELD_POLLS;
+            }
+            woke_for_frames = idle_wait(idle, &mut waiter, sleeper.as_ref(), w.tx.taps.any(), sleep, &w.stats);
         } else {
             idle = 0;
         }
@@ -168,30 +215,57 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
 const SPIN_POLLS: u32 = 64;
 /// See [`SPIN_POLLS`]; a multiple of it.
 const YIELD_POLLS: u32 = 1024;
-/// The longest a worker sleeps in `poll()`: it then checks its stop flag, sends what waits for
-/// a neighbour ([`poll_router`]), and sleeps again.
+/// The longest a worker yields before it sleeps, whatever the count of polls: on a core other
+/// threads want, each `yield_now` can give the core away for a whole time slice, and 960
+/// yields would then keep an idle worker awake (and runnable) for seconds.
+const YIELD_WINDOW: Duration = Duration::from_millis(1);
+/// The longest a worker sleeps in `poll()` while something is due without a frame: packets
+/// waiting for a neighbour (re-sent requests, timeouts: [`poll_router`]), fragments to expire,
+/// the kernel twins' output; or when it has no stop signal to wake it.
 const SLEEP_MAX: Duration = Duration::from_millis(5);
+/// The longest a worker sleeps in `poll()` when nothing is due: a frame or the run's stop
+/// signal ([`StopWake`]) wakes it, so the timeout only bounds how late it notices what changed
+/// without waking it (a tap attached, whose writer then waits for the worker's progress; a
+/// replaced tap list it still holds; transmit frames a kick left on an AF_XDP ring): at most
+/// 10 wake-ups a second, where 5 ms gave 200.
+const SLEEP_QUIET: Duration = Duration::from_millis(100);
 
 /// What a worker does after its `idle`-th empty poll in a row: spin, yield, then sleep. It
 /// sleeps in `poll()` on its queues' descriptors, woken by the first frame, when it has a
 /// [`Waiter`] (every queue gives a descriptor: no generator or pcap file) and no tap is
 /// attached (the taps' writers merge by the workers' progress marks, which a sleeping worker
 /// would not advance); else 50 µs at a time. A waiter that fails is dropped for good.
-fn idle_wait(idle: u32, waiter: &mut Option<Waiter>, taps: bool, stats: &WorkerStats) {
+/// Returns whether it slept in `poll()` and a descriptor woke it.
+fn idle_wait(
+    idle: u32,
+    waiter: &mut Option<Waiter>,
+    sleeper: Option<&Sleeper>,
+    taps: bool,
+    sleep: Duration,
+    stats: &WorkerStats,
+) -> bool {
     if idle < SPIN_POLLS {
         std::hint::spin_loop();
     } else if idle < YIELD_POLLS {
         std::thread::yield_now();
     } else if let Some(wt) = waiter.as_mut().filter(|_| !taps) {
         stats.sleeps.inc();
-        match wt.wait(SLEEP_MAX) {
-            Ok(Woken::Ready) => stats.wakeups.inc(),
+        let woken = match sleeper {
+            Some(s) => s.sleep(|| wt.wait(sleep)),
+            None => wt.wait(sleep),
+        };
+        match woken {
+            Ok(Woken::Ready) => {
+                stats.wakeups.inc();
+                return true;
+            }
             Ok(Woken::Timeout) => {}
             Err(_) => *waiter = None,
         }
     } else {
         std::thread::sleep(Duration::from_micros(50));
     }
+    false
 }
 
 pub(crate) fn poll_router<L: Layout, T: TapPoint>(w: &mut Worker<L, T>, now: Tick, inline: Option<&mut Inline<L>>) {
