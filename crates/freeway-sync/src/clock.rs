@@ -238,7 +238,12 @@ mod tests {
         while c.now() < a + 10 && std::time::Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(c.now() >= a + 10, "clock did not advance in a minute: {} -> {}", a, c.now());
+        assert!(
+            c.now() >= a + 10,
+            "clock did not advance in a minute: {} -> {}",
+            a,
+            c.now()
+        );
     }
 
     #[test]
