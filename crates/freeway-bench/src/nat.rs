@@ -3,7 +3,8 @@
 //! * **New connections**: each worker creates connections from its own clients (UDP, one
 //!   packet each, to one server; each client's source port is its own, spread over Linux's
 //!   ephemeral range as real clients' are, [`client_port`]), either plainly (`track` with commit: one lookup, one insert)
-//!   or translated as the datapath's postrouting does (`nat::commit_new` with a source
+//!   or translated as the datapath's postrouting does (`nat::commit_classified`, on the
+//!   packet's one classification, with a source
 //!   translation to one public address: the client's own port when no other connection to
 //!   the same server uses it, else a candidate from a pseudo-random point of the worker's
 //!   blocks (seeded: every run the same), the rewrite, two inserts, the first of which tests
@@ -163,10 +164,10 @@ fn on_workers<R: Send + 'static>(
     hs.into_iter().map(|h| h.join().expect("worker")).collect()
 }
 
-/// The tuple of a tracked packet.
-fn tuple_of(p: &Packet) -> freeway_conntrack::Tuple {
+/// The tuple and transport state of a tracked packet.
+fn tracked_of(p: &Packet) -> (freeway_conntrack::Tuple, extract::L4Info) {
     match extract::classify(p.data(), &p.meta, true) {
-        extract::Class::Track(t, _) => t,
+        extract::Class::Track(t, l4) => (t, l4),
         _ => unreachable!("a UDP frame"),
     }
 }
@@ -184,8 +185,9 @@ fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, u64) {
             for i in start..(start + 32).min(conns) {
                 set_client(&mut p, client(id, i), client_port(id, i), i);
                 let r = if translate {
-                    let orig = tuple_of(&p);
-                    nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, Some(b.snat))
+                    // Classified once, as the datapath's prerouting does.
+                    let (orig, l4) = tracked_of(&p);
+                    nat::commit_classified(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, l4, Some(b.snat))
                 } else {
                     Ok(b.w.track(&g, p.data(), &p.meta, 0, b.flags))
                 };
@@ -210,17 +212,18 @@ fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> 
                 let mut p = template();
                 p.meta.flags |= meta_flags::IPV4_CSUM_OK;
                 set_client(&mut p, client(id, i), client_port(id, i), i);
-                let orig = tuple_of(&p);
+                let (orig, l4) = tracked_of(&p);
                 let mut q = p.clone();
                 if translate {
                     bad += u64::from(
-                        nat::commit_new(&mut b.w, &mut b.ports, &g, &mut q, 0, &orig, orig, Some(b.snat)).is_err(),
+                        nat::commit_classified(&mut b.w, &mut b.ports, &g, &mut q, 0, &orig, orig, l4, Some(b.snat))
+                            .is_err(),
                     );
                 } else {
                     let _ = b.w.track(&g, q.data(), &q.meta, 0, b.flags);
                 }
                 // The reply, so that the connection is established.
-                let t = tuple_of(&q);
+                let (t, _) = tracked_of(&q);
                 let r = frames::udp(t.dst_ip(), t.src_ip(), t.dport, t.sport, 16);
                 let _ = b.w.track(&g, r.data(), &r.meta, 0, b.flags);
                 templates.push(p);

@@ -12,7 +12,7 @@ pub use rewrite::{rewrite, rewrite_icmp_error};
 use freeway_packet::Packet;
 
 use crate::ct::CtWorker;
-use crate::extract::{walk, Class};
+use crate::extract::{walk, Class, L4Info};
 use crate::key::{Key, Tuple};
 use crate::table::Guard;
 use crate::{CtResult, CtState};
@@ -71,7 +71,8 @@ pub fn rewrite_pkt(pkt: &mut Packet, from: &Tuple, to: &Tuple) -> bool {
 /// `snat`, its source becomes a free address and port of it. The packet is rewritten to the
 /// final tuple. Tries the candidates of [`NatPorts::candidates`] until the table takes one
 /// (the table's insert is the test of a candidate: no lookup before it), with the nodes and
-/// the place reserved once.
+/// the place reserved once. Parses the packet's transport header; a caller that classified
+/// the packet already calls [`commit_classified`].
 #[allow(clippy::too_many_arguments)]
 pub fn commit_new(
     ct: &mut CtWorker,
@@ -90,6 +91,24 @@ pub fn commit_new(
         Class::Invalid(r) => return Ok(CtResult::orig(CtState::Invalid(r))),
         _ => return Ok(CtResult::orig(CtState::Untracked)),
     };
+    commit_classified(ct, ports, g, pkt, zone, orig, cur, l4, snat)
+}
+
+/// [`commit_new`] for a packet already classified ([`crate::extract::classify`] gave
+/// `Track(cur, l4)` for it as it is now): its headers are not parsed again.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn commit_classified(
+    ct: &mut CtWorker,
+    ports: &mut NatPorts,
+    g: &Guard,
+    pkt: &mut Packet,
+    zone: u16,
+    orig: &Tuple,
+    cur: Tuple,
+    l4: L4Info,
+    snat: Option<SrcNat>,
+) -> Result<CtResult, NatFail> {
     // The candidates: one tuple, or one per candidate port.
     let (mut one, mut many) = (None, None);
     match snat {

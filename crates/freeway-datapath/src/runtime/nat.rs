@@ -45,6 +45,7 @@
 
 use std::sync::Arc;
 
+use freeway_conntrack::extract::L4Info;
 use freeway_conntrack::nat::{self, NatFail, NatPorts, PortRange, SrcNat};
 use freeway_conntrack::{extract, CtState, CtWorker, NatPlan, Tuple};
 use freeway_firewall::ast::{Hook, NatKind};
@@ -85,9 +86,14 @@ pub(crate) fn dnat_target(orig: &Tuple, c: &NatChoice) -> Tuple {
 
 /// The tuple of a tracked packet.
 pub(crate) fn tuple_of(pkt: &Packet) -> Option<Tuple> {
+    tracked_of(pkt).map(|(t, _)| t)
+}
+
+/// The tuple and transport state of a tracked packet.
+fn tracked_of(pkt: &Packet) -> Option<(Tuple, L4Info)> {
     let l3_ok = pkt.meta.flags & meta_flags::IPV4_CSUM_OK != 0;
     match extract::classify(pkt.data(), &pkt.meta, l3_ok) {
-        extract::Class::Track(t, _) => Some(t),
+        extract::Class::Track(t, l4) => Some((t, l4)),
         _ => None,
     }
 }
@@ -189,8 +195,10 @@ pub(crate) struct NatState {
     masq: Arc<[(Option<u128>, Option<u128>)]>,
     /// The source half of an established connection's translation, still to do.
     src_half: Option<(Tuple, Tuple)>,
-    /// A new connection's tuple before any translation: it is created at postrouting.
-    new_orig: Option<Tuple>,
+    /// A new connection's tuple before any translation, its tuple after prerouting's
+    /// destination translation (the same without one) and its transport state: it is
+    /// created at postrouting, without parsing the packet again.
+    new_orig: Option<(Tuple, Tuple, L4Info)>,
 }
 
 /// What the NAT hooks of one worker work with: the ruleset and the worker's state of it, its
@@ -294,12 +302,18 @@ impl NatState {
         let flags = pkt.meta.flags;
         match flags & meta_flags::CT_MASK {
             meta_flags::CT_NEW if flags & meta_flags::CT_UNCOMMITTED != 0 => {
-                let Some(orig) = tuple_of(pkt) else { return true };
-                self.new_orig = Some(orig);
+                let Some((orig, l4)) = tracked_of(pkt) else { return true };
                 match cx.said(Hook::Prerouting, pkt, freeway_firewall::NO_IF) {
                     Said::Drop => false,
-                    Said::Nat(c) if c.kind == NatKind::Dnat => nat::rewrite_pkt(pkt, &orig, &dnat_target(&orig, &c)),
-                    _ => true,
+                    Said::Nat(c) if c.kind == NatKind::Dnat => {
+                        let cur = dnat_target(&orig, &c);
+                        self.new_orig = Some((orig, cur, l4));
+                        nat::rewrite_pkt(pkt, &orig, &cur)
+                    }
+                    _ => {
+                        self.new_orig = Some((orig, orig, l4));
+                        true
+                    }
                 }
             }
             meta_flags::CT_NEW | meta_flags::CT_ESTABLISHED | meta_flags::CT_RELATED => {
@@ -329,10 +343,12 @@ impl NatState {
         if let Some((from, to)) = self.src_half.take() {
             return ok_or_filtered(nat::rewrite_pkt(pkt, &from, &to));
         }
-        let Some(orig) = self.new_orig.take() else {
+        // The packet's tuple and transport state as prerouting left them (a destination
+        // translation changes addresses and ports only; nothing between the hooks changes
+        // either).
+        let Some((orig, cur, l4)) = self.new_orig.take() else {
             return Ok(());
         };
-        let Some(cur) = tuple_of(pkt) else { return Ok(()) };
         let (oif, now) = (cx.oif, cx.now);
         let snat = match cx.said(Hook::Postrouting, pkt, u32::from(oif)) {
             Said::Drop => return Err(L3Drop::Filtered),
@@ -356,7 +372,7 @@ impl NatState {
             Said::Nothing => None,
         };
         let g = cx.ct.pin();
-        match nat::commit_new(cx.ct, &mut self.ports, &g, pkt, cx.zone, &orig, cur, snat) {
+        match nat::commit_classified(cx.ct, &mut self.ports, &g, pkt, cx.zone, &orig, cur, l4, snat) {
             // A translated connection that could not be created (a limit) cannot be
             // translated back: its packet is dropped. An untranslated one passes, as it does
             // without NAT.
