@@ -3,7 +3,7 @@
 //! * **New connections**: each worker creates connections from its own clients (UDP, one
 //!   packet each, to one server; each client's source port is its own, spread over Linux's
 //!   ephemeral range as real clients' are, [`client_port`]), either plainly (`track` with commit: one lookup, one insert)
-//!   or translated as the datapath's postrouting does (`nat::commit_classified`, on the
+//!   or translated as the datapath's postrouting does (`nat::commit_new`, on the
 //!   packet's one classification, with a source
 //!   translation to one public address: the client's own port when no other connection to
 //!   the same server uses it, else a candidate from a pseudo-random point of the worker's
@@ -187,7 +187,7 @@ fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, u64) {
                 let r = if translate {
                     // Classified once, as the datapath's prerouting does.
                     let (orig, l4) = tracked_of(&p);
-                    nat::commit_classified(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, l4, Some(b.snat))
+                    nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, l4, Some(b.snat))
                 } else {
                     Ok(b.w.track(&g, p.data(), &p.meta, 0, b.flags))
                 };
@@ -216,8 +216,7 @@ fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> 
                 let mut q = p.clone();
                 if translate {
                     bad += u64::from(
-                        nat::commit_classified(&mut b.w, &mut b.ports, &g, &mut q, 0, &orig, orig, l4, Some(b.snat))
-                            .is_err(),
+                        nat::commit_new(&mut b.w, &mut b.ports, &g, &mut q, 0, &orig, orig, l4, Some(b.snat)).is_err(),
                     );
                 } else {
                     let _ = b.w.track(&g, q.data(), &q.meta, 0, b.flags);

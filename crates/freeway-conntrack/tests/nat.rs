@@ -28,6 +28,14 @@ fn setup() -> (Conntrack, CtWorker, Clock) {
     (ct, w, clock)
 }
 
+/// The transport state of a tracked packet, as [`nat::commit_new`] takes it.
+fn l4_of(p: &Packet) -> extract::L4Info {
+    match extract::classify(p.data(), &p.meta, false) {
+        extract::Class::Track(_, l4) => l4,
+        other => panic!("not a tracked packet: {other:?}"),
+    }
+}
+
 fn tuple_of(p: &Packet) -> Tuple {
     match extract::classify(p.data(), &p.meta, false) {
         extract::Class::Track(t, _) => t,
@@ -83,7 +91,8 @@ fn masquerade_one(w: &mut CtWorker, g: &freeway_conntrack::Guard) -> (Packet, Tu
         addr: (0xc000_0201, 0xc000_0201),
         ports: None,
     };
-    let r = nat::commit_new(w, &mut ports, g, &mut p, 0, &orig, orig, Some(snat)).expect("translated");
+    let l4 = l4_of(&p);
+    let r = nat::commit_new(w, &mut ports, g, &mut p, 0, &orig, orig, l4, Some(snat)).expect("translated");
     (p, orig, r)
 }
 
@@ -156,7 +165,8 @@ fn a_taken_tuple_is_never_reused() {
             Seg::new(SYN, 1, 0),
         );
         let orig = tuple_of(&p);
-        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).expect("a port is free");
+        let l4 = l4_of(&p);
+        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, l4, Some(snat)).expect("a port is free");
         assert!(checksums_ok(&p));
         got.push(tuple_of(&p).sport);
     }
@@ -164,15 +174,17 @@ fn a_taken_tuple_is_never_reused() {
     assert_eq!(got, vec![2000, 2001, 2002, 2003]);
     let mut p = frames::tcp(ip("10.0.0.9"), ip("198.51.100.7"), 2001, 80, Seg::new(SYN, 1, 0));
     let orig = tuple_of(&p);
+    let l4 = l4_of(&p);
     assert_eq!(
-        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)),
+        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, l4, Some(snat)),
         Err(nat::NatFail::Exhausted)
     );
     assert!(ports.exhausted(0));
     // Another destination may use the same ports.
     let mut p = frames::tcp(ip("10.0.0.9"), ip("198.51.100.8"), 2001, 80, Seg::new(SYN, 1, 0));
     let orig = tuple_of(&p);
-    assert!(nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).is_ok());
+    let l4 = l4_of(&p);
+    assert!(nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, l4, Some(snat)).is_ok());
     assert_eq!(ct.len(), 5);
 }
 
@@ -194,7 +206,8 @@ fn port_forward_handshake_expiry_and_icmp_error() {
     };
     let g = w.pin();
     assert!(nat::rewrite_pkt(&mut syn, &orig, &dnat));
-    nat::commit_new(&mut w, &mut ports, &g, &mut syn, 0, &orig, dnat, None).expect("created");
+    let l4 = l4_of(&syn);
+    nat::commit_new(&mut w, &mut ports, &g, &mut syn, 0, &orig, dnat, l4, None).expect("created");
     assert_eq!(tuple_of(&syn), dnat);
     assert!(checksums_ok(&syn));
     // The server's SYN-ACK, de-translated.
@@ -251,7 +264,8 @@ fn echo_identifier_is_translated() {
             addr: (0xc000_0201, 0xc000_0201),
             ports: None,
         };
-        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)).unwrap();
+        let l4 = l4_of(&p);
+        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, l4, Some(snat)).unwrap();
         assert!(checksums_ok(&p));
         ids.push(tuple_of(&p).sport);
     }
@@ -424,15 +438,17 @@ fn taken_candidates_are_skipped_with_one_reservation() {
         let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000 + i, 53, 4);
         let orig = tuple_of(&p);
         let ports = if i < 2 { &mut ports } else { &mut fresh };
-        nat::commit_new(&mut w, ports, &g, &mut p, 0, &orig, orig, Some(snat)).expect("a port is free");
+        let l4 = l4_of(&p);
+        nat::commit_new(&mut w, ports, &g, &mut p, 0, &orig, orig, l4, Some(snat)).expect("a port is free");
         assert!(checksums_ok(&p));
         outs.push(tuple_of(&p).sport);
     }
     assert_eq!(outs, vec![7000, 7001, 7002, 7003], "every port once");
     let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5999, 53, 4);
     let orig = tuple_of(&p);
+    let l4 = l4_of(&p);
     assert_eq!(
-        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, Some(snat)),
+        nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, orig, l4, Some(snat)),
         Err(nat::NatFail::Exhausted)
     );
     drop(g);

@@ -12,10 +12,10 @@ pub use rewrite::{rewrite, rewrite_icmp_error};
 use freeway_packet::Packet;
 
 use crate::ct::CtWorker;
-use crate::extract::{walk, Class, L4Info};
+use crate::extract::L4Info;
 use crate::key::{Key, Tuple};
 use crate::table::Guard;
-use crate::{CtResult, CtState};
+use crate::CtResult;
 
 /// A source translation for a new connection: the addresses to pick from (one, chosen by
 /// the original source, so a host keeps its external address), and the ports (`None`: keep
@@ -67,38 +67,15 @@ pub fn rewrite_pkt(pkt: &mut Packet, from: &Tuple, to: &Tuple) -> bool {
 }
 
 /// Creates the connection of a new packet with its translation: `orig` is its tuple before
-/// any translation, `cur` its tuple now (after a destination translation, if any); with
-/// `snat`, its source becomes a free address and port of it. The packet is rewritten to the
-/// final tuple. Tries the candidates of [`NatPorts::candidates`] until the table takes one
-/// (the table's insert is the test of a candidate: no lookup before it), with the nodes and
-/// the place reserved once. Parses the packet's transport header; a caller that classified
-/// the packet already calls [`commit_classified`].
-#[allow(clippy::too_many_arguments)]
-pub fn commit_new(
-    ct: &mut CtWorker,
-    ports: &mut NatPorts,
-    g: &Guard,
-    pkt: &mut Packet,
-    zone: u16,
-    orig: &Tuple,
-    cur: Tuple,
-    snat: Option<SrcNat>,
-) -> Result<CtResult, NatFail> {
-    let l3_ok = pkt.meta.flags & freeway_packet::meta_flags::IPV4_CSUM_OK != 0;
-    // The packet's transport state (a rewrite changes only addresses and ports).
-    let l4 = match walk::<Tuple>(pkt.data(), &pkt.meta, l3_ok) {
-        Class::Track(_, l4) => l4,
-        Class::Invalid(r) => return Ok(CtResult::orig(CtState::Invalid(r))),
-        _ => return Ok(CtResult::orig(CtState::Untracked)),
-    };
-    commit_classified(ct, ports, g, pkt, zone, orig, cur, l4, snat)
-}
-
-/// [`commit_new`] for a packet already classified ([`crate::extract::classify`] gave
-/// `Track(cur, l4)` for it as it is now): its headers are not parsed again.
+/// any translation, `cur` its tuple now (after a destination translation, if any) and `l4`
+/// its transport state, as [`crate::extract::classify`] gave them (the packet is not parsed
+/// again); with `snat`, its source becomes a free address and port of it. The packet is
+/// rewritten to the final tuple. Tries the candidates of [`NatPorts::candidates`] until the
+/// table takes one (the table's insert is the test of a candidate: no lookup before it), with
+/// the nodes and the place reserved once.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn commit_classified(
+pub fn commit_new(
     ct: &mut CtWorker,
     ports: &mut NatPorts,
     g: &Guard,

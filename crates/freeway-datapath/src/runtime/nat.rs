@@ -372,7 +372,7 @@ impl NatState {
             Said::Nothing => None,
         };
         let g = cx.ct.pin();
-        match nat::commit_classified(cx.ct, &mut self.ports, &g, pkt, cx.zone, &orig, cur, l4, snat) {
+        match nat::commit_new(cx.ct, &mut self.ports, &g, pkt, cx.zone, &orig, cur, l4, snat) {
             // A translated connection that could not be created (a limit) cannot be
             // translated back: its packet is dropped. An untranslated one passes, as it does
             // without NAT.
