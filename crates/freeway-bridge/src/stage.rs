@@ -581,14 +581,9 @@ impl<L: Layout> Bridge<L> {
         learning: &mut Learning<'_, L>,
     ) {
         let guard = self.fdb.pin();
-        let BridgeWorker {
-            counters,
-            recent,
-            storm,
-        } = w;
-        let c: &BridgeCounters = counters;
+        let mut pass = Pass::new(self, &guard, w, learning, now);
+        let c = pass.c;
         c.rx.add(batch.len() as u64);
-        let mut pass = Pass::new(self, &guard, c, recent, storm, learning, now);
         // Per packet: the output port, or DROP / FLOOD.
         let mut fate = [DROP; MAX_BATCH];
         // The smallest and largest fate: one port for all when they are equal and a port.
@@ -838,12 +833,16 @@ impl<'g, 'w, 'l, L: Layout> Pass<'g, 'w, 'l, L> {
     fn new(
         bridge: &'g Bridge<L>,
         guard: &'g Guard,
-        c: &'w BridgeCounters,
-        recent: &'w mut [(u64, Tick); RECENT],
-        storm: &'w mut Vec<[Option<TokenBucket>; 3]>,
+        w: &'w mut BridgeWorker,
         learning: &'w mut Learning<'l, L>,
         now: Tick,
     ) -> Self {
+        let BridgeWorker {
+            counters,
+            recent,
+            storm,
+        } = w;
+        let c: &'w BridgeCounters = counters;
         Pass {
             bridge,
             guard,

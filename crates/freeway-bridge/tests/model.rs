@@ -89,6 +89,20 @@ fn push(b: &mut Batch, port: u16, mut p: Packet) {
     b.push(p).unwrap();
 }
 
+impl Model {
+    /// An empty model; with `with_flags`, the ports of it and of `bridge` get [`flag_set`].
+    fn with_flags(bridge: &Bridge<Padded>, with_flags: bool) -> Model {
+        let mut model = Model::default();
+        if with_flags {
+            model.flags = flag_set();
+            for (p, f) in model.flags.iter().enumerate() {
+                bridge.set_port_flags(p as u16, *f).unwrap();
+            }
+        }
+        model
+    }
+}
+
 /// Flags for the ports in the flags property test: 0 and 1 isolated (from each other, not
 /// from the rest), 2 does not learn, 3 takes no unknown unicast, 4 no multicast or broadcast.
 fn flag_set() -> Vec<PortFlags> {
@@ -267,13 +281,7 @@ proptest! {
         };
         let (fdb, mut writer, bridge, mut bw, mut em) = setup_with(cfg, 3);
         let ports = ports();
-        let mut model = Model::default();
-        if with_flags {
-            model.flags = flag_set();
-            for (p, f) in model.flags.iter().enumerate() {
-                bridge.set_port_flags(p as u16, *f).unwrap();
-            }
-        }
+        let mut model = Model::with_flags(&bridge, with_flags);
         let mut now = 1u64;
         for (i, o) in ops.into_iter().enumerate() {
             match o {
@@ -330,13 +338,7 @@ proptest! {
         let cfg = FdbConfig { learn_limit: LEARN_LIMIT, static_limit: STATIC_LIMIT, ..Default::default() };
         let (fdb, mut writer, bridge, mut bw, mut em) = setup_with(cfg, 5);
         let ports = ports();
-        let mut model = Model::default();
-        if with_flags {
-            model.flags = flag_set();
-            for (p, f) in model.flags.iter().enumerate() {
-                bridge.set_port_flags(p as u16, *f).unwrap();
-            }
-        }
+        let mut model = Model::with_flags(&bridge, with_flags);
         for (now, ops) in (1u64..).zip(batches) {
             let mut b = Batch::new();
             let mut want = Vec::new();
