@@ -10,7 +10,11 @@
 //! ingress port's mode (drop if filtered); learn or refresh the source; forward to the port of
 //! a known unicast destination (drop if that is the ingress port), or flood broadcast,
 //! multicast and unknown unicast to every other member port of the VLAN; tag or untag each
-//! copy for its egress port. With IGMP/MLD snooping ([`crate::mdb`]), a multicast frame's
+//! copy for its egress port. Within a batch, frames in a row from one station or to one
+//! station look its FDB entry up once (the entry refreshed for the batch's tick by the
+//! first), and frames to one (port, VLAN) take one egress verdict; a station move, an
+//! address learned inline, a change of ingress port or a disabled port forgets both.
+//! With IGMP/MLD snooping ([`crate::mdb`]), a multicast frame's
 //! reports, leaves and queries go to the multicast database's writer (like learn requests),
 //! and while its VLAN has a querier, a frame to a known group goes only to the group's
 //! members and the VLAN's router ports, a report only to the router ports.
@@ -32,7 +36,7 @@ use freeway_sync::{CachePadded, Counter, Published, Tick, TokenBucket};
 use crate::fdb::{Fdb, FdbWriter, LearnRequest};
 use crate::layout::{Layout, Padded};
 use crate::mdb::{self, McastFrame, Mdb, MdbRequest, PortSet};
-use crate::table::key;
+use crate::table::{key, Guard, Node, Table};
 use crate::vlan::PortVlan;
 
 /// Where the stage sends packets. Implemented by the worker's per-port transmit batches.
@@ -564,9 +568,10 @@ impl<L: Layout> Bridge<L> {
     /// filled). Every packet is either emitted (possibly as several copies) or dropped, counted,
     /// and its buffer returned to the pool; the batch is left empty.
     ///
-    /// Two passes, in the manner of VPP's nodes: the first decides each packet's fate in place
-    /// (learning, lookup, egress tagging of unicast frames); the second dispatches. When every
-    /// packet of the batch goes to the same port, the batch is handed over whole.
+    /// Two passes, in the manner of VPP's nodes: the first ([`Pass::frame`]) decides each
+    /// packet's fate in place (learning, lookup, egress tagging of unicast frames); the second
+    /// ([`Bridge::dispatch`]) sends. When every packet of the batch goes to the same port, the
+    /// batch is handed over whole.
     pub fn process<E: Emit>(
         &self,
         w: &mut BridgeWorker,
@@ -576,217 +581,62 @@ impl<L: Layout> Bridge<L> {
         learning: &mut Learning<'_, L>,
     ) {
         let guard = self.fdb.pin();
-        let table = self.fdb.table();
-        let vlans = self.vlans.load(&guard);
-        let BridgeWorker {
-            counters,
-            recent,
-            storm,
-        } = w;
-        let c: &BridgeCounters = counters;
+        let mut pass = Pass::new(self, &guard, w, learning, now);
+        let c = pass.c;
         c.rx.add(batch.len() as u64);
         // Per packet: the output port, or DROP / FLOOD.
         let mut fate = [DROP; MAX_BATCH];
-        // For floods only, made when the batch's first frame floods: the VLAN, original tag
-        // and class, and where snooping sends a multicast frame.
-        let mut floods: Option<[(u16, Option<u16>, FloodClass); MAX_BATCH]> = None;
-        let mut snooped: Option<[Snooped<'_>; MAX_BATCH]> = None;
-        let mut mview: Option<&mdb::MdbView> = None;
-        let mut uniform = true;
-        let read_only = matches!(learning, Learning::ReadOnly);
-        // The ingress port's state, read when its first frame of the batch comes, and the
-        // verdict for the last (egress port, VLAN) a frame from it was forwarded to.
+        // The smallest and largest fate: one port for all when they are equal and a port.
+        let (mut lo, mut hi) = (DROP, 0);
+        // The ingress port's state, read when its first frame of the batch comes.
         let mut ing: Option<Ingress<'_>> = None;
-        let mut last_out: Option<(u16, u16, Egress)> = None;
-        for (i, p) in batch.as_mut_slice().iter_mut().enumerate() {
-            // One bounds check for both addresses.
-            let Some(&[d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5]) = p.data().first_chunk::<12>() else {
-                c.drop_bad_port.inc();
-                uniform = false;
-                continue;
-            };
-            let dst = [d0, d1, d2, d3, d4, d5];
-            let src = [s0, s1, s2, s3, s4, s5];
-            if src[0] & 1 != 0 {
-                c.drop_src_multicast.inc();
-                uniform = false;
-                continue;
-            }
-            let in_port = p.meta.in_port;
-            let cur = match &mut ing {
-                Some(x) if x.port == in_port => x,
-                _ => match self.ingress(vlans, in_port, read_only) {
-                    Some(x) => {
-                        last_out = None;
-                        ing.insert(x)
-                    }
-                    None => {
-                        c.drop_bad_port.inc();
-                        uniform = false;
-                        continue;
-                    }
-                },
-            };
-            if cur.disabled {
-                c.drop_port_disabled.inc();
-                uniform = false;
-                continue;
-            }
-            let tag = (p.meta.vlan_depth > 0 && p.meta.vlan != NO_VLAN).then_some(p.meta.vlan);
-            let Some(vid) = cur.vlan.classify(tag) else {
-                c.drop_vlan_filtered.inc();
-                uniform = false;
-                continue;
-            };
-
-            // Learn the source.
-            if cur.learn {
-                let sk = key(src, vid);
-                match table.lookup(sk, &guard) {
-                    Some(n) => {
-                        if n.port() != in_port {
-                            if n.move_to(in_port) {
-                                c.moves.inc();
-                            } else if n.is_static() {
-                                c.static_conflict.inc();
-                            }
-                        }
-                        n.touch_updated(now);
-                    }
-                    None => match learning {
-                        Learning::ReadOnly => {}
-                        Learning::Inline(wr) => {
-                            wr.learn(sk, in_port, now);
-                        }
-                        Learning::Queue => {
-                            let slot = &mut recent[(sk.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % RECENT];
-                            if slot.0 != sk || now.saturating_sub(slot.1) >= RELEARN_MS {
-                                *slot = (sk, now);
-                                if self.fdb.request_learn(LearnRequest { key: sk, port: in_port }) {
-                                    c.learn_requests.inc();
-                                } else {
-                                    c.learn_queue_full.inc();
-                                }
-                            }
-                        }
-                    },
-                }
-            }
-
-            // Decide.
-            if dst[0] & 1 == 0 {
-                if let Some(n) = table.lookup(key(dst, vid), &guard) {
-                    if !read_only {
-                        n.touch_used(now);
-                    }
-                    let o = n.port();
-                    if o == in_port {
-                        c.drop_same_port.inc();
-                        uniform = false;
-                        continue;
-                    }
-                    let verdict = match last_out {
-                        Some((lo, lv, e)) if lo == o && lv == vid => e,
-                        _ => {
-                            let e = self.egress(vlans, cur, o, vid);
-                            last_out = Some((o, vid, e));
-                            e
-                        }
-                    };
-                    match verdict {
-                        Egress::Send { tagged } => {
-                            if Self::egress_prepare(p, tagged, vid, tag) {
-                                c.forwarded.inc();
-                                fate[i] = o;
-                                uniform &= fate[0] == o;
-                            } else {
-                                c.drop_no_headroom.inc();
-                                uniform = false;
-                            }
-                        }
-                        Egress::Disabled => {
-                            c.drop_port_disabled.inc();
-                            uniform = false;
-                        }
-                        Egress::Isolated => {
-                            c.drop_isolated.inc();
-                            uniform = false;
-                        }
-                        Egress::Filtered => {
-                            // Learned while the port was a member of the VLAN, which it left.
-                            c.drop_vlan_filtered.inc();
-                            uniform = false;
-                        }
-                    }
-                    continue;
-                }
-                c.unknown_unicast.inc();
-            } else if is_link_local(&dst) && !Self::forwards_link_local(cur.bp.group_fwd, dst[5]) {
-                if dst[5] == 0 && cur.flags.bpdu_guard && !read_only {
-                    // An STP BPDU where no switch should be: the port goes down, for the
-                    // rest of this batch too (its frames, and frames to it).
-                    if !cur.bp.disabled.swap(true, Ordering::Relaxed) {
-                        guard_log(in_port, &cur.bp.name);
-                    }
-                    cur.disabled = true;
-                    last_out = None;
-                    c.bpdu_guard.inc();
-                }
-                c.drop_link_local.inc();
-                uniform = false;
-                continue;
-            }
-            let class = if dst == [0xff; 6] {
-                FloodClass::Broadcast
-            } else if dst[0] & 1 != 0 {
-                FloodClass::Multicast
-            } else {
-                FloodClass::Unknown
-            };
-            let rate = cur.bp.storm.rate(class);
-            if rate != 0 && !read_only {
-                let port = usize::from(in_port);
-                if storm.len() <= port {
-                    storm.resize(self.ports.len().max(port + 1), [None, None, None]);
-                }
-                let bucket = storm[port][class as usize].get_or_insert_with(|| TokenBucket::starting_empty(rate, rate));
-                if !bucket.take(now) {
-                    c.drop_storm.inc();
-                    uniform = false;
-                    continue;
-                }
-            }
-            if let (FloodClass::Multicast, Some(m)) = (class, &self.mdb) {
-                let view = *mview.get_or_insert_with(|| m.view(&guard));
-                if view.snooping() {
-                    let s = Self::snoop(view, m, p, vid, c, learning, now);
-                    if s.is_some() {
-                        c.mcast_snooped.inc();
-                        snooped.get_or_insert([None; MAX_BATCH])[i] = s;
-                    }
-                }
-            }
-            fate[i] = FLOOD;
-            floods.get_or_insert([(0, None, FloodClass::Unknown); MAX_BATCH])[i] = (vid, tag, class);
-            uniform = false;
+        for (i, (p, f)) in batch.as_mut_slice().iter_mut().zip(fate.iter_mut()).enumerate() {
+            *f = pass.frame(i, p, &mut ing);
+            lo = lo.min(*f);
+            hi = hi.max(*f);
         }
-
-        if uniform && !batch.is_empty() {
-            out.emit_batch(fate[0], batch);
+        c.forwarded.add(pass.forwarded);
+        if lo == hi && hi < FLOOD && !batch.is_empty() {
+            out.emit_batch(hi, batch);
             return;
         }
-        for (i, p) in batch.drain().enumerate() {
-            match fate[i] {
+        self.dispatch(
+            pass.vlans,
+            batch,
+            &fate,
+            pass.floods.as_ref().map(|f| &f[..]),
+            pass.snooped.as_ref().map(|s| &s[..]),
+            c,
+            out,
+        );
+    }
+
+    /// The second pass: sends each packet of `batch` as `fate` says (dropped packets back to
+    /// the pool, flooded ones copied to their VLAN's members).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn dispatch<E: Emit>(
+        &self,
+        vlans: &VlanView,
+        batch: &mut Batch,
+        fate: &[u16; MAX_BATCH],
+        floods: Option<&[FloodFrame]>,
+        snooped: Option<&[Snooped<'_>]>,
+        c: &BridgeCounters,
+        out: &mut E,
+    ) {
+        for ((i, p), &f) in batch.drain().enumerate().zip(fate) {
+            match f {
                 DROP => out.pool().put(p),
                 FLOOD => {
                     // Set with FLOOD, so present; a DROP if ever not.
-                    let Some(&f) = floods.as_ref().and_then(|f| f.get(i)) else {
+                    let Some(&fl) = floods.and_then(|f| f.get(i)) else {
                         out.pool().put(p);
                         continue;
                     };
-                    let s = snooped.as_ref().and_then(|s| s.get(i).copied().flatten());
+                    let s = snooped.and_then(|s| s.get(i).copied().flatten());
                     let in_port = p.meta.in_port;
-                    self.flood(vlans, p, in_port, f, s, c, out);
+                    self.flood(vlans, p, in_port, fl, s, c, out);
                 }
                 o => out.emit(o, p),
             }
@@ -940,3 +790,335 @@ impl<L: Layout> Bridge<L> {
 const DROP: u16 = u16::MAX;
 /// `fate` of a flooded packet.
 const FLOOD: u16 = u16::MAX - 1;
+/// No FDB key: a unicast address's key never has the group bit (bit 56) set.
+const NO_KEY: u64 = u64::MAX;
+
+/// A flooded frame's VLAN, the tag it arrived with and its storm-control class.
+type FloodFrame = (u16, Option<u16>, FloodClass);
+
+/// The first pass over one batch ([`Bridge::process`]): what the stage reads once per batch
+/// (the epoch guard, the FDB, the VLAN view, the multicast view) and the decisions it reuses
+/// from frame to frame, beside what the second pass needs of flooded frames.
+struct Pass<'g, 'w, 'l, L: Layout> {
+    bridge: &'g Bridge<L>,
+    guard: &'g Guard,
+    table: &'g Table<L>,
+    vlans: &'g VlanView,
+    c: &'w BridgeCounters,
+    recent: &'w mut [(u64, Tick); RECENT],
+    storm: &'w mut Vec<[Option<TokenBucket>; 3]>,
+    learning: &'w mut Learning<'l, L>,
+    now: Tick,
+    read_only: bool,
+    /// The verdict for the last (egress port, VLAN) a frame from the current ingress port
+    /// was forwarded to: a run of frames to one port decides it once.
+    last_out: Option<(u16, u16, Egress)>,
+    /// The last source key found on the current ingress port's entry (refreshed for this
+    /// batch's tick), or [`NO_KEY`]: the frames of one station in a row look it up once.
+    learned: u64,
+    /// The last known-unicast destination key from the current ingress port, the port its
+    /// frames went to and whether tagged, or [`NO_KEY`]: the frames to one station in a row
+    /// look it up once (its `used` time is this batch's tick from the first).
+    known: (u64, u16, bool),
+    /// Frames forwarded to one port, added to the counter once per batch.
+    forwarded: u64,
+    /// For floods only, made when the batch's first frame floods: the VLAN, original tag
+    /// and class, and where snooping sends a multicast frame.
+    floods: Option<[FloodFrame; MAX_BATCH]>,
+    snooped: Option<[Snooped<'g>; MAX_BATCH]>,
+    mview: Option<&'g mdb::MdbView>,
+}
+
+impl<'g, 'w, 'l, L: Layout> Pass<'g, 'w, 'l, L> {
+    fn new(
+        bridge: &'g Bridge<L>,
+        guard: &'g Guard,
+        w: &'w mut BridgeWorker,
+        learning: &'w mut Learning<'l, L>,
+        now: Tick,
+    ) -> Self {
+        let BridgeWorker {
+            counters,
+            recent,
+            storm,
+        } = w;
+        let c: &'w BridgeCounters = counters;
+        Pass {
+            bridge,
+            guard,
+            table: bridge.fdb.table(),
+            vlans: bridge.vlans.load(guard),
+            c,
+            recent,
+            storm,
+            read_only: matches!(learning, Learning::ReadOnly),
+            learning,
+            now,
+            last_out: None,
+            learned: NO_KEY,
+            known: (NO_KEY, 0, false),
+            forwarded: 0,
+            floods: None,
+            snooped: None,
+            mview: None,
+        }
+    }
+
+    /// Decides the fate of frame `i`, `p`: its output port, [`DROP`] (counted) or [`FLOOD`].
+    /// `ing` is the ingress port as last read in this batch (read again when `p` comes from
+    /// another port).
+    #[inline(always)]
+    fn frame(&mut self, i: usize, p: &mut Packet, ing: &mut Option<Ingress<'g>>) -> u16 {
+        let c = self.c;
+        // One bounds check for both addresses.
+        let Some(&[d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5]) = p.data().first_chunk::<12>() else {
+            c.drop_bad_port.inc();
+            return DROP;
+        };
+        let dst = [d0, d1, d2, d3, d4, d5];
+        let src = [s0, s1, s2, s3, s4, s5];
+        if src[0] & 1 != 0 {
+            c.drop_src_multicast.inc();
+            return DROP;
+        }
+        let in_port = p.meta.in_port;
+        let cur = match ing {
+            Some(x) if x.port == in_port => x,
+            _ => match self.bridge.ingress(self.vlans, in_port, self.read_only) {
+                Some(x) => {
+                    self.forget();
+                    ing.insert(x)
+                }
+                None => {
+                    c.drop_bad_port.inc();
+                    return DROP;
+                }
+            },
+        };
+        if cur.disabled {
+            c.drop_port_disabled.inc();
+            return DROP;
+        }
+        let tag = (p.meta.vlan_depth > 0 && p.meta.vlan != NO_VLAN).then_some(p.meta.vlan);
+        let Some(vid) = cur.vlan.classify(tag) else {
+            c.drop_vlan_filtered.inc();
+            return DROP;
+        };
+        if cur.learn {
+            let sk = key(src, vid);
+            if sk != self.learned {
+                self.learn_source(in_port, sk);
+            }
+        }
+        if dst[0] & 1 == 0 {
+            let dk = key(dst, vid);
+            if dk == self.known.0 {
+                let (_, o, tagged) = self.known;
+                return self.send_known(p, o, tagged, vid, tag);
+            }
+            if let Some(f) = self.known_unicast(p, cur, dk, vid, tag) {
+                return f;
+            }
+            c.unknown_unicast.inc();
+        } else if is_link_local(&dst) && !Bridge::<L>::forwards_link_local(cur.bp.group_fwd, dst[5]) {
+            self.link_local(cur, dst[5]);
+            return DROP;
+        }
+        self.flood_frame(i, p, cur, &dst, vid, tag)
+    }
+
+    /// Forgets what the frames so far decided for the frames after them: the ingress port
+    /// changed, or an entry moved or was learned, or a port was disabled.
+    #[inline(always)]
+    fn forget(&mut self) {
+        self.last_out = None;
+        self.learned = NO_KEY;
+        self.known = (NO_KEY, 0, false);
+    }
+
+    /// Learns or refreshes the source `sk` of a frame from `in_port`.
+    #[inline(always)]
+    fn learn_source(&mut self, in_port: u16, sk: u64) {
+        match self.table.lookup(sk, self.guard) {
+            Some(n) => {
+                if n.port() == in_port {
+                    self.learned = sk;
+                } else {
+                    self.moved(n, in_port);
+                }
+                n.touch_updated(self.now);
+            }
+            None => self.learn_new(in_port, sk),
+        }
+    }
+
+    /// A known source seen on another port than its entry's: moved, or a static entry's
+    /// conflict.
+    #[inline(never)]
+    fn moved(&mut self, n: &Node<L>, in_port: u16) {
+        if n.move_to(in_port) {
+            self.c.moves.inc();
+            // A destination decided before may be this station's.
+            self.forget();
+        } else if n.is_static() {
+            self.c.static_conflict.inc();
+        }
+    }
+
+    /// An unknown source: learned here ([`Learning::Inline`]) or asked of the FDB writer
+    /// (at most once per [`RELEARN_MS`] per address and worker, as far as `recent` recalls).
+    #[inline(never)]
+    fn learn_new(&mut self, in_port: u16, sk: u64) {
+        let c = self.c;
+        match self.learning {
+            Learning::ReadOnly => {}
+            Learning::Inline(wr) => {
+                wr.learn(sk, in_port, self.now);
+                // Learning may have made room by removing an entry decided on before.
+                self.forget();
+            }
+            Learning::Queue => {
+                let slot = &mut self.recent[(sk.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % RECENT];
+                if slot.0 != sk || self.now.saturating_sub(slot.1) >= RELEARN_MS {
+                    *slot = (sk, self.now);
+                    if self.bridge.fdb.request_learn(LearnRequest { key: sk, port: in_port }) {
+                        c.learn_requests.inc();
+                    } else {
+                        c.learn_queue_full.inc();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The fate of a frame to the unicast destination `dk` (VLAN `vid`, arrived with `tag`):
+    /// its egress port (the frame tagged or untagged for it) or [`DROP`]; `None` when `dk` is
+    /// unknown. The egress verdict is decided once per run of frames to one (port, VLAN).
+    #[inline(always)]
+    fn known_unicast(&mut self, p: &mut Packet, cur: &Ingress<'g>, dk: u64, vid: u16, tag: Option<u16>) -> Option<u16> {
+        let n = self.table.lookup(dk, self.guard)?;
+        if !self.read_only {
+            n.touch_used(self.now);
+        }
+        let o = n.port();
+        if o == cur.port {
+            self.c.drop_same_port.inc();
+            return Some(DROP);
+        }
+        let verdict = match self.last_out {
+            Some((lo, lv, e)) if lo == o && lv == vid => e,
+            _ => {
+                let e = self.bridge.egress(self.vlans, cur, o, vid);
+                self.last_out = Some((o, vid, e));
+                e
+            }
+        };
+        let Egress::Send { tagged } = verdict else {
+            self.egress_dropped(verdict);
+            return Some(DROP);
+        };
+        self.known = (dk, o, tagged);
+        Some(self.send_known(p, o, tagged, vid, tag))
+    }
+
+    /// The fate of a frame of VLAN `vid` (arrived with `tag`) to a known destination on
+    /// port `o`, where it leaves `tagged` or not.
+    #[inline(always)]
+    fn send_known(&mut self, p: &mut Packet, o: u16, tagged: bool, vid: u16, tag: Option<u16>) -> u16 {
+        if Bridge::<L>::egress_prepare(p, tagged, vid, tag) {
+            self.forwarded += 1;
+            o
+        } else {
+            self.c.drop_no_headroom.inc();
+            DROP
+        }
+    }
+
+    /// Counts a known-unicast frame that its egress verdict drops.
+    #[cold]
+    fn egress_dropped(&self, verdict: Egress) {
+        let c = self.c;
+        match verdict {
+            Egress::Send { .. } => {}
+            Egress::Disabled => c.drop_port_disabled.inc(),
+            Egress::Isolated => c.drop_isolated.inc(),
+            // Learned while the port was a member of the VLAN, which it left.
+            Egress::Filtered => c.drop_vlan_filtered.inc(),
+        }
+    }
+
+    /// A link-local control frame (to 01:80:c2:00:00:0{low}) that the ingress port does not
+    /// forward: dropped, counted; an STP BPDU on a port with BPDU guard disables the port.
+    #[cold]
+    fn link_local(&mut self, cur: &mut Ingress<'g>, low: u8) {
+        if low == 0 && cur.flags.bpdu_guard && !self.read_only {
+            // An STP BPDU where no switch should be: the port goes down, for the rest of
+            // this batch too (its frames, and frames to it).
+            if !cur.bp.disabled.swap(true, Ordering::Relaxed) {
+                guard_log(cur.port, &cur.bp.name);
+            }
+            cur.disabled = true;
+            self.forget();
+            self.c.bpdu_guard.inc();
+        }
+        self.c.drop_link_local.inc();
+    }
+
+    /// The fate of frame `i`, `p`, a broadcast, multicast or unknown-unicast frame of VLAN
+    /// `vid`: [`FLOOD`] (with what the second pass needs), or [`DROP`] over its port's storm
+    /// control rate.
+    #[inline(never)]
+    fn flood_frame(
+        &mut self,
+        i: usize,
+        p: &Packet,
+        cur: &Ingress<'g>,
+        dst: &[u8; 6],
+        vid: u16,
+        tag: Option<u16>,
+    ) -> u16 {
+        let c = self.c;
+        let class = if *dst == [0xff; 6] {
+            FloodClass::Broadcast
+        } else if dst[0] & 1 != 0 {
+            FloodClass::Multicast
+        } else {
+            FloodClass::Unknown
+        };
+        let rate = cur.bp.storm.rate(class);
+        if rate != 0 && !self.read_only {
+            let port = usize::from(cur.port);
+            if self.storm.len() <= port {
+                self.storm
+                    .resize(self.bridge.ports.len().max(port + 1), [None, None, None]);
+            }
+            let bucket =
+                self.storm[port][class as usize].get_or_insert_with(|| TokenBucket::starting_empty(rate, rate));
+            if !bucket.take(self.now) {
+                c.drop_storm.inc();
+                return DROP;
+            }
+        }
+        if let (FloodClass::Multicast, Some(m)) = (class, &self.bridge.mdb) {
+            let guard = self.guard;
+            let view = *self.mview.get_or_insert_with(|| m.view(guard));
+            if view.snooping() {
+                let s = Bridge::<L>::snoop(view, m, p, vid, c, self.learning, self.now);
+                if s.is_some() {
+                    c.mcast_snooped.inc();
+                    if let Some(slot) = self.snooped.get_or_insert([None; MAX_BATCH]).get_mut(i) {
+                        *slot = s;
+                    }
+                }
+            }
+        }
+        if let Some(slot) = self
+            .floods
+            .get_or_insert([(0, None, FloodClass::Unknown); MAX_BATCH])
+            .get_mut(i)
+        {
+            *slot = (vid, tag, class);
+        }
+        FLOOD
+    }
+}

@@ -89,6 +89,20 @@ fn push(b: &mut Batch, port: u16, mut p: Packet) {
     b.push(p).unwrap();
 }
 
+impl Model {
+    /// An empty model; with `with_flags`, the ports of it and of `bridge` get [`flag_set`].
+    fn with_flags(bridge: &Bridge<Padded>, with_flags: bool) -> Model {
+        let mut model = Model::default();
+        if with_flags {
+            model.flags = flag_set();
+            for (p, f) in model.flags.iter().enumerate() {
+                bridge.set_port_flags(p as u16, *f).unwrap();
+            }
+        }
+        model
+    }
+}
+
 /// Flags for the ports in the flags property test: 0 and 1 isolated (from each other, not
 /// from the rest), 2 does not learn, 3 takes no unknown unicast, 4 no multicast or broadcast.
 fn flag_set() -> Vec<PortFlags> {
@@ -267,13 +281,7 @@ proptest! {
         };
         let (fdb, mut writer, bridge, mut bw, mut em) = setup_with(cfg, 3);
         let ports = ports();
-        let mut model = Model::default();
-        if with_flags {
-            model.flags = flag_set();
-            for (p, f) in model.flags.iter().enumerate() {
-                bridge.set_port_flags(p as u16, *f).unwrap();
-            }
-        }
+        let mut model = Model::with_flags(&bridge, with_flags);
         let mut now = 1u64;
         for (i, o) in ops.into_iter().enumerate() {
             match o {
@@ -312,6 +320,45 @@ proptest! {
                 model.fdb.iter().map(|(k, v)| (*k, (v.0, v.1))).collect();
             prop_assert_eq!(got, want);
             prop_assert!(writer.learned_len() <= LEARN_LIMIT);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Frames decided together in one batch (the stage reuses its lookups and verdicts from
+    /// frame to frame) fare as the reference model says they fare one at a time: stations
+    /// that move, are learned or repeat within a batch included.
+    #[test]
+    fn batched_frames_match_the_model_frame_by_frame(
+        batches in proptest::collection::vec(proptest::collection::vec(op(), 1..24), 1..20),
+        with_flags in any::<bool>(),
+    ) {
+        let cfg = FdbConfig { learn_limit: LEARN_LIMIT, static_limit: STATIC_LIMIT, ..Default::default() };
+        let (fdb, mut writer, bridge, mut bw, mut em) = setup_with(cfg, 5);
+        let ports = ports();
+        let mut model = Model::with_flags(&bridge, with_flags);
+        for (now, ops) in (1u64..).zip(batches) {
+            let mut b = Batch::new();
+            let mut want = Vec::new();
+            for (i, o) in ops.into_iter().enumerate() {
+                // Frames only: the table changes only through them within a batch.
+                let Op::Frame { src, dst, port, tag } = o else { continue };
+                let p = frame(mac(src), mac(dst), tag, i as u8);
+                want.extend(model.frame(&ports, mac(src), mac(dst), port, tag, now, &untag(p.data()).1));
+                push(&mut b, port, p);
+            }
+            em.out.clear();
+            bridge.process(&mut bw, &mut b, now, &mut em, &mut Learning::Inline(&mut writer));
+            let mut got = em.out.clone();
+            got.sort();
+            want.sort();
+            prop_assert_eq!(got, want, "batch at {}", now);
+            let got: BTreeMap<(Mac, u16), u16> =
+                fdb.entries(now).into_iter().map(|e| ((e.mac, e.vlan), e.port)).collect();
+            let want: BTreeMap<(Mac, u16), u16> = model.fdb.iter().map(|(k, v)| (*k, v.0)).collect();
+            prop_assert_eq!(got, want);
         }
     }
 }

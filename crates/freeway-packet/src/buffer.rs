@@ -715,9 +715,27 @@ impl PacketPool {
         let n = n.min(b.room());
         let take = n.min(self.free.len());
         let first = b.pkts.len();
-        b.pkts.extend(self.free.drain(self.free.len() - take..));
-        for p in &mut b.pkts[first..] {
-            p.reset();
+        let rest = self.free.len() - take;
+        b.pkts.reserve(take);
+        // SAFETY: the free list's last `take` packets are initialised; shortening the list
+        // first makes it forget them, and each one's buffer goes to exactly one new, reset
+        // packet written into the batch's spare capacity (reserved above: `first + take` is
+        // within it), after which the batch's length covers them. So every buffer keeps one
+        // owner, and none is read twice or leaked; the two vectors do not overlap.
+        unsafe {
+            self.free.set_len(rest);
+            let from = self.free.as_ptr().add(rest);
+            let to = b.pkts.as_mut_ptr().add(first);
+            for k in 0..take {
+                let buf = (*from.add(k)).buf;
+                to.add(k).write(Packet {
+                    buf,
+                    start: HEADROOM as u16,
+                    len: 0,
+                    meta: Meta::default(),
+                });
+            }
+            b.pkts.set_len(first + take);
         }
         for _ in take..n {
             self.allocated += 1;
