@@ -96,6 +96,15 @@ pub(crate) fn spawn_service<W: Send + 'static, T: Send + 'static>(
         .map_err(|e| RunError(format!("cannot start the {name} thread: {e}")))
 }
 
+/// Wakes the sleeping workers when the run stops; without it (no eventfd) they wake every
+/// few milliseconds to look at the stop flag.
+fn stop_wake() -> Option<Arc<freeway_io::wait::StopWake>> {
+    freeway_io::wait::StopWake::new()
+        .inspect_err(|e| tracing::warn!(error = %e, "no eventfd to wake idle workers: they wake every 5 ms"))
+        .ok()
+        .map(Arc::new)
+}
+
 /// Like [`run_with`](super::run_with), with the first `given.len()` ports supplied by the
 /// caller instead of opened from the config (whose entries still give their names and
 /// VLANs): the churn harness (`freeway-bench`'s churn oracle) drives the runtime through ports
@@ -134,24 +143,16 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         firewall,
         mtus,
     } = tables;
-    let (router_shared, rib, neigh_w) = match router {
-        Some((s, r, n)) => (Some(s), Some(r), Some(n)),
-        None => (None, None, None),
-    };
+    let (router_shared, mut rib, neigh_w) = router.map_or((None, None, None), |(s, r, n)| (Some(s), Some(r), Some(n)));
     let stop = Arc::new(AtomicBool::new(false));
     let writer_stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let (inline, writers) = writers_for(offline, fdb_w, neigh_w, &clock, &writer_stop)?;
-    // Wakes the sleeping workers when the run stops; without it they sleep briefly.
-    let stop_wake = freeway_io::wait::StopWake::new()
-        .inspect_err(|e| tracing::warn!(error = %e, "no eventfd to wake idle workers: they wake every 5 ms"))
-        .ok()
-        .map(Arc::new);
+    let stop_wake = stop_wake();
     let worker_handles = spawn_workers(workers, &clock, &stop, stop_wake.clone(), inline)?;
     let metrics_handle = metrics_listener
         .map(|l| spawn_metrics(l, snapper.clone(), start, &writer_stop))
         .transpose()?;
-    let mut rib = rib;
     // SIGHUP: the main thread reads the file again and, with a control thread, hands the
     // configuration to it (the owner of the RIB and of the tables' change queues).
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<Checked>(1);
