@@ -369,7 +369,14 @@ pub(crate) fn bind(path: &Path, access: &access::Access) -> Result<Listener, Run
     }
     // Bound under a private name, made 0600, then renamed into place: the socket never
     // appears at `path` with looser permissions, and a client that finds it can connect.
-    let tmp = path.with_file_name(format!(".fw-ctl-{}.tmp", std::process::id()));
+    // The private name is unique per bind (process id and a counter), so two datapaths of one
+    // process binding in one directory at once never take each other's name.
+    static BINDS: AtomicU64 = AtomicU64::new(0);
+    let tmp = path.with_file_name(format!(
+        ".fw-ctl-{}-{}.tmp",
+        std::process::id(),
+        BINDS.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_file(&tmp);
     let l = UnixListener::bind(&tmp).map_err(|x| e(x.to_string()))?;
     let group = access.group.as_ref().map(|g| g.gid);
