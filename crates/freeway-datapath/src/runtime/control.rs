@@ -1798,4 +1798,30 @@ mod tests {
         assert_eq!(ask(&q, 9).unwrap().text, "applied 9\n");
         w.join().unwrap();
     }
+
+    /// Several datapaths of one process bind sockets in one directory at once (as the tests
+    /// do): each gets its own socket, none refused for another's private name.
+    #[test]
+    fn sockets_bound_at_once_in_one_directory_never_collide() {
+        let dir = std::env::temp_dir().join(format!("fw-bind-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let dir = dir.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let path = dir.join(format!("{t}-{i}.sock"));
+                        let l = bind(&path, &access::Access::default()).unwrap_or_else(|e| panic!("{e}"));
+                        assert!(UnixStream::connect(&path).is_ok());
+                        drop(l);
+                        assert!(!path.exists(), "{}", path.display());
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
