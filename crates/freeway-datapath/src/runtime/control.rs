@@ -38,6 +38,7 @@
 pub mod access;
 pub mod cli;
 pub mod events;
+mod ifaces;
 mod lan;
 mod nft;
 pub mod protocol;
@@ -87,6 +88,8 @@ pub(crate) enum NeighOp {
     Del(IpAddr, u16),
     /// Delete the dynamic entries (of one interface).
     Flush(Option<u16>),
+    /// Delete every entry of one interface, permanent ones included (a reload removed it).
+    Purge(u16),
 }
 
 /// A request to a writer thread, where its answer goes, and its claim word ([`PENDING`],
@@ -147,6 +150,7 @@ pub(crate) fn apply_neigh(w: &mut NeighWriter, rx: &Receiver<Op<NeighOp>>, now: 
         NeighOp::Del(ip, iface) if w.delete(ip, iface) => Ok(String::new()),
         NeighOp::Del(ip, _) => Err(CtlError::NotFound(format!("no neighbour {ip} on that interface"))),
         NeighOp::Flush(iface) => Ok(format!("{} entries flushed\n", w.flush(iface, false))),
+        NeighOp::Purge(iface) => Ok(format!("{} entries deleted\n", w.flush(Some(iface), true))),
     })
 }
 
@@ -1351,6 +1355,8 @@ impl<L: Layout> Control<L> {
                     }
                     _ => Err("this run has no router".into()),
                 },
+                Change::Ifaces(plan) => self.apply_ifaces(plan, new),
+                Change::IfaceMtu(name, mtu) => self.iface_mtu(name, *mtu),
                 Change::TapStart(_, t) => self.tap_start(&t.0),
                 Change::TapStop(_, t) => self.tap_stop(&t.0),
                 Change::CtTimeouts(t) => match &self.ct {
@@ -1506,9 +1512,9 @@ impl<L: Layout> Control<L> {
             data.push(row);
         }
         if let Some((_, ifs, _)) = &self.rib {
-            for (i, it) in ifs.iter().enumerate() {
-                let mtu = ifs.mtu(i as u16);
-                let n = self.nports + 1 + i;
+            for (i, it) in ifs.indexed() {
+                let mtu = ifs.mtu(i);
+                let n = self.nports + 1 + usize::from(i);
                 text.push_str(&format!(
                     "{n}: {}: router interface vlan {} mtu {mtu}\n",
                     it.name,
