@@ -114,3 +114,47 @@ fn an_interface_added_by_reload_routes_and_a_removed_one_stops_while_the_others_
     assert!(bed.ping("h1", "10.2.0.2"), "h1 still reaches h2");
     bed.stop();
 }
+
+/// Forwarding only what the ruleset accepts by ingress interface: h3's interface (VLAN 30)
+/// is named before it exists (`iifname "v30"` matches nothing until it does).
+const RULESET: &str = r#"table inet filter {
+	chain forward {
+		type filter hook forward priority filter; policy drop;
+		ct state established,related accept
+		iifname "v10" accept
+		iifname "v30" accept
+	}
+}
+"#;
+
+/// With an nftables ruleset: an interface added by reload is judged by its name (the ruleset
+/// is compiled again for the new interface ids), and after it is removed and added again
+/// (a new id) too.
+#[test]
+fn the_ruleset_names_an_interface_added_by_reload() {
+    need_root!();
+    let mut bed = Bed::up("rlf");
+    two_subnets(&bed);
+    bed.sh_ok(
+        "h3",
+        "ip addr flush dev eth0 && ip addr add 10.3.0.2/24 dev eth0 && ip route add default via 10.3.0.1",
+    );
+    let rules = bed.dir.join("filter.nft");
+    std::fs::write(&rules, RULESET).unwrap();
+    let fw = format!("\n[firewall]\nruleset = \"{}\"\n", rules.display());
+    let (one, two) = (config(false) + &fw, config(true) + &fw);
+    bed.start_ctl(&one);
+    assert!(bed.ping("h1", "10.2.0.2"), "v10 may open connections");
+    assert!(bed.unreachable("h2", "10.1.0.2"), "v20 may not");
+
+    reload_applies(&bed, &two, "router interfaces: v30 added");
+    assert!(bed.ping("h3", "10.2.0.2"), "iifname \"v30\" names the added interface");
+    assert!(bed.unreachable("h2", "10.3.0.2"), "and v20 still opens nothing");
+
+    reload_applies(&bed, &one, "router interfaces: v30 removed");
+    assert!(bed.unreachable("h3", "10.2.0.2"), "removed");
+    reload_applies(&bed, &two, "router interfaces: v30 added");
+    assert!(bed.ping("h3", "10.2.0.2"), "added again, under a new id");
+    assert!(bed.ping("h1", "10.2.0.2"), "v10 all along");
+    bed.stop();
+}
