@@ -19,6 +19,11 @@
 //!
 //! Interfaces are named by the router interfaces' names: `iifname "lan"` is a router
 //! interface called `lan`, as in Linux, where routed traffic meets the IP stack's interfaces.
+//! A name no interface has matches nothing. A reload that adds or removes interfaces
+//! compiles the current ruleset again against the new names and ids and publishes it in the
+//! slot with each interface's conntrack zone ([`FirewallShared::set_interfaces`]), so a
+//! worker takes the ruleset and the zones up together, and the rules' state (counters,
+//! limits) starts again, as after a replacement.
 //!
 //! Threads: [`FirewallShared`] lives with the control thread (which replaces rulesets) and is
 //! cloned into each worker's [`FwHook`]; a hook is owned by one worker.

@@ -16,20 +16,30 @@
 //! and takes the new version between batches), the connected routes of the addresses that
 //! went deleted and those of the new ones added in one RIB publication. From the next batch
 //! the router answers ARP, ND and pings for the new addresses and delivers to them, and no
-//! longer for the old ones. The membership and the addresses go first, so static entries of
-//! a port that joins a VLAN, and routes through a gateway on a new subnet, find them. What
-//! does not (ports added, removed or of another kind or setting, router interfaces added,
-//! removed or otherwise changed, workers, the FDB's settings, the tracker's size) is named
-//! in the answer as waiting for a restart, and left as it is (each port added, removed or
-//! changed on a line of its own: [`Live::port_plan`]); when the ports or the interfaces
-//! themselves differ, their per-port changes and addresses wait with them.
+//! longer for the old ones. Router interfaces added and removed ([`Change::Ifaces`], applied
+//! by [`super::ifaces`]): one new version of the interfaces, an added one at an id never used
+//! before in the run; the connected routes of both in one RIB publication, with every route
+//! through a removed interface, and its neighbours, deleted (as the kernel deletes them); the
+//! router's bridge port joins and leaves their VLANs, with their static FDB entries; the
+//! ruleset is compiled again for the new interface ids; packets a worker queued for a
+//! removed interface's neighbour are dropped and counted (`iface_removed`). An interface
+//! whose VLAN or MAC changes is removed and added again (the routes and static neighbours
+//! of the file through it are then set again); one whose MTU changes keeps its id and takes
+//! the MTU live ([`Change::IfaceMtu`]). The membership, the interfaces and the addresses go
+//! first, so static entries of a port that joins a VLAN, and routes through a gateway on a
+//! new subnet or interface, find them. What does not change live (ports added, removed or
+//! of another kind or setting, the router's own settings, workers, the FDB's settings, the
+//! tracker's size) is named in the answer as waiting for a restart, and left as it is (each
+//! port added, removed or changed on a line of its own: [`Live::port_plan`]); when the
+//! ports themselves differ, their per-port changes wait with them.
 //! Masquerade's source address follows an address change with the interfaces' version: a
 //! worker takes up an interface's new first address when it takes up the version, so the
 //! next new connection masquerades to it; connections already translated keep the address
 //! they have until they expire, as Linux's do. The kernel twins (`[linux] punt`) take the
 //! new addresses too, by netlink, once the workers have them ([`readdress_twins`]: those
 //! that went are deleted, the kernel deleting their connected routes, then the new list is
-//! added); twins turned on or off wait for a restart. A file with an error changes nothing:
+//! added); twins turned on or off wait for a restart, and so do interfaces added or removed
+//! while there are twins (the twins are made once, at start). A file with an error changes nothing:
 //! the error names its file and line. A change the datapath refuses (an MTU larger than its
 //! buffers, an address the kernel refuses on a twin) is reported as failed; the others are
 //! applied.
