@@ -456,13 +456,13 @@ impl Live {
         let (iface_changes, iface_wait) = self.iface_diff(new);
         // Routes and neighbours through an interface removed go with it: those of the new
         // file are added again (through the interface added in its place, if any).
-        let removed = match iface_changes.iter().find_map(|c| match c {
-            Change::Ifaces(p) => Some(p.removed.clone()),
-            _ => None,
-        }) {
-            Some(r) => r,
-            None => Vec::new(),
-        };
+        let removed = iface_changes
+            .iter()
+            .find_map(|c| match c {
+                Change::Ifaces(p) => Some(p.removed.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
         let (gone_routes, gone_neighs) = self.through(&removed);
         let routes = |p: &String| {
             if gone_routes.contains(p) {
