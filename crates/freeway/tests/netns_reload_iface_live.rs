@@ -32,16 +32,6 @@ fn router_drops(bed: &Bed, reason: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Reloads `text` as the run's configuration: the reply applies `change`, nothing fails and
-/// nothing waits for a restart.
-fn reload_applies(bed: &Bed, text: &str, change: &str) {
-    std::fs::write(bed.dir.join("freeway.toml"), text).unwrap();
-    let r = bed.ctl(&["reload"]);
-    let said = r["text"].as_str().unwrap();
-    assert!(said.contains(&format!("applied: {change}")), "{said}");
-    assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
-}
-
 /// Runs `reloads` while h1 pings h2 (100 pings, 20 ms apart); the pings' summary line.
 fn while_h1_pings_h2(bed: &Bed, reloads: impl FnOnce()) -> String {
     std::thread::scope(|s| {
@@ -84,7 +74,7 @@ fn an_interface_added_by_reload_routes_and_a_removed_one_stops_while_the_others_
     assert!(bed.unreachable("h1", "10.3.0.2"), "--check applied nothing");
 
     // Added while h1 pings h2: h3's subnet is routed both ways, and no ping of h1's is lost.
-    let loss = while_h1_pings_h2(&bed, || reload_applies(&bed, &two, "router interfaces: v30 added"));
+    let loss = while_h1_pings_h2(&bed, || bed.reload_applies(&two, "router interfaces: v30 added"));
     assert!(loss.contains(" 0% packet loss"), "h1 and h2 kept routing: {loss}");
     assert!(bed.ping("h1", "10.3.0.2"), "h1 reaches h3 through the added interface");
     assert!(bed.ping("h3", "10.2.0.2"), "h3 reaches h2");
@@ -100,7 +90,7 @@ fn an_interface_added_by_reload_routes_and_a_removed_one_stops_while_the_others_
     assert!(bed.ping("h1", "10.3.0.2"), "a bad file changed nothing");
 
     // Removed while h1 pings h2: h3's subnet is unreachable, counted as no route.
-    let loss = while_h1_pings_h2(&bed, || reload_applies(&bed, &one, "router interfaces: v30 removed"));
+    let loss = while_h1_pings_h2(&bed, || bed.reload_applies(&one, "router interfaces: v30 removed"));
     assert!(loss.contains(" 0% packet loss"), "h1 and h2 kept routing: {loss}");
     let no_route = router_drops(&bed, "no_route");
     assert!(bed.unreachable("h1", "10.3.0.2"), "h3's subnet is no longer routed");
@@ -147,13 +137,13 @@ fn the_ruleset_names_an_interface_added_by_reload() {
     assert!(bed.ping("h1", "10.2.0.2"), "v10 may open connections");
     assert!(bed.unreachable("h2", "10.1.0.2"), "v20 may not");
 
-    reload_applies(&bed, &two, "router interfaces: v30 added");
+    bed.reload_applies(&two, "router interfaces: v30 added");
     assert!(bed.ping("h3", "10.2.0.2"), "iifname \"v30\" names the added interface");
     assert!(bed.unreachable("h2", "10.3.0.2"), "and v20 still opens nothing");
 
-    reload_applies(&bed, &one, "router interfaces: v30 removed");
+    bed.reload_applies(&one, "router interfaces: v30 removed");
     assert!(bed.unreachable("h3", "10.2.0.2"), "removed");
-    reload_applies(&bed, &two, "router interfaces: v30 added");
+    bed.reload_applies(&two, "router interfaces: v30 added");
     assert!(bed.ping("h3", "10.2.0.2"), "added again, under a new id");
     assert!(bed.ping("h1", "10.2.0.2"), "v10 all along");
     bed.stop();

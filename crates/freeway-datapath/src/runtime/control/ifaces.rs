@@ -29,8 +29,9 @@
 //! 6. the removed interfaces' static FDB entries deleted, and the router port leaves the
 //!    VLANs no interface has any more.
 //!
-//! With `[linux] punt` the interfaces' kernel twins are made once, at start: interfaces
-//! added or removed then wait for a restart (the reload names them).
+//! With `[linux] punt` the interfaces' kernel twins are made once, at start, and `[linux]
+//! mirror` maps the kernel's devices to the interface ids of the start: with either,
+//! interfaces added or removed wait for a restart (the reload names them).
 //!
 //! Threads: the control thread only.
 

@@ -39,7 +39,8 @@
 //! new addresses too, by netlink, once the workers have them ([`readdress_twins`]: those
 //! that went are deleted, the kernel deleting their connected routes, then the new list is
 //! added); twins turned on or off wait for a restart, and so do interfaces added or removed
-//! while there are twins (the twins are made once, at start). A file with an error changes nothing:
+//! while there are twins or the kernel's routes are mirrored (`[linux]`: the twins are made
+//! once, at start, and the mirror names interfaces by the ids they had then). A file with an error changes nothing:
 //! the error names its file and line. A change the datapath refuses (an MTU larger than its
 //! buffers, an address the kernel refuses on a twin) is reported as failed; the others are
 //! applied.
@@ -90,6 +91,9 @@ pub(crate) struct Live {
     ifaces: Vec<IfaceLive>,
     /// Whether the router interfaces have kernel twins (`[linux] punt`).
     twins: bool,
+    /// Whether the kernel's routes are mirrored (`[linux] mirror`: it names interfaces by
+    /// the ids they had at start).
+    mirror: bool,
     /// The taps of the file: what they are (as [`tap_words`] writes them), and their specs.
     taps: Vec<(String, FileTap)>,
     /// The rest, section by section, in a form that compares (its `Debug` text).
@@ -292,6 +296,7 @@ impl Live {
                 .map(|t| (tap_words(t, &c.ports), FileTap(t.clone())))
                 .collect(),
             twins: c.linux.as_ref().is_some_and(|l| l.punt),
+            mirror: c.linux.as_ref().is_some_and(|l| l.mirror.is_some()),
             ..Live::default()
         };
         if let Some(r) = &c.router {
@@ -621,10 +626,10 @@ impl Live {
             .collect();
         let mut out = Vec::new();
         if !removed.is_empty() || !added.is_empty() {
-            if self.twins || new.twins {
+            if self.twins || new.twins || self.mirror {
                 return (
                     Vec::new(),
-                    Some("router interfaces added or removed (the kernel twins of [linux] punt are made at start)"),
+                    Some("router interfaces added or removed (with [linux]: its kernel twins and the route mirror's interfaces are set at start)"),
                 );
             }
             out.push(Change::Ifaces(IfacePlan { removed, added }));
@@ -860,6 +865,16 @@ mod tests {
         Live::of(&parse(&text, "t.toml", None).unwrap())
     }
 
+    /// `a` with every change from `a` to `b` absorbed: nothing is left to change live.
+    fn absorbed_all(a: &Live, b: &Live) -> Live {
+        let mut now = a.clone();
+        for c in &a.diff(b).0 {
+            now.absorb(c);
+        }
+        assert_eq!(now.diff(b).0, vec![]);
+        now
+    }
+
     fn live(extra: &str) -> Live {
         let base = crate::config::ROUTER_CONFIG;
         Live::of(&parse(&format!("{base}\n{extra}"), "t.toml", None).unwrap())
@@ -938,11 +953,7 @@ mod tests {
         let addrs = "interface addresses: wan 10.0.20.1/24 10.0.30.1/24 2001:db8:20::1/64";
         let route = "route replace 203.0.113.0/24 via 10.0.30.7";
         assert_eq!(said(&a, &b), (vec![addrs.to_string(), route.to_string()], vec![]));
-        let mut now = a.clone();
-        for c in &a.diff(&b).0 {
-            now.absorb(c);
-        }
-        assert_eq!(now.diff(&b), (vec![], vec![]));
+        assert!(absorbed_all(&a, &b).diff(&b).1.is_empty());
     }
 
     #[test]
@@ -981,12 +992,11 @@ mod tests {
             said(&b, &a),
             (vec!["router interfaces: dmz removed".to_string()], vec![])
         );
-        let mut now = b.clone();
-        for c in &b.diff(&a).0 {
-            now.absorb(c);
-        }
-        assert_eq!(now.diff(&a), (vec![], vec![]));
-        assert_eq!(now, a, "the routes through the removed interface are gone");
+        assert_eq!(
+            absorbed_all(&b, &a),
+            a,
+            "the routes through the removed interface are gone"
+        );
     }
 
     #[test]
@@ -1015,11 +1025,7 @@ mod tests {
                 "neigh add 10.0.20.7 lladdr 02:00:00:00:20:07 dev wan",
             ]
         );
-        let mut now = a.clone();
-        for c in &a.diff(&b).0 {
-            now.absorb(c);
-        }
-        assert_eq!(now.diff(&b), (vec![], vec![]));
+        assert!(absorbed_all(&a, &b).diff(&b).1.is_empty());
     }
 
     #[test]
@@ -1052,7 +1058,7 @@ mod tests {
         assert!(changes.is_empty(), "{changes:?}");
         assert_eq!(
             restart,
-            ["router interfaces added or removed (the kernel twins of [linux] punt are made at start)"]
+            ["router interfaces added or removed (with [linux]: its kernel twins and the route mirror's interfaces are set at start)"]
         );
     }
 
