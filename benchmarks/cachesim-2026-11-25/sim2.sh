@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# usage: sim2.sh BIN NAME DELAY bench-args...  -> callgrind.out.NAME
+BIN=$1; NAME=$2; DELAY=$3; shift 3
+cd "$(dirname "$0")"
+rm -f callgrind.out.$NAME*
+valgrind --tool=callgrind --cache-sim=yes --branch-sim=yes --dump-instr=yes --callgrind-out-file=callgrind.out.$NAME \
+  $BIN bench "$@" > $NAME.log 2>&1 &
+VP=$!
+sleep $DELAY
+callgrind_control -z $VP >> $NAME.log 2>&1
+wait $VP
+echo done $NAME
