@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # usage: sim2.sh BIN NAME DELAY bench-args...  -> callgrind.out.NAME (counters zeroed DELAY s into the run)
-# e.g. sim2.sh freeway fix 30 bridge --workers 1 --layout padded --runs 1 --seconds 40 --no-pin
+# e.g. sim2.sh /abs/path/freeway fix 30 bridge --workers 1 --layout padded --runs 1 --seconds 40 --no-pin
 BIN=$1; NAME=$2; DELAY=$3; shift 3
 cd "$(dirname "$0")"
 rm -f callgrind.out.$NAME*
