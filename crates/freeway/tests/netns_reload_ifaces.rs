@@ -49,18 +49,13 @@ fn h1_masqueraded_to(list: &str, to: &str) -> bool {
 fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
     need_root!();
     let mut bed = Bed::up("rlm");
-    bed.sh_ok(
-        "h1",
-        "ip addr flush dev eth0 && ip addr add 10.1.0.2/24 dev eth0 && ip route add default via 10.1.0.1",
-    );
-    bed.sh_ok("h2", "ip addr flush dev eth0 && ip addr add 203.0.113.2/24 dev eth0");
-    let rules = bed.dir.join("nat.nft");
-    std::fs::write(&rules, RULESET).unwrap();
+    bed.host_on("h1", "10.1.0.2/24", Some("10.1.0.1"));
+    bed.host_on("h2", "203.0.113.2/24", None);
+    let rules = bed.file("nat.nft", RULESET);
     let one = lan_wan_router(&[("lan", 10, "10.1.0.1/24"), ("wan", 20, "203.0.113.1/24")], &rules);
     let two = one.replace("203.0.113.1/24", "203.0.113.9/24");
     assert_ne!(one, two);
     bed.start_ctl(&one);
-    let file = bed.dir.join("freeway.toml");
     assert!(bed.ping("h1", "203.0.113.2"), "h1 reaches h2 through masquerade");
     let before = conntrack(&bed);
     assert!(
@@ -69,9 +64,7 @@ fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
     );
 
     // --check: the plan, nothing applied.
-    std::fs::write(&file, &two).unwrap();
-    let r = bed.ctl(&["reload", "--check"]);
-    let text = r["text"].as_str().unwrap();
+    let text = bed.reload_check(&two);
     assert!(
         text.contains("would apply: interface addresses: wan 203.0.113.9/24"),
         "{text}"
@@ -81,7 +74,7 @@ fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
 
     // Applied: a new connection masquerades to the new address, and h2 (which has to ask for
     // it) answers it.
-    reload_applies(&bed, &two, "interface addresses: wan 203.0.113.9/24");
+    bed.reload_applies(&two, "interface addresses: wan 203.0.113.9/24");
     bed.sh_ok("h2", "ip neigh flush dev eth0");
     assert!(bed.ping("h1", "203.0.113.2"), "h1 still reaches h2 through masquerade");
     let after = conntrack(&bed);
@@ -109,26 +102,14 @@ fn twin_addrs(bed: &Bed, dev: &str) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
 }
 
-/// Reloads `text` as the run's configuration: it applies `change`, nothing fails and
-/// nothing waits for a restart.
-fn reload_applies(bed: &Bed, text: &str, change: &str) {
-    std::fs::write(bed.dir.join("freeway.toml"), text).unwrap();
-    let r = bed.ctl(&["reload"]);
-    let said = r["text"].as_str().unwrap();
-    assert!(said.contains(&format!("applied: {change}")), "{said}");
-    assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
-}
-
 /// `[linux] punt`: a reload that changes an interface's addresses gives its kernel twin the
 /// new ones (an added subnet, then its first address deleted while a second address of its
 /// subnet stays), and forwarding goes on.
 #[test]
 fn the_kernel_twin_takes_the_addresses_a_reload_gives_its_interface() {
     need_root!();
-    let mut bed = Bed::up("rlt");
-    two_subnets(&bed);
-    let mut one = routed_ports();
-    one.push_str("\n[linux]\npunt = true\n");
+    let mut bed = Bed::two_subnets("rlt");
+    let one = routed_ports_punted();
     let two = one.replace(
         "addr = [\"10.2.0.1/24\"]",
         "addr = [\"10.2.0.1/24\", \"10.2.0.5/24\", \"10.3.0.1/24\"]",
@@ -139,11 +120,7 @@ fn the_kernel_twin_takes_the_addresses_a_reload_gives_its_interface() {
     let text = twin_addrs(&bed, "v20");
     assert!(text.contains("10.2.0.1/24") && !text.contains("10.3.0.1/24"), "{text}");
 
-    reload_applies(
-        &bed,
-        &two,
-        "interface addresses: v20 10.2.0.1/24 10.2.0.5/24 10.3.0.1/24",
-    );
+    bed.reload_applies(&two, "interface addresses: v20 10.2.0.1/24 10.2.0.5/24 10.3.0.1/24");
     let text = twin_addrs(&bed, "v20");
     for a in ["10.2.0.1/24", "10.2.0.5/24", "10.3.0.1/24"] {
         assert!(text.contains(a), "the twin has {a}: {text}");
@@ -151,7 +128,7 @@ fn the_kernel_twin_takes_the_addresses_a_reload_gives_its_interface() {
 
     // The first address goes: the kernel would take the second of its subnet with it, which
     // the twin keeps.
-    reload_applies(&bed, &three, "interface addresses: v20 10.2.0.5/24");
+    bed.reload_applies(&three, "interface addresses: v20 10.2.0.5/24");
     let text = twin_addrs(&bed, "v20");
     assert!(text.contains("10.2.0.5/24"), "{text}");
     assert!(!text.contains("10.2.0.1/") && !text.contains("10.3.0.1/"), "{text}");
