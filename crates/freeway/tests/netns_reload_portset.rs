@@ -12,28 +12,21 @@ mod netbed;
 
 use netbed::*;
 
-/// Sends a reload request; its answer's text (the request must succeed).
-fn reload(bed: &Bed, words: &[&str]) -> String {
-    let r = bed.ctl(words);
-    r["text"].as_str().expect("a text answer").to_string()
-}
-
 #[test]
 fn ports_added_or_removed_by_reload_are_named_and_the_running_ones_go_on() {
     need_root!();
     let mut bed = Bed::up("rps");
     let two = ports(2, &[("h1", 1), ("h2", 1)]);
     bed.start_ctl(&two);
-    let file = bed.dir.join("freeway.toml");
     assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
     assert!(bed.unreachable("h1", "10.0.0.3"), "h3 has no port yet");
 
     // A port added: `--check` prints the plan, the reload names the port as waiting.
-    std::fs::write(&file, ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)])).unwrap();
-    let plan = reload(&bed, &["reload", "--check"]);
+    let three = ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]);
+    let plan = bed.reload_check(&three);
     assert!(plan.contains("not applied, waits for a restart: ports"), "{plan}");
     assert!(plan.contains("port h3 added (afpacket): waits for a restart"), "{plan}");
-    let text = reload(&bed, &["reload"]);
+    let text = bed.reload(&three);
     assert!(text.contains("port h3 added (afpacket): waits for a restart"), "{text}");
     assert!(!text.contains("applied:") && !text.contains("FAILED"), "{text}");
     let before = bed.rx("h1");
@@ -45,8 +38,7 @@ fn ports_added_or_removed_by_reload_are_named_and_the_running_ones_go_on() {
     assert!(bed.unreachable("h1", "10.0.0.3"), "h3's port opens at a restart only");
 
     // A port removed: named; it keeps forwarding until the restart.
-    std::fs::write(&file, ports(2, &[("h1", 1)])).unwrap();
-    let text = reload(&bed, &["reload"]);
+    let text = bed.reload(&ports(2, &[("h1", 1)]));
     assert!(text.contains("port h2 removed: waits for a restart"), "{text}");
     assert!(bed.ping("h1", "10.0.0.2"), "h2's port stays until a restart");
 
@@ -56,20 +48,15 @@ fn ports_added_or_removed_by_reload_are_named_and_the_running_ones_go_on() {
         "afpacket = { iface = \"h2\", block_size = 1048576 }",
     );
     assert_ne!(ring, two);
-    std::fs::write(&file, &ring).unwrap();
-    let text = reload(&bed, &["reload", "--check"]);
+    let text = bed.reload_check(&ring);
     assert!(text.contains("port h2 changed (its kind or settings)"), "{text}");
 
     // A file with an error changes nothing, and forwarding goes on.
-    std::fs::write(&file, format!("{two}\n[[port]]\nname = ")).unwrap();
-    let w: Vec<String> = ["reload"].iter().map(ToString::to_string).collect();
-    let r = freeway_datapath::runtime::ctl_request(&bed.sock(), &w).expect("the control socket answers");
-    assert_eq!(r["ok"], false, "{r}");
+    bed.reload_refused(&format!("{two}\n[[port]]\nname = "));
     assert!(bed.ping("h1", "10.0.0.2"), "a bad file changed nothing");
 
     // The file the run started with: nothing differs any more.
-    std::fs::write(&file, &two).unwrap();
-    let text = reload(&bed, &["reload"]);
+    let text = bed.reload(&two);
     assert_eq!(text, "no live change\n", "{text}");
     bed.stop();
 }
