@@ -50,7 +50,15 @@
 //! frame on the RX queue numbered like the peer's TX queue it was sent on, so a sender that
 //! uses one TX queue reaches one socket, hence one worker, where AF_PACKET's fanout spreads
 //! flows over all workers; when that worker cannot keep up, the kernel drops at the FILL ring
-//! (`afxdp_kernel_rx_fill_ring_empty`), its batches being full (32 frames per kick). The
+//! (`afxdp_kernel_rx_fill_ring_empty`), its batches being full (32 frames per kick).
+//! A sender on AF_PACKET (Freeway's generator in `scripts/e2e-bench.sh`) transmits on the
+//! TX queue numbered like its CPU (`cpu % queues`), and the runtime hands RX queue `q` to
+//! worker `q`, pinned to core `q` when there are as many cores as workers: the generator on
+//! CPU 0 reaches worker 0 on core 0, so the sender, the XDP copy in its softirq and the one
+//! busy worker share one core while the other worker idles (counted: every frame on the
+//! worker of the generator's CPU, whichever CPU that is). That, not the rings, is the likely
+//! reason the 64-byte rate of that bench is below AF_PACKET's on a 2-core machine (not yet
+//! measured on a quiet one: `pin_workers = false`, or the generator on a core of its own). The
 //! rings themselves cost little: no syscall on receive (in copy mode the kernel never asks
 //! for a FILL wake-up), one `sendto` per transmitted batch.
 //!
