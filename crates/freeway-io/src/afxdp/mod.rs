@@ -76,10 +76,10 @@
 //! FILL ring while the worker sleeps), completions reaped at the next transmit (the chunk
 //! is not needed before). That is AF_PACKET's cost too (one `sendmmsg` per frame), and with
 //! both at real-time priority on a loaded machine (so that no other process's time slice
-//! is measured) the two ping alike, about twice the Linux bridge, which forwards in the
-//! sender's softirq with no wake-up at all. The difference is the wake-up of the worker (an
-//! IPI when it is pinned to another core than the sender's, the context switch) and the
-//! two syscalls; busy polling (`SO_BUSY_POLL`, `SO_PREFER_BUSY_POLL`) or a longer spin would
+//! is measured) the two ping alike, at two and a half times the Linux bridge, which forwards
+//! in the sender's softirq with no wake-up at all. The difference is the wake-up of the
+//! worker (an IPI when it is pinned to another core than the sender's, the context switch),
+//! its first batch after the sleep and the two syscalls; busy polling (`SO_BUSY_POLL`, `SO_PREFER_BUSY_POLL`) or a longer spin would
 //! remove the wake-up only by keeping a core busy while idle.
 //!
 //! # Why hand-written
