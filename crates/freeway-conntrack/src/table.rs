@@ -434,7 +434,11 @@ impl NodeCache {
         #[cfg(not(loom))]
         {
             if self.free.is_empty() {
-                if let Some(v) = self.shared.as_ref().and_then(|s| s.q.pop()) {
+                // An empty queue is seen by two loads (a failed pop costs several times that):
+                // a worker creating connections faster than the remover frees them asks the
+                // queue on every node.
+                let shared = self.shared.as_ref().filter(|s| !s.q.is_empty());
+                if let Some(v) = shared.and_then(|s| s.q.pop()) {
                     self.free = v;
                 }
             }

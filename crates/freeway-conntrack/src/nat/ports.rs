@@ -106,36 +106,34 @@ impl NatPorts {
     /// Where a search of `owned` ports starts: the next pseudo-random point (SplitMix64), or
     /// the cursor.
     #[inline]
-    fn start(&mut self, owned: u32) -> u32 {
-        match &mut self.rng {
+    fn start(rng: &mut Option<Rng>, cursor: u32, owned: u32) -> u32 {
+        match rng {
             Some(r) => r.below(u64::from(owned)) as u32,
-            None => self.cursor % owned,
+            None => cursor % owned,
         }
     }
 
     /// The candidates for a connection whose own port is `orig`, in `range`: `orig` first
     /// when it is in the range, then this worker's ports from its cursor on, at most
     /// [`MAX_TRIES`] in all, from a pseudo-random point ([`NatPorts::seeded`]) or the
-    /// cursor, which each call moves past what it handed out.
+    /// cursor, which each call moves past what it handed out. The starting point is drawn
+    /// only when the search gets past `orig` (a connection that keeps its own port draws
+    /// nothing).
+    #[inline]
     pub fn candidates(&mut self, range: PortRange, orig: u16) -> Candidates<'_> {
-        let len = range.len();
-        let blocks = len.div_ceil(BLOCK);
-        // The blocks this worker owns: every `stride`-th from `first`.
-        let stride = self.workers.min(blocks);
-        let first = self.worker % stride;
-        let owned_blocks = (blocks - first).div_ceil(stride);
-        let owned = owned_blocks * BLOCK;
-        let start = self.start(owned);
         Candidates {
             range,
             orig: range.contains(orig).then_some(orig),
-            first,
-            stride,
-            owned,
-            start,
+            first: 0,
+            stride: 0,
+            owned: 0,
+            start: 0,
             k: 0,
             tries: 0,
+            worker: self.worker,
+            workers: self.workers,
             cursor: &mut self.cursor,
+            rng: &mut self.rng,
         }
     }
 
@@ -166,7 +164,23 @@ pub struct Candidates<'a> {
     start: u32,
     k: u32,
     tries: u32,
+    worker: u32,
+    workers: u32,
     cursor: &'a mut u32,
+    rng: &'a mut Option<Rng>,
+}
+
+impl Candidates<'_> {
+    /// Sets up the walk of the worker's own ports (once, after `orig`): the blocks it owns,
+    /// every `stride`-th from `first`, and where the walk starts.
+    #[inline]
+    fn begin_walk(&mut self) {
+        let blocks = self.range.len().div_ceil(BLOCK);
+        self.stride = self.workers.min(blocks);
+        self.first = self.worker % self.stride;
+        self.owned = (blocks - self.first).div_ceil(self.stride) * BLOCK;
+        self.start = NatPorts::start(self.rng, *self.cursor, self.owned);
+    }
 }
 
 impl Iterator for Candidates<'_> {
@@ -179,6 +193,9 @@ impl Iterator for Candidates<'_> {
         if let Some(p) = self.orig.take() {
             self.tries += 1;
             return Some(p);
+        }
+        if self.stride == 0 {
+            self.begin_walk();
         }
         while self.k < self.owned && self.tries < MAX_TRIES {
             let i = (self.start + self.k) % self.owned;

@@ -18,7 +18,7 @@
 //!
 //! Threads: pure functions of the buffer.
 
-use freeway_packet::bytes::{rd16, rd32, wr16, wr32};
+use freeway_packet::bytes::{rd16, wr16};
 use freeway_packet::checksum::{fold, pseudo_v6, sum};
 use freeway_packet::wire::{IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP};
 
@@ -139,12 +139,19 @@ fn rewrite_packet(f: &mut [u8], l3: usize, l4: usize, end: usize, proto: u8, fro
 /// too short.
 #[inline]
 pub fn rewrite(f: &mut [u8], l3: usize, l4: usize, proto: u8, from: &Tuple, to: &Tuple) -> bool {
+    if !from.v6 {
+        let done = match proto {
+            IPPROTO_TCP => rewrite_v4_ports::<18>(f, l3, l4, false, from, to),
+            IPPROTO_UDP => rewrite_v4_ports::<8>(f, l3, l4, true, from, to),
+            _ => None,
+        };
+        if let Some(done) = done {
+            return done;
+        }
+    }
     let Some(end) = ip_end(f, l3, from.v6) else {
         return false;
     };
-    if let Some(done) = rewrite_v4_ports(f, l3, l4, end, proto, from, to) {
-        return done;
-    }
     rewrite_packet(f, l3, l4, end, proto, from, to)
 }
 
@@ -154,49 +161,51 @@ fn words(x: u32) -> u32 {
     (x >> 16) + (x & 0xffff)
 }
 
-/// [`rewrite_packet`] for the common case, a whole TCP or UDP header over IPv4, on 32-bit
-/// words instead of byte arrays: the same checks, the same checksums (a one's complement sum
-/// may be folded once at the end, RFC 1071). `None` for any other packet (the general code
-/// handles it).
+/// [`rewrite_packet`] for the common case, a whole TCP (`N` = 18: its header up to the
+/// checksum) or UDP (`N` = 8, `udp`) header over IPv4, on 32-bit words of fixed-size views
+/// (one bounds check per header) instead of byte arrays: the same checks, the same checksums
+/// (a one's complement sum may be folded once at the end, RFC 1071). `None` for any packet
+/// that it does not fit (the general code handles it).
 #[inline(always)]
-fn rewrite_v4_ports(
+fn rewrite_v4_ports<const N: usize>(
     f: &mut [u8],
     l3: usize,
     l4: usize,
-    end: usize,
-    proto: u8,
+    udp: bool,
     from: &Tuple,
     to: &Tuple,
 ) -> Option<bool> {
-    let (csum_at, udp) = match proto {
-        IPPROTO_TCP => (16, false),
-        IPPROTO_UDP => (6, true),
-        _ => return None,
-    };
-    if from.v6 || f.len() < l3 + 20 || l4 > end || end > f.len() || end - l4 < csum_at + 2 {
+    let len = f.len();
+    let ip: &mut [u8; 20] = f.get_mut(l3..)?.first_chunk_mut()?;
+    let end = (l3 + usize::from(u16::from_be_bytes([ip[2], ip[3]]))).min(len);
+    // The transport header after the IP header (as parsing makes it), whole before `end`.
+    if l4 < l3 + 20 || l4 > end || end - l4 < N {
         return None;
     }
+    let rd = |b: &[u8; 20], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let (os, od, ns, nd) = (from.src as u32, from.dst as u32, to.src as u32, to.dst as u32);
     // The packet must carry `from`: a stale plan (or a forged quote) changes nothing.
-    if rd32(f, l3 + 12) != os || rd32(f, l3 + 16) != od {
+    if rd(ip, 12) != os || rd(ip, 16) != od {
         return Some(false);
     }
     let addrs = words(!os) + words(!od) + words(ns) + words(nd);
-    let c = rd16(f, l3 + 10);
-    wr16(f, l3 + 10, fold(u32::from(!c) + addrs));
-    let t = &mut f[l4..end];
-    let c = rd16(t, csum_at);
+    let c = u16::from_be_bytes([ip[10], ip[11]]);
+    ip[10..12].copy_from_slice(&fold(u32::from(!c) + addrs).to_be_bytes());
+    ip[12..16].copy_from_slice(&ns.to_be_bytes());
+    ip[16..20].copy_from_slice(&nd.to_be_bytes());
+    let t: &mut [u8; N] = f[l4..].first_chunk_mut()?;
+    let c = u16::from_be_bytes([t[N - 2], t[N - 1]]);
     if !(udp && c == 0) {
-        let ports = words(!rd32(t, 0)) + u32::from(to.sport) + u32::from(to.dport);
+        let old = u32::from_be_bytes([t[0], t[1], t[2], t[3]]);
+        let ports = words(!old) + u32::from(to.sport) + u32::from(to.dport);
         let mut nc = fold(u32::from(!c) + addrs + ports);
         if udp && nc == 0 {
             nc = 0xffff;
         }
-        wr16(t, csum_at, nc);
+        t[N - 2..].copy_from_slice(&nc.to_be_bytes());
     }
-    wr32(t, 0, u32::from(to.sport) << 16 | u32::from(to.dport));
-    wr32(f, l3 + 12, ns);
-    wr32(f, l3 + 16, nd);
+    t[0..2].copy_from_slice(&to.sport.to_be_bytes());
+    t[2..4].copy_from_slice(&to.dport.to_be_bytes());
     Some(true)
 }
 
@@ -306,7 +315,11 @@ mod tests {
             let (l3, l4, proto) = (usize::from(p.meta.l3_off), usize::from(p.meta.l4_off), p.meta.ip_proto);
             let (mut x, mut y) = (p.data().to_vec(), p.data().to_vec());
             let end = ip_end(&x, l3, false).expect("an IP header");
-            let fast = rewrite_v4_ports(&mut x, l3, l4, end, proto, &from, &to);
+            let fast = if tcp {
+                rewrite_v4_ports::<18>(&mut x, l3, l4, false, &from, &to)
+            } else {
+                rewrite_v4_ports::<8>(&mut x, l3, l4, true, &from, &to)
+            };
             prop_assert!(fast.is_some());
             let general = rewrite_packet(&mut y, l3, l4, end, proto, &from, &to);
             prop_assert_eq!(fast, Some(general));
