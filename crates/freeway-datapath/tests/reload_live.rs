@@ -1,6 +1,6 @@
 //! `freeway ctl reload` while generator traffic flows: VLAN membership, port flags, MTUs and
 //! conntrack timeouts change live; `--check` changes nothing; a file with an error changes
-//! nothing; ports added, removed or changed are named and wait for a restart. Frames are counted on sink ports; "nothing more reached a port" is judged after
+//! nothing; a port added opens and forwards, ports removed or changed are named and wait for a restart. Frames are counted on sink ports; "nothing more reached a port" is judged after
 //! the generator's port received several more batches than a worker can hold at once (one
 //! worker: every batch started after a change was published sees it).
 
@@ -257,33 +257,71 @@ fn a_changed_port_kind_waits_for_a_restart_and_its_live_changes_with_it() {
     assert!(silent(sock, 2), "b stays on VLAN 20");
 }
 
+/// Frames port `name` transmitted (0 while the run has no such port).
+fn tx_of(sock: &Path, name: &str) -> u64 {
+    let s = ask(sock, &["stats"]);
+    let ports = s["data"]["ports"].as_array().unwrap().clone();
+    ports
+        .iter()
+        .find(|p| p["name"] == name)
+        .map_or(0, |p| p["tx_packets"].as_u64().unwrap())
+}
+
 #[test]
-fn a_port_added_or_removed_is_named_and_the_running_ones_keep_forwarding() {
+fn a_port_added_forwards_and_one_removed_is_named_and_waits() {
     let (run, file) = forwarding("portset");
     let sock = &run.sock;
     let original = config_text(ORIGINAL.0, ORIGINAL.1, ORIGINAL.2, ORIGINAL.3);
-    // A sink `c` added and `b` removed: each named on a line of its own, nothing applied.
+    // A sink `c` on VLAN 10 added and `b` removed.
     let b = "\n[[port]]\nname = \"b\"\nkind = \"sink\"\nvlan = { mode = \"access\", vlan = 20 }\n";
     assert!(original.contains(b), "{original}");
     let c = "\n[[port]]\nname = \"c\"\nkind = \"sink\"\nvlan = { mode = \"access\", vlan = 10 }\n";
     std::fs::write(&file, original.replace(b, c)).unwrap();
     let r = ask(sock, &["reload", "--check"]);
-    assert_eq!(
-        r["data"]["ports_waiting"],
-        serde_json::json!(["c added (sink)", "b removed"]),
+    assert_eq!(r["data"]["ports_waiting"], serde_json::json!(["b removed"]), "{r}");
+    assert!(
+        r["text"].as_str().unwrap().contains("would apply: port add c (sink)\n"),
         "{r}"
     );
+    assert_eq!(
+        ask(sock, &["stats"])["data"]["ports"].as_array().unwrap().len(),
+        3,
+        "--check adds nothing"
+    );
+    // A file with an error changes nothing.
+    std::fs::write(
+        &file,
+        original.replace(b, c).replace("kind = \"sink\"", "kind = \"nope\""),
+    )
+    .unwrap();
+    assert_eq!(ask(sock, &["reload"])["ok"], false, "a bad file is refused");
+    assert_eq!(ask(sock, &["stats"])["data"]["ports"].as_array().unwrap().len(), 3);
+    std::fs::write(&file, original.replace(b, c)).unwrap();
     let r = ask(sock, &["reload"]);
     let text = r["text"].as_str().unwrap();
-    assert!(text.starts_with("no live change\n"), "{text}");
-    assert!(text.contains("  port c added (sink): waits for a restart\n"), "{text}");
+    assert!(text.contains("applied: port add c (sink)\n"), "{text}");
     assert!(text.contains("  port b removed: waits for a restart\n"), "{text}");
-    // The running ports are untouched: `a` still gets the broadcasts, `b` still none.
-    let before = settle(sock)[1].1;
-    assert!(settle(sock)[1].1 > before, "a still receives");
+    // `c` floods' new member: it gets the broadcasts, as `a` goes on getting them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tx_of(sock, "c") == 0 {
+        assert!(Instant::now() < deadline, "c never received a broadcast");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (a, c_tx) = (tx_of(sock, "a"), tx_of(sock, "c"));
+    settle(sock);
+    assert!(tx_of(sock, "a") > a && tx_of(sock, "c") > c_tx, "a and c both receive");
     assert!(silent(sock, 2), "b stays as it was");
-    let ports = ask(sock, &["stats"])["data"]["ports"].as_array().unwrap().len();
-    assert_eq!(ports, 3, "the run's ports are the ones it started with");
+    let names: Vec<Value> = ask(sock, &["stats"])["data"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].clone())
+        .collect();
+    assert_eq!(names, ["src", "a", "b", "c"], "the added port after the running ones");
+    // Reloaded again, `c` runs already: only `b` waits.
+    let r = ask(sock, &["reload"]);
+    assert!(r["text"].as_str().unwrap().starts_with("no live change\n"), "{r}");
+    assert_eq!(link(sock, "c")["state"], "forwarding");
 }
 
 #[test]

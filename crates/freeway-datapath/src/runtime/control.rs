@@ -222,7 +222,8 @@ pub(crate) struct Control<L: Layout> {
     pub ct: Option<Conntrack>,
     /// The bridge ports' VLAN membership (static FDB entries are checked against it).
     pub port_vlans: Vec<PortVlan>,
-    /// Configured ports (the router's internal port, if any, comes after them).
+    /// The ports configured at start (the router's internal port, if any, has this index;
+    /// ports a reload adds come after it).
     pub nports: usize,
     /// The FDB writer thread's queue (none in offline runs).
     pub fdb_ops: Option<Sender<Op<FdbOp>>>,
@@ -251,6 +252,8 @@ pub(crate) struct Control<L: Layout> {
     pub mtus: Arc<super::mtu::PortMtus>,
     /// The kernel route mirror's changes (with `[linux] mirror`).
     pub linux: Option<super::linux::LinuxFeed>,
+    /// Adds a reload's new ports to the running workers (none where the run cannot).
+    pub adder: Option<super::portset::Adder>,
 }
 
 /// A capture that ended: its id, what it was, how it ended, its final counters.
@@ -1188,7 +1191,7 @@ impl<L: Layout> Control<L> {
             .port_names
             .iter()
             .position(|n| n == port)
-            .filter(|&i| i < self.nports)
+            .filter(|&i| self.is_port(i))
             .ok_or_else(|| CtlError::NotFound(format!("dev {port:?}: no such port")))?;
         let vlan = match vlan {
             None => match &self.port_vlans[p] {
@@ -1333,6 +1336,7 @@ impl<L: Layout> Control<L> {
                     None => Err("this run has no connection tracker".into()),
                 },
                 Change::PortVlans(ports) => self.set_port_vlans(ports),
+                Change::PortAdd(p) => self.port_add(&p.0),
                 Change::LinkFlags(port, flags) => self
                     .port_index(port)
                     .map_err(|e| e.to_string())
@@ -1401,19 +1405,35 @@ impl<L: Layout> Control<L> {
         self.capture_stop(id).map(drop).map_err(|e| e.to_string())
     }
 
-    /// Publishes the configured ports' new VLAN modes (the router port keeps its own).
+    /// Publishes the new VLAN modes of the ports named (the others, and the router port,
+    /// keep theirs).
     fn set_port_vlans(&mut self, ports: &[(String, PortVlan)]) -> Result<(), String> {
-        if ports.len() != self.nports || ports.iter().zip(&self.port_names).any(|((n, _), m)| n != m) {
-            return Err("the ports differ from the running ones: restart to change them".into());
+        let mut all = self.port_vlans.clone();
+        for (name, v) in ports {
+            let i = self.port_index(name).map_err(|e| e.to_string())?;
+            all[usize::from(i)] = v.clone();
         }
-        let all: Vec<PortVlan> = ports
-            .iter()
-            .map(|(_, v)| v.clone())
-            .chain(self.port_vlans[self.nports..].iter().cloned())
-            .collect();
-        self.bridge.set_port_vlans(all.clone())?;
+        self.bridge.set_port_vlans(super::portset::padded(&all))?;
         self.port_vlans = all;
         Ok(())
+    }
+
+    /// Adds the port `spec` to the running workers (see `portset`): it forwards from the
+    /// next batch after every worker took it.
+    fn port_add(&mut self, spec: &crate::config::PortSpec) -> Result<(), String> {
+        if self.port_index(&spec.name).is_ok() {
+            return Err(format!("a port named {:?} runs already", spec.name));
+        }
+        let adder = self.adder.as_mut().ok_or("this run cannot add ports: restart")?;
+        let i = adder.add(spec, &self.bridge, &self.mtus, &mut self.port_vlans)?;
+        self.port_names.push(spec.name.clone());
+        debug_assert_eq!(self.port_names.len(), usize::from(i) + 1);
+        Ok(())
+    }
+
+    /// Whether bridge index `i` is a port (not the router's internal one).
+    fn is_port(&self, i: usize) -> bool {
+        i < self.port_names.len() && self.port_names[i] != super::portset::ROUTER_NAME
     }
 
     /// `route get ADDR`: the route that matches, as `ip route get` prints it (the address
@@ -1485,7 +1505,7 @@ impl<L: Layout> Control<L> {
     fn link_show(&self) -> Reply {
         let mut text = String::new();
         let mut data = Vec::new();
-        for (i, name) in self.port_names.iter().enumerate().take(self.nports) {
+        for (i, name) in self.port_names.iter().enumerate().filter(|(i, _)| self.is_port(*i)) {
             let p = i as u16;
             let f = self.bridge.port_flags(p);
             let state = if self.bridge.port_disabled(p) {
@@ -1508,7 +1528,7 @@ impl<L: Layout> Control<L> {
         if let Some((_, ifs, _)) = &self.rib {
             for (i, it) in ifs.iter().enumerate() {
                 let mtu = ifs.mtu(i as u16);
-                let n = self.nports + 1 + i;
+                let n = self.port_names.len() + i;
                 text.push_str(&format!(
                     "{n}: {}: router interface vlan {} mtu {mtu}\n",
                     it.name,
@@ -1522,7 +1542,7 @@ impl<L: Layout> Control<L> {
 
     /// `link set dev NAME mtu N`: a port's L2 MTU or a router interface's IP MTU, live.
     fn link_mtu(&self, dev: &str, mtu: u32) -> Result<Reply, CtlError> {
-        if let Some(i) = self.port_names.iter().take(self.nports).position(|n| n == dev) {
+        if let Some(i) = self.port_index(dev).ok().map(usize::from) {
             let was = self
                 .mtus
                 .set(i, mtu)
@@ -1548,8 +1568,8 @@ impl<L: Layout> Control<L> {
     fn port_index(&self, port: &str) -> Result<u16, CtlError> {
         self.port_names
             .iter()
-            .take(self.nports)
-            .position(|n| n == port)
+            .enumerate()
+            .position(|(i, n)| n == port && self.is_port(i))
             .map(|i| i as u16)
             .ok_or_else(|| CtlError::NotFound(format!("no port named {port:?}")))
     }

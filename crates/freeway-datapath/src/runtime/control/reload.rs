@@ -96,6 +96,18 @@ pub(crate) struct PortLive {
     rest: String,
     /// Its kind (`afpacket`, `pcap`, ...).
     kind: &'static str,
+    /// All its settings (what opens it when a reload adds it).
+    spec: FilePort,
+}
+
+/// A port of the file, with all its settings (compared by them).
+#[derive(Clone, Debug)]
+pub(crate) struct FilePort(pub(crate) crate::config::PortSpec);
+
+impl PartialEq for FilePort {
+    fn eq(&self, o: &FilePort) -> bool {
+        format!("{:?}", self.0) == format!("{:?}", o.0)
+    }
 }
 
 /// A router interface's addresses: its name, IPv4 and IPv6 addresses with prefix lengths.
@@ -162,6 +174,8 @@ pub(crate) enum Change {
     /// The router interfaces whose addresses change, with all their new addresses (published
     /// at once, with their connected routes).
     Addrs(Vec<IfaceAddrs>),
+    /// A port of the file that the run does not have, opened and handed to the workers.
+    PortAdd(Box<FilePort>),
 }
 
 impl fmt::Display for Change {
@@ -188,6 +202,7 @@ impl fmt::Display for Change {
                 let a: Vec<String> = a.iter().map(ToString::to_string).collect();
                 write!(f, "interface addresses: {}", a.join("; "))
             }
+            Change::PortAdd(p) => write!(f, "port add {} ({})", p.0.name, p.0.kind.name()),
             Change::TapStart(w, _) => write!(f, "capture start {w}"),
             Change::TapStop(w, _) => write!(f, "capture stop {w}"),
             Change::CtTimeouts(t) if t.is_empty() => write!(f, "conntrack timeouts: the defaults"),
@@ -226,6 +241,7 @@ impl Live {
                     mtu: p.mtu,
                     rest: port_rest(p),
                     kind: p.kind.name(),
+                    spec: FilePort(p.clone()),
                 })
                 .collect(),
             taps: c
@@ -281,7 +297,6 @@ impl Live {
         });
         live.rest = vec![
             ("workers", format!("{} {}", c.workers, c.pin_workers)),
-            ("ports", ports_rest(c)),
             ("the FDB's settings", format!("{:?}", c.fdb)),
             (
                 "router interfaces (added, removed or changed)",
@@ -352,6 +367,18 @@ impl Live {
                         .for_each(|a| *a = n.clone());
                 }
             }
+            Change::PortAdd(p) => {
+                let p = &p.0;
+                self.ports.push(PortLive {
+                    name: p.name.clone(),
+                    vlan: p.vlan.clone(),
+                    flags: p.flags,
+                    mtu: p.mtu,
+                    rest: port_rest(p),
+                    kind: p.kind.name(),
+                    spec: FilePort(p.clone()),
+                });
+            }
             Change::TapStart(w, t) => self.taps.push((w.clone(), t.clone())),
             Change::TapStop(w, _) => {
                 if let Some(i) = self.taps.iter().position(|x| x.0 == *w) {
@@ -403,24 +430,32 @@ impl Live {
                 out.push(Change::ZoneLimit(*z, Some(*n)));
             }
         }
-        // Per-port changes only when the ports themselves (names, kinds, order) stay.
-        let rest_ports = |l: &Live| l.rest.iter().find(|x| x.0 == "ports").map(|x| x.1.clone());
-        let same_ports = rest_ports(self) == rest_ports(new);
-        if same_ports {
-            if self.ports.iter().map(|p| &p.vlan).ne(new.ports.iter().map(|p| &p.vlan)) {
-                out.push(Change::PortVlans(
-                    new.ports.iter().map(|p| (p.name.clone(), p.vlan.clone())).collect(),
-                ));
+        // Per-port changes of the ports that stay (same name, kind and settings), by name.
+        let old_port = |n: &str| self.ports.iter().find(|p| p.name == n);
+        let kept: Vec<(&PortLive, &PortLive)> = new
+            .ports
+            .iter()
+            .filter_map(|b| old_port(&b.name).filter(|a| a.rest == b.rest).map(|a| (a, b)))
+            .collect();
+        if kept.iter().any(|(a, b)| a.vlan != b.vlan) {
+            out.push(Change::PortVlans(
+                kept.iter().map(|(_, b)| (b.name.clone(), b.vlan.clone())).collect(),
+            ));
+        }
+        for (a, b) in &kept {
+            if a.flags != b.flags {
+                out.push(Change::LinkFlags(b.name.clone(), b.flags));
             }
-            for (a, b) in self.ports.iter().zip(&new.ports) {
-                if a.flags != b.flags {
-                    out.push(Change::LinkFlags(b.name.clone(), b.flags));
-                }
-                if a.mtu != b.mtu {
-                    out.push(Change::LinkMtu(b.name.clone(), b.mtu));
-                }
+            if a.mtu != b.mtu {
+                out.push(Change::LinkMtu(b.name.clone(), b.mtu));
             }
         }
+        // Taps name ports by their place in the file: they change only while that stays.
+        let same_ports = self
+            .ports
+            .iter()
+            .map(|p| (&p.name, &p.rest))
+            .eq(new.ports.iter().map(|p| (&p.name, &p.rest)));
         if let (Some(a), Some(b)) = (&self.ct_timeouts, &new.ct_timeouts) {
             if a != b {
                 out.push(Change::CtTimeouts(b.clone()));
@@ -451,6 +486,12 @@ impl Live {
             let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
             out.insert(at, Change::Addrs(changed));
         }
+        // New ports open first (after the ruleset), so that static entries naming them find
+        // them; in the file's order.
+        let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
+        for p in new.ports.iter().rev().filter(|p| old_port(&p.name).is_none()) {
+            out.insert(at, Change::PortAdd(Box::new(p.spec.clone())));
+        }
         let mut restart: Vec<&'static str> = self
             .rest
             .iter()
@@ -470,31 +511,30 @@ impl Live {
         if self.twins != new.twins {
             restart.push("the kernel twins ([linux] punt turned on or off)");
         }
+        if !self.port_plan(new).is_empty() {
+            restart.push("ports");
+        }
         (out, restart)
     }
 }
 
 impl Live {
-    /// What differs between the ports of `self` and those of `new`, port by port, in the
-    /// order of `new` then the removed ones: `h3 added (afpacket)`, `h2 removed`, `h1 changed
-    /// (its kind or settings)`, and `the order of the ports` when only that differs. Each of
-    /// these waits for a restart, and with them every per-port change (VLAN, flags, MTU).
+    /// The ports of `self` that `new` removes or changes, one line each, in the order of
+    /// `new` then the removed ones: `h1 changed (its kind or settings)`, `h2 removed`. Each
+    /// waits for a restart (a port added is a change: [`Change::PortAdd`]); the per-port
+    /// changes (VLAN, flags, MTU) of a changed port wait with it.
     pub(crate) fn port_plan(&self, new: &Live) -> Vec<String> {
         let by_name = |l: &Live, n: &str| l.ports.iter().position(|p| p.name == n);
         let mut plan = Vec::new();
         for p in &new.ports {
-            match by_name(self, &p.name).map(|i| &self.ports[i]) {
-                None => plan.push(format!("{} added ({})", p.name, p.kind)),
-                Some(o) if o.rest != p.rest => plan.push(format!("{} changed (its kind or settings)", p.name)),
-                Some(_) => {}
+            if let Some(o) = by_name(self, &p.name).map(|i| &self.ports[i]) {
+                if o.rest != p.rest {
+                    plan.push(format!("{} changed (its kind or settings)", p.name));
+                }
             }
         }
         for o in self.ports.iter().filter(|o| by_name(new, &o.name).is_none()) {
             plan.push(format!("{} removed", o.name));
-        }
-        let names = |l: &Live| l.ports.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
-        if plan.is_empty() && names(self) != names(new) {
-            plan.push("the order of the ports".into());
         }
         plan
     }
@@ -519,15 +559,9 @@ fn tap_words(t: &TapSpec, ports: &[crate::config::PortSpec]) -> String {
     w
 }
 
-/// The ports as the configuration has them, with what changes live (VLAN mode, flags, MTU,
-/// and the ring frame size an MTU implies) left out: a difference here waits for a restart.
-fn ports_rest(c: &Checked) -> String {
-    let ports: Vec<String> = c.ports.iter().map(port_rest).collect();
-    ports.join("\n")
-}
-
-/// One port as [`ports_rest`] writes it: its name, kind and every setting that does not
-/// change live.
+/// One port with what changes live (VLAN mode, flags, MTU, and the ring frame size an MTU
+/// implies) left out: its name, kind and every other setting. A port whose settings here
+/// differ is removed and added, which waits for a restart.
 fn port_rest(p: &crate::config::PortSpec) -> String {
     let ring = p.afpacket.as_ref().map(|a| {
         let mut a = a.clone();
@@ -782,15 +816,22 @@ mod tests {
     }
 
     #[test]
-    fn ports_added_removed_or_changed_are_named_one_by_one_and_wait() {
+    fn a_port_added_is_a_change_and_one_removed_or_changed_is_named_and_waits() {
         let a = live("");
         assert!(a.port_plan(&a).is_empty());
         let b = live("[[port]]\nname = \"extra\"\nkind = \"sink\"\n");
-        assert_eq!(a.port_plan(&b), ["extra added (sink)"]);
+        assert!(a.port_plan(&b).is_empty(), "an added port is no wait");
+        assert_eq!(said(&a, &b), (vec!["port add extra (sink)".to_string()], vec![]));
         assert_eq!(b.port_plan(&a), ["extra removed"]);
-        let (changes, restart) = a.diff(&b);
+        let (changes, restart) = b.diff(&a);
         assert!(changes.is_empty(), "{changes:?}");
         assert_eq!(restart, ["ports"]);
+        // Absorbed, the added port is a running one.
+        let mut now = a.clone();
+        for c in &a.diff(&b).0 {
+            now.absorb(c);
+        }
+        assert_eq!(now.diff(&b), (vec![], vec![]));
         let c = router_with("rate_pps = 10000, seed = 3", "rate_pps = 10000, seed = 4");
         assert_eq!(a.port_plan(&c), ["intruder changed (its kind or settings)"]);
         // A port whose VLAN, flags or MTU change is no port change: that applies live.
@@ -799,10 +840,10 @@ mod tests {
             "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 10 }",
         );
         assert!(a.port_plan(&d).is_empty());
-        let text = report(true, &[], &restart, &a.port_plan(&b));
+        let text = report(true, &[], &restart, &b.port_plan(&a));
         assert_eq!(
             text,
-            "no live change\nnot applied, waits for a restart: ports\n  port extra added (sink): waits for a restart\n"
+            "no live change\nnot applied, waits for a restart: ports\n  port extra removed: waits for a restart\n"
         );
     }
 }
