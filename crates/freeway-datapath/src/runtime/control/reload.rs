@@ -18,11 +18,14 @@
 //! the router answers ARP, ND and pings for the new addresses and delivers to them, and no
 //! longer for the old ones. The membership and the addresses go first, so static entries of
 //! a port that joins a VLAN, and routes through a gateway on a new subnet, find them. What
-//! does not (ports added, removed or of another kind or setting, router interfaces added,
-//! removed or otherwise changed, workers, the FDB's settings, the tracker's size) is named
-//! in the answer as waiting for a restart, and left as it is (each port added, removed or
-//! changed on a line of its own: [`Live::port_plan`]); when the ports or the interfaces
-//! themselves differ, their per-port changes and addresses wait with them.
+//! does not (ports removed or of another kind or setting, router interfaces added, removed
+//! or otherwise changed, workers, the FDB's settings, the tracker's size) is named in the
+//! answer as waiting for a restart, and left as it is (each port removed or changed on a
+//! line of its own: [`Live::port_plan`]); a changed port's VLAN, flags and MTU wait with it,
+//! and when the interfaces themselves differ their addresses wait with them. A port the
+//! file adds opens live ([`Change::PortAdd`], first of the changes, so static entries naming
+//! it find it): see `runtime/portset.rs`. Ports are matched by name, so their order in the
+//! file does not matter (except to taps, which wait while the ports differ).
 //! Masquerade's source address follows an address change with the interfaces' version: a
 //! worker takes up an interface's new first address when it takes up the version, so the
 //! next new connection masquerades to it; connections already translated keep the address
@@ -34,15 +37,12 @@
 //! buffers, an address the kernel refuses on a twin) is reported as failed; the others are
 //! applied.
 //!
-//! Why a port added or removed waits: the run sizes every per-port table once, at start, by
-//! its number of ports: the bridge's ports and VLAN view, each worker's transmit queues,
-//! batches and next-stage edges, the ports' MTUs, the counters of every worker, and the
-//! names of stats, Prometheus and the taps; the router's bridge port is the one after the
-//! last configured port. A live port needs these sized for a fixed capacity (the router port
-//! at a fixed index), a per-worker hand-over taken between batches (a port's receive queue
-//! to poll, a transmit queue to add or drop), the FDB flushed of a removed port's entries,
-//! and port numbers never reused within a run; until then the running ports stay as they
-//! are, which is always correct.
+//! Why a port removed still waits: the workers would have to stop transmitting to it (its
+//! index published out of the VLAN view), drop its queues through their hand-over, the FDB
+//! be flushed of its entries and static entries naming it refused, its counters kept for
+//! `stats`; the per-port tables are already sized for a fixed capacity and indexes are never
+//! reused (`runtime/portset.rs`), so what is left is that removal path. Until then the
+//! running ports stay as they are, which is always correct.
 //!
 //! Threads: the control thread only; it keeps the [`Live`] view of the configuration it
 //! applied last.
@@ -159,7 +159,7 @@ pub(crate) enum Change {
     Ruleset(String, freeway_firewall::ast::Ruleset),
     /// A zone's connection limit (none: unlimited).
     ZoneLimit(u16, Option<usize>),
-    /// Every configured port's VLAN mode, in port order (published at once).
+    /// The VLAN modes of the ports that stay, by name (published at once, in one version).
     PortVlans(Vec<(String, PortVlan)>),
     /// `link set dev PORT FLAG on|off ...`: a port's bridge flags, all of them.
     LinkFlags(String, PortFlags),
