@@ -455,8 +455,7 @@ pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc
     while !stop.load(Ordering::Relaxed) {
         if let Some(new) = c.reloads.as_ref().and_then(|r| r.try_recv().ok()) {
             let (applied, restart) = c.apply_reload(&new, false);
-            let ports = c.live.port_plan(&reload::Live::of(&new));
-            let text = reload::report(false, &applied, &restart, &ports);
+            let text = reload::report(false, &applied, &restart);
             tracing::info!(
                 changes = applied.len(),
                 "SIGHUP reload: {}",
@@ -1281,8 +1280,7 @@ impl<L: Layout> Control<L> {
         };
         let new = crate::config::load(&path).map_err(|e| CtlError::Invalid(format!("{e}; nothing changed")))?;
         let (applied, restart) = self.apply_reload(&new, check);
-        let ports = self.live.port_plan(&reload::Live::of(&new));
-        let text = reload::report(check, &applied, &restart, &ports);
+        let text = reload::report(check, &applied, &restart);
         let data = json!({
             "file": path.display().to_string(),
             "check": check,
@@ -1292,7 +1290,6 @@ impl<L: Layout> Control<L> {
                 "error": r.as_ref().err(),
             })).collect::<Vec<_>>(),
             "restart": restart,
-            "ports_waiting": ports,
         });
         Ok(Reply::new(text, data))
     }
@@ -1324,10 +1321,11 @@ impl<L: Layout> Control<L> {
                     .fdb_add(mac, port, Some(*vlan))
                     .map(drop)
                     .map_err(|e| e.to_string()),
-                Change::FdbDel(mac, vlan) => self
-                    .fdb_del(mac, None, Some(*vlan))
-                    .map(drop)
-                    .map_err(|e| e.to_string()),
+                // Gone already (with a port removed just before): what the file says.
+                Change::FdbDel(mac, vlan) => match self.fdb_del(mac, None, Some(*vlan)) {
+                    Ok(_) | Err(CtlError::NotFound(_)) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                },
                 Change::ZoneLimit(z, n) => match &self.ct {
                     Some(ct) => {
                         ct.set_zone_limit(*z, n.map(|n| n.min(u32::MAX as usize) as u32));
@@ -1337,6 +1335,7 @@ impl<L: Layout> Control<L> {
                 },
                 Change::PortVlans(ports) => self.set_port_vlans(ports),
                 Change::PortAdd(p) => self.port_add(&p.0),
+                Change::PortRemove(name) => self.port_remove(name),
                 Change::LinkFlags(port, flags) => self
                     .port_index(port)
                     .map_err(|e| e.to_string())
@@ -1431,9 +1430,27 @@ impl<L: Layout> Control<L> {
         Ok(())
     }
 
-    /// Whether bridge index `i` is a port (not the router's internal one).
+    /// Removes the running port `name` (see `portset`): no frame leaves it once this
+    /// returns; the FDB is flushed of its entries, static ones too.
+    fn port_remove(&mut self, name: &str) -> Result<(), String> {
+        let i = self.port_index(name).map_err(|e| e.to_string())?;
+        let adder = self.adder.as_mut().ok_or("this run cannot remove ports: restart")?;
+        let closed = adder.remove(i, &self.bridge, &mut self.port_vlans);
+        let now = self.clock.now();
+        for e in self.fdb.entries(now).into_iter().filter(|e| e.port == i) {
+            match ask(&self.fdb_ops, FdbOp::Del(e.mac, e.vlan)) {
+                Ok(_) | Err(CtlError::NotFound(_)) => {}
+                Err(x) => return Err(format!("flushing its FDB entries: {x}")),
+            }
+        }
+        closed
+    }
+
+    /// Whether bridge index `i` is a port (not the router's internal one, nor one removed).
     fn is_port(&self, i: usize) -> bool {
-        i < self.port_names.len() && self.port_names[i] != super::portset::ROUTER_NAME
+        i < self.port_names.len()
+            && self.port_names[i] != super::portset::ROUTER_NAME
+            && self.adder.as_ref().is_none_or(|a| !a.removed.contains(&i))
     }
 
     /// `route get ADDR`: the route that matches, as `ip route get` prints it (the address

@@ -22,7 +22,15 @@
 //! timeout, at most 100 ms). Only once every running worker took it is the port's VLAN
 //! membership published, so no worker floods to a port it has no queue for (a frame for an
 //! index a worker does not know yet is a counted transmit drop, never a panic). From then
-//! on it learns and forwards like the others. Removing a port waits for a restart.
+//! on it learns and forwards like the others.
+//!
+//! Removing a port ([`Adder::remove`]): its VLAN membership is published empty first (from
+//! its next batch no worker floods or forwards to it, and frames it still receives are
+//! dropped as not members), then every worker drops its queues through the same hand-over,
+//! then it is closed and the FDB flushed of its entries (static ones too); a static entry
+//! naming it is refused from then on. Its counters stay readable in `stats` (frozen) until a
+//! restart, and its index is never used again. A port whose kind or settings changed is
+//! removed, then added again under a new index.
 //!
 //! Threads: [`Adder`] lives on the control thread; [`Handover`] messages go to workers.
 
@@ -69,22 +77,28 @@ pub(crate) struct RunPort {
     pub(crate) name: String,
     pub(crate) kind: &'static str,
     pub(crate) port: Box<dyn Port>,
+    /// Removed by a reload, and closed: its counters stay in `stats` until a restart.
+    pub(crate) removed: bool,
 }
 
 /// The run's open ports, in index order (shared by `stats` and the control thread; never
 /// locked by a worker).
 pub(crate) type RunPorts = Arc<Mutex<Vec<RunPort>>>;
 
-/// What the control thread hands a worker, taken between batches.
-pub(crate) struct Handover {
-    /// The bridge index of the port added.
-    pub(crate) index: u16,
-    /// The worker's transmit queue for it.
-    pub(crate) tx: Box<dyn TxQueue>,
-    /// Receive queues for this worker to poll (none for all but one worker).
-    pub(crate) rx: Vec<Box<dyn RxQueue>>,
-    /// Counted up by each worker that took its hand-over.
-    pub(crate) taken: Arc<AtomicUsize>,
+/// What the control thread hands a worker, taken between batches; `taken` is counted up by
+/// each worker that took its hand-over.
+pub(crate) enum Handover {
+    /// A port added at `index`: the worker's transmit queue for it, and receive queues for
+    /// it to poll (none for all but one worker).
+    Add {
+        index: u16,
+        tx: Box<dyn TxQueue>,
+        rx: Vec<Box<dyn RxQueue>>,
+        taken: Arc<AtomicUsize>,
+    },
+    /// The port at `index` removed: the worker stops polling its receive queues and drops
+    /// its transmit queue (what is emitted there afterwards is a counted transmit drop).
+    Remove { index: u16, taken: Arc<AtomicUsize> },
 }
 
 /// The transmit queue of an index a worker holds no port for (the router's, or one not
@@ -114,6 +128,8 @@ pub(crate) struct Adder {
     pub(crate) ports: RunPorts,
     /// Multicast snooping runs (its per-port settings are fixed for a run).
     pub(crate) snooping: bool,
+    /// The indexes of the ports removed.
+    pub(crate) removed: Vec<usize>,
 }
 
 /// Each worker's end of its hand-over channel, and the control thread's ends.
@@ -173,7 +189,7 @@ impl Adder {
         for (w, (t, mut r)) in tx.into_iter().zip(rx_of).enumerate() {
             r.append(&mut left);
             let nrx = r.len();
-            let h = Handover {
+            let h = Handover::Add {
                 index: i16,
                 tx: t,
                 rx: r,
@@ -186,7 +202,11 @@ impl Adder {
                 }
                 // A worker that ended (its inputs done) takes nothing: its receive queues go
                 // to the next worker.
-                Err(e) => left = e.into_inner().rx,
+                Err(e) => {
+                    if let Handover::Add { rx, .. } = e.into_inner() {
+                        left = rx;
+                    }
+                }
             }
         }
         if sent == 0 {
@@ -194,26 +214,79 @@ impl Adder {
         }
         // Handed out: the index is this port's for the run, whatever comes next.
         self.next_index += 1;
-        let since = Instant::now();
-        while taken.load(Ordering::Acquire) < sent {
-            if since.elapsed() > TAKE_WAIT {
-                // Published all the same: a worker that has not taken it yet counts what it
-                // would send there as transmit drops until it does.
-                tracing::warn!(port = %spec.name, "not every worker took the added port within {TAKE_WAIT:?}");
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if !wait_taken(&taken, sent) {
+            // Published all the same: a worker that has not taken it yet counts what it
+            // would send there as transmit drops until it does.
+            tracing::warn!(port = %spec.name, "not every worker took the added port within {TAKE_WAIT:?}");
         }
         self.ports.lock().unwrap_or_else(|e| e.into_inner()).push(RunPort {
             index: i16,
             name: spec.name.clone(),
             kind: spec.kind.name(),
             port,
+            removed: false,
         });
         vlans.push(spec.vlan.clone());
         bridge.set_port_vlans(padded(vlans))?;
         Ok(i16)
     }
+}
+
+impl Adder {
+    /// Removes the port at `index`: its VLAN membership is published empty (no worker floods
+    /// or forwards to it from its next batch, and what it receives is dropped), then every
+    /// worker stops polling it and drops its transmit queue, then the port is closed. Its
+    /// counters stay in `stats`; its index is never used again. `vlans[index]` becomes
+    /// [`no_vlan`]. The FDB's entries on it are the caller's to flush.
+    pub(crate) fn remove<L: Layout>(
+        &mut self,
+        index: u16,
+        bridge: &Bridge<L>,
+        vlans: &mut [PortVlan],
+    ) -> Result<(), String> {
+        let i = usize::from(index);
+        let v = vlans.get_mut(i).ok_or(format!("no port index {i}"))?;
+        *v = no_vlan();
+        bridge.set_port_vlans(padded(vlans))?;
+        let taken = Arc::new(AtomicUsize::new(0));
+        let sent = self
+            .to_workers
+            .iter()
+            .filter(|w| {
+                let h = Handover::Remove {
+                    index,
+                    taken: taken.clone(),
+                };
+                w.send_timeout(h, TAKE_WAIT).is_ok()
+            })
+            .count();
+        if !wait_taken(&taken, sent) {
+            return Err(format!(
+                "not every worker let the port go within {TAKE_WAIT:?}: it is out of every VLAN, and closes at the end of the run"
+            ));
+        }
+        self.removed.push(i);
+        let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        let p = ports
+            .iter_mut()
+            .find(|p| p.index == index && !p.removed)
+            .ok_or(format!("no open port at index {i}"))?;
+        p.removed = true;
+        p.port.close().map_err(|e| format!("closing it: {e}"))
+    }
+}
+
+/// Waits until `sent` workers took a hand-over (`taken`), [`TAKE_WAIT`] at most; whether
+/// they all did.
+fn wait_taken(taken: &AtomicUsize, sent: usize) -> bool {
+    let since = Instant::now();
+    while taken.load(Ordering::Acquire) < sent {
+        if since.elapsed() > TAKE_WAIT {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
 }
 
 /// Whether a worker's channel has a port for it; `try_recv` on an empty channel reads, never

@@ -132,6 +132,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 name: spec.name.clone(),
                 kind: spec.kind.name(),
                 port,
+                removed: false,
             })
             .collect(),
     ));
@@ -156,6 +157,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
         next_index: port_names.len(),
         ports: ports.clone(),
         snooping: cfg.mdb.multicast_snooping,
+        removed: Vec::new(),
     };
     let snapper = snapper_of(&tables, &workers, all_stats, &ports);
     let Tables {
@@ -415,7 +417,7 @@ fn final_port_names(ports: &super::portset::RunPorts, start: &[String], router: 
 fn close_ports(ports: &super::portset::RunPorts, taps: &[super::TapResult]) -> Vec<String> {
     let mut errors = Vec::new();
     let mut ports = ports.lock().unwrap_or_else(|e| e.into_inner());
-    for p in ports.iter_mut() {
+    for p in ports.iter_mut().filter(|p| !p.removed) {
         if let Err(e) = p.port.close() {
             errors.push(format!("port {:?}: {e}", p.name));
         }

@@ -146,6 +146,16 @@ impl<T: TapPoint> Tx<T> {
         self.next = next.into_boxed_slice();
     }
 
+    /// Drops the transmit queue of the port removed at `index` (between batches: its batch
+    /// goes out first); what is emitted there from now on is a counted transmit drop.
+    pub(crate) fn remove_port(&mut self, index: u16) {
+        let i = usize::from(index);
+        if i < self.queues.len() {
+            self.flush(i);
+            self.queues[i] = Box::new(super::portset::Absent);
+        }
+    }
+
     pub(crate) fn flush_all(&mut self) {
         for p in 0..self.pending.len() {
             self.flush(p);

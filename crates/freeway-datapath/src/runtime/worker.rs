@@ -223,16 +223,33 @@ fn waiter_of(rx: &[(u16, Box<dyn RxQueue>)], stop: Option<&StopWake>) -> Option<
     }
 }
 
-/// Takes a port added to the run (between batches): its transmit queue, and its receive
-/// queues when this worker polls them; then says so.
+/// Takes a port added to or removed from the run (between batches): an added port's
+/// transmit queue, and its receive queues when this worker polls them; a removed port's
+/// queues dropped. Then says so.
 fn take_port<L: Layout, T: TapPoint>(
     w: &mut Worker<L, T>,
     rx: &mut Vec<(u16, Box<dyn RxQueue>)>,
     h: super::portset::Handover,
 ) {
-    w.tx.add_port(h.index, h.tx);
-    rx.extend(h.rx.into_iter().map(|q| (h.index, q)));
-    h.taken.fetch_add(1, Ordering::Release);
+    use super::portset::Handover;
+    let taken = match h {
+        Handover::Add {
+            index,
+            tx,
+            rx: queues,
+            taken,
+        } => {
+            w.tx.add_port(index, tx);
+            rx.extend(queues.into_iter().map(|q| (index, q)));
+            taken
+        }
+        Handover::Remove { index, taken } => {
+            rx.retain(|(p, _)| *p != index);
+            w.tx.remove_port(index);
+            taken
+        }
+    };
+    taken.fetch_add(1, Ordering::Release);
 }
 
 /// Empty polls in a row a worker spins through (`spin_loop`), then yields its core until

@@ -18,14 +18,17 @@
 //! the router answers ARP, ND and pings for the new addresses and delivers to them, and no
 //! longer for the old ones. The membership and the addresses go first, so static entries of
 //! a port that joins a VLAN, and routes through a gateway on a new subnet, find them. What
-//! does not (ports removed or of another kind or setting, router interfaces added, removed
-//! or otherwise changed, workers, the FDB's settings, the tracker's size) is named in the
-//! answer as waiting for a restart, and left as it is (each port removed or changed on a
-//! line of its own: [`Live::port_plan`]); a changed port's VLAN, flags and MTU wait with it,
-//! and when the interfaces themselves differ their addresses wait with them. A port the
-//! file adds opens live ([`Change::PortAdd`], first of the changes, so static entries naming
-//! it find it): see `runtime/portset.rs`. Ports are matched by name, so their order in the
-//! file does not matter (except to taps, which wait while the ports differ).
+//! does not (router interfaces added, removed or otherwise changed, workers, the FDB's
+//! settings, the tracker's size) is named in the answer as waiting for a restart, and left
+//! as it is; when the interfaces themselves differ their addresses wait with them. Ports
+//! added and removed change live (`runtime/portset.rs`): a port the file adds opens
+//! ([`Change::PortAdd`], first of the changes, so static entries naming it find it); one it
+//! no longer has is taken from the workers and closed ([`Change::PortRemove`], last, after
+//! the static entries on it are deleted), no frame leaving it afterwards, its FDB entries
+//! flushed, its counters kept in `stats` until a restart; one whose kind or settings changed
+//! is removed and added again (with its static entries). Unchanged ports never stop. Ports
+//! are matched by name, so their order in the file does not matter (except to taps, which
+//! wait while the ports differ).
 //! Masquerade's source address follows an address change with the interfaces' version: a
 //! worker takes up an interface's new first address when it takes up the version, so the
 //! next new connection masquerades to it; connections already translated keep the address
@@ -36,13 +39,6 @@
 //! the error names its file and line. A change the datapath refuses (an MTU larger than its
 //! buffers, an address the kernel refuses on a twin) is reported as failed; the others are
 //! applied.
-//!
-//! Why a port removed still waits: the workers would have to stop transmitting to it (its
-//! index published out of the VLAN view), drop its queues through their hand-over, the FDB
-//! be flushed of its entries and static entries naming it refused, its counters kept for
-//! `stats`; the per-port tables are already sized for a fixed capacity and indexes are never
-//! reused (`runtime/portset.rs`), so what is left is that removal path. Until then the
-//! running ports stay as they are, which is always correct.
 //!
 //! Threads: the control thread only; it keeps the [`Live`] view of the configuration it
 //! applied last.
@@ -176,6 +172,9 @@ pub(crate) enum Change {
     Addrs(Vec<IfaceAddrs>),
     /// A port of the file that the run does not have, opened and handed to the workers.
     PortAdd(Box<FilePort>),
+    /// A running port the file no longer has (or has with another kind or settings: then
+    /// added again after), taken from the workers and closed.
+    PortRemove(String),
 }
 
 impl fmt::Display for Change {
@@ -203,6 +202,7 @@ impl fmt::Display for Change {
                 write!(f, "interface addresses: {}", a.join("; "))
             }
             Change::PortAdd(p) => write!(f, "port add {} ({})", p.0.name, p.0.kind.name()),
+            Change::PortRemove(p) => write!(f, "port remove {p}"),
             Change::TapStart(w, _) => write!(f, "capture start {w}"),
             Change::TapStop(w, _) => write!(f, "capture stop {w}"),
             Change::CtTimeouts(t) if t.is_empty() => write!(f, "conntrack timeouts: the defaults"),
@@ -379,6 +379,7 @@ impl Live {
                     spec: FilePort(p.clone()),
                 });
             }
+            Change::PortRemove(name) => self.ports.retain(|p| p.name != *name),
             Change::TapStart(w, t) => self.taps.push((w.clone(), t.clone())),
             Change::TapStop(w, _) => {
                 if let Some(i) = self.taps.iter().position(|x| x.0 == *w) {
@@ -486,11 +487,34 @@ impl Live {
             let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
             out.insert(at, Change::Addrs(changed));
         }
-        // New ports open first (after the ruleset), so that static entries naming them find
-        // them; in the file's order.
+        // A port whose kind or settings changed is removed and added again, first (after the
+        // ruleset), with new ports, so that static entries naming them find them; in the
+        // file's order. Its static entries go with it, and are added again.
         let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
-        for p in new.ports.iter().rev().filter(|p| old_port(&p.name).is_none()) {
-            out.insert(at, Change::PortAdd(Box::new(p.spec.clone())));
+        let changed = |n: &str| old_port(n).is_some_and(|a| new.ports.iter().any(|b| b.name == n && a.rest != b.rest));
+        for ((mac, vlan), port) in &new.statics {
+            let set = Change::FdbSet(*mac, *vlan, port.clone());
+            if changed(port) && !out.contains(&set) {
+                out.push(set);
+            }
+        }
+        for p in new.ports.iter().rev() {
+            match old_port(&p.name) {
+                None => out.insert(at, Change::PortAdd(Box::new(p.spec.clone()))),
+                Some(a) if a.rest != p.rest => {
+                    out.insert(at, Change::PortAdd(Box::new(p.spec.clone())));
+                    out.insert(at, Change::PortRemove(p.name.clone()));
+                }
+                Some(_) => {}
+            }
+        }
+        // Ports removed go last: the static entries on them are deleted before.
+        for a in self
+            .ports
+            .iter()
+            .filter(|a| !new.ports.iter().any(|b| b.name == a.name))
+        {
+            out.push(Change::PortRemove(a.name.clone()));
         }
         let mut restart: Vec<&'static str> = self
             .rest
@@ -511,32 +535,8 @@ impl Live {
         if self.twins != new.twins {
             restart.push("the kernel twins ([linux] punt turned on or off)");
         }
-        if !self.port_plan(new).is_empty() {
-            restart.push("ports");
-        }
-        (out, restart)
-    }
-}
 
-impl Live {
-    /// The ports of `self` that `new` removes or changes, one line each, in the order of
-    /// `new` then the removed ones: `h1 changed (its kind or settings)`, `h2 removed`. Each
-    /// waits for a restart (a port added is a change: [`Change::PortAdd`]); the per-port
-    /// changes (VLAN, flags, MTU) of a changed port wait with it.
-    pub(crate) fn port_plan(&self, new: &Live) -> Vec<String> {
-        let by_name = |l: &Live, n: &str| l.ports.iter().position(|p| p.name == n);
-        let mut plan = Vec::new();
-        for p in &new.ports {
-            if let Some(o) = by_name(self, &p.name).map(|i| &self.ports[i]) {
-                if o.rest != p.rest {
-                    plan.push(format!("{} changed (its kind or settings)", p.name));
-                }
-            }
-        }
-        for o in self.ports.iter().filter(|o| by_name(new, &o.name).is_none()) {
-            plan.push(format!("{} removed", o.name));
-        }
-        plan
+        (out, restart)
     }
 }
 
@@ -561,7 +561,7 @@ fn tap_words(t: &TapSpec, ports: &[crate::config::PortSpec]) -> String {
 
 /// One port with what changes live (VLAN mode, flags, MTU, and the ring frame size an MTU
 /// implies) left out: its name, kind and every other setting. A port whose settings here
-/// differ is removed and added, which waits for a restart.
+/// differ is removed and added again.
 fn port_rest(p: &crate::config::PortSpec) -> String {
     let ring = p.afpacket.as_ref().map(|a| {
         let mut a = a.clone();
@@ -655,14 +655,8 @@ pub(crate) fn timeouts(overrides: &[(String, u64)]) -> Result<freeway_conntrack:
 /// Each change of a reload, and whether it was applied.
 pub(crate) type Outcome = Vec<(Change, Result<(), String>)>;
 
-/// The answer of a reload: what changed (or would, with `--check`), what failed, what waits
-/// (with the ports that differ, one line each: [`Live::port_plan`]).
-pub(crate) fn report(
-    check: bool,
-    applied: &[(Change, Result<(), String>)],
-    restart: &[&str],
-    ports: &[String],
-) -> String {
+/// The answer of a reload: what changed (or would, with `--check`), what failed, what waits.
+pub(crate) fn report(check: bool, applied: &[(Change, Result<(), String>)], restart: &[&str]) -> String {
     let mut s = String::new();
     if applied.is_empty() {
         s.push_str("no live change\n");
@@ -676,9 +670,6 @@ pub(crate) fn report(
     }
     if !restart.is_empty() {
         s.push_str(&format!("not applied, waits for a restart: {}\n", restart.join(", ")));
-    }
-    for p in ports {
-        s.push_str(&format!("  port {p}: waits for a restart\n"));
     }
     s
 }
@@ -816,34 +807,33 @@ mod tests {
     }
 
     #[test]
-    fn a_port_added_is_a_change_and_one_removed_or_changed_is_named_and_waits() {
+    fn ports_added_removed_or_changed_are_changes_and_nothing_waits() {
         let a = live("");
-        assert!(a.port_plan(&a).is_empty());
         let b = live("[[port]]\nname = \"extra\"\nkind = \"sink\"\n");
-        assert!(a.port_plan(&b).is_empty(), "an added port is no wait");
         assert_eq!(said(&a, &b), (vec!["port add extra (sink)".to_string()], vec![]));
-        assert_eq!(b.port_plan(&a), ["extra removed"]);
-        let (changes, restart) = b.diff(&a);
-        assert!(changes.is_empty(), "{changes:?}");
-        assert_eq!(restart, ["ports"]);
-        // Absorbed, the added port is a running one.
-        let mut now = a.clone();
-        for c in &a.diff(&b).0 {
-            now.absorb(c);
+        assert_eq!(said(&b, &a), (vec!["port remove extra".to_string()], vec![]));
+        // Absorbed, the added port is a running one, and the removed one is gone.
+        for (x, y) in [(&a, &b), (&b, &a)] {
+            let mut now = x.clone();
+            for c in &x.diff(y).0 {
+                now.absorb(c);
+            }
+            assert_eq!(now.diff(y), (vec![], vec![]));
         }
-        assert_eq!(now.diff(&b), (vec![], vec![]));
+        // A port of another setting: removed, then added again.
         let c = router_with("rate_pps = 10000, seed = 3", "rate_pps = 10000, seed = 4");
-        assert_eq!(a.port_plan(&c), ["intruder changed (its kind or settings)"]);
-        // A port whose VLAN, flags or MTU change is no port change: that applies live.
+        assert_eq!(said(&a, &c).0, ["port remove intruder", "port add intruder (gen)"]);
+        // A port whose VLAN, flags or MTU change stays: that applies live.
         let d = router_with(
             "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 20 }",
             "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 10 }",
         );
-        assert!(a.port_plan(&d).is_empty());
-        let text = report(true, &[], &restart, &b.port_plan(&a));
-        assert_eq!(
-            text,
-            "no live change\nnot applied, waits for a restart: ports\n  port extra removed: waits for a restart\n"
+        assert!(
+            said(&a, &d).0.iter().all(|c| !c.starts_with("port ")),
+            "{:?}",
+            said(&a, &d)
         );
+        let text = report(true, &[(b.diff(&a).0[0].clone(), Ok(()))], &[]);
+        assert_eq!(text, "would apply: port remove extra\n");
     }
 }
