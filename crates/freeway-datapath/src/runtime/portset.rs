@@ -293,8 +293,5 @@ fn wait_taken(taken: &AtomicUsize, sent: usize) -> bool {
 /// writes, shared memory.
 #[inline]
 pub(crate) fn poll_handover(rx: &Receiver<Handover>) -> Option<Handover> {
-    match rx.try_recv() {
-        Ok(h) => Some(h),
-        Err(_) => None,
-    }
+    rx.try_recv().ok()
 }
