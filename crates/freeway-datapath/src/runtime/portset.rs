@@ -28,8 +28,8 @@
 //! its next batch no worker floods or forwards to it, and frames it still receives are
 //! dropped as not members), then every worker drops its queues through the same hand-over,
 //! then it is closed and the FDB flushed of its entries (static ones too); a static entry
-//! naming it is refused from then on. Its counters stay readable in `stats` (frozen) until a
-//! restart, and its index is never used again. A port whose kind or settings changed is
+//! naming it is refused from then on. Its counters stay readable in `stats` (frozen, as
+//! `NAME (removed)`) until a restart, and its index is never used again. A port whose kind or settings changed is
 //! removed, then added again under a new index.
 //!
 //! Threads: [`Adder`] lives on the control thread; [`Handover`] messages go to workers.
@@ -77,7 +77,8 @@ pub(crate) struct RunPort {
     pub(crate) name: String,
     pub(crate) kind: &'static str,
     pub(crate) port: Box<dyn Port>,
-    /// Removed by a reload, and closed: its counters stay in `stats` until a restart.
+    /// Removed by a reload, and closed: its counters stay in `stats` until a restart, its
+    /// name there `NAME (removed)`.
     pub(crate) removed: bool,
 }
 
@@ -272,6 +273,9 @@ impl Adder {
             .find(|p| p.index == index && !p.removed)
             .ok_or(format!("no open port at index {i}"))?;
         p.removed = true;
+        // Its counters stay in `stats` under this name (a port added again under its old
+        // name is another port, with counters of its own).
+        p.name = format!("{} (removed)", p.name);
         p.port.close().map_err(|e| format!("closing it: {e}"))
     }
 }
