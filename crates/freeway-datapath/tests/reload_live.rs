@@ -484,3 +484,96 @@ fn an_interface_address_added_by_reload_answers_and_a_removed_one_stops() {
     let routes = ask(sock, &["route", "show"]);
     assert!(!routes["text"].as_str().unwrap().contains("10.3.0.0/24"), "{routes}");
 }
+
+/// A generator on VLAN 10 sending UDP to 10.3.0.2 through the router (MAC
+/// 02:fe:00:00:00:01), sink `a` on VLAN 10 and `b` on VLAN 30; the router has `v10`, and with
+/// `v30` also an interface on VLAN 30 (10.3.0.1/24) and 10.3.0.2's neighbour entry there.
+fn routing_to_vlan30(v30: bool) -> String {
+    let udp = r#"{ src_macs = ["02:00:00:00:00:01"], dst_macs = ["02:fe:00:00:00:01"], src_ip = "10.1.0.2", dst_ip = "10.3.0.2", src_port = 1024, dst_port = 5001 }"#;
+    let access = |v: u16| format!(r#"{{ mode = "access", vlan = {v} }}"#);
+    let mut text = format!(
+        "workers = 1\nport = [\n  {{ name = \"src\", kind = \"gen\", vlan = {}, gen = {udp} }},\n  \
+         {{ name = \"a\", kind = \"sink\", vlan = {} }},\n  {{ name = \"b\", kind = \"sink\", vlan = {} }},\n]\n\n\
+         [router]\nmac = \"02:fe:00:00:00:01\"\n\n[[interface]]\nname = \"v10\"\nvlan = 10\naddr = [\"10.1.0.1/24\"]\n",
+        access(10),
+        access(10),
+        access(30),
+    );
+    if v30 {
+        text.push_str(
+            "\n[[interface]]\nname = \"v30\"\nvlan = 30\naddr = [\"10.3.0.1/24\"]\n\n\
+             [[neigh]]\nip = \"10.3.0.2\"\nmac = \"02:00:00:00:30:02\"\ndev = \"v30\"\n",
+        );
+    }
+    text
+}
+
+/// The router's drops for `reason` so far.
+fn router_drops(sock: &Path, reason: &str) -> u64 {
+    ask(sock, &["stats"])["data"]["router"]["l3"]["drops"][reason]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// Reloads the run's file (now `text`): the reply's text, which must say `applied: {change}`
+/// with nothing failed and nothing waiting.
+fn reload_applies(sock: &Path, file: &Path, text: &str, change: &str) -> String {
+    std::fs::write(file, text).unwrap();
+    let said = ask(sock, &["reload"])["text"].as_str().unwrap().to_string();
+    assert!(said.contains(&format!("applied: {change}")), "{said}");
+    assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
+    said
+}
+
+#[test]
+fn a_router_interface_added_by_reload_routes_and_a_removed_one_stops() {
+    let (one, two) = (routing_to_vlan30(false), routing_to_vlan30(true));
+    let run = Run::start_with("ifaces", &one);
+    let (sock, file) = (&run.sock, run.dir.join("cfg.toml"));
+    settle(sock);
+    assert!(silent(sock, 2), "nothing routes to VLAN 30 yet");
+    assert!(router_drops(sock, "no_route") > 0);
+
+    // --check: the plan, nothing applied.
+    std::fs::write(&file, &two).unwrap();
+    let text = ask(sock, &["reload", "--check"])["text"].as_str().unwrap().to_string();
+    assert!(
+        text.contains(
+            "would apply: router interfaces: v30 added (vlan 30 mac 02:fe:00:00:00:01 mtu 1500): v30 10.3.0.1/24"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("would apply: neigh add 10.3.0.2"), "{text}");
+    assert!(silent(sock, 2), "--check applied nothing");
+
+    // Added: routed to VLAN 30 from the next batch on; its connected route is there.
+    reload_applies(sock, &file, &two, "router interfaces: v30 added");
+    wait_for(sock, "b receives what is routed through v30", |c| c[2].1 > 0);
+    let routes = ask(sock, &["route", "show"])["text"].as_str().unwrap().to_string();
+    assert!(routes.contains("10.3.0.0/24 dev v30"), "{routes}");
+    let links = ask(sock, &["link", "show"])["text"].as_str().unwrap().to_string();
+    assert!(links.contains("v30: router interface vlan 30"), "{links}");
+
+    // A file with an error changes nothing: routing goes on.
+    std::fs::write(&file, format!("{two}\n[[interface]]\nname = ")).unwrap();
+    let bad = ask(sock, &["reload"]);
+    assert_eq!(bad["ok"], false, "{bad}");
+    assert!(!silent(sock, 2), "a bad file changed nothing");
+
+    // Removed: its route and neighbour go with it; what it routed is now without a route.
+    reload_applies(sock, &file, &one, "router interfaces: v30 removed");
+    settle(sock);
+    assert!(silent(sock, 2), "nothing is routed through the removed interface");
+    let no_route = router_drops(sock, "no_route");
+    settle(sock);
+    assert!(router_drops(sock, "no_route") > no_route, "counted as no route");
+    let routes = ask(sock, &["route", "show"])["text"].as_str().unwrap().to_string();
+    assert!(!routes.contains("10.3.0.0/24"), "{routes}");
+    let neighs = ask(sock, &["neigh", "show"])["text"].as_str().unwrap().to_string();
+    assert!(!neighs.contains("10.3.0.2"), "{neighs}");
+
+    // Added again: a new interface (a new id), routing again.
+    let before = counts(sock)[2].1;
+    reload_applies(sock, &file, &two, "router interfaces: v30 added");
+    wait_for(sock, "b receives again", |c| c[2].1 > before);
+}

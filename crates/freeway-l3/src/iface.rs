@@ -12,8 +12,13 @@
 //!
 //! [`Interfaces`] is built once (configuration) and then shared read-only (`Arc`) by all
 //! workers; lookups are bisections of small sorted arrays, no lock, no shared write. A new
-//! configuration is a new `Interfaces`: a reload that changes an interface's addresses
-//! publishes one through [`LiveInterfaces`], which workers take up between batches. The live
+//! configuration is a new `Interfaces`: a reload that changes an interface's addresses, or
+//! adds or removes interfaces, publishes one through [`LiveInterfaces`], which workers take
+//! up between batches. An interface's id is never reused within a run: one added takes the
+//! next id never used, one removed leaves its id empty ([`Interfaces::with_changes`]), so a
+//! route, a neighbour entry or a queued packet naming an old id finds no interface (a counted
+//! drop) instead of a newer one. Per-interface arrays (the live MTUs here, the firewall's
+//! interface names and zones, masquerade's addresses) are built for each version, by id. The live
 //! setting inside one version is each
 //! interface's IP MTU ([`Interfaces::mtu`], [`Interfaces::set_mtu`]): a relaxed atomic per
 //! interface, written by the control thread and read by the L3 stage for packets it
@@ -289,12 +294,16 @@ impl std::fmt::Display for IfaceError {
 
 impl std::error::Error for IfaceError {}
 
-/// The router's interfaces, indexed by position (`u16`).
+/// The router's interfaces, indexed by id (`u16`): at first an interface's position in the
+/// configuration; one a reload adds takes the next id never used in the run, and one it
+/// removes leaves its id empty for good ([`Interfaces::with_changes`]), so a route, a
+/// neighbour or a queued packet that names an old id never leaves by a newer interface.
 ///
 /// A clone shares the live MTUs with the original (they are the running router's).
 #[derive(Clone, Debug, Default)]
 pub struct Interfaces {
-    list: Vec<Interface>,
+    /// By id; `None`: an id whose interface was removed.
+    list: Vec<Option<Interface>>,
     /// The live IP MTU of each interface, by index.
     mtus: Arc<[AtomicU16]>,
     by_port_vlan: SortedMap<u32>,
@@ -335,12 +344,18 @@ fn pv_key(port: u16, vlan: Option<u16>) -> u32 {
 impl Interfaces {
     /// Checks and indexes a list of interfaces; an interface's index is its position.
     pub fn new(list: Vec<Interface>) -> Result<Interfaces, IfaceError> {
+        Interfaces::of_slots(list.into_iter().map(Some).collect())
+    }
+
+    /// Checks and indexes interfaces by id (`None`: an id no longer used).
+    fn of_slots(list: Vec<Option<Interface>>) -> Result<Interfaces, IfaceError> {
         if list.len() > usize::from(u16::MAX) {
             return Err(IfaceError::TooMany);
         }
         let mut s = Interfaces::default();
         let mut names = HashMap::new();
         for (i, it) in list.iter().enumerate() {
+            let Some(it) = it else { continue };
             let idx = i as u16;
             if names.insert(it.name.clone(), idx).is_some() {
                 return Err(IfaceError::DuplicateName(it.name.clone()));
@@ -353,8 +368,9 @@ impl Interfaces {
             }
             it.check_mtu(u32::from(it.mtu)).map_err(IfaceError::BadInterface)?;
             if let Some(j) = s.by_port_vlan.insert(pv_key(it.port, it.vlan), idx) {
+                let other = list[usize::from(j)].as_ref().map(|o| o.name.clone());
                 return Err(IfaceError::DuplicatePortVlan(
-                    list[usize::from(j)].name.clone(),
+                    other.unwrap_or_default(),
                     it.name.clone(),
                 ));
             }
@@ -375,9 +391,34 @@ impl Interfaces {
                 }
             }
         }
-        s.mtus = list.iter().map(|i| AtomicU16::new(i.mtu)).collect();
+        s.mtus = list
+            .iter()
+            .map(|i| AtomicU16::new(i.as_ref().map_or(DEFAULT_MTU, |i| i.mtu)))
+            .collect();
         s.list = list;
         Ok(s)
+    }
+
+    /// The same interfaces without those of ids `removed` (their ids stay unused) and with
+    /// `added` at the next ids never used, checked as [`Interfaces::new`] checks them. The
+    /// copy has live MTUs of its own, starting from the current ones (a new interface's from
+    /// its configuration). Gives back the new interfaces and the ids `added` took.
+    pub fn with_changes(&self, removed: &[u16], added: Vec<Interface>) -> Result<(Interfaces, Vec<u16>), IfaceError> {
+        let mut list = self.list.clone();
+        for &r in removed {
+            match list.get_mut(usize::from(r)) {
+                Some(slot @ Some(_)) => *slot = None,
+                _ => return Err(IfaceError::BadInterface(format!("no interface {r} to remove"))),
+            }
+        }
+        let first = list.len();
+        let ids = (first..first + added.len()).map(|i| i as u16).collect();
+        list.extend(added.into_iter().map(Some));
+        let s = Interfaces::of_slots(list)?;
+        for (i, m) in self.mtus.iter().enumerate() {
+            s.mtus[i].store(m.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        Ok((s, ids))
     }
 
     /// The same interfaces with interface `idx`'s addresses replaced by `v4` and `v6`,
@@ -391,10 +432,11 @@ impl Interfaces {
         let mut list = self.list.clone();
         let it = list
             .get_mut(usize::from(idx))
+            .and_then(Option::as_mut)
             .ok_or_else(|| IfaceError::BadInterface(format!("no interface {idx}")))?;
         it.v4 = v4;
         it.v6 = v6;
-        let mut s = Interfaces::new(list)?;
+        let mut s = Interfaces::of_slots(list)?;
         s.mtus = self.mtus.clone();
         Ok(s)
     }
@@ -415,30 +457,40 @@ impl Interfaces {
         Ok(self.mtus[usize::from(idx)].swap(mtu, Ordering::Relaxed))
     }
 
-    /// Number of interfaces.
+    /// Number of ids: one more than the highest id used in the run (removed ones included,
+    /// so `0..len()` holds every id that [`Interfaces::get`] can find).
     pub fn len(&self) -> usize {
         self.list.len()
     }
 
-    /// Whether there are none.
+    /// Whether there are no ids at all.
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
-    /// The interface at `idx`.
+    /// The interface of id `idx` (`None` also for an interface removed).
     #[inline]
     pub fn get(&self, idx: u16) -> Option<&Interface> {
-        self.list.get(usize::from(idx))
+        self.list.get(usize::from(idx)).and_then(Option::as_ref)
     }
 
-    /// All interfaces, in index order.
+    /// All interfaces, in id order (removed ones left out: [`Interfaces::indexed`] gives
+    /// their ids).
     pub fn iter(&self) -> impl Iterator<Item = &Interface> {
-        self.list.iter()
+        self.list.iter().flatten()
     }
 
-    /// The index of the interface named `name`.
+    /// All interfaces with their ids, in id order.
+    pub fn indexed(&self) -> impl Iterator<Item = (u16, &Interface)> {
+        self.list
+            .iter()
+            .enumerate()
+            .filter_map(|(i, it)| it.as_ref().map(|it| (i as u16, it)))
+    }
+
+    /// The id of the interface named `name`.
     pub fn by_name(&self, name: &str) -> Option<u16> {
-        self.list.iter().position(|i| i.name == name).map(|i| i as u16)
+        self.indexed().find(|(_, i)| i.name == name).map(|(i, _)| i)
     }
 
     /// The interface on `(port, vlan)`.
@@ -482,7 +534,7 @@ impl Interfaces {
     /// `gateway: None`.
     pub fn connected_prefixes(&self) -> Vec<ConnectedPrefix> {
         let mut v = Vec::new();
-        for (i, it) in self.list.iter().enumerate() {
+        for (i, it) in self.indexed() {
             let v4 = it
                 .v4
                 .iter()
@@ -492,11 +544,7 @@ impl Interfaces {
                 .iter()
                 .map(|&(a, l)| (IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask6(l))), l));
             for (prefix, len) in v4.chain(v6) {
-                let p = ConnectedPrefix {
-                    iface: i as u16,
-                    prefix,
-                    len,
-                };
+                let p = ConnectedPrefix { iface: i, prefix, len };
                 if !v.contains(&p) {
                     v.push(p);
                 }
@@ -677,6 +725,41 @@ mod tests {
         let (gen2, now) = live.current();
         assert!(gen2 > gen && live.generation() == gen2);
         assert_eq!(now.local_v4(Ipv4Addr::new(10, 3, 0, 1)), Some(1));
+    }
+
+    #[test]
+    fn interfaces_added_take_new_ids_and_removed_ids_are_never_reused() {
+        let mac = [2, 0, 0, 0, 0, 1];
+        let a = Interface::new("a", 1, Some(10), mac).with_v4(Ipv4Addr::new(10, 0, 0, 1), 24);
+        let b = Interface::new("b", 1, Some(20), mac).with_v4(Ipv4Addr::new(10, 1, 0, 1), 24);
+        let s = Interfaces::new(vec![a, b]).unwrap();
+        s.set_mtu(0, 1400).unwrap();
+        // b removed, c added on b's VLAN and subnet: c takes id 2, id 1 stays empty.
+        let c = Interface::new("c", 1, Some(20), mac).with_v4(Ipv4Addr::new(10, 1, 0, 1), 24);
+        let (t, ids) = s.with_changes(&[1], vec![c]).unwrap();
+        assert_eq!(ids, [2]);
+        assert_eq!((t.len(), t.get(1), t.by_name("b")), (3, None, None));
+        assert_eq!(t.by_port_vlan(1, Some(20)), Some(2));
+        assert_eq!(t.local_v4(Ipv4Addr::new(10, 1, 0, 1)), Some(2));
+        assert_eq!(t.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(t.indexed().map(|(i, _)| i).collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(
+            t.connected_prefixes().iter().map(|c| c.iface).collect::<Vec<_>>(),
+            [0, 2]
+        );
+        assert_eq!(t.mtu(0), 1400, "the live MTU is kept");
+        assert_eq!(s.by_port_vlan(1, Some(20)), Some(1), "the old version is unchanged");
+        // Removing c too: its id is not given again; an empty id cannot be removed twice.
+        let (u, _) = t.with_changes(&[2], vec![]).unwrap();
+        let d = Interface::new("d", 1, Some(30), mac);
+        assert_eq!(u.with_changes(&[], vec![d]).unwrap().1, [3]);
+        assert!(u.with_changes(&[2], vec![]).is_err());
+        // A name or an address already held: refused.
+        let a2 = Interface::new("a", 1, Some(40), mac);
+        assert!(matches!(
+            t.with_changes(&[], vec![a2]),
+            Err(IfaceError::DuplicateName(_))
+        ));
     }
 
     #[test]

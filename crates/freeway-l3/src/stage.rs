@@ -238,6 +238,8 @@ drops! {
     NatExhausted => "nat_exhausted",
     /// For the router's kernel twin, which could not take it (its queue was full).
     PuntFailed => "punt_failed",
+    /// Waited for a neighbour on an interface that a reload removed meanwhile.
+    IfaceRemoved => "iface_removed",
 }
 
 impl std::fmt::Display for L3Drop {
@@ -477,8 +479,10 @@ impl L3Worker {
         &self.ifaces
     }
 
-    /// Takes up a new version of the interfaces (their addresses changed); packets waiting
-    /// for a neighbour keep the interface index they were routed to.
+    /// Takes up a new version of the interfaces (addresses changed, interfaces added or
+    /// removed); packets waiting for a neighbour keep the interface id they were routed to,
+    /// and those of an interface removed are dropped at the next poll (counted as
+    /// `iface_removed`).
     pub fn set_interfaces(&mut self, ifaces: Arc<Interfaces>) {
         self.ifaces = ifaces;
     }
@@ -1099,6 +1103,15 @@ impl State {
         let mut pending = std::mem::take(&mut self.pending);
         let mut i = 0;
         while i < pending.len() {
+            if cx.ifaces.get(pending[i].iface).is_none() {
+                // Its interface is gone (a reload removed it): no ICMP error from it.
+                let w = pending.swap_remove(i);
+                self.pending_pkts -= w.pkts.len();
+                for (p, _) in w.pkts {
+                    self.drop(out, p, L3Drop::IfaceRemoved);
+                }
+                continue;
+            }
             let w = &mut pending[i];
             let v = cx.neigh.lookup(w.ip, w.iface, cx.g);
             match v {

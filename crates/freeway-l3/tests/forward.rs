@@ -11,6 +11,7 @@ use freeway_packet::checksum::checksum;
 use freeway_packet::wire::{ArpPacket, Icmpv4Packet, Ipv6Packet};
 use freeway_packet::Packet;
 use proptest::prelude::*;
+use std::sync::Arc;
 
 fn with_statics(r: &mut Rig) {
     r.writer.add_static(ip("10.0.2.7"), 1, H2, 0).unwrap();
@@ -228,4 +229,19 @@ fn failed_neighbour_gets_host_unreachable_and_stale_is_probed() {
     assert_eq!(probes.len(), 1);
     assert_eq!(&probes[0].1.data()[0..6], &H2, "unicast probe");
     assert_eq!(r.stats().probes_tx, 1);
+}
+
+#[test]
+fn packets_pending_on_an_interface_removed_are_dropped_and_counted() {
+    let mut r = Rig::new();
+    r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 60), 2);
+    assert_eq!(r.w.pending_len(), 2, "waiting for 10.0.2.7 on p2");
+    r.out.take();
+    // A reload removes p2 (id 1): the worker takes the new version between batches.
+    let (next, _) = interfaces().with_changes(&[1], Vec::new()).unwrap();
+    r.w.set_interfaces(Arc::new(next));
+    r.w.poll(r.now, &mut r.out);
+    assert_eq!(r.w.pending_len(), 0);
+    assert_eq!(r.stats().drop_count(L3Drop::IfaceRemoved), 2);
+    assert!(r.out.take().is_empty(), "no ICMP error from an interface that is gone");
 }

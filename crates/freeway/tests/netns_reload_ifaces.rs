@@ -81,7 +81,7 @@ fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
 
     // Applied: a new connection masquerades to the new address, and h2 (which has to ask for
     // it) answers it.
-    reload_applies(&bed, &two, "interface addresses: wan 203.0.113.9/24");
+    bed.reload_applies(&two, "interface addresses: wan 203.0.113.9/24");
     bed.sh_ok("h2", "ip neigh flush dev eth0");
     assert!(bed.ping("h1", "203.0.113.2"), "h1 still reaches h2 through masquerade");
     let after = conntrack(&bed);
@@ -109,16 +109,6 @@ fn twin_addrs(bed: &Bed, dev: &str) -> String {
     String::from_utf8_lossy(&o.stdout).to_string()
 }
 
-/// Reloads `text` as the run's configuration: it applies `change`, nothing fails and
-/// nothing waits for a restart.
-fn reload_applies(bed: &Bed, text: &str, change: &str) {
-    std::fs::write(bed.dir.join("freeway.toml"), text).unwrap();
-    let r = bed.ctl(&["reload"]);
-    let said = r["text"].as_str().unwrap();
-    assert!(said.contains(&format!("applied: {change}")), "{said}");
-    assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
-}
-
 /// `[linux] punt`: a reload that changes an interface's addresses gives its kernel twin the
 /// new ones (an added subnet, then its first address deleted while a second address of its
 /// subnet stays), and forwarding goes on.
@@ -139,11 +129,7 @@ fn the_kernel_twin_takes_the_addresses_a_reload_gives_its_interface() {
     let text = twin_addrs(&bed, "v20");
     assert!(text.contains("10.2.0.1/24") && !text.contains("10.3.0.1/24"), "{text}");
 
-    reload_applies(
-        &bed,
-        &two,
-        "interface addresses: v20 10.2.0.1/24 10.2.0.5/24 10.3.0.1/24",
-    );
+    bed.reload_applies(&two, "interface addresses: v20 10.2.0.1/24 10.2.0.5/24 10.3.0.1/24");
     let text = twin_addrs(&bed, "v20");
     for a in ["10.2.0.1/24", "10.2.0.5/24", "10.3.0.1/24"] {
         assert!(text.contains(a), "the twin has {a}: {text}");
@@ -151,7 +137,7 @@ fn the_kernel_twin_takes_the_addresses_a_reload_gives_its_interface() {
 
     // The first address goes: the kernel would take the second of its subnet with it, which
     // the twin keeps.
-    reload_applies(&bed, &three, "interface addresses: v20 10.2.0.5/24");
+    bed.reload_applies(&three, "interface addresses: v20 10.2.0.5/24");
     let text = twin_addrs(&bed, "v20");
     assert!(text.contains("10.2.0.5/24"), "{text}");
     assert!(!text.contains("10.2.0.1/") && !text.contains("10.3.0.1/"), "{text}");

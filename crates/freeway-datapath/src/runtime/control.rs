@@ -38,6 +38,7 @@
 pub mod access;
 pub mod cli;
 pub mod events;
+mod ifaces;
 mod lan;
 mod nft;
 pub mod protocol;
@@ -87,6 +88,8 @@ pub(crate) enum NeighOp {
     Del(IpAddr, u16),
     /// Delete the dynamic entries (of one interface).
     Flush(Option<u16>),
+    /// Delete every entry of one interface, permanent ones included (a reload removed it).
+    Purge(u16),
 }
 
 /// A request to a writer thread, where its answer goes, and its claim word ([`PENDING`],
@@ -147,6 +150,7 @@ pub(crate) fn apply_neigh(w: &mut NeighWriter, rx: &Receiver<Op<NeighOp>>, now: 
         NeighOp::Del(ip, iface) if w.delete(ip, iface) => Ok(String::new()),
         NeighOp::Del(ip, _) => Err(CtlError::NotFound(format!("no neighbour {ip} on that interface"))),
         NeighOp::Flush(iface) => Ok(format!("{} entries flushed\n", w.flush(iface, false))),
+        NeighOp::Purge(iface) => Ok(format!("{} entries deleted\n", w.flush(Some(iface), true))),
     })
 }
 
@@ -1354,6 +1358,8 @@ impl<L: Layout> Control<L> {
                     }
                     _ => Err("this run has no router".into()),
                 },
+                Change::Ifaces(plan) => self.apply_ifaces(plan, new),
+                Change::IfaceMtu(name, mtu) => self.iface_mtu(name, *mtu),
                 Change::TapStart(_, t) => self.tap_start(&t.0),
                 Change::TapStop(_, t) => self.tap_stop(&t.0),
                 Change::CtTimeouts(t) => match &self.ct {
@@ -1543,9 +1549,9 @@ impl<L: Layout> Control<L> {
             data.push(row);
         }
         if let Some((_, ifs, _)) = &self.rib {
-            for (i, it) in ifs.iter().enumerate() {
-                let mtu = ifs.mtu(i as u16);
-                let n = self.port_names.len() + i;
+            for (i, it) in ifs.indexed() {
+                let mtu = ifs.mtu(i);
+                let n = self.port_names.len() + usize::from(i);
                 text.push_str(&format!(
                     "{n}: {}: router interface vlan {} mtu {mtu}\n",
                     it.name,
@@ -1834,5 +1840,31 @@ mod tests {
         });
         assert_eq!(ask(&q, 9).unwrap().text, "applied 9\n");
         w.join().unwrap();
+    }
+
+    /// Several datapaths of one process bind sockets in one directory at once (as the tests
+    /// do): each gets its own socket, none refused for another's private name.
+    #[test]
+    fn sockets_bound_at_once_in_one_directory_never_collide() {
+        let dir = std::env::temp_dir().join(format!("fw-bind-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let dir = dir.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50 {
+                        let path = dir.join(format!("{t}-{i}.sock"));
+                        let l = bind(&path, &access::Access::default()).unwrap_or_else(|e| panic!("{e}"));
+                        assert!(UnixStream::connect(&path).is_ok());
+                        drop(l);
+                        assert!(!path.exists(), "{}", path.display());
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

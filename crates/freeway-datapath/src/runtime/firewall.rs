@@ -19,6 +19,11 @@
 //!
 //! Interfaces are named by the router interfaces' names: `iifname "lan"` is a router
 //! interface called `lan`, as in Linux, where routed traffic meets the IP stack's interfaces.
+//! A name no interface has matches nothing. A reload that adds or removes interfaces
+//! compiles the current ruleset again against the new names and ids and publishes it in the
+//! slot with each interface's conntrack zone ([`FirewallShared::set_interfaces`]), so a
+//! worker takes the ruleset and the zones up together, and the rules' state (counters,
+//! limits) starts again, as after a replacement.
 //!
 //! Threads: [`FirewallShared`] lives with the control thread (which replaces rulesets) and is
 //! cloned into each worker's [`FwHook`]; a hook is owned by one worker.
@@ -144,19 +149,49 @@ struct Slot {
     /// Bumped after every replacement.
     gen: AtomicU64,
     /// The current ruleset (with the generation it was published at).
-    current: Mutex<(u64, Arc<Firewall>)>,
+    current: Mutex<Current>,
+}
+
+/// What a slot publishes: a ruleset compiled against the router interfaces of the moment
+/// (their names, their conntrack zones), at a generation.
+#[derive(Clone)]
+struct Current {
+    gen: u64,
+    fw: Arc<Firewall>,
+    /// Router interface names and their ids.
+    names: Arc<[(String, u32)]>,
+    /// Conntrack zone of each router interface, by id.
+    zones: Arc<[u16]>,
+}
+
+/// The conntrack zone of router interface `i`: that of the ports on its VLAN, which must
+/// agree (the error says which two do not).
+pub(crate) fn iface_zone(cfg: &crate::config::Checked, i: &crate::config::l3::IfaceSpec) -> Result<u16, String> {
+    let members: Vec<_> = cfg.ports.iter().filter(|p| p.vlan.is_member(i.vlan)).collect();
+    if let Some(b) = members.iter().find(|p| p.zone != members[0].zone) {
+        let a = members[0];
+        return Err(format!(
+            "firewall: router interface {:?} (VLAN {}) has ports in conntrack zones {} ({:?}) and {} ({:?}): with a ruleset, the ports of a routed VLAN share one zone",
+            i.name, i.vlan, a.zone, a.name, b.zone, b.name
+        ));
+    }
+    Ok(members.first().map_or(0, |p| p.zone))
+}
+
+/// Each router interface's name and id (removed ones left out).
+fn names_of(ifaces: &Interfaces) -> Arc<[(String, u32)]> {
+    ifaces
+        .indexed()
+        .map(|(i, it)| (it.name.clone(), u32::from(i)))
+        .collect()
 }
 
 /// The firewall's shared side: the published ruleset and what compiling one needs.
 #[derive(Clone)]
 pub(crate) struct FirewallShared {
     slot: Arc<Slot>,
-    /// Router interface names and their ids (the interface index).
-    names: Arc<[(String, u32)]>,
     workers: usize,
     ct: Conntrack,
-    /// Conntrack zone of each router interface.
-    zones: Arc<[u16]>,
     /// Where the current ruleset came from.
     source: Arc<Mutex<String>>,
     /// Each router interface's masquerade addresses.
@@ -178,34 +213,40 @@ impl FirewallShared {
         ct: Conntrack,
         nat_on: Arc<AtomicBool>,
     ) -> Result<FirewallShared, RunError> {
-        let names: Arc<[(String, u32)]> = (0..ifaces.len())
-            .filter_map(|i| ifaces.get(i as u16).map(|it| (it.name.clone(), i as u32)))
-            .collect();
+        let names = names_of(ifaces);
         let fw = compile(rs, &names, workers).map_err(|e| RunError(format!("firewall: {source}:{e}")))?;
         nat_on.store(fw.any_nat(), Ordering::Relaxed);
         Ok(FirewallShared {
             slot: Arc::new(Slot {
                 gen: AtomicU64::new(1),
-                current: Mutex::new((1, Arc::new(fw))),
+                current: Mutex::new(Current {
+                    gen: 1,
+                    fw: Arc::new(fw),
+                    names,
+                    zones: zones.into(),
+                }),
             }),
-            names,
             workers,
             ct,
-            zones: zones.into(),
             source: Arc::new(Mutex::new(source.to_string())),
             masq: super::nat::masquerade_addrs(ifaces),
             nat_on,
         })
     }
 
+    /// What the slot publishes now.
+    fn now(&self) -> Current {
+        self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The ruleset workers judge with now.
     pub fn current(&self) -> Arc<Firewall> {
-        self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+        self.now().fw
     }
 
     /// Conntrack zone of each router interface.
     pub fn zones(&self) -> Arc<[u16]> {
-        self.zones.clone()
+        self.now().zones
     }
 
     /// Where the current ruleset came from.
@@ -216,21 +257,41 @@ impl FirewallShared {
     /// Compiles `rs` and publishes it: workers switch to it at their next batch. A ruleset
     /// that does not compile changes nothing.
     pub fn replace(&self, rs: Ruleset, source: &str) -> Result<(), String> {
-        let fw = compile(rs, &self.names, self.workers)?;
+        let Current { names, zones, .. } = self.now();
+        self.publish(rs, names, zones)?;
+        *self.source.lock().unwrap_or_else(|e| e.into_inner()) = source.to_string();
+        Ok(())
+    }
+
+    /// Compiles the current ruleset again against `ifaces` (router interfaces added or
+    /// removed: `iifname`/`oifname` resolve to the new ids) with their conntrack `zones` (by
+    /// id), and publishes it. Workers take it up at their next batch, with fresh rule state
+    /// (counters, limits), as after a replacement.
+    pub fn set_interfaces(&self, ifaces: &Interfaces, zones: Vec<u16>) -> Result<(), String> {
+        let rs = self.current().ruleset().clone();
+        self.publish(rs, names_of(ifaces), zones.into())
+    }
+
+    /// Compiles `rs` against `names` and publishes it with `zones`.
+    fn publish(&self, rs: Ruleset, names: Arc<[(String, u32)]>, zones: Arc<[u16]>) -> Result<(), String> {
+        let fw = compile(rs, &names, self.workers)?;
         self.nat_on.store(fw.any_nat(), Ordering::Relaxed);
         let mut cur = self.slot.current.lock().unwrap_or_else(|e| e.into_inner());
-        let gen = cur.0 + 1;
-        *cur = (gen, Arc::new(fw));
+        let gen = cur.gen + 1;
+        *cur = Current {
+            gen,
+            fw: Arc::new(fw),
+            names,
+            zones,
+        };
         // Published under the mutex: a worker that sees `gen` finds this ruleset.
         self.slot.gen.store(gen, Ordering::Release);
-        drop(cur);
-        *self.source.lock().unwrap_or_else(|e| e.into_inner()) = source.to_string();
         Ok(())
     }
 
     /// Worker `index`'s hook.
     pub fn worker(&self, index: usize) -> FwHook {
-        let (gen, fw) = self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Current { gen, fw, zones, .. } = self.now();
         FwHook {
             st: fw.worker(index),
             any_nat: fw.any_nat(),
@@ -239,7 +300,7 @@ impl FirewallShared {
             slot: self.slot.clone(),
             index,
             ct: self.ct.worker(),
-            zones: self.zones.clone(),
+            zones,
             now: 0,
             logs: Vec::new(),
             nat: NatState::new(index, self.workers, self.masq.clone()),
@@ -279,11 +340,12 @@ impl FwHook {
         if self.slot.gen.load(Ordering::Acquire) == self.gen {
             return;
         }
-        let (gen, fw) = self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Current { gen, fw, zones, .. } = self.slot.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
         self.st = fw.worker(self.index);
         self.any_nat = fw.any_nat();
         self.fw = fw;
         self.gen = gen;
+        self.zones = zones;
     }
 
     /// Takes up a new version of the router's interfaces (a reload changed their

@@ -686,18 +686,11 @@ fn build_firewall(
             "firewall: a ruleset judges routed packets: it needs a [router] with interfaces".into(),
         ));
     };
-    let mut zones = Vec::new();
-    for i in &spec.interfaces {
-        let members: Vec<_> = cfg.ports.iter().filter(|p| p.vlan.is_member(i.vlan)).collect();
-        if let Some(b) = members.iter().find(|p| p.zone != members[0].zone) {
-            let a = members[0];
-            return Err(RunError(format!(
-                "firewall: router interface {:?} (VLAN {}) has ports in conntrack zones {} ({:?}) and {} ({:?}): with a ruleset, the ports of a routed VLAN share one zone",
-                i.name, i.vlan, a.zone, a.name, b.zone, b.name
-            )));
-        }
-        zones.push(members.first().map_or(0, |p| p.zone));
-    }
+    let zones = spec
+        .interfaces
+        .iter()
+        .map(|i| super::firewall::iface_zone(cfg, i).map_err(RunError))
+        .collect::<Result<Vec<u16>, RunError>>()?;
     let nat_on = st.nat_on.clone();
     FirewallShared::new(
         rs.clone(),

@@ -178,6 +178,16 @@ impl Bed {
         r
     }
 
+    /// Reloads `text` as the run's configuration: the reply applies `change`, nothing fails
+    /// and nothing waits for a restart.
+    pub fn reload_applies(&self, text: &str, change: &str) {
+        std::fs::write(self.dir.join("freeway.toml"), text).unwrap();
+        let r = self.ctl(&["reload"]);
+        let said = r["text"].as_str().unwrap();
+        assert!(said.contains(&format!("applied: {change}")), "{said}");
+        assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
+    }
+
     /// Writes `text` (a file with an error) as the run's configuration and asks for a reload,
     /// which must be refused.
     pub fn reload_refused(&self, text: &str) -> serde_json::Value {

@@ -16,26 +16,37 @@
 //! and takes the new version between batches), the connected routes of the addresses that
 //! went deleted and those of the new ones added in one RIB publication. From the next batch
 //! the router answers ARP, ND and pings for the new addresses and delivers to them, and no
-//! longer for the old ones. The membership and the addresses go first, so static entries of
-//! a port that joins a VLAN, and routes through a gateway on a new subnet, find them. What
-//! does not (router interfaces added, removed or otherwise changed, workers, the FDB's
+//! longer for the old ones. Router interfaces added and removed ([`Change::Ifaces`], applied
+//! by [`super::ifaces`]): one new version of the interfaces, an added one at an id never used
+//! before in the run; the connected routes of both in one RIB publication, with every route
+//! through a removed interface, and its neighbours, deleted (as the kernel deletes them); the
+//! router's bridge port joins and leaves their VLANs, with their static FDB entries; the
+//! ruleset is compiled again for the new interface ids; packets a worker queued for a
+//! removed interface's neighbour are dropped and counted (`iface_removed`). An interface
+//! whose VLAN or MAC changes is removed and added again (the routes and static neighbours
+//! of the file through it are then set again); one whose MTU changes keeps its id and takes
+//! the MTU live ([`Change::IfaceMtu`]). The membership, the interfaces and the addresses go
+//! first, so static entries of a port that joins a VLAN, and routes through a gateway on a
+//! new subnet or interface, find them. Ports added and removed change live
+//! (`runtime/portset.rs`): a port the file adds opens ([`Change::PortAdd`], first of the
+//! changes, so static entries naming it find it); one it no longer has is taken from the
+//! workers and closed ([`Change::PortRemove`], last, after the static entries on it are
+//! deleted), no frame leaving it afterwards, its FDB entries flushed, its counters kept in
+//! `stats` until a restart; one whose kind or settings changed is removed and added again
+//! (with its static entries). Unchanged ports never stop. Ports are matched by name, so
+//! their order in the file does not matter (except to taps, which wait while the ports
+//! differ). What does not change live (the router's own settings, workers, the FDB's
 //! settings, the tracker's size) is named in the answer as waiting for a restart, and left
-//! as it is; when the interfaces themselves differ their addresses wait with them. Ports
-//! added and removed change live (`runtime/portset.rs`): a port the file adds opens
-//! ([`Change::PortAdd`], first of the changes, so static entries naming it find it); one it
-//! no longer has is taken from the workers and closed ([`Change::PortRemove`], last, after
-//! the static entries on it are deleted), no frame leaving it afterwards, its FDB entries
-//! flushed, its counters kept in `stats` until a restart; one whose kind or settings changed
-//! is removed and added again (with its static entries). Unchanged ports never stop. Ports
-//! are matched by name, so their order in the file does not matter (except to taps, which
-//! wait while the ports differ).
+//! as it is.
 //! Masquerade's source address follows an address change with the interfaces' version: a
 //! worker takes up an interface's new first address when it takes up the version, so the
 //! next new connection masquerades to it; connections already translated keep the address
 //! they have until they expire, as Linux's do. The kernel twins (`[linux] punt`) take the
 //! new addresses too, by netlink, once the workers have them ([`readdress_twins`]: those
 //! that went are deleted, the kernel deleting their connected routes, then the new list is
-//! added); twins turned on or off wait for a restart. A file with an error changes nothing:
+//! added); twins turned on or off wait for a restart, and so do interfaces added or removed
+//! while there are twins or the kernel's routes are mirrored (`[linux]`: the twins are made
+//! once, at start, and the mirror names interfaces by the ids they had then). A file with an error changes nothing:
 //! the error names its file and line. A change the datapath refuses (an MTU larger than its
 //! buffers, an address the kernel refuses on a twin) is reported as failed; the others are
 //! applied.
@@ -72,8 +83,13 @@ pub(crate) struct Live {
     ports: Vec<PortLive>,
     /// Each router interface's addresses, in interface order.
     addrs: Vec<IfaceAddrs>,
+    /// Each router interface without its addresses, in interface order.
+    ifaces: Vec<IfaceLive>,
     /// Whether the router interfaces have kernel twins (`[linux] punt`).
     twins: bool,
+    /// Whether the kernel's routes are mirrored (`[linux] mirror`: it names interfaces by
+    /// the ids they had at start).
+    mirror: bool,
     /// The taps of the file: what they are (as [`tap_words`] writes them), and their specs.
     taps: Vec<(String, FileTap)>,
     /// The rest, section by section, in a form that compares (its `Debug` text).
@@ -126,6 +142,45 @@ impl fmt::Display for IfaceAddrs {
     }
 }
 
+/// A router interface as the configuration has it, without its addresses: its name, VLAN and
+/// MAC (an interface whose VLAN or MAC changes is removed and added again) and its IP MTU
+/// (which changes in place).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct IfaceLive {
+    pub(crate) name: String,
+    pub(crate) vlan: u16,
+    pub(crate) mac: Mac,
+    pub(crate) mtu: u16,
+}
+
+impl IfaceLive {
+    /// Whether `o` is the same interface (name, VLAN and MAC; the MTU may differ).
+    fn same(&self, o: &IfaceLive) -> bool {
+        (&self.name, self.vlan, self.mac) == (&o.name, o.vlan, o.mac)
+    }
+}
+
+/// Router interfaces a reload removes (by name) and adds (with their addresses), applied at
+/// once ([`super::ifaces`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct IfacePlan {
+    pub(crate) removed: Vec<String>,
+    pub(crate) added: Vec<(IfaceLive, IfaceAddrs)>,
+}
+
+impl fmt::Display for IfacePlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut w: Vec<String> = self.removed.iter().map(|n| format!("{n} removed")).collect();
+        for (i, a) in &self.added {
+            w.push(format!(
+                "{} added (vlan {} mac {} mtu {}): {a}",
+                i.name, i.vlan, i.mac, i.mtu
+            ));
+        }
+        write!(f, "router interfaces: {}", w.join("; "))
+    }
+}
+
 /// A tap of the file (compared by all its settings).
 #[derive(Clone, Debug)]
 pub(crate) struct FileTap(pub(crate) TapSpec);
@@ -170,6 +225,11 @@ pub(crate) enum Change {
     /// The router interfaces whose addresses change, with all their new addresses (published
     /// at once, with their connected routes).
     Addrs(Vec<IfaceAddrs>),
+    /// Router interfaces removed and added (published at once, with their connected routes;
+    /// the routes and neighbours through a removed one go with it).
+    Ifaces(IfacePlan),
+    /// `link set dev IFACE mtu N`: a router interface's IP MTU.
+    IfaceMtu(String, u16),
     /// A port of the file that the run does not have, opened and handed to the workers.
     PortAdd(Box<FilePort>),
     /// A running port the file no longer has (or has with another kind or settings: then
@@ -201,6 +261,8 @@ impl fmt::Display for Change {
                 let a: Vec<String> = a.iter().map(ToString::to_string).collect();
                 write!(f, "interface addresses: {}", a.join("; "))
             }
+            Change::Ifaces(p) => p.fmt(f),
+            Change::IfaceMtu(n, m) => write!(f, "link set dev {n} mtu {m} (router interface)"),
             Change::PortAdd(p) => write!(f, "port add {} ({})", p.0.name, p.0.kind.name()),
             Change::PortRemove(p) => write!(f, "port remove {p}"),
             Change::TapStart(w, _) => write!(f, "capture start {w}"),
@@ -250,6 +312,7 @@ impl Live {
                 .map(|t| (tap_words(t, &c.ports), FileTap(t.clone())))
                 .collect(),
             twins: c.linux.as_ref().is_some_and(|l| l.punt),
+            mirror: c.linux.as_ref().is_some_and(|l| l.mirror.is_some()),
             ..Live::default()
         };
         if let Some(r) = &c.router {
@@ -285,21 +348,28 @@ impl Live {
                     v6: i.v6.clone(),
                 })
                 .collect();
-        }
-        // The interfaces without their addresses, which change live.
-        let router_rest = c.router.as_ref().map(|r| {
-            let ifs: Vec<String> = r
+            live.ifaces = r
                 .interfaces
                 .iter()
-                .map(|i| format!("{} {} {:?} {}", i.name, i.vlan, i.mac, i.mtu))
+                .map(|i| IfaceLive {
+                    name: i.name.clone(),
+                    vlan: i.vlan,
+                    mac: i.mac,
+                    mtu: i.mtu,
+                })
                 .collect();
-            format!("{:?} {ifs:?} {} {}", r.mac, r.route_cache, r.neigh_limit)
-        });
+        }
+        // The router's own settings (its interfaces change live); the default MAC shows in
+        // the interfaces' MACs.
+        let router_rest = c
+            .router
+            .as_ref()
+            .map(|r| format!("{} {} {} {}", r.route_cache, r.neigh_limit, r.icmp_rate, r.icmp_burst));
         live.rest = vec![
             ("workers", format!("{} {}", c.workers, c.pin_workers)),
             ("the FDB's settings", format!("{:?}", c.fdb)),
             (
-                "router interfaces (added, removed or changed)",
+                "the router (added or removed, its route cache, neighbour limit or ICMP rate)",
                 format!("{router_rest:?}"),
             ),
             (
@@ -367,6 +437,23 @@ impl Live {
                         .for_each(|a| *a = n.clone());
                 }
             }
+            Change::Ifaces(plan) => {
+                // What went with the removed interfaces (as the runtime deleted it).
+                let (routes, neighs) = self.through(&plan.removed);
+                self.routes.retain(|p, _| !routes.contains(p));
+                self.neighs.retain(|k, _| !neighs.contains(k));
+                self.ifaces.retain(|i| !plan.removed.contains(&i.name));
+                self.addrs.retain(|a| !plan.removed.contains(&a.name));
+                for (i, a) in &plan.added {
+                    self.ifaces.push(i.clone());
+                    self.addrs.push(a.clone());
+                }
+            }
+            Change::IfaceMtu(name, m) => self
+                .ifaces
+                .iter_mut()
+                .filter(|i| i.name == *name)
+                .for_each(|i| i.mtu = *m),
             Change::PortAdd(p) => {
                 let p = &p.0;
                 self.ports.push(PortLive {
@@ -399,19 +486,52 @@ impl Live {
                 out.push(Change::Ruleset(src.clone(), rs.clone()));
             }
         }
-        for p in self.routes.keys().filter(|p| !new.routes.contains_key(*p)) {
+        let (iface_changes, iface_wait) = self.iface_diff(new);
+        // Routes and neighbours through an interface removed go with it: those of the new
+        // file are added again (through the interface added in its place, if any).
+        let removed = iface_changes
+            .iter()
+            .find_map(|c| match c {
+                Change::Ifaces(p) => Some(p.removed.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let (gone_routes, gone_neighs) = self.through(&removed);
+        let routes = |p: &String| {
+            if gone_routes.contains(p) {
+                None
+            } else {
+                self.routes.get(p)
+            }
+        };
+        let neighs = |k: &(IpAddr, String)| {
+            if gone_neighs.contains(k) {
+                None
+            } else {
+                self.neighs.get(k)
+            }
+        };
+        for p in self
+            .routes
+            .keys()
+            .filter(|p| !new.routes.contains_key(*p) && routes(p).is_some())
+        {
             out.push(Change::RouteDel(p.clone()));
         }
         for (p, h) in &new.routes {
-            if self.routes.get(p) != Some(h) {
+            if routes(p) != Some(h) {
                 out.push(Change::RouteSet(p.clone(), h.clone()));
             }
         }
-        for (ip, dev) in self.neighs.keys().filter(|k| !new.neighs.contains_key(*k)) {
+        for (ip, dev) in self
+            .neighs
+            .keys()
+            .filter(|k| !new.neighs.contains_key(*k) && neighs(k).is_some())
+        {
             out.push(Change::NeighDel(*ip, dev.clone()));
         }
         for ((ip, dev), mac) in &new.neighs {
-            if self.neighs.get(&(*ip, dev.clone())) != Some(mac) {
+            if neighs(&(*ip, dev.clone())) != Some(mac) {
                 out.push(Change::NeighSet(*ip, *mac, dev.clone()));
             }
         }
@@ -479,14 +599,10 @@ impl Live {
             let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
             out.insert(at, v);
         }
-        let rest_of = |l: &Live, k: &str| l.rest.iter().find(|x| x.0.starts_with(k)).map(|x| x.1.clone());
-        if rest_of(self, "router") == rest_of(new, "router") && self.addrs != new.addrs {
-            let changed: Vec<IfaceAddrs> = new.addrs.iter().filter(|a| !self.addrs.contains(a)).cloned().collect();
-            // Right after the ruleset (which stops the rest when it does not compile), so that
-            // routes and neighbours of a new subnet find it.
-            let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
-            out.insert(at, Change::Addrs(changed));
-        }
+        // Right after the ruleset (which stops the rest when it does not compile), so that
+        // routes and neighbours of a new subnet or interface find it.
+        let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
+        out.splice(at..at, iface_changes);
         // A port whose kind or settings changed is removed and added again, first (after the
         // ruleset), with new ports, so that static entries naming them find them; in the
         // file's order. Its static entries go with it, and are added again.
@@ -535,8 +651,115 @@ impl Live {
         if self.twins != new.twins {
             restart.push("the kernel twins ([linux] punt turned on or off)");
         }
-
+        restart.extend(iface_wait);
         (out, restart)
+    }
+
+    /// The changes of the router interfaces from `self` to `new`: those removed and added
+    /// (one whose VLAN or MAC changed is both), then the new addresses of those that stay,
+    /// then their new MTUs; or, with kernel twins (which are made at start), what waits.
+    fn iface_diff(&self, new: &Live) -> (Vec<Change>, Option<&'static str>) {
+        let router = |l: &Live| {
+            l.rest
+                .iter()
+                .find(|x| x.0.starts_with("the router"))
+                .map(|x| x.1.clone())
+        };
+        if router(self) != router(new) {
+            return (Vec::new(), None);
+        }
+        let kept = |i: &IfaceLive, l: &Live| l.ifaces.iter().any(|o| o.same(i));
+        let removed: Vec<String> = self
+            .ifaces
+            .iter()
+            .filter(|i| !kept(i, new))
+            .map(|i| i.name.clone())
+            .collect();
+        let addrs_of = |l: &Live, n: &str| l.addrs.iter().find(|a| a.name == n).cloned();
+        let added: Vec<(IfaceLive, IfaceAddrs)> = new
+            .ifaces
+            .iter()
+            .filter(|i| !kept(i, self))
+            .map(|i| {
+                let a = addrs_of(new, &i.name).unwrap_or_else(|| IfaceAddrs {
+                    name: i.name.clone(),
+                    v4: Vec::new(),
+                    v6: Vec::new(),
+                });
+                (i.clone(), a)
+            })
+            .collect();
+        let mut out = Vec::new();
+        if !removed.is_empty() || !added.is_empty() {
+            if self.twins || new.twins || self.mirror {
+                return (
+                    Vec::new(),
+                    Some("router interfaces added or removed (with [linux]: its kernel twins and the route mirror's interfaces are set at start)"),
+                );
+            }
+            out.push(Change::Ifaces(IfacePlan { removed, added }));
+        }
+        let stay = || new.ifaces.iter().filter(|i| kept(i, self));
+        let readdressed: Vec<IfaceAddrs> = stay()
+            .filter_map(|i| addrs_of(new, &i.name).filter(|a| addrs_of(self, &i.name).as_ref() != Some(a)))
+            .collect();
+        if !readdressed.is_empty() {
+            out.push(Change::Addrs(readdressed));
+        }
+        for i in stay() {
+            if self.ifaces.iter().any(|o| o.same(i) && o.mtu != i.mtu) {
+                out.push(Change::IfaceMtu(i.name.clone(), i.mtu));
+            }
+        }
+        (out, None)
+    }
+
+    /// The routes (prefixes) and neighbours of `self` that go through one of the interfaces
+    /// `names`: a route to one of them by name, or through a gateway on one of their
+    /// subnets.
+    fn through(&self, names: &[String]) -> (Vec<String>, Vec<(IpAddr, String)>) {
+        let subnets: Vec<&IfaceAddrs> = self.addrs.iter().filter(|a| names.contains(&a.name)).collect();
+        let on = |gw: &IpAddr| {
+            subnets.iter().any(|a| match gw {
+                IpAddr::V4(g) => {
+                    a.v4.iter()
+                        .any(|(x, l)| same_subnet(IpAddr::V4(*x), IpAddr::V4(*g), *l))
+                }
+                IpAddr::V6(g) => {
+                    a.v6.iter()
+                        .any(|(x, l)| same_subnet(IpAddr::V6(*x), IpAddr::V6(*g), *l))
+                }
+            })
+        };
+        let routes = self
+            .routes
+            .iter()
+            .filter(|(_, h)| match h {
+                Hops::Dev(d) => names.contains(d),
+                Hops::Via(gws) => gws.iter().any(on),
+                Hops::Nexthops(h) => h
+                    .iter()
+                    .any(|h| h.dev.as_ref().is_some_and(|d| names.contains(d)) || h.via.as_ref().is_some_and(on)),
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        let neighs = self.neighs.keys().filter(|(_, d)| names.contains(d)).cloned().collect();
+        (routes, neighs)
+    }
+}
+
+/// Whether `a` and `b` share their first `len` bits.
+fn same_subnet(a: IpAddr, b: IpAddr, len: u8) -> bool {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let m = u32::MAX.checked_shl(32 - u32::from(len.min(32))).unwrap_or(0);
+            u32::from(a) & m == u32::from(b) & m
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let m = u128::MAX.checked_shl(128 - u32::from(len.min(128))).unwrap_or(0);
+            u128::from(a) & m == u128::from(b) & m
+        }
+        _ => false,
     }
 }
 
@@ -597,15 +820,14 @@ pub(crate) fn readdress_twins(
 /// Gives the router interfaces named in `new` their new addresses: the connected routes of
 /// the addresses that go are deleted, the new interfaces published to the workers (they take
 /// them up at their next batch), then the connected routes of the new addresses added, all
-/// the route changes in one RIB publication. `ifs` becomes the new interfaces. Addresses
-/// that do not fit together (one held twice) change nothing.
+/// the route changes in one RIB publication ([`super::ifaces::publish`]). `ifs` becomes the
+/// new interfaces. Addresses that do not fit together (one held twice) change nothing.
 pub(crate) fn readdress(
     rib: &mut freeway_route::Rib,
     ifs: &mut std::sync::Arc<freeway_l3::Interfaces>,
     live: &freeway_l3::LiveInterfaces,
     new: &[IfaceAddrs],
 ) -> Result<(), String> {
-    use freeway_route::{Prefix, Route, RouteKind};
     let mut next = (**ifs).clone();
     for a in new {
         let i = ifs
@@ -615,32 +837,7 @@ pub(crate) fn readdress(
             .with_addresses(i, a.v4.clone(), a.v6.clone())
             .map_err(|e| format!("interface {}: {e}", a.name))?;
     }
-    let prefixes = |x: &freeway_l3::Interfaces| -> Result<Vec<(Prefix, u16)>, String> {
-        x.connected_prefixes()
-            .into_iter()
-            .map(|c| {
-                Prefix::new_truncate(c.prefix, c.len)
-                    .map(|p| (p, c.iface))
-                    .map_err(|e| format!("connected route: {e}"))
-            })
-            .collect()
-    };
-    let (old_c, new_c) = (prefixes(ifs)?, prefixes(&next)?);
-    let next = std::sync::Arc::new(next);
-    rib.batch(|rib| {
-        for (p, _) in old_c.iter().filter(|c| !new_c.contains(c)) {
-            if rib.kind_of(*p) == Some(RouteKind::Connected) {
-                let _ = rib.delete(*p);
-            }
-        }
-        live.publish(next.clone());
-        for (p, i) in new_c.iter().filter(|c| !old_c.contains(c)) {
-            // A prefix a configured route already has keeps that route.
-            let _ = rib.add(Route::connected(*p, *i));
-        }
-    });
-    *ifs = next;
-    Ok(())
+    super::ifaces::publish(rib, ifs, live, next, &[])
 }
 
 /// The connection tracker's timeouts: the defaults with `overrides` (name, seconds).
@@ -690,6 +887,16 @@ mod tests {
         let text = crate::config::ROUTER_CONFIG.replace(from, to);
         assert_ne!(text, crate::config::ROUTER_CONFIG, "{from:?} is not in the router demo");
         Live::of(&parse(&text, "t.toml", None).unwrap())
+    }
+
+    /// `a` with every change from `a` to `b` absorbed: nothing is left to change live.
+    fn absorbed_all(a: &Live, b: &Live) -> Live {
+        let mut now = a.clone();
+        for c in &a.diff(b).0 {
+            now.absorb(c);
+        }
+        assert_eq!(now.diff(b).0, vec![]);
+        now
     }
 
     fn live(extra: &str) -> Live {
@@ -770,11 +977,7 @@ mod tests {
         let addrs = "interface addresses: wan 10.0.20.1/24 10.0.30.1/24 2001:db8:20::1/64";
         let route = "route replace 203.0.113.0/24 via 10.0.30.7";
         assert_eq!(said(&a, &b), (vec![addrs.to_string(), route.to_string()], vec![]));
-        let mut now = a.clone();
-        for c in &a.diff(&b).0 {
-            now.absorb(c);
-        }
-        assert_eq!(now.diff(&b), (vec![], vec![]));
+        assert!(absorbed_all(&a, &b).diff(&b).1.is_empty());
     }
 
     #[test]
@@ -791,18 +994,95 @@ mod tests {
         assert_eq!(restart, vec!["the kernel twins ([linux] punt turned on or off)"]);
     }
 
+    /// The router demo with port `intruder` moved to VLAN `vlan`, and `extra` after it.
+    fn intruder_on(vlan: u16, extra: &str) -> Live {
+        let text = crate::config::ROUTER_CONFIG.replace(
+            "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 20 }",
+            &format!("name = \"intruder\"\nkind = \"gen\"\nvlan = {{ mode = \"access\", vlan = {vlan} }}"),
+        );
+        Live::of(&parse(&format!("{text}\n{extra}"), "t.toml", None).unwrap())
+    }
+
     #[test]
-    fn a_changed_interface_waits_for_a_restart_with_its_addresses() {
+    fn an_interface_added_or_removed_is_one_change_and_its_routes_and_neighbours_follow() {
+        let a = intruder_on(30, "");
+        let dmz = "[[interface]]\nname = \"dmz\"\nvlan = 30\naddr = [\"10.0.30.1/24\"]\nmtu = 1400\n\n[[route]]\ndst = \"203.0.113.0/24\"\nvia = \"10.0.30.7\"\n";
+        let b = intruder_on(30, dmz);
+        let added = "router interfaces: dmz added (vlan 30 mac 02:fe:00:00:00:01 mtu 1400): dmz 10.0.30.1/24";
+        let route = "route replace 203.0.113.0/24 via 10.0.30.7";
+        assert_eq!(said(&a, &b), (vec![added.to_string(), route.to_string()], vec![]));
+        // Removed: its route goes with it (no `route del` of its own).
+        assert_eq!(
+            said(&b, &a),
+            (vec!["router interfaces: dmz removed".to_string()], vec![])
+        );
+        assert_eq!(
+            absorbed_all(&b, &a),
+            a,
+            "the routes through the removed interface are gone"
+        );
+    }
+
+    #[test]
+    fn an_interface_whose_vlan_changes_is_removed_and_added_and_its_routes_set_again() {
+        let a = intruder_on(21, "");
+        let b = Live::of(
+            &parse(
+                &crate::config::ROUTER_CONFIG
+                    .replace(
+                        "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 20 }",
+                        "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 21 }",
+                    )
+                    .replace("name = \"wan\"\nvlan = 20", "name = \"wan\"\nvlan = 21"),
+                "t.toml",
+                None,
+            )
+            .unwrap(),
+        );
+        let (words, restart) = said(&a, &b);
+        assert!(restart.is_empty(), "{restart:?}");
+        assert_eq!(
+            words,
+            [
+                "router interfaces: wan removed; wan added (vlan 21 mac 02:fe:00:00:00:01 mtu 1500): wan 10.0.20.1/24 2001:db8:20::1/64",
+                "route replace 198.51.100.0/24 via 10.0.20.7",
+                "neigh add 10.0.20.7 lladdr 02:00:00:00:20:07 dev wan",
+            ]
+        );
+        assert!(absorbed_all(&a, &b).diff(&b).1.is_empty());
+    }
+
+    #[test]
+    fn an_interface_mtu_changes_in_place_and_the_router_settings_wait() {
         let a = live("");
-        let b = router_with(
-            "name = \"wan\"\nvlan = 20\naddr = [\"10.0.20.1/24\", ",
-            "name = \"wan\"\nvlan = 20\nmtu = 1400\naddr = [\"10.0.20.1/24\", \"10.0.30.1/24\", ",
+        let b = router_with("name = \"wan\"\nvlan = 20", "name = \"wan\"\nvlan = 20\nmtu = 1400");
+        assert_eq!(
+            said(&a, &b),
+            (vec!["link set dev wan mtu 1400 (router interface)".to_string()], vec![])
+        );
+        let c = router_with(
+            "mac = \"02:fe:00:00:00:01\"",
+            "mac = \"02:fe:00:00:00:01\"\nneigh_limit = 77",
+        );
+        assert_eq!(
+            a.diff(&c).1,
+            ["the router (added or removed, its route cache, neighbour limit or ICMP rate)"]
+        );
+    }
+
+    #[test]
+    fn with_twins_interfaces_added_or_removed_wait_for_a_restart() {
+        let punt = "\n[linux]\npunt = true\n";
+        let a = intruder_on(30, punt);
+        let b = intruder_on(
+            30,
+            &format!("{punt}\n[[interface]]\nname = \"dmz\"\nvlan = 30\naddr = [\"10.0.30.1/24\"]\n"),
         );
         let (changes, restart) = a.diff(&b);
-        assert!(changes.iter().all(|c| !matches!(c, Change::Addrs(_))), "{changes:?}");
-        assert!(
-            restart.contains(&"router interfaces (added, removed or changed)"),
-            "{restart:?}"
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(
+            restart,
+            ["router interfaces added or removed (with [linux]: its kernel twins and the route mirror's interfaces are set at start)"]
         );
     }
 
