@@ -257,13 +257,14 @@ fn a_port_of_another_kind_is_removed_and_added_again_and_the_others_keep_their_c
     // The new b generates on VLAN 10: its frames reach a.
     let ports = ask(sock, &["stats"])["data"]["ports"].as_array().unwrap().len();
     assert_eq!(ports, 4, "the old b's counters stay, the new b after them");
+    counts_some(sock, 3, "rx_packets", "the new b receives from its generator");
+}
+
+/// Waits until the counter `field` of the `i`-th port of `stats` is not 0 (bounded).
+fn counts_some(sock: &Path, i: usize, field: &str, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while ask(sock, &["stats"])["data"]["ports"][3]["rx_packets"]
-        .as_u64()
-        .unwrap()
-        == 0
-    {
-        assert!(Instant::now() < deadline, "the new b never received from its generator");
+    while ask(sock, &["stats"])["data"]["ports"][i][field].as_u64().unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "{what}: not within 30 s");
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -316,11 +317,7 @@ fn a_port_added_forwards_and_one_removed_stops() {
     // `c` is the broadcasts' new member; `a` gets none from the moment the reload answered.
     let a_tx = tx_of(sock, "a (removed)");
     assert!(a_tx > 0, "a's counters stay, under its name in stats");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tx_of(sock, "c") == 0 {
-        assert!(Instant::now() < deadline, "c never received a broadcast");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    counts_some(sock, 3, "tx_packets", "c gets the broadcasts");
     let c_tx = tx_of(sock, "c");
     settle(sock);
     assert!(tx_of(sock, "c") > c_tx, "c receives");
@@ -353,15 +350,7 @@ fn a_port_added_forwards_and_one_removed_stops() {
     assert_eq!(link(sock, "c")["state"], "forwarding");
     std::fs::write(&file, format!("{new}{a}")).unwrap();
     assert_eq!(ask(sock, &["reload"])["text"], "applied: port add a (sink)\n");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while ask(sock, &["stats"])["data"]["ports"][4]["tx_packets"]
-        .as_u64()
-        .unwrap()
-        == 0
-    {
-        assert!(Instant::now() < deadline, "a, added back, never received a broadcast");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    counts_some(sock, 4, "tx_packets", "a, added back, gets the broadcasts");
 }
 
 #[test]
