@@ -112,6 +112,21 @@ pub(crate) struct PortLive {
     spec: FilePort,
 }
 
+impl PortLive {
+    /// The port `p` of a file.
+    fn of(p: &crate::config::PortSpec) -> PortLive {
+        PortLive {
+            name: p.name.clone(),
+            vlan: p.vlan.clone(),
+            flags: p.flags,
+            mtu: p.mtu,
+            rest: port_rest(p),
+            kind: p.kind.name(),
+            spec: FilePort(p.clone()),
+        }
+    }
+}
+
 /// A port of the file, with all its settings (compared by them).
 #[derive(Clone, Debug)]
 pub(crate) struct FilePort(pub(crate) crate::config::PortSpec);
@@ -293,19 +308,7 @@ impl Live {
                 .map(|ct| ct.zone_limits.iter().copied().collect())
                 .unwrap_or_default(),
             ct_timeouts: c.conntrack.as_ref().map(|ct| ct.timeouts.clone()),
-            ports: c
-                .ports
-                .iter()
-                .map(|p| PortLive {
-                    name: p.name.clone(),
-                    vlan: p.vlan.clone(),
-                    flags: p.flags,
-                    mtu: p.mtu,
-                    rest: port_rest(p),
-                    kind: p.kind.name(),
-                    spec: FilePort(p.clone()),
-                })
-                .collect(),
+            ports: c.ports.iter().map(PortLive::of).collect(),
             taps: c
                 .taps
                 .iter()
@@ -454,18 +457,7 @@ impl Live {
                 .iter_mut()
                 .filter(|i| i.name == *name)
                 .for_each(|i| i.mtu = *m),
-            Change::PortAdd(p) => {
-                let p = &p.0;
-                self.ports.push(PortLive {
-                    name: p.name.clone(),
-                    vlan: p.vlan.clone(),
-                    flags: p.flags,
-                    mtu: p.mtu,
-                    rest: port_rest(p),
-                    kind: p.kind.name(),
-                    spec: FilePort(p.clone()),
-                });
-            }
+            Change::PortAdd(p) => self.ports.push(PortLive::of(&p.0)),
             Change::PortRemove(name) => self.ports.retain(|p| p.name != *name),
             Change::TapStart(w, t) => self.taps.push((w.clone(), t.clone())),
             Change::TapStop(w, _) => {
