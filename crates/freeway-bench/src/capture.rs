@@ -35,9 +35,8 @@ use freeway_bridge::Padded;
 use freeway_capture::{Direction, Filter, LockedTaps, TapRegistry, TapSpec, TapStats, TapWriter, Taps, WriterOptions};
 use serde::Serialize;
 
-use crate::{bridge_config, check_runs, median, window, WARMUP};
+use crate::{bridge_config, check_runs, median, run_sampled, two_host_router, window, WARMUP};
 use freeway_datapath::config;
-use freeway_datapath::runtime::{self, RunOptions, Snapshot};
 
 /// The scenarios, in the order they run.
 pub const SCENARIOS: &[&str] = &["none", "idle", "nomatch", "matchall", "taps8", "swap"];
@@ -190,25 +189,13 @@ fn attach<R: TapRegistry>(
 /// 10.0.20.0/24), each sending 64-byte UDP frames to the router MAC for the other's subnet,
 /// with static neighbours, so every frame is routed (TTL, checksum, MAC rewrite).
 pub fn router_config(workers: usize, pin: bool, secs: f64, route_cache: bool) -> String {
-    let mut s = format!("workers = {workers}\nduration_secs = {secs}\npin_workers = {pin}\n");
-    for (i, (me, peer)) in [(10, 20), (20, 10)].into_iter().enumerate() {
-        s.push_str(&format!(
-            "\n[[port]]\nname = \"h{i}\"\nkind = \"gen\"\nvlan = {{ mode = \"access\", vlan = {me} }}\n\
-             gen = {{ src_macs = [\"02:00:00:00:00:{me}\"], dst_macs = [\"02:fe:00:00:00:01\"], src_ip = \"10.0.{me}.5\", \
-             dst_ip = \"10.0.{peer}.5\", flows = 16, frame_size = [64], seed = {} }}\n",
-            i + 1
-        ));
-    }
-    s.push_str(&format!(
-        "\n[router]\nmac = \"02:fe:00:00:00:01\"\nroute_cache = {route_cache}\n"
-    ));
-    for v in [10, 20] {
-        s.push_str(&format!(
-            "\n[[interface]]\nname = \"v{v}\"\nvlan = {v}\naddr = [\"10.0.{v}.1/24\"]\n\
-             \n[[neigh]]\nip = \"10.0.{v}.5\"\nmac = \"02:00:00:00:00:{v}\"\ndev = \"v{v}\"\n"
-        ));
-    }
-    s
+    two_host_router(
+        workers,
+        pin,
+        secs,
+        ["flows = 16", "flows = 16"],
+        &format!("route_cache = {route_cache}\n"),
+    )
 }
 
 fn measure<R: TapRegistry>(
@@ -257,17 +244,7 @@ fn measure<R: TapRegistry>(
         })
     });
 
-    let mut snaps: Vec<Snapshot> = Vec::new();
-    let mut cb = |s: &Snapshot| snaps.push(s.clone());
-    let res = runtime::run_with::<Padded, R>(
-        &cfg,
-        RunOptions {
-            interval: Duration::from_millis(250),
-            on_snapshot: Some(&mut cb),
-            ..Default::default()
-        },
-        Some(reg.clone()),
-    );
+    let res = run_sampled::<Padded, R>(&cfg, Some(reg.clone()));
     stop.store(true, Ordering::Relaxed);
     let swaps_per_sec = swapper.map_or(0.0, |h| h.join().unwrap_or(0.0));
     for id in &ids {
@@ -281,7 +258,7 @@ fn measure<R: TapRegistry>(
         sum.dropped += s.dropped;
     }
     let _ = std::fs::remove_file(&file);
-    res.map_err(|e| e.to_string())?;
+    let snaps = res?;
     let (_, _, per) = window(&snaps, a.seconds)?;
     Ok(CaptureRun {
         topology: topology.into(),

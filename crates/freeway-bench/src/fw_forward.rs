@@ -17,15 +17,12 @@
 //! divided by the no-ruleset run of the same round (a paired ratio, steadier on a machine
 //! whose speed drifts).
 
-use std::time::Duration;
-
 use freeway_bridge::Padded;
 use freeway_capture::Taps;
 use serde::Serialize;
 
-use crate::{median, window, WARMUP};
+use crate::{median, run_sampled, two_host_router, window, WARMUP};
 use freeway_datapath::config;
-use freeway_datapath::runtime::{self, RunOptions, Snapshot};
 
 /// One measured run.
 #[derive(Clone, Debug, Serialize)]
@@ -62,28 +59,15 @@ pub fn ruleset(rules: usize) -> String {
 
 /// The router topology with conntrack, and the ruleset when `rules > 0`.
 pub(crate) fn config_text(traffic: &str, rules: usize, workers: usize, secs: f64, pin: bool) -> String {
-    let mut s = format!("workers = {workers}\nduration_secs = {secs}\npin_workers = {pin}\n");
-    for (i, (me, peer)) in [(10, 20), (20, 10)].into_iter().enumerate() {
-        // Established: one flow each, 5001 <-> 1024, mirrors of each other.
-        let ports = match (traffic, i) {
-            ("established", 0) => "src_port = 1024, dst_port = 5001, flows = 1",
-            ("established", _) => "src_port = 5001, dst_port = 1024, flows = 1",
-            _ => "src_port = 1024, dst_port = 5001, flows = 16",
-        };
-        s.push_str(&format!(
-            "\n[[port]]\nname = \"h{i}\"\nkind = \"gen\"\nvlan = {{ mode = \"access\", vlan = {me} }}\n\
-             gen = {{ src_macs = [\"02:00:00:00:00:{me}\"], dst_macs = [\"02:fe:00:00:00:01\"], src_ip = \"10.0.{me}.5\", \
-             dst_ip = \"10.0.{peer}.5\", {ports}, frame_size = [64], seed = {} }}\n",
-            i + 1
-        ));
-    }
-    s.push_str("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
-    for v in [10, 20] {
-        s.push_str(&format!(
-            "\n[[interface]]\nname = \"v{v}\"\nvlan = {v}\naddr = [\"10.0.{v}.1/24\"]\n\
-             \n[[neigh]]\nip = \"10.0.{v}.5\"\nmac = \"02:00:00:00:00:{v}\"\ndev = \"v{v}\"\n"
-        ));
-    }
+    // Established: one flow each, 5001 <-> 1024, mirrors of each other.
+    let flows = match traffic {
+        "established" => [
+            "src_port = 1024, dst_port = 5001, flows = 1",
+            "src_port = 5001, dst_port = 1024, flows = 1",
+        ],
+        _ => ["src_port = 1024, dst_port = 5001, flows = 16"; 2],
+    };
+    let mut s = two_host_router(workers, pin, secs, flows, "");
     s.push_str("\n[conntrack]\nmax = 100000\n");
     if rules > 0 {
         s.push_str(&format!("\n[firewall]\nrules = '''\n{}'''\n", ruleset(rules)));
@@ -103,18 +87,7 @@ pub fn measure(traffic: &str, rules: usize, workers: usize, seconds: f64, pin: b
 /// its Mpps per worker over the measured window.
 pub(crate) fn measure_text(text: &str, seconds: f64) -> Result<f64, String> {
     let cfg = config::parse(text, "<bench forward>", None).map_err(|e| e.to_string())?;
-    let mut snaps: Vec<Snapshot> = Vec::new();
-    let mut cb = |s: &Snapshot| snaps.push(s.clone());
-    runtime::run_with::<Padded, Taps>(
-        &cfg,
-        RunOptions {
-            interval: Duration::from_millis(250),
-            on_snapshot: Some(&mut cb),
-            ..Default::default()
-        },
-        None,
-    )
-    .map_err(|e| e.to_string())?;
+    let snaps = run_sampled::<Padded, Taps>(&cfg, None)?;
     let (_, _, per) = window(&snaps, seconds)?;
     Ok(per.iter().sum::<f64>() / per.len().max(1) as f64)
 }

@@ -32,7 +32,8 @@ use clap::{Args, Subcommand};
 use freeway_bridge::{Layout, Naive, Padded};
 use serde::Serialize;
 
-use freeway_datapath::config;
+use freeway_capture::{TapRegistry, Taps};
+use freeway_datapath::config::{self, Checked};
 use freeway_datapath::runtime::{self, RunOptions, Snapshot};
 
 /// Benchmarks.
@@ -269,6 +270,32 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The router topology of the routed benchmarks: hosts `h0` (VLAN 10, 10.0.10.0/24) and
+/// `h1` (VLAN 20, 10.0.20.0/24), each a generator of 64-byte UDP frames to the router MAC for
+/// the other's subnet (`flows[i]`: host i's ports and flow count, in the `gen` table's
+/// words), and the router with static neighbours, so every frame is routed; `router` is
+/// more of the `[router]` section.
+pub(crate) fn two_host_router(workers: usize, pin: bool, secs: f64, flows: [&str; 2], router: &str) -> String {
+    let mut s = format!("workers = {workers}\nduration_secs = {secs}\npin_workers = {pin}\n");
+    for (i, (me, peer)) in [(10, 20), (20, 10)].into_iter().enumerate() {
+        s.push_str(&format!(
+            "\n[[port]]\nname = \"h{i}\"\nkind = \"gen\"\nvlan = {{ mode = \"access\", vlan = {me} }}\n\
+             gen = {{ src_macs = [\"02:00:00:00:00:{me}\"], dst_macs = [\"02:fe:00:00:00:01\"], src_ip = \"10.0.{me}.5\", \
+             dst_ip = \"10.0.{peer}.5\", {}, frame_size = [64], seed = {} }}\n",
+            flows[i],
+            i + 1
+        ));
+    }
+    s.push_str(&format!("\n[router]\nmac = \"02:fe:00:00:00:01\"\n{router}"));
+    for v in [10, 20] {
+        s.push_str(&format!(
+            "\n[[interface]]\nname = \"v{v}\"\nvlan = {v}\naddr = [\"10.0.{v}.1/24\"]\n\
+             \n[[neigh]]\nip = \"10.0.{v}.5\"\nmac = \"02:00:00:00:00:{v}\"\ndev = \"v{v}\"\n"
+        ));
+    }
+    s
+}
+
 /// The config text for a bridge bench run.
 pub fn bridge_config(entries: usize, workers: usize, frame_size: usize, pin: bool, secs: f64) -> String {
     let mut s = format!("workers = {workers}\nduration_secs = {secs}\npin_workers = {pin}\n");
@@ -300,6 +327,24 @@ pub(crate) fn check_runs(workers: &[usize], runs: usize, seconds: f64) -> Result
 
 /// Warm-up of a forwarding benchmark run, seconds.
 pub(crate) const WARMUP: f64 = 0.5;
+
+/// Runs `cfg` (with the tap registry `taps`, if any) and returns its snapshots, one every
+/// 250 ms: what [`window`] measures.
+pub(crate) fn run_sampled<L: Layout, R: TapRegistry>(cfg: &Checked, taps: Option<R>) -> Result<Vec<Snapshot>, String> {
+    let mut snaps: Vec<Snapshot> = Vec::new();
+    let mut cb = |s: &Snapshot| snaps.push(s.clone());
+    runtime::run_with::<L, R>(
+        cfg,
+        RunOptions {
+            interval: Duration::from_millis(250),
+            on_snapshot: Some(&mut cb),
+            ..Default::default()
+        },
+        taps,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(snaps)
+}
 
 /// The snapshots of the measurement window (after the warm-up, `seconds` long) and each
 /// worker's Mpps over it.
@@ -345,17 +390,7 @@ fn measure<L: Layout>(a: &BridgeArgs, workers: usize, lan: bool) -> Result<Bridg
         text.push_str("\n[bridge]\nmulticast_snooping = true\n");
     }
     let cfg = config::parse(&text, "<bench bridge>", None).map_err(|e| e.to_string())?;
-    let mut snaps: Vec<Snapshot> = Vec::new();
-    let mut cb = |s: &Snapshot| snaps.push(s.clone());
-    runtime::run::<L>(
-        &cfg,
-        RunOptions {
-            interval: Duration::from_millis(250),
-            on_snapshot: Some(&mut cb),
-            ..Default::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let snaps = run_sampled::<L, Taps>(&cfg, None)?;
     let (first, last, per) = window(&snaps, a.seconds)?;
     let b = |s: &Snapshot, k: &str| s.bridge.get(k).copied().unwrap_or(0) as f64;
     let rx = b(last, "rx") - b(first, "rx");

@@ -218,22 +218,9 @@ via = "10.2.0.2"
 /// nftables-guarded router.
 fn lan_wan_bed(tag: &str) -> Bed {
     let bed = Bed::up(tag);
-    for (h, cmd) in [
-        (
-            "h1",
-            "ip addr flush dev eth0 && ip addr add 10.1.0.2/24 dev eth0 && ip route add default via 10.1.0.1",
-        ),
-        (
-            "h3",
-            "ip addr flush dev eth0 && ip addr add 10.1.0.3/24 dev eth0 && ip route add default via 10.1.0.1",
-        ),
-        (
-            "h2",
-            "ip addr flush dev eth0 && ip addr add 10.2.0.2/24 dev eth0 && ip route add default via 10.2.0.1",
-        ),
-    ] {
-        bed.sh_ok(h, cmd);
-    }
+    bed.host_on("h1", "10.1.0.2/24", Some("10.1.0.1"));
+    bed.host_on("h3", "10.1.0.3/24", Some("10.1.0.1"));
+    bed.host_on("h2", "10.2.0.2/24", Some("10.2.0.1"));
     bed
 }
 
@@ -270,8 +257,7 @@ fn edge_policy(extra: &str) -> String {
 fn an_nftables_ruleset_guards_the_inside_and_is_replaced_under_load() {
     need_root!();
     let mut bed = lan_wan_bed("nft");
-    let rules = bed.dir.join("edge.nft");
-    std::fs::write(&rules, edge_policy("")).unwrap();
+    let rules = bed.file("edge.nft", &edge_policy(""));
     bed.start_ctl(&lan_wan_config(&rules));
 
     // Outside in: SSH to h1 only; pings to the router's outside address only.
@@ -498,8 +484,7 @@ fn afxdp_ports_bridge_ping_and_tcp_between_namespaces() {
 #[test]
 fn afxdp_ports_route_ping_and_tcp_between_two_subnets() {
     need_root!();
-    let mut bed = Bed::up("xrt");
-    two_subnets(&bed);
+    let mut bed = Bed::two_subnets("xrt");
     // One worker reads both queues of each port.
     let mut cfg = ports_of("afxdp", 1, &[("h1", 10), ("h2", 20)]);
     cfg.push_str(&router_v10_v20());

@@ -70,8 +70,7 @@ fn bird_announces_over_bgp_through_the_punt_path_and_freeway_forwards() {
         freeway_testkit::skip("bird2 (bird, birdc) or iperf3 is not installed");
         return;
     }
-    let mut bed = Bed::up("bird");
-    two_subnets(&bed);
+    let mut bed = Bed::two_subnets("bird");
     // h2 owns an address in an announced prefix and in the one that will be withdrawn.
     bed.sh_ok(
         "h2",

@@ -140,8 +140,7 @@ fn tcp(bed: &Bed, from: &str, to: &str, sport: u16, dport: u16) {
 /// The routed bed: h1 (10.1.0.2, VLAN 10) and h2 (10.2.0.2, VLAN 20), Freeway routing with
 /// a stateful firewall (new connections from h1 only) and a control socket.
 fn routed_bed(tag: &str) -> Bed {
-    let mut bed = Bed::up(tag);
-    two_subnets(&bed);
+    let mut bed = Bed::two_subnets(tag);
     let mut cfg = routed_ports();
     cfg.push_str("\n[conntrack]\nmax = 10000\n\n[firewall]\nallow_new_from = [\"h1\"]\n");
     bed.start_ctl(&cfg);

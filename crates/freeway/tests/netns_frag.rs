@@ -33,12 +33,9 @@ const POLICY: &str = r#"table inet filter {
 /// Freeway routing h1 (10.1.0.2) and h2 (10.2.0.2) under [`POLICY`], with a control socket.
 /// `tag` names the bed (unique per test: the tests of a file run at once).
 fn frag_bed(tag: &str) -> Bed {
-    let mut bed = Bed::up(tag);
-    two_subnets(&bed);
-    let rules = bed.dir.join("policy.nft");
-    std::fs::write(&rules, POLICY).unwrap();
+    let mut bed = Bed::two_subnets(tag);
     let mut cfg = routed_ports();
-    cfg.push_str(&format!("\n[firewall]\nruleset = \"{}\"\n", rules.display()));
+    cfg.push_str(&firewall_ruleset(&bed.file("policy.nft", POLICY)));
     bed.start_ctl(&cfg);
     assert!(bed.ping("h1", "10.2.0.2"), "a small ping crosses the router");
     bed

@@ -43,8 +43,6 @@ fn v6_bed(tag: &str, mtu: u32) -> Bed {
             ),
         );
     }
-    let rules = bed.dir.join("policy.nft");
-    std::fs::write(&rules, POLICY).unwrap();
     let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
     cfg.push_str("\n[router]\nmac = \"02:fe:00:00:00:01\"\n");
     for n in [1, 2] {
@@ -53,7 +51,7 @@ fn v6_bed(tag: &str, mtu: u32) -> Bed {
         ));
     }
     cfg.push_str(&format!("mtu = {mtu}\n"));
-    cfg.push_str(&format!("\n[firewall]\nruleset = \"{}\"\n", rules.display()));
+    cfg.push_str(&firewall_ruleset(&bed.file("policy.nft", POLICY)));
     bed.start_ctl(&cfg);
     assert!(bed.ping("h1", "fd02::2"), "a small ping -6 crosses the router");
     bed

@@ -34,8 +34,7 @@ fn show_until(bed: &Bed, words: &[&str], ok: impl Fn(&str) -> bool) -> String {
 #[test]
 fn kernel_routes_are_mirrored_and_forwarded() {
     need_root!();
-    let mut bed = Bed::up("lcp");
-    two_subnets(&bed);
+    let mut bed = Bed::two_subnets("lcp");
     // h2 owns 10.9.0.1 and 10.8.0.1 (behind the router, via h2).
     bed.sh_ok("h2", "ip addr add 10.9.0.1/32 dev lo && ip addr add 10.8.0.1/32 dev lo");
     // The kernel side of Freeway's namespace: the interfaces' devices, and a route that is
@@ -139,11 +138,8 @@ fn echo_server(ns: &str, port: u16) -> std::process::Child {
 #[test]
 fn the_kernel_twin_answers_tcp_to_the_routers_address() {
     need_root!();
-    let mut bed = Bed::up("punt");
-    two_subnets(&bed);
-    let mut cfg = routed_ports();
-    cfg.push_str("\n[linux]\npunt = true\n");
-    bed.start_ctl(&cfg);
+    let mut bed = Bed::two_subnets("punt");
+    bed.start_ctl(&routed_ports_punted());
     // The twins exist with the interfaces' addresses.
     let o = bed.sh_ok("sw", "ip -br addr show dev v10; ip -br addr show dev v20");
     let text = String::from_utf8_lossy(&o.stdout).to_string();

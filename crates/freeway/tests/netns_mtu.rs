@@ -83,8 +83,7 @@ fn jumbo_frames_cross_the_bridge_and_the_router() {
 #[test]
 fn a_df_packet_over_the_egress_mtu_gets_fragmentation_needed() {
     need_root!();
-    let mut bed = Bed::up("fragneeded");
-    two_subnets(&bed);
+    let mut bed = Bed::two_subnets("fragneeded");
     let cfg = with_mtu(&routed_ports(), "v20", 1400);
     bed.start_ctl(&cfg);
     assert!(bed.ping("h1", "10.2.0.2"), "h1 pings h2 across the router");

@@ -38,22 +38,11 @@ table inet filter {
 /// with [`RULESET`], a control socket, two workers.
 fn nat_bed() -> Bed {
     let mut bed = Bed::up("nat");
-    for (h, cmd) in [
-        (
-            "h1",
-            "ip addr flush dev eth0 && ip addr add 10.1.0.2/24 dev eth0 && ip route add default via 10.1.0.1",
-        ),
-        (
-            "h3",
-            "ip addr flush dev eth0 && ip addr add 10.1.0.3/24 dev eth0 && ip route add default via 10.1.0.1",
-        ),
-        // No route to the inside: replies can only go to the router's public address.
-        ("h2", "ip addr flush dev eth0 && ip addr add 203.0.113.2/24 dev eth0"),
-    ] {
-        bed.sh_ok(h, cmd);
-    }
-    let rules = bed.dir.join("nat.nft");
-    std::fs::write(&rules, RULESET).unwrap();
+    bed.host_on("h1", "10.1.0.2/24", Some("10.1.0.1"));
+    bed.host_on("h3", "10.1.0.3/24", Some("10.1.0.1"));
+    // No route to the inside: replies can only go to the router's public address.
+    bed.host_on("h2", "203.0.113.2/24", None);
+    let rules = bed.file("nat.nft", RULESET);
     let cfg = lan_wan_router(&[("lan", 10, "10.1.0.1/24"), ("wan", 20, "203.0.113.1/24")], &rules);
     bed.start_ctl(&cfg);
     bed

@@ -80,19 +80,16 @@ fn python(bed: &Bed, n: &str, script: &str, args: &[&str]) -> std::process::Chil
 fn a_syn_flood_exhausting_the_nat_ports_is_counted_and_stalls_nothing() {
     need_root!();
     let mut bed = Bed::up("natflood");
-    for (h, a) in [("h1", "10.1.0.2"), ("h3", "10.1.0.3")] {
-        let cmd = format!("ip addr flush dev eth0 && ip addr add {a}/24 dev eth0 && ip route add default via 10.1.0.1");
-        bed.sh_ok(h, &cmd);
-    }
+    bed.host_on("h1", "10.1.0.2/24", Some("10.1.0.1"));
+    bed.host_on("h3", "10.1.0.3/24", Some("10.1.0.1"));
+    bed.host_on("h2", "203.0.113.2/24", None);
     // h2 drops the flood silently: its half-open connections hold their ports.
     bed.sh_ok(
         "h2",
-        "ip addr flush dev eth0 && ip addr add 203.0.113.2/24 dev eth0 \
-         && nft add table ip f && nft add chain ip f in '{ type filter hook input priority 0; }' \
+        "nft add table ip f && nft add chain ip f in '{ type filter hook input priority 0; }' \
          && nft add rule ip f in tcp dport 9 drop",
     );
-    let rules = bed.dir.join("nat.nft");
-    std::fs::write(&rules, RULESET).unwrap();
+    let rules = bed.file("nat.nft", RULESET);
     bed.start_ctl(&lan_wan_router(
         &[("lan", 10, "10.1.0.1/24"), ("wan", 20, "203.0.113.1/24")],
         &rules,

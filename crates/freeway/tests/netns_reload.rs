@@ -24,14 +24,8 @@ fn reload_and_sighup_move_ports_between_vlans_while_hosts_ping() {
 
     // h2 moves to VLAN 2: h1 (whose ARP cache and whose bridge's FDB know h2) reaches it no
     // more; h3 still answers.
-    std::fs::write(&file, ports(2, &[("h1", 1), ("h2", 2), ("h3", 1)])).unwrap();
-    let r = bed.ctl(&["reload"]);
-    let text = r["text"].as_str().unwrap();
-    assert!(
-        text.contains("applied: vlan membership:") && text.contains("h2 access vlan 2"),
-        "{text}"
-    );
-    assert!(!text.contains("FAILED") && !text.contains("restart"), "{text}");
+    let text = bed.reload_applies(&ports(2, &[("h1", 1), ("h2", 2), ("h3", 1)]), "vlan membership:");
+    assert!(text.contains("h2 access vlan 2"), "{text}");
     assert!(bed.unreachable("h1", "10.0.0.2"), "h2 left VLAN 1");
     assert!(bed.ping("h1", "10.0.0.3"), "h3 is still on VLAN 1");
     let drops = bed.ctl(&["stats"]);
@@ -49,8 +43,7 @@ fn reload_and_sighup_move_ports_between_vlans_while_hosts_ping() {
     assert!(bed.unreachable("h1", "10.0.0.3"), "h3 left VLAN 1");
 
     // Back to one VLAN: everyone reaches everyone again, and the run never restarted.
-    std::fs::write(&file, &all_one).unwrap();
-    bed.ctl(&["reload"]);
+    bed.reload(&all_one);
     assert!(
         bed.ping("h1", "10.0.0.2") && bed.ping("h1", "10.0.0.3"),
         "all on VLAN 1 again"

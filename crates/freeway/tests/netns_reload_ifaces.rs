@@ -49,18 +49,13 @@ fn h1_masqueraded_to(list: &str, to: &str) -> bool {
 fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
     need_root!();
     let mut bed = Bed::up("rlm");
-    bed.sh_ok(
-        "h1",
-        "ip addr flush dev eth0 && ip addr add 10.1.0.2/24 dev eth0 && ip route add default via 10.1.0.1",
-    );
-    bed.sh_ok("h2", "ip addr flush dev eth0 && ip addr add 203.0.113.2/24 dev eth0");
-    let rules = bed.dir.join("nat.nft");
-    std::fs::write(&rules, RULESET).unwrap();
+    bed.host_on("h1", "10.1.0.2/24", Some("10.1.0.1"));
+    bed.host_on("h2", "203.0.113.2/24", None);
+    let rules = bed.file("nat.nft", RULESET);
     let one = lan_wan_router(&[("lan", 10, "10.1.0.1/24"), ("wan", 20, "203.0.113.1/24")], &rules);
     let two = one.replace("203.0.113.1/24", "203.0.113.9/24");
     assert_ne!(one, two);
     bed.start_ctl(&one);
-    let file = bed.dir.join("freeway.toml");
     assert!(bed.ping("h1", "203.0.113.2"), "h1 reaches h2 through masquerade");
     let before = conntrack(&bed);
     assert!(
@@ -69,9 +64,7 @@ fn masquerade_takes_an_address_changed_by_reload_for_new_connections() {
     );
 
     // --check: the plan, nothing applied.
-    std::fs::write(&file, &two).unwrap();
-    let r = bed.ctl(&["reload", "--check"]);
-    let text = r["text"].as_str().unwrap();
+    let text = bed.reload_check(&two);
     assert!(
         text.contains("would apply: interface addresses: wan 203.0.113.9/24"),
         "{text}"
@@ -115,10 +108,8 @@ fn twin_addrs(bed: &Bed, dev: &str) -> String {
 #[test]
 fn the_kernel_twin_takes_the_addresses_a_reload_gives_its_interface() {
     need_root!();
-    let mut bed = Bed::up("rlt");
-    two_subnets(&bed);
-    let mut one = routed_ports();
-    one.push_str("\n[linux]\npunt = true\n");
+    let mut bed = Bed::two_subnets("rlt");
+    let one = routed_ports_punted();
     let two = one.replace(
         "addr = [\"10.2.0.1/24\"]",
         "addr = [\"10.2.0.1/24\", \"10.2.0.5/24\", \"10.3.0.1/24\"]",

@@ -15,21 +15,17 @@ use netbed::*;
 #[test]
 fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
     need_root!();
-    let mut bed = Bed::up("rla");
-    two_subnets(&bed);
+    let mut bed = Bed::two_subnets("rla");
     bed.sh_ok("h2", "ip addr add 10.3.0.2/24 dev eth0");
     let one = routed_ports();
     let two = one.replace("addr = [\"10.2.0.1/24\"]", "addr = [\"10.2.0.1/24\", \"10.3.0.1/24\"]");
     assert_ne!(one, two);
     bed.start_ctl(&one);
-    let file = bed.dir.join("freeway.toml");
     assert!(bed.ping("h1", "10.2.0.2"), "h1 reaches h2 through the router");
     assert!(bed.unreachable("h1", "10.3.0.1"), "not yet the router's address");
 
     // --check: the plan, nothing applied.
-    std::fs::write(&file, &two).unwrap();
-    let r = bed.ctl(&["reload", "--check"]);
-    let text = r["text"].as_str().unwrap();
+    let text = bed.reload_check(&two);
     assert!(
         text.contains("would apply: interface addresses: v20 10.2.0.1/24 10.3.0.1/24"),
         "{text}"
@@ -37,10 +33,7 @@ fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
     assert!(bed.unreachable("h1", "10.3.0.1"), "--check applied nothing");
 
     // Applied: the new address answers, its subnet is routed, the old one still routes.
-    let r = bed.ctl(&["reload"]);
-    let text = r["text"].as_str().unwrap();
-    assert!(text.contains("applied: interface addresses: v20"), "{text}");
-    assert!(!text.contains("FAILED") && !text.contains("restart"), "{text}");
+    bed.reload_applies(&two, "interface addresses: v20");
     assert!(bed.ping("h1", "10.3.0.1"), "the added address answers");
     assert!(bed.ping("h1", "10.3.0.2"), "its connected subnet is routed");
     assert!(bed.ping("h1", "10.2.0.2"), "the address that stayed still routes");
@@ -48,15 +41,8 @@ fn an_address_added_by_reload_answers_and_routes_and_a_removed_one_stops() {
     assert!(routes["text"].as_str().unwrap().contains("10.3.0.0/24"), "{routes}");
 
     // Removed again: it answers no more and its subnet is no longer routed; the rest goes on.
-    std::fs::write(&file, &one).unwrap();
-    let r = bed.ctl(&["reload"]);
-    assert!(
-        r["text"]
-            .as_str()
-            .unwrap()
-            .contains("applied: interface addresses: v20 10.2.0.1/24"),
-        "{r}"
-    );
+    let text = bed.reload(&one);
+    assert!(text.contains("applied: interface addresses: v20 10.2.0.1/24"), "{text}");
     assert!(bed.unreachable("h1", "10.3.0.1"), "the removed address answers no more");
     assert!(bed.unreachable("h1", "10.3.0.2"), "its subnet is no longer routed");
     assert!(bed.ping("h1", "10.2.0.2"), "h1 still reaches h2");

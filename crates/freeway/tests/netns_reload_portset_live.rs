@@ -15,12 +15,6 @@ mod netbed;
 
 use netbed::*;
 
-/// Sends a reload request; its answer's text (the request must succeed).
-fn reload(bed: &Bed, words: &[&str]) -> String {
-    let r = bed.ctl(words);
-    r["text"].as_str().expect("a text answer").to_string()
-}
-
 #[test]
 fn ports_added_and_removed_by_reload_while_the_running_ones_lose_nothing() {
     need_root!();
@@ -28,13 +22,11 @@ fn ports_added_and_removed_by_reload_while_the_running_ones_lose_nothing() {
     let two = ports(2, &[("h1", 1), ("h2", 1)]);
     let three = ports(2, &[("h1", 1), ("h2", 1), ("h3", 1)]);
     bed.start_ctl(&two);
-    let file = bed.dir.join("freeway.toml");
     assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
     assert!(bed.unreachable("h1", "10.0.0.3"), "h3 has no port yet");
 
     // `--check` prints the plan and opens nothing.
-    std::fs::write(&file, &three).unwrap();
-    let plan = reload(&bed, &["reload", "--check"]);
+    let plan = bed.reload_check(&three);
     assert!(plan.contains("would apply: port add h3 (afpacket)"), "{plan}");
     assert_eq!(bed.ctl(&["stats"])["data"]["ports"].as_array().unwrap().len(), 2);
 
@@ -42,7 +34,7 @@ fn ports_added_and_removed_by_reload_while_the_running_ones_lose_nothing() {
     let (text, pings) = std::thread::scope(|s| {
         let pings = s.spawn(|| bed.exec("h1", &["ping", "-c", "40", "-i", "0.05", "-W", "2", "10.0.0.2"]));
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let text = reload(&bed, &["reload"]);
+        let text = bed.reload(&three);
         (text, pings.join().unwrap())
     });
     assert!(text.contains("applied: port add h3 (afpacket)"), "{text}");
@@ -72,8 +64,7 @@ fn ports_added_and_removed_by_reload_while_the_running_ones_lose_nothing() {
     // receives nothing more: the switch side of the veth sends nothing of the kernel's own),
     // while h1 and h3 go on.
     let one_three = ports(2, &[("h1", 1), ("h3", 1)]);
-    std::fs::write(&file, &one_three).unwrap();
-    let text = reload(&bed, &["reload"]);
+    let text = bed.reload(&one_three);
     assert_eq!(text, "applied: port remove h2\n", "{text}");
     let h2_rx = || -> u64 {
         let out = bed.sh("h2", "cat /sys/class/net/eth0/statistics/rx_packets");
@@ -96,26 +87,21 @@ fn ports_added_and_removed_by_reload_while_the_running_ones_lose_nothing() {
         "afpacket = { iface = \"h3\", block_size = 1048576 }",
     );
     assert_ne!(ring, one_three);
-    std::fs::write(&file, &ring).unwrap();
-    let plan = reload(&bed, &["reload", "--check"]);
+    let plan = bed.reload_check(&ring);
     assert_eq!(
         plan,
         "would apply: port remove h3\nwould apply: port add h3 (afpacket)\n"
     );
-    let text = reload(&bed, &["reload"]);
+    let text = bed.reload(&ring);
     assert_eq!(text, "applied: port remove h3\napplied: port add h3 (afpacket)\n");
     assert!(bed.ping("h1", "10.0.0.3"), "h1 pings h3 through its port opened again");
 
     // A file with an error changes nothing, and forwarding goes on.
-    std::fs::write(&file, format!("{ring}\n[[port]]\nname = ")).unwrap();
-    let w: Vec<String> = ["reload"].iter().map(ToString::to_string).collect();
-    let r = freeway_datapath::runtime::ctl_request(&bed.sock(), &w).expect("the control socket answers");
-    assert_eq!(r["ok"], false, "{r}");
+    bed.reload_refused(&format!("{ring}\n[[port]]\nname = "));
     assert!(bed.ping("h1", "10.0.0.3"), "a bad file changed nothing");
 
     // The file of the ports running now: nothing differs any more.
-    std::fs::write(&file, &ring).unwrap();
-    let text = reload(&bed, &["reload"]);
+    let text = bed.reload(&ring);
     assert_eq!(text, "no live change\n", "{text}");
     bed.stop();
 }

@@ -500,16 +500,9 @@ impl<L: Layout> Tables<'_, L> {
         Some(format!("vlan {vid}; {learn}; {to}"))
     }
 
-    /// Runs the L3 stage on `p` (received on the router port) and bridges what it emits.
-    fn route(&self, r: &RouterView<'_>, p: Packet, w: Wants, at: String, t: &mut Trace) {
-        let iface = r
-            .ifaces
-            .ingress(&p)
-            .and_then(|i| r.ifaces.get(i))
-            .map(|i| i.name.clone());
-        let at = format!("{at}, interface {}", iface.unwrap_or_else(|| "?".into()));
-        // A private neighbour table with the usable entries: resolution requests and learns
-        // land there, not in the live table.
+    /// A private neighbour table with the live table's usable entries: the traced frame's
+    /// resolution requests and learns land there, not in the live table.
+    fn private_neigh(&self, r: &RouterView<'_>) -> Neigh {
         let live = r.neigh.entries(self.now, r.ifaces);
         let (neigh, mut nw) = freeway_l3::neigh::new(NeighConfig {
             limit: live.len() + 16,
@@ -520,7 +513,18 @@ impl<L: Layout> Tables<'_, L> {
                 let _ = nw.add_static(e.dst, e.ifindex, m.0, self.now);
             }
         }
-        let mut l3 = L3Worker::new(r.ifaces.clone(), neigh, r.l3.clone());
+        neigh
+    }
+
+    /// Runs the L3 stage on `p` (received on the router port) and bridges what it emits.
+    fn route(&self, r: &RouterView<'_>, p: Packet, w: Wants, at: String, t: &mut Trace) {
+        let iface = r
+            .ifaces
+            .ingress(&p)
+            .and_then(|i| r.ifaces.get(i))
+            .map(|i| i.name.clone());
+        let at = format!("{at}, interface {}", iface.unwrap_or_else(|| "?".into()));
+        let mut l3 = L3Worker::new(r.ifaces.clone(), self.private_neigh(r), r.l3.clone());
         let mut rec = Record {
             pool: PacketPool::new(freeway_packet::MAX_FRAME, 0, 8),
             emitted: Vec::new(),
@@ -548,26 +552,7 @@ impl<L: Layout> Tables<'_, L> {
         // Where the packet went after a destination translation at prerouting.
         let routed = rec.nft.as_ref().and_then(|n| n.routed_dst).or(before_nat);
         let (dst, route) = routed
-            .map(|d| {
-                let s = match r.rib.lookup(d) {
-                    None => "no route".to_string(),
-                    Some(rt) => {
-                        let hop = |h: &freeway_route::NextHop| {
-                            let gw = h.gateway.map_or(String::new(), |g| format!("via {g} "));
-                            format!("{gw}dev {}", if_name(r.ifaces, h.iface))
-                        };
-                        let hops: Vec<String> = rt.hops.iter().map(hop).collect();
-                        let mut s = format!("route {} {}", rt.prefix, hops.join(", "));
-                        if rt.hops.len() > 1 {
-                            if let Some(h) = r.rib.fib().next_hop(d, flow_hash) {
-                                s.push_str(&format!(" (ECMP: the flow hash picks {})", hop(&h)));
-                            }
-                        }
-                        s
-                    }
-                };
-                (Some(d), s)
-            })
+            .map(|d| (Some(d), route_words(r, d, flow_hash)))
             .unwrap_or((None, String::new()));
         let queued = l3.pending_len() > 0;
         let local = dst.is_some_and(|d| match d {
@@ -619,6 +604,26 @@ impl<L: Layout> Tables<'_, L> {
             self.bridge(q, 1, t);
         }
     }
+}
+
+/// The route to `d` in words (`route PREFIX via GW dev IF, ...`), with the next hop the
+/// flow hash picks among several.
+fn route_words(r: &RouterView<'_>, d: IpAddr, flow_hash: u32) -> String {
+    let Some(rt) = r.rib.lookup(d) else {
+        return "no route".to_string();
+    };
+    let hop = |h: &freeway_route::NextHop| {
+        let gw = h.gateway.map_or(String::new(), |g| format!("via {g} "));
+        format!("{gw}dev {}", if_name(r.ifaces, h.iface))
+    };
+    let hops: Vec<String> = rt.hops.iter().map(hop).collect();
+    let mut s = format!("route {} {}", rt.prefix, hops.join(", "));
+    if rt.hops.len() > 1 {
+        if let Some(h) = r.rib.fib().next_hop(d, flow_hash) {
+            s.push_str(&format!(" (ECMP: the flow hash picks {})", hop(&h)));
+        }
+    }
+    s
 }
 
 fn if_name(ifs: &Interfaces, i: u16) -> String {
@@ -704,6 +709,29 @@ impl NftTrace {
         }
     }
 
+    /// NAT at prerouting for a packet of a connection that exists: the translation the
+    /// connection carries (the source half waits for postrouting). Says what it did.
+    fn existing_nat(&mut self, pkt: &mut Packet, zone: u16, place: &str) -> bool {
+        let plan = self.ct.as_ref().and_then(|ct| ct.nat_of(pkt.data(), &pkt.meta, zone));
+        let Some(plan) = plan else { return true };
+        self.said.push(match plan {
+            NatPlan::Packet { from, to } => format!(
+                "{place}: a translated connection: {} becomes {}",
+                tuple_words(&from),
+                tuple_words(&to)
+            ),
+            NatPlan::IcmpError { from, to } => format!(
+                "{place}: an ICMP error about a translated connection: its quote {} becomes {}",
+                tuple_words(&from),
+                tuple_words(&to)
+            ),
+        });
+        let (ok, later) = super::nat::apply_prerouting(pkt, &plan);
+        self.src_half = later;
+        self.routed_dst = dest(pkt);
+        ok
+    }
+
     /// NAT at `hook`, as the datapath does it ([`super::nat`]) but creating nothing: a new
     /// connection's destination translation is applied, its source translation applied to
     /// the address only (the port is chosen when the connection is created); an existing
@@ -733,24 +761,7 @@ impl NftTrace {
         let flags = pkt.meta.flags;
         let new = flags & meta_flags::CT_MASK == meta_flags::CT_NEW && flags & meta_flags::CT_UNCOMMITTED != 0;
         if hook == NatHook::Prerouting && !new {
-            let plan = self.ct.as_ref().and_then(|ct| ct.nat_of(pkt.data(), &pkt.meta, zone));
-            let Some(plan) = plan else { return true };
-            self.said.push(match plan {
-                NatPlan::Packet { from, to } => format!(
-                    "{place}: a translated connection: {} becomes {}",
-                    tuple_words(&from),
-                    tuple_words(&to)
-                ),
-                NatPlan::IcmpError { from, to } => format!(
-                    "{place}: an ICMP error about a translated connection: its quote {} becomes {}",
-                    tuple_words(&from),
-                    tuple_words(&to)
-                ),
-            });
-            let (ok, later) = super::nat::apply_prerouting(pkt, &plan);
-            self.src_half = later;
-            self.routed_dst = dest(pkt);
-            return ok;
+            return self.existing_nat(pkt, zone, &place);
         }
         let Some(cur) = super::nat::tuple_of(pkt) else {
             return true;

@@ -10,8 +10,13 @@
 //! costs each worker about ten wake-ups a second, where a fixed 5 ms timeout cost 200: on a
 //! laptop or a small VM each wake-up is a timer interrupt, an IPI and a context switch.
 //! While every worker sleeps the coarse clock's ticker slows down too (`freeway_sync::clock`):
-//! a worker brings the clock up to date as it wakes, and wakes the ticker after the first
-//! batch when frames woke it.
+//! a worker brings the clock up to date as it wakes, and wakes the ticker only once frames
+//! keep it awake ([`TickerWake`]): after [`TICKER_AFTER_BATCHES`] batches, or when it stops
+//! spinning [`TICKER_AFTER`] or more after the wake-up. A lone frame (a ping: the request and
+//! its reply, then sleep again) thus costs one wake-up, the worker's, where waking the ticker
+//! after the first batch added a `futex` call and one or two of the ticker's wake-ups to each,
+//! the first of them landing while the reply is delivered (on a small machine, on the core
+//! that waits for it).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -134,7 +139,7 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     let long_sleeps = stop_wake.is_some();
     // A worker that sleeps in `poll()` tells the clock, which slows down while all do.
     let mut sleeper = waiter.as_ref().map(|_| clock.sleeper());
-    let mut woke_for_frames = false;
+    let mut ticker = TickerWake::default();
     let mut idle = 0u32;
     // When this idle stretch's yielding began (see `idle_wait`).
     let mut yield_since = Instant::now();
@@ -166,13 +171,6 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
             }
             process_batch(&mut w, *port, &mut batch, now, inline.as_mut(), &mut scratch);
         }
-        if woke_for_frames {
-            // After the first batch, not before: the ticker's wake-up does not delay it.
-            woke_for_frames = false;
-            if let Some(s) = &sleeper {
-                s.wake_ticker();
-            }
-        }
         if got == 0 {
             if !live {
                 break;
@@ -199,14 +197,22 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
             let sleep = if quiet { SLEEP_QUIET } else { SLEEP_MAX };
             if idle == SPIN_POLLS {
                 yield_since = Instant::now();
+                ticker.stops_spinning(sleeper.as_ref(), yield_since);
             } else if idle < YIELD_POLLS && idle > SPIN_POLLS && yield_since.elapsed() >= YIELD_WINDOW {
                 // Yielding for longer than the window (a loaded core gives each yield away for
                 // a whole time slice): sleep from now on.
                 idle = YIELD_POLLS;
             }
-            woke_for_frames = idle_wait(idle, &mut waiter, sleeper.as_ref(), w.tx.taps.any(), sleep, &w.stats);
+            if idle >= YIELD_POLLS {
+                // The worker sleeps again: it never needed the ticker.
+                ticker.woke_at = None;
+            }
+            if idle_wait(idle, &mut waiter, sleeper.as_ref(), w.tx.taps.any(), sleep, &w.stats) {
+                ticker.woke();
+            }
         } else {
             idle = 0;
+            ticker.had_frames(sleeper.as_ref());
         }
     }
     poll_router(&mut w, clock.now(), inline.as_mut());
@@ -250,6 +256,61 @@ fn take_port<L: Layout, T: TapPoint>(
         }
     };
     taken.fetch_add(1, Ordering::Release);
+}
+
+/// Batches a worker handles after a sleep that frames ended before it wakes the clock's
+/// ticker (see [`TickerWake`]).
+const TICKER_AFTER_BATCHES: u32 = 64;
+/// How long after a sleep that frames ended a worker that stops spinning wakes the clock's
+/// ticker (see [`TickerWake`]); until then the clock stays at the time it woke.
+const TICKER_AFTER: Duration = Duration::from_millis(2);
+
+/// When a worker that frames woke wakes the clock's ticker, which naps while every worker
+/// sleeps: not at once, but once the frames keep it awake, so that a short burst (a ping's
+/// request and reply) goes out and the worker sleeps again without the ticker's wake-ups and
+/// the `futex` call that wakes it. Until then the worker's ticks are the time it woke (the
+/// sleeper brings the clock up to date as it wakes), at most [`TICKER_AFTER`] behind, or
+/// [`TICKER_AFTER_BATCHES`] batches of steady traffic. A sleep ends the wait: a worker that
+/// went back to sleep never needed the ticker.
+#[derive(Debug, Default)]
+struct TickerWake {
+    /// When frames woke the worker, while the ticker is not woken yet.
+    woke_at: Option<Instant>,
+    /// Batches since then.
+    batches: u32,
+}
+
+impl TickerWake {
+    /// A sleep ended for frames (or a stop signal: waking the ticker for it is harmless).
+    fn woke(&mut self) {
+        self.woke_at = Some(Instant::now());
+        self.batches = 0;
+    }
+
+    /// A poll found frames.
+    fn had_frames(&mut self, sleeper: Option<&Sleeper>) {
+        if self.woke_at.is_some() {
+            self.batches += 1;
+            if self.batches >= TICKER_AFTER_BATCHES {
+                self.fire(sleeper);
+            }
+        }
+    }
+
+    /// The worker stops spinning at `now` (and yields, then sleeps, unless frames come).
+    fn stops_spinning(&mut self, sleeper: Option<&Sleeper>, now: Instant) {
+        match self.woke_at {
+            Some(t) if now.saturating_duration_since(t) >= TICKER_AFTER => self.fire(sleeper),
+            _ => {}
+        }
+    }
+
+    fn fire(&mut self, sleeper: Option<&Sleeper>) {
+        self.woke_at = None;
+        if let Some(s) = sleeper {
+            s.wake_ticker();
+        }
+    }
 }
 
 /// Empty polls in a row a worker spins through (`spin_loop`), then yields its core until

@@ -47,6 +47,12 @@ impl T {
     }
 }
 
+/// A fresh reassembler (default limits) and the data of a 2000-byte UDP datagram of `spec`
+/// (ports 1 and 2) to cut into fragments.
+fn fresh(spec: &FragSpec) -> (T, Vec<u8>) {
+    (T::new(Limits::default()), udp_payload(spec, 1, 2, 2000))
+}
+
 fn check(out: &Packet, want: &[u8]) {
     assert_eq!(out.data(), want, "the reassembled frame is the whole datagram");
     let mut p = Packet::from_frame(want).unwrap();
@@ -98,9 +104,8 @@ fn unfragmented_packets_pass_untouched() {
 #[test]
 fn duplicates_are_dropped_alone() {
     for spec in [spec4(3), spec6(3)] {
-        let data = udp_payload(&spec, 1, 2, 2000);
+        let (mut t, data) = fresh(&spec);
         let frags = fragments(&spec, &data, 800);
-        let mut t = T::new(Limits::default());
         assert!(t.push(&frags[0]).is_none());
         assert!(t.push(&frags[0]).is_none());
         assert!(t.push(&frags[2]).is_none());
@@ -114,8 +119,7 @@ fn duplicates_are_dropped_alone() {
 #[test]
 fn overlaps_drop_the_whole_datagram() {
     for spec in [spec4(4), spec6(4)] {
-        let data = udp_payload(&spec, 1, 2, 2000);
-        let mut t = T::new(Limits::default());
+        let (mut t, data) = fresh(&spec);
         assert!(t.push(&fragment(&spec, &data[..800], 0, true)).is_none());
         // Teardrop: starts inside the first fragment and runs past its end.
         assert!(t.push(&fragment(&spec, &data[400..1200], 400, true)).is_none());
@@ -130,8 +134,7 @@ fn overlaps_drop_the_whole_datagram() {
 #[test]
 fn inconsistent_last_fragments_drop_the_datagram() {
     let spec = spec4(5);
-    let data = udp_payload(&spec, 1, 2, 2000);
-    let mut t = T::new(Limits::default());
+    let (mut t, data) = fresh(&spec);
     assert!(t.push(&fragment(&spec, &data[800..1600], 800, false)).is_none());
     // A second "last" fragment with another end.
     assert!(t.push(&fragment(&spec, &data[1600..], 1600, false)).is_none());
@@ -150,8 +153,7 @@ fn inconsistent_last_fragments_drop_the_datagram() {
 #[test]
 fn bad_shapes_are_dropped_on_arrival() {
     let spec = spec4(6);
-    let data = udp_payload(&spec, 1, 2, 2000);
-    let mut t = T::new(Limits::default());
+    let (mut t, data) = fresh(&spec);
     assert!(t.push(&fragment(&spec, &data[..801], 0, true)).is_none());
     assert_eq!(
         t.drops(DropReason::BadLength),

@@ -50,9 +50,37 @@
 //! frame on the RX queue numbered like the peer's TX queue it was sent on, so a sender that
 //! uses one TX queue reaches one socket, hence one worker, where AF_PACKET's fanout spreads
 //! flows over all workers; when that worker cannot keep up, the kernel drops at the FILL ring
-//! (`afxdp_kernel_rx_fill_ring_empty`), its batches being full (32 frames per kick). The
+//! (`afxdp_kernel_rx_fill_ring_empty`), its batches being full (32 frames per kick).
+//! A sender on AF_PACKET (Freeway's generator in `scripts/e2e-bench.sh`) transmits on the
+//! TX queue numbered like its CPU (`cpu % queues`), and the runtime hands RX queue `q` to
+//! worker `q`, pinned to core `q` when there are as many cores as workers: the generator on
+//! CPU 0 reaches worker 0 on core 0, so the sender, the XDP copy in its softirq and the one
+//! busy worker share one core while the other worker idles (counted: every frame on the
+//! worker of the generator's CPU, whichever CPU that is). That, not the rings, is the likely
+//! reason the 64-byte rate of that bench is below AF_PACKET's on a 2-core machine (not yet
+//! measured on a quiet one: `pin_workers = false`, or the generator on a core of its own). The
 //! rings themselves cost little: no syscall on receive (in copy mode the kernel never asks
 //! for a FILL wake-up), one `sendto` per transmitted batch.
+//!
+//! # A lone frame (latency)
+//!
+//! What a ping through an idle bridge of two AF_XDP ports costs (counted on the test bed of
+//! `scripts/e2e-bench.sh`, 200 pings 10 ms apart, counts that do not depend on the load):
+//! one wake-up of one worker, which sleeps in `poll()` on its sockets: the redirect's flush
+//! makes the socket readable, so a frame wakes the worker, which never sleeps to its
+//! timeout. Two batches: the request, then the reply, which the far host's stack sends
+//! inside the worker's own transmit kick (veth runs the receiver's stack in the sender's
+//! softirq) and which is on the other port's RX ring when the kick returns, so no second
+//! wake-up. One `sendto` per forwarded frame (copy mode always asks for the TX wake-up), no
+//! FILL wake-up, no kernel drop after idle (`rx_fill_ring_empty` 0: every RX chunk is on the
+//! FILL ring while the worker sleeps), completions reaped at the next transmit (the chunk
+//! is not needed before). That is AF_PACKET's cost too (one `sendmmsg` per frame), and with
+//! both at real-time priority on a loaded machine (so that no other process's time slice
+//! is measured) the two ping alike, at two and a half times the Linux bridge, which forwards
+//! in the sender's softirq with no wake-up at all. The difference is the wake-up of the
+//! worker (an IPI when it is pinned to another core than the sender's, the context switch),
+//! its first batch after the sleep and the two syscalls; busy polling (`SO_BUSY_POLL`, `SO_PREFER_BUSY_POLL`) or a longer spin would
+//! remove the wake-up only by keeping a core busy while idle.
 //!
 //! # Why hand-written
 //!

@@ -73,6 +73,14 @@ impl Bed {
         Bed::up_mtu(tag, 1500)
     }
 
+    /// A bed whose h1 and h2 sit in two subnets behind a router yet to start
+    /// ([`two_subnets`]).
+    pub fn two_subnets(tag: &str) -> Bed {
+        let bed = Bed::up(tag);
+        two_subnets(&bed);
+        bed
+    }
+
     /// A bed with Freeway bridging h1, h2 and h3 (two workers), h1 -> h2 checked.
     pub fn bridged(tag: &str) -> Bed {
         Bed::bridged_with(tag, Bed::start)
@@ -178,16 +186,6 @@ impl Bed {
         r
     }
 
-    /// Reloads `text` as the run's configuration: the reply applies `change`, nothing fails
-    /// and nothing waits for a restart.
-    pub fn reload_applies(&self, text: &str, change: &str) {
-        std::fs::write(self.dir.join("freeway.toml"), text).unwrap();
-        let r = self.ctl(&["reload"]);
-        let said = r["text"].as_str().unwrap();
-        assert!(said.contains(&format!("applied: {change}")), "{said}");
-        assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
-    }
-
     /// Writes `text` (a file with an error) as the run's configuration and asks for a reload,
     /// which must be refused.
     pub fn reload_refused(&self, text: &str) -> serde_json::Value {
@@ -196,6 +194,52 @@ impl Bed {
         let r = freeway_datapath::runtime::ctl_request(&self.sock(), &w).expect("the control socket answers");
         assert_eq!(r["ok"], false, "a reload of a bad file: {r}");
         r
+    }
+
+    /// Writes `text` as the run's configuration and sends `ctl reload` with `flags` (`--check`);
+    /// the answer's text (the request must succeed).
+    pub fn reload_with(&self, text: &str, flags: &[&str]) -> String {
+        std::fs::write(self.dir.join("freeway.toml"), text).unwrap();
+        let mut words = vec!["reload"];
+        words.extend_from_slice(flags);
+        let r = self.ctl(&words);
+        r["text"].as_str().expect("a text answer").to_string()
+    }
+
+    /// Writes `text` as the run's configuration and reloads it; the answer's text.
+    pub fn reload(&self, text: &str) -> String {
+        self.reload_with(text, &[])
+    }
+
+    /// Writes `text` as the run's configuration and asks for `reload --check`'s plan.
+    pub fn reload_check(&self, text: &str) -> String {
+        self.reload_with(text, &["--check"])
+    }
+
+    /// Reloads `text` as the run's configuration: it applies `change`, nothing fails and
+    /// nothing waits for a restart. The answer's text.
+    pub fn reload_applies(&self, text: &str, change: &str) -> String {
+        let said = self.reload(text);
+        assert!(said.contains(&format!("applied: {change}")), "{said}");
+        assert!(!said.contains("FAILED") && !said.contains("restart"), "{said}");
+        said
+    }
+
+    /// Writes `text` to the file `name` in the bed's directory; its path.
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Gives host `h` the one address `cidr` (address/length) on its link and, with `gw`, a
+    /// default route through it.
+    pub fn host_on(&self, h: &str, cidr: &str, gw: Option<&str>) {
+        let mut cmd = format!("ip addr flush dev eth0 && ip addr add {cidr} dev eth0");
+        if let Some(gw) = gw {
+            cmd.push_str(&format!(" && ip route add default via {gw}"));
+        }
+        self.sh_ok(h, &cmd);
     }
 
     /// Frames sent so far on the port named `port`.
@@ -354,12 +398,7 @@ impl Drop for Bed {
 /// address in its subnet (.1): the hosts of [`router_v10_v20`].
 pub fn two_subnets(bed: &Bed) {
     for (h, net) in [("h1", 1), ("h2", 2)] {
-        bed.sh_ok(
-            h,
-            &format!(
-                "ip addr flush dev eth0 && ip addr add 10.{net}.0.2/24 dev eth0 && ip route add default via 10.{net}.0.1"
-            ),
-        );
+        bed.host_on(h, &format!("10.{net}.0.2/24"), Some(&format!("10.{net}.0.1")));
     }
 }
 
@@ -379,6 +418,18 @@ pub fn routed_ports() -> String {
     let mut cfg = ports(2, &[("h1", 10), ("h2", 20)]);
     cfg.push_str(&router_v10_v20());
     cfg
+}
+
+/// [`routed_ports`] with `[linux] punt`: each router interface has a kernel twin.
+pub fn routed_ports_punted() -> String {
+    let mut cfg = routed_ports();
+    cfg.push_str("\n[linux]\npunt = true\n");
+    cfg
+}
+
+/// The `[firewall]` section that loads the nftables ruleset in the file `ruleset`.
+pub fn firewall_ruleset(ruleset: &Path) -> String {
+    format!("\n[firewall]\nruleset = \"{}\"\n", ruleset.display())
 }
 
 pub fn ports(workers: usize, vlans: &[(&str, u16)]) -> String {
@@ -406,6 +457,6 @@ pub fn lan_wan_router(ifaces: &[(&str, u16, &str)], ruleset: &Path) -> String {
             "\n[[interface]]\nname = \"{n}\"\nvlan = {v}\naddr = [\"{a}\"]\n"
         ));
     }
-    cfg.push_str(&format!("\n[firewall]\nruleset = \"{}\"\n", ruleset.display()));
+    cfg.push_str(&firewall_ruleset(ruleset));
     cfg
 }

@@ -534,25 +534,7 @@ impl CtlCmd {
                 check: *check,
             },
             CtlCmd::Clients => Request::Clients,
-            CtlCmd::Fdb { cmd } => match cmd {
-                None | Some(FdbCmd::Show) => Request::FdbShow,
-                Some(FdbCmd::Add { mac, words }) => {
-                    let (port, vlan) = fdb_words(words)?;
-                    let port =
-                        port.ok_or_else(|| CtlError::Usage("fdb add MAC dev PORT [vlan N]: which port?".into()))?;
-                    Request::FdbAdd { mac: *mac, port, vlan }
-                }
-                Some(FdbCmd::Del { mac, words }) => {
-                    let (port, vlan) = fdb_words(words)?;
-                    if port.is_none() && vlan.is_none() {
-                        return Err(CtlError::Usage(
-                            "fdb del MAC dev PORT [vlan N] | fdb del MAC vlan N: which entry?".into(),
-                        ));
-                    }
-                    Request::FdbDel { mac: *mac, port, vlan }
-                }
-                Some(FdbCmd::Flush) => Request::FdbFlush,
-            },
+            CtlCmd::Fdb { cmd } => cmd.as_ref().map_or(Ok(Request::FdbShow), FdbCmd::request)?,
             CtlCmd::Route { cmd } => match cmd {
                 None | Some(RouteCmd::Show) => Request::RouteShow,
                 Some(RouteCmd::Get { addr }) => Request::RouteGet { addr: *addr },
@@ -586,19 +568,7 @@ impl CtlCmd {
                 Some(ConntrackCmd::List(f)) => Request::ConntrackList { filter: f.filter() },
                 Some(ConntrackCmd::Flush { zone, .. }) => Request::ConntrackFlush { zone: *zone },
             },
-            CtlCmd::Capture { cmd } => match cmd {
-                None | Some(CaptureCmd::List) => Request::CaptureList,
-                Some(CaptureCmd::Start { tap, write }) => {
-                    let tap = tap.options(CAPTURE_START)?;
-                    let write = write.clone().ok_or_else(|| {
-                        CtlError::Usage(format!(
-                            "-w FILE is required (to stream a capture back, use `freeway capture --ctl`); {CAPTURE_START}"
-                        ))
-                    })?;
-                    Request::CaptureStart { tap, write }
-                }
-                Some(CaptureCmd::Stop { id }) => Request::CaptureStop { id: *id },
-            },
+            CtlCmd::Capture { cmd } => cmd.as_ref().map_or(Ok(Request::CaptureList), CaptureCmd::request)?,
             CtlCmd::Link { cmd } => match cmd {
                 None | Some(LinkCmd::Show) => Request::LinkShow,
                 Some(LinkCmd::Set { port, settings, .. }) if settings.first().is_some_and(|w| w == "mtu") => {
@@ -641,6 +611,49 @@ impl CtlCmd {
                     words.join(" ")
                 )))
             }
+        })
+    }
+}
+
+impl FdbCmd {
+    /// The request of `fdb show|add|del|flush`.
+    fn request(&self) -> Result<Request, CtlError> {
+        Ok(match self {
+            FdbCmd::Show => Request::FdbShow,
+            FdbCmd::Add { mac, words } => {
+                let (port, vlan) = fdb_words(words)?;
+                let port = port.ok_or_else(|| CtlError::Usage("fdb add MAC dev PORT [vlan N]: which port?".into()))?;
+                Request::FdbAdd { mac: *mac, port, vlan }
+            }
+            FdbCmd::Del { mac, words } => {
+                let (port, vlan) = fdb_words(words)?;
+                if port.is_none() && vlan.is_none() {
+                    return Err(CtlError::Usage(
+                        "fdb del MAC dev PORT [vlan N] | fdb del MAC vlan N: which entry?".into(),
+                    ));
+                }
+                Request::FdbDel { mac: *mac, port, vlan }
+            }
+            FdbCmd::Flush => Request::FdbFlush,
+        })
+    }
+}
+
+impl CaptureCmd {
+    /// The request of `capture list|start|stop`.
+    fn request(&self) -> Result<Request, CtlError> {
+        Ok(match self {
+            CaptureCmd::List => Request::CaptureList,
+            CaptureCmd::Start { tap, write } => {
+                let tap = tap.options(CAPTURE_START)?;
+                let write = write.clone().ok_or_else(|| {
+                    CtlError::Usage(format!(
+                        "-w FILE is required (to stream a capture back, use `freeway capture --ctl`); {CAPTURE_START}"
+                    ))
+                })?;
+                Request::CaptureStart { tap, write }
+            }
+            CaptureCmd::Stop { id } => Request::CaptureStop { id: *id },
         })
     }
 }
