@@ -33,7 +33,7 @@ fn router_drops(bed: &Bed, reason: &str) -> u64 {
 }
 
 /// Runs `reloads` while h1 pings h2 (100 pings, 20 ms apart); the pings' summary line.
-fn while_h1_pings_h2(bed: &Bed, reloads: impl FnOnce()) -> String {
+fn while_h1_pings_h2<T>(bed: &Bed, reloads: impl FnOnce() -> T) -> String {
     std::thread::scope(|s| {
         let pings = s.spawn(|| bed.exec("h1", &["ping", "-q", "-c", "100", "-i", "0.02", "-W", "2", "10.2.0.2"]));
         reloads();
