@@ -74,9 +74,7 @@ fn an_interface_added_by_reload_routes_and_a_removed_one_stops_while_the_others_
     assert!(bed.unreachable("h1", "10.3.0.2"), "--check applied nothing");
 
     // Added while h1 pings h2: h3's subnet is routed both ways, and no ping of h1's is lost.
-    let loss = while_h1_pings_h2(&bed, || {
-        bed.reload_applies(&two, "router interfaces: v30 added");
-    });
+    let loss = while_h1_pings_h2(&bed, || bed.reload_applies(&two, "router interfaces: v30 added"));
     assert!(loss.contains(" 0% packet loss"), "h1 and h2 kept routing: {loss}");
     assert!(bed.ping("h1", "10.3.0.2"), "h1 reaches h3 through the added interface");
     assert!(bed.ping("h3", "10.2.0.2"), "h3 reaches h2");
@@ -92,9 +90,7 @@ fn an_interface_added_by_reload_routes_and_a_removed_one_stops_while_the_others_
     assert!(bed.ping("h1", "10.3.0.2"), "a bad file changed nothing");
 
     // Removed while h1 pings h2: h3's subnet is unreachable, counted as no route.
-    let loss = while_h1_pings_h2(&bed, || {
-        bed.reload_applies(&one, "router interfaces: v30 removed");
-    });
+    let loss = while_h1_pings_h2(&bed, || bed.reload_applies(&one, "router interfaces: v30 removed"));
     assert!(loss.contains(" 0% packet loss"), "h1 and h2 kept routing: {loss}");
     let no_route = router_drops(&bed, "no_route");
     assert!(bed.unreachable("h1", "10.3.0.2"), "h3's subnet is no longer routed");
