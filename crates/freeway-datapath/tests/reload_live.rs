@@ -1,6 +1,6 @@
 //! `freeway ctl reload` while generator traffic flows: VLAN membership, port flags, MTUs and
 //! conntrack timeouts change live; `--check` changes nothing; a file with an error changes
-//! nothing; ports added, removed or changed are named and wait for a restart. Frames are counted on sink ports; "nothing more reached a port" is judged after
+//! nothing; a port added opens and forwards, ports removed or changed are named and wait for a restart. Frames are counted on sink ports; "nothing more reached a port" is judged after
 //! the generator's port received several more batches than a worker can hold at once (one
 //! worker: every batch started after a change was published sees it).
 
@@ -239,51 +239,118 @@ fn vlan_membership_flags_mtu_and_timeouts_change_while_traffic_flows() {
 }
 
 #[test]
-fn a_changed_port_kind_waits_for_a_restart_and_its_live_changes_with_it() {
+fn a_port_of_another_kind_is_removed_and_added_again_and_the_others_keep_their_changes() {
     let (run, file) = forwarding("ports");
     let sock = &run.sock;
-    // b becomes a generator: the ports differ, so nothing of them changes live.
-    let text =
-        config_text(CHANGED.0, true, 1500, 30).replace("name = \"b\"\nkind = \"sink\"", "name = \"b\"\nkind = \"gen\"");
+    // b becomes a generator on VLAN 10: removed, added again; a's MTU changes live.
+    let text = config_text(ORIGINAL.0, ORIGINAL.1, 1400, ORIGINAL.3).replace(
+        "name = \"b\"\nkind = \"sink\"\nvlan = { mode = \"access\", vlan = 20 }",
+        "name = \"b\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 10 }",
+    );
     std::fs::write(&file, text).unwrap();
     let r = ask(sock, &["reload"]);
-    let text = r["text"].as_str().unwrap();
-    assert!(text.contains("no live change"), "{text}");
-    assert!(text.contains("waits for a restart: ports"), "{text}");
-    assert!(
-        text.contains("port b changed (its kind or settings): waits for a restart"),
-        "{text}"
+    assert_eq!(
+        r["text"], "applied: port remove b\napplied: port add b (gen)\napplied: link set dev a mtu 1400\n",
+        "{r}"
     );
-    assert!(silent(sock, 2), "b stays on VLAN 20");
+    assert_eq!(link(sock, "a")["mtu"], 1400);
+    // The new b generates on VLAN 10: its frames reach a.
+    let ports = ask(sock, &["stats"])["data"]["ports"].as_array().unwrap().len();
+    assert_eq!(ports, 4, "the old b's counters stay, the new b after them");
+    counts_some(sock, 3, "rx_packets", "the new b receives from its generator");
+}
+
+/// Waits until the counter `field` of the `i`-th port of `stats` is not 0 (bounded).
+fn counts_some(sock: &Path, i: usize, field: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ask(sock, &["stats"])["data"]["ports"][i][field].as_u64().unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "{what}: not within 30 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Frames port `name` transmitted (0 while the run has no such port).
+fn tx_of(sock: &Path, name: &str) -> u64 {
+    let s = ask(sock, &["stats"]);
+    let ports = s["data"]["ports"].as_array().unwrap().clone();
+    ports
+        .iter()
+        .find(|p| p["name"] == name)
+        .map_or(0, |p| p["tx_packets"].as_u64().unwrap())
 }
 
 #[test]
-fn a_port_added_or_removed_is_named_and_the_running_ones_keep_forwarding() {
+fn a_port_added_forwards_and_one_removed_stops() {
     let (run, file) = forwarding("portset");
     let sock = &run.sock;
     let original = config_text(ORIGINAL.0, ORIGINAL.1, ORIGINAL.2, ORIGINAL.3);
-    // A sink `c` added and `b` removed: each named on a line of its own, nothing applied.
+    // A sink `c` on VLAN 10 added, `a` (VLAN 10, getting the broadcasts) and `b` removed.
+    let a = format!(
+        "\n[[port]]\nname = \"a\"\nkind = \"sink\"\nvlan = {{ mode = \"access\", vlan = 10 }}\nbcast_flood = {}\nmtu = {}\n",
+        ORIGINAL.1, ORIGINAL.2
+    );
     let b = "\n[[port]]\nname = \"b\"\nkind = \"sink\"\nvlan = { mode = \"access\", vlan = 20 }\n";
-    assert!(original.contains(b), "{original}");
+    assert!(original.contains(&a) && original.contains(b), "{original}");
     let c = "\n[[port]]\nname = \"c\"\nkind = \"sink\"\nvlan = { mode = \"access\", vlan = 10 }\n";
-    std::fs::write(&file, original.replace(b, c)).unwrap();
+    let new = original.replace(&a, "\n").replace(b, c);
+    std::fs::write(&file, &new).unwrap();
     let r = ask(sock, &["reload", "--check"]);
     assert_eq!(
-        r["data"]["ports_waiting"],
-        serde_json::json!(["c added (sink)", "b removed"]),
+        r["text"], "would apply: port add c (sink)\nwould apply: port remove a\nwould apply: port remove b\n",
         "{r}"
     );
+    assert_eq!(
+        ask(sock, &["stats"])["data"]["ports"].as_array().unwrap().len(),
+        3,
+        "--check adds nothing"
+    );
+    // A file with an error changes nothing.
+    std::fs::write(&file, new.replace("kind = \"sink\"", "kind = \"nope\"")).unwrap();
+    assert_eq!(ask(sock, &["reload"])["ok"], false, "a bad file is refused");
+    assert_eq!(ask(sock, &["stats"])["data"]["ports"].as_array().unwrap().len(), 3);
+    std::fs::write(&file, &new).unwrap();
     let r = ask(sock, &["reload"]);
-    let text = r["text"].as_str().unwrap();
-    assert!(text.starts_with("no live change\n"), "{text}");
-    assert!(text.contains("  port c added (sink): waits for a restart\n"), "{text}");
-    assert!(text.contains("  port b removed: waits for a restart\n"), "{text}");
-    // The running ports are untouched: `a` still gets the broadcasts, `b` still none.
-    let before = settle(sock)[1].1;
-    assert!(settle(sock)[1].1 > before, "a still receives");
-    assert!(silent(sock, 2), "b stays as it was");
-    let ports = ask(sock, &["stats"])["data"]["ports"].as_array().unwrap().len();
-    assert_eq!(ports, 3, "the run's ports are the ones it started with");
+    assert_eq!(
+        r["text"], "applied: port add c (sink)\napplied: port remove a\napplied: port remove b\n",
+        "{r}"
+    );
+    // `c` is the broadcasts' new member; `a` gets none from the moment the reload answered.
+    let a_tx = tx_of(sock, "a (removed)");
+    assert!(a_tx > 0, "a's counters stay, under its name in stats");
+    counts_some(sock, 3, "tx_packets", "c gets the broadcasts");
+    let c_tx = tx_of(sock, "c");
+    settle(sock);
+    assert!(tx_of(sock, "c") > c_tx, "c receives");
+    assert_eq!(tx_of(sock, "a (removed)"), a_tx, "nothing left a after its removal");
+    // The removed ports: no link, no static entry may name them; their counters stay.
+    let links = ask(sock, &["link", "show"]);
+    assert!(
+        links["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["ifname"] != "a" && l["ifname"] != "b"),
+        "{links}"
+    );
+    let r = ask(sock, &["fdb", "add", "02:00:00:00:00:09", "dev", "a", "vlan", "10"]);
+    assert_eq!(r["ok"], false, "{r}");
+    let names: Vec<Value> = ask(sock, &["stats"])["data"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        ["src", "a (removed)", "b (removed)", "c"],
+        "the added port after the others, kept until a restart"
+    );
+    // Reloaded again, nothing differs; `a` added back takes a new index and forwards.
+    assert_eq!(ask(sock, &["reload"])["text"], "no live change\n");
+    assert_eq!(link(sock, "c")["state"], "forwarding");
+    std::fs::write(&file, format!("{new}{a}")).unwrap();
+    assert_eq!(ask(sock, &["reload"])["text"], "applied: port add a (sink)\n");
+    counts_some(sock, 4, "tx_packets", "a, added back, gets the broadcasts");
 }
 
 #[test]

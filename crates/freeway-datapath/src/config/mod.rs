@@ -288,7 +288,7 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// A port ready to open.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct PortSpec {
     /// Name.
     pub name: String,
@@ -347,7 +347,8 @@ pub struct Checked {
     pub linux: Option<linux::LinuxSpec>,
 }
 
-/// Most ports a datapath may have.
+/// Most ports a run may open: those configured at start and those a reload adds (every
+/// table a worker reads by port index is sized for this many, plus the router's port).
 pub const MAX_PORTS: usize = 256;
 /// Most workers.
 pub const MAX_WORKERS: usize = 128;
@@ -379,7 +380,10 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
         return Err(at.err(None, "no ports: add at least one [[port]]".into()));
     }
     if cfg.ports.len() > MAX_PORTS {
-        return Err(at.err(None, format!("too many ports: at most {MAX_PORTS}")));
+        return Err(at.err(
+            None,
+            format!("too many ports ({}): a run holds at most {MAX_PORTS}", cfg.ports.len()),
+        ));
     }
     let (fdb, mdb) = check_fdb(&at, &cfg.bridge)?;
 

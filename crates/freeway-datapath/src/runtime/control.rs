@@ -226,7 +226,8 @@ pub(crate) struct Control<L: Layout> {
     pub ct: Option<Conntrack>,
     /// The bridge ports' VLAN membership (static FDB entries are checked against it).
     pub port_vlans: Vec<PortVlan>,
-    /// Configured ports (the router's internal port, if any, comes after them).
+    /// The ports configured at start (the router's internal port, if any, has this index;
+    /// ports a reload adds come after it).
     pub nports: usize,
     /// The FDB writer thread's queue (none in offline runs).
     pub fdb_ops: Option<Sender<Op<FdbOp>>>,
@@ -255,6 +256,8 @@ pub(crate) struct Control<L: Layout> {
     pub mtus: Arc<super::mtu::PortMtus>,
     /// The kernel route mirror's changes (with `[linux] mirror`).
     pub linux: Option<super::linux::LinuxFeed>,
+    /// Adds a reload's new ports to the running workers (none where the run cannot).
+    pub adder: Option<super::portset::Adder>,
 }
 
 /// A capture that ended: its id, what it was, how it ended, its final counters.
@@ -456,8 +459,7 @@ pub(crate) fn serve<L: Layout>(l: Option<Listener>, mut c: Control<L>, stop: Arc
     while !stop.load(Ordering::Relaxed) {
         if let Some(new) = c.reloads.as_ref().and_then(|r| r.try_recv().ok()) {
             let (applied, restart) = c.apply_reload(&new, false);
-            let ports = c.live.port_plan(&reload::Live::of(&new));
-            let text = reload::report(false, &applied, &restart, &ports);
+            let text = reload::report(false, &applied, &restart);
             tracing::info!(
                 changes = applied.len(),
                 "SIGHUP reload: {}",
@@ -1192,7 +1194,7 @@ impl<L: Layout> Control<L> {
             .port_names
             .iter()
             .position(|n| n == port)
-            .filter(|&i| i < self.nports)
+            .filter(|&i| self.is_port(i))
             .ok_or_else(|| CtlError::NotFound(format!("dev {port:?}: no such port")))?;
         let vlan = match vlan {
             None => match &self.port_vlans[p] {
@@ -1282,8 +1284,7 @@ impl<L: Layout> Control<L> {
         };
         let new = crate::config::load(&path).map_err(|e| CtlError::Invalid(format!("{e}; nothing changed")))?;
         let (applied, restart) = self.apply_reload(&new, check);
-        let ports = self.live.port_plan(&reload::Live::of(&new));
-        let text = reload::report(check, &applied, &restart, &ports);
+        let text = reload::report(check, &applied, &restart);
         let data = json!({
             "file": path.display().to_string(),
             "check": check,
@@ -1293,7 +1294,6 @@ impl<L: Layout> Control<L> {
                 "error": r.as_ref().err(),
             })).collect::<Vec<_>>(),
             "restart": restart,
-            "ports_waiting": ports,
         });
         Ok(Reply::new(text, data))
     }
@@ -1325,10 +1325,11 @@ impl<L: Layout> Control<L> {
                     .fdb_add(mac, port, Some(*vlan))
                     .map(drop)
                     .map_err(|e| e.to_string()),
-                Change::FdbDel(mac, vlan) => self
-                    .fdb_del(mac, None, Some(*vlan))
-                    .map(drop)
-                    .map_err(|e| e.to_string()),
+                // Gone already (with a port removed just before): what the file says.
+                Change::FdbDel(mac, vlan) => match self.fdb_del(mac, None, Some(*vlan)) {
+                    Ok(_) | Err(CtlError::NotFound(_)) => Ok(()),
+                    Err(e) => Err(e.to_string()),
+                },
                 Change::ZoneLimit(z, n) => match &self.ct {
                     Some(ct) => {
                         ct.set_zone_limit(*z, n.map(|n| n.min(u32::MAX as usize) as u32));
@@ -1337,6 +1338,8 @@ impl<L: Layout> Control<L> {
                     None => Err("this run has no connection tracker".into()),
                 },
                 Change::PortVlans(ports) => self.set_port_vlans(ports),
+                Change::PortAdd(p) => self.port_add(&p.0),
+                Change::PortRemove(name) => self.port_remove(name),
                 Change::LinkFlags(port, flags) => self
                     .port_index(port)
                     .map_err(|e| e.to_string())
@@ -1407,19 +1410,53 @@ impl<L: Layout> Control<L> {
         self.capture_stop(id).map(drop).map_err(|e| e.to_string())
     }
 
-    /// Publishes the configured ports' new VLAN modes (the router port keeps its own).
+    /// Publishes the new VLAN modes of the ports named (the others, and the router port,
+    /// keep theirs).
     fn set_port_vlans(&mut self, ports: &[(String, PortVlan)]) -> Result<(), String> {
-        if ports.len() != self.nports || ports.iter().zip(&self.port_names).any(|((n, _), m)| n != m) {
-            return Err("the ports differ from the running ones: restart to change them".into());
+        let mut all = self.port_vlans.clone();
+        for (name, v) in ports {
+            let i = self.port_index(name).map_err(|e| e.to_string())?;
+            all[usize::from(i)] = v.clone();
         }
-        let all: Vec<PortVlan> = ports
-            .iter()
-            .map(|(_, v)| v.clone())
-            .chain(self.port_vlans[self.nports..].iter().cloned())
-            .collect();
-        self.bridge.set_port_vlans(all.clone())?;
+        self.bridge.set_port_vlans(super::portset::padded(&all))?;
         self.port_vlans = all;
         Ok(())
+    }
+
+    /// Adds the port `spec` to the running workers (see `portset`): it forwards from the
+    /// next batch after every worker took it.
+    fn port_add(&mut self, spec: &crate::config::PortSpec) -> Result<(), String> {
+        if self.port_index(&spec.name).is_ok() {
+            return Err(format!("a port named {:?} runs already", spec.name));
+        }
+        let adder = self.adder.as_mut().ok_or("this run cannot add ports: restart")?;
+        let i = adder.add(spec, &self.bridge, &self.mtus, &mut self.port_vlans)?;
+        self.port_names.push(spec.name.clone());
+        debug_assert_eq!(self.port_names.len(), usize::from(i) + 1);
+        Ok(())
+    }
+
+    /// Removes the running port `name` (see `portset`): no frame leaves it once this
+    /// returns; the FDB is flushed of its entries, static ones too.
+    fn port_remove(&mut self, name: &str) -> Result<(), String> {
+        let i = self.port_index(name).map_err(|e| e.to_string())?;
+        let adder = self.adder.as_mut().ok_or("this run cannot remove ports: restart")?;
+        let closed = adder.remove(i, &self.bridge, &mut self.port_vlans);
+        let now = self.clock.now();
+        for e in self.fdb.entries(now).into_iter().filter(|e| e.port == i) {
+            match ask(&self.fdb_ops, FdbOp::Del(e.mac, e.vlan)) {
+                Ok(_) | Err(CtlError::NotFound(_)) => {}
+                Err(x) => return Err(format!("flushing its FDB entries: {x}")),
+            }
+        }
+        closed
+    }
+
+    /// Whether bridge index `i` is a port (not the router's internal one, nor one removed).
+    fn is_port(&self, i: usize) -> bool {
+        i < self.port_names.len()
+            && self.port_names[i] != super::portset::ROUTER_NAME
+            && self.adder.as_ref().is_none_or(|a| !a.removed.contains(&i))
     }
 
     /// `route get ADDR`: the route that matches, as `ip route get` prints it (the address
@@ -1491,7 +1528,7 @@ impl<L: Layout> Control<L> {
     fn link_show(&self) -> Reply {
         let mut text = String::new();
         let mut data = Vec::new();
-        for (i, name) in self.port_names.iter().enumerate().take(self.nports) {
+        for (i, name) in self.port_names.iter().enumerate().filter(|(i, _)| self.is_port(*i)) {
             let p = i as u16;
             let f = self.bridge.port_flags(p);
             let state = if self.bridge.port_disabled(p) {
@@ -1514,7 +1551,7 @@ impl<L: Layout> Control<L> {
         if let Some((_, ifs, _)) = &self.rib {
             for (i, it) in ifs.indexed() {
                 let mtu = ifs.mtu(i);
-                let n = self.nports + 1 + usize::from(i);
+                let n = self.port_names.len() + usize::from(i);
                 text.push_str(&format!(
                     "{n}: {}: router interface vlan {} mtu {mtu}\n",
                     it.name,
@@ -1528,7 +1565,7 @@ impl<L: Layout> Control<L> {
 
     /// `link set dev NAME mtu N`: a port's L2 MTU or a router interface's IP MTU, live.
     fn link_mtu(&self, dev: &str, mtu: u32) -> Result<Reply, CtlError> {
-        if let Some(i) = self.port_names.iter().take(self.nports).position(|n| n == dev) {
+        if let Some(i) = self.port_index(dev).ok().map(usize::from) {
             let was = self
                 .mtus
                 .set(i, mtu)
@@ -1554,8 +1591,8 @@ impl<L: Layout> Control<L> {
     fn port_index(&self, port: &str) -> Result<u16, CtlError> {
         self.port_names
             .iter()
-            .take(self.nports)
-            .position(|n| n == port)
+            .enumerate()
+            .position(|(i, n)| n == port && self.is_port(i))
             .map(|i| i as u16)
             .ok_or_else(|| CtlError::NotFound(format!("no port named {port:?}")))
     }

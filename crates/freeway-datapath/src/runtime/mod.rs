@@ -32,6 +32,7 @@ mod linux;
 mod metrics;
 mod mtu;
 mod nat;
+mod portset;
 mod router;
 mod start;
 mod stateful;

@@ -16,15 +16,28 @@
 use std::sync::atomic::{AtomicU16, Ordering};
 
 use crate::config::mtu::{check_port_mtu, MAX_PORT_MTU};
-use crate::config::{Checked, PortKind};
+use crate::config::{Checked, PortKind, PortSpec};
 use freeway_packet::{large_buf_size_for_mtu, Packet, DEFAULT_BUF_SIZE, HEADROOM, L2_OVERHEAD};
 
-/// Every port's live MTU and the most it may be.
+/// Every port's live MTU and the most it may be, by bridge port index (room for every index
+/// of a run: `portset::PORT_INDEXES`).
 #[derive(Debug)]
 pub(crate) struct PortMtus {
     mtu: Box<[AtomicU16]>,
-    most: Box<[u16]>,
+    most: Box<[AtomicU16]>,
     large_buf: usize,
+}
+
+/// The most a port of `p`'s settings may have as its MTU with buffers of `buf_frame` bytes
+/// of frame: its ring slots', or the buffers'.
+fn most_of(p: &PortSpec, buf_frame: usize) -> u16 {
+    let ring = match p.kind {
+        PortKind::Afpacket => p.afpacket.as_ref().map(|a| a.max_frame_len()),
+        PortKind::Afxdp => p.afxdp.as_ref().map(|a| a.max_frame_len()),
+        _ => None,
+    };
+    let frame = ring.map_or(buf_frame, |r| r.min(buf_frame));
+    frame.saturating_sub(L2_OVERHEAD).min(usize::from(MAX_PORT_MTU)) as u16
 }
 
 impl PortMtus {
@@ -36,25 +49,38 @@ impl PortMtus {
             .map(|p| large_buf_size_for_mtu(usize::from(p.mtu)))
             .max()
             .unwrap_or(0);
-        let buf_frame = large_buf.max(DEFAULT_BUF_SIZE) - HEADROOM;
-        let most = cfg
-            .ports
-            .iter()
-            .map(|p| {
-                let ring = match p.kind {
-                    PortKind::Afpacket => p.afpacket.as_ref().map(|a| a.max_frame_len()),
-                    PortKind::Afxdp => p.afxdp.as_ref().map(|a| a.max_frame_len()),
-                    _ => None,
-                };
-                let frame = ring.map_or(buf_frame, |r| r.min(buf_frame));
-                frame.saturating_sub(L2_OVERHEAD).min(usize::from(MAX_PORT_MTU)) as u16
-            })
-            .collect();
-        PortMtus {
-            mtu: cfg.ports.iter().map(|p| AtomicU16::new(p.mtu)).collect(),
-            most,
+        let m = PortMtus {
+            mtu: (0..super::portset::PORT_INDEXES).map(|_| AtomicU16::new(0)).collect(),
+            most: (0..super::portset::PORT_INDEXES).map(|_| AtomicU16::new(0)).collect(),
             large_buf,
+        };
+        for (i, p) in cfg.ports.iter().enumerate() {
+            m.mtu[i].store(p.mtu, Ordering::Relaxed);
+            m.most[i].store(most_of(p, m.buf_frame()), Ordering::Relaxed);
         }
+        m
+    }
+
+    /// The frame bytes of the worker pools' buffers.
+    fn buf_frame(&self) -> usize {
+        self.large_buf.max(DEFAULT_BUF_SIZE) - HEADROOM
+    }
+
+    /// Gives the port added at `index` its MTU and limit; refused when its MTU needs larger
+    /// buffers than this run's pools have.
+    pub(crate) fn add(&self, index: usize, p: &PortSpec) -> Result<(), String> {
+        let most = most_of(p, self.buf_frame());
+        if p.mtu > most {
+            return Err(format!(
+                "mtu {} needs larger buffers than this run's (at most {most}): restart to add this port",
+                p.mtu
+            ));
+        }
+        let slot = |v: &'_ [AtomicU16]| v.get(index).map(|_| ()).ok_or(format!("no port index {index}"));
+        slot(&self.mtu)?;
+        self.most[index].store(most, Ordering::Relaxed);
+        self.mtu[index].store(p.mtu, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The size of the worker pools' large buffers (0: none).
@@ -70,7 +96,7 @@ impl PortMtus {
 
     /// The most port `port`'s MTU may be in this run (its buffers and ring slots).
     pub(crate) fn most(&self, port: usize) -> u16 {
-        self.most.get(port).copied().unwrap_or(0)
+        self.most.get(port).map_or(0, |m| m.load(Ordering::Relaxed))
     }
 
     /// Sets port `port`'s MTU; returns the previous one. The error says which bound `mtu`

@@ -121,7 +121,21 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let mut tables = build_tables::<L>(cfg, &clock, nworkers)?;
     let twins = open_twins(cfg, &mut tables)?;
     let OpenPorts { ports, rx_of, tx_of } = open_ports(cfg, given, nworkers)?;
-    let ports = Arc::new(Mutex::new(ports));
+    let rx_load: Vec<usize> = rx_of.iter().map(Vec::len).collect();
+    let ports: super::portset::RunPorts = Arc::new(Mutex::new(
+        ports
+            .into_iter()
+            .zip(&cfg.ports)
+            .enumerate()
+            .map(|(i, (port, spec))| super::portset::RunPort {
+                index: i as u16,
+                name: spec.name.clone(),
+                kind: spec.kind.name(),
+                port,
+                removed: false,
+            })
+            .collect(),
+    ));
     let offline = is_offline(cfg, nworkers);
     let port_names = bridge_port_names(cfg);
     let control_listener = opts
@@ -132,8 +146,20 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
     let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers, offline)?;
     log_start(cfg, &opts, nworkers, &port_names, running_taps.len());
-    let (workers, all_stats) = build_workers(cfg, &tables, rx_of, tx_of, &taps)?;
-    let snapper = snapper_of(cfg, &tables, &workers, all_stats, &ports);
+    let (mut workers, all_stats) = build_workers(cfg, &tables, rx_of, tx_of, &taps)?;
+    let (to_workers, handovers) = super::portset::channels(workers.len());
+    for (w, h) in workers.iter_mut().zip(handovers) {
+        w.handover = Some(h);
+    }
+    let adder = super::portset::Adder {
+        to_workers,
+        rx_load,
+        next_index: port_names.len(),
+        ports: ports.clone(),
+        snooping: cfg.mdb.multicast_snooping,
+        removed: Vec::new(),
+    };
+    let snapper = snapper_of(&tables, &workers, all_stats, &ports);
     let Tables {
         router,
         fdb_r,
@@ -182,6 +208,7 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
                 nworkers,
                 offline,
                 running_taps: &running_taps,
+                adder: Some(adder),
             });
             c.linux = linux;
             Some(spawn_control(l, c, &writer_stop)?)
@@ -215,7 +242,8 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let rib = ctl_rib.or(rib);
     let taps = capture::finish(&taps, running_taps);
     tracing::info!(elapsed_s = elapsed.as_secs_f64(), "datapath stopped");
-    let close_errors = close_ports(&ports, cfg, &taps);
+    let close_errors = close_ports(&ports, &taps);
+    let port_names = final_port_names(&ports, &port_names, cfg.router.is_some().then_some(cfg.ports.len()));
     let now = clock.now();
     let neigh_w = neigh_w.or(inline_back.and_then(|i| i.neigh));
     let (routes, routes_text, neighbours) = router_tables(router_shared.as_ref(), rib.as_ref(), neigh_w, now);
@@ -322,15 +350,13 @@ fn spawn_linux(
 
 /// What snapshots of a run read: every worker's counters, the tables, the ports' own counters.
 fn snapper_of<L: Layout, T: freeway_capture::TapPoint>(
-    cfg: &Checked,
     tables: &Tables<L>,
     workers: &[Worker<L, T>],
     stats: Vec<Arc<CachePadded<WorkerStats>>>,
-    ports: &Arc<Mutex<Vec<Box<dyn Port>>>>,
+    ports: &super::portset::RunPorts,
 ) -> Snapper<L> {
     let stateful = tables.stateful.as_ref();
     Snapper {
-        names: cfg.ports.iter().map(|p| (p.name.clone(), p.kind.name())).collect(),
         stats: stats.into(),
         cores: workers.iter().map(|w| w.core.map(|c| c.id)).collect(),
         fdb: tables.fdb_r.clone(),
@@ -371,13 +397,29 @@ fn bridge_port_vlans(cfg: &Checked) -> Vec<PortVlan> {
         .collect()
 }
 
+/// The bridge's ports by name at the end of a run: those it started with (`start`, the
+/// router's at `router`), then those a reload added, at their indexes.
+fn final_port_names(ports: &super::portset::RunPorts, start: &[String], router: Option<usize>) -> Vec<String> {
+    let mut names = start.to_vec();
+    for p in ports.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let i = usize::from(p.index);
+        if names.len() <= i {
+            names.resize(i + 1, String::new());
+        }
+        if Some(i) != router {
+            names[i] = p.name.clone();
+        }
+    }
+    names
+}
+
 /// Closes every port (flushing outputs) and lists what went wrong, with the taps' errors.
-fn close_ports(ports: &Mutex<Vec<Box<dyn Port>>>, cfg: &Checked, taps: &[super::TapResult]) -> Vec<String> {
+fn close_ports(ports: &super::portset::RunPorts, taps: &[super::TapResult]) -> Vec<String> {
     let mut errors = Vec::new();
     let mut ports = ports.lock().unwrap_or_else(|e| e.into_inner());
-    for (p, spec) in ports.iter_mut().zip(&cfg.ports) {
-        if let Err(e) = p.close() {
-            errors.push(format!("port {:?}: {e}", spec.name));
+    for p in ports.iter_mut().filter(|p| !p.removed) {
+        if let Err(e) = p.port.close() {
+            errors.push(format!("port {:?}: {e}", p.name));
         }
     }
     for t in taps {
@@ -435,6 +477,8 @@ pub(crate) struct ShareCtl<'a, L: Layout, R: TapRegistry> {
     config_path: Option<std::path::PathBuf>,
     /// Configurations read again on SIGHUP, for the control thread to apply.
     reloads: Option<crossbeam_channel::Receiver<Checked>>,
+    /// Adds ports to the running workers (a reload's new ports).
+    adder: Option<super::portset::Adder>,
 }
 
 /// The control thread's state: read sides of every table, the RIB it owns from now on, the
@@ -489,6 +533,7 @@ pub(crate) fn control_state<L: Layout, R: TapRegistry>(mut x: ShareCtl<'_, L, R>
         l3: x.router.map(|r| r.l3.clone()),
         mtus: x.mtus.clone(),
         linux: None,
+        adder: x.adder.take(),
     }
 }
 
@@ -565,7 +610,8 @@ pub(crate) fn build_tables<L: Layout>(cfg: &Checked, clock: &Clock, nworkers: us
         Some(spec) => Some(router::build(spec, nports as u16, clock.now())?),
         None => None,
     };
-    let port_vlans: Vec<PortVlan> = bridge_port_vlans(cfg);
+    // Room for every port index of the run (see `portset`).
+    let port_vlans: Vec<PortVlan> = super::portset::padded(&bridge_port_vlans(cfg));
     let (fdb_r, mut fdb_w) = fdb::new::<L>(cfg.fdb.clone());
     for (mac, vlan, port) in &cfg.statics {
         fdb_w
@@ -744,7 +790,9 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
             sleeps: Counter::new(),
             wakeups: Counter::new(),
             parse_drops: std::array::from_fn(|_| Counter::new()),
-            ports: (0..nports).map(|_| CachePadded::new(PortCounters::default())).collect(),
+            ports: (0..super::portset::PORT_INDEXES)
+                .map(|_| CachePadded::new(PortCounters::default()))
+                .collect(),
             bridge: bw.counters.clone(),
             l3: rw.as_ref().map(|r| r.l3.counters().clone()),
             route_cache: rw.as_ref().map(|r| r.cache.counters()),
@@ -777,6 +825,7 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
             router: rw,
             ct,
             stats,
+            handover: None,
         });
     }
     Ok((workers, all_stats))

@@ -1,13 +1,12 @@
 //! Counters: each worker's single-writer blocks, and the snapshots that sum them.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use freeway_bridge::{BridgeCounters, Layout};
 use freeway_conntrack::{CtStats, FwStats};
 use freeway_frag::{FragCounters, FragStats};
-use freeway_io::Port;
 use freeway_l3::{L3Counters, L3Stats};
 use freeway_packet::ParseError;
 use freeway_route::cache::CacheCounters;
@@ -227,7 +226,6 @@ impl Snapshot {
 
 /// Takes snapshots of a run's counters (the caller's thread and the control thread).
 pub(crate) struct Snapper<L: Layout> {
-    pub(crate) names: Arc<[(String, &'static str)]>,
     pub(crate) stats: Arc<[Arc<CachePadded<WorkerStats>>]>,
     pub(crate) cores: Arc<[Option<usize>]>,
     pub(crate) fdb: freeway_bridge::Fdb<L>,
@@ -235,14 +233,14 @@ pub(crate) struct Snapper<L: Layout> {
     pub(crate) neigh: Option<freeway_l3::Neigh>,
     pub(crate) ct: Option<freeway_conntrack::Conntrack>,
     pub(crate) fw: Option<freeway_conntrack::Firewall>,
-    /// The ports themselves, for their own counters (never locked by a worker).
-    pub(crate) ports: Arc<Mutex<Vec<Box<dyn Port>>>>,
+    /// The ports themselves, with their bridge indexes and names, for their own counters
+    /// (never locked by a worker; a port added by a reload joins them).
+    pub(crate) ports: super::portset::RunPorts,
 }
 
 impl<L: Layout> Clone for Snapper<L> {
     fn clone(&self) -> Self {
         Snapper {
-            names: self.names.clone(),
             stats: self.stats.clone(),
             cores: self.cores.clone(),
             fdb: self.fdb.clone(),
@@ -258,7 +256,12 @@ impl<L: Layout> Clone for Snapper<L> {
 impl<L: Layout> Snapper<L> {
     /// Sums every counter now.
     pub(crate) fn snap(&self, elapsed: Duration) -> Snapshot {
-        let mut s = snapshot(elapsed, &self.names, &self.stats, &self.cores, &self.fdb);
+        let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        let names: Vec<(usize, String, &'static str)> = ports
+            .iter()
+            .map(|p| (usize::from(p.index), p.name.clone(), p.kind))
+            .collect();
+        let mut s = snapshot(elapsed, &names, &self.stats, &self.cores, &self.fdb);
         if let Some(m) = &self.mdb {
             s.mdb = m.stats().snapshot().into_iter().collect();
             s.mdb.insert("groups", m.with_view(|v| v.len()) as u64);
@@ -270,8 +273,7 @@ impl<L: Layout> Snapper<L> {
             s.conntrack = Some(ct.stats());
             s.firewall = self.fw.as_ref().map(|f| f.stats());
         }
-        let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
-        for (snap, port) in s.ports.iter_mut().zip(ports.iter()) {
+        for (snap, port) in s.ports.iter_mut().zip(ports.iter().map(|p| &p.port)) {
             snap.counters = port.counters().into_iter().collect();
             for (k, v) in port.rx_drops() {
                 if v > 0 {
@@ -287,7 +289,7 @@ impl<L: Layout> Snapper<L> {
 
 pub(crate) fn snapshot<L: Layout>(
     elapsed: Duration,
-    names: &[(String, &'static str)],
+    names: &[(usize, String, &'static str)],
     stats: &[Arc<CachePadded<WorkerStats>>],
     cores: &[Option<usize>],
     fdb: &freeway_bridge::Fdb<L>,
@@ -299,8 +301,7 @@ pub(crate) fn snapshot<L: Layout>(
     };
     s.ports = names
         .iter()
-        .enumerate()
-        .map(|(i, (n, k))| {
+        .map(|&(i, ref n, k)| {
             let mut p = PortSnap {
                 name: n.clone(),
                 kind: k,

@@ -117,6 +117,45 @@ impl<T: TapPoint> Tx<T> {
         self.pending[port].as_slice().iter().map(Packet::len).sum()
     }
 
+    /// Drops `pkt`, emitted for an index this worker has no port at (one added that it has
+    /// not taken yet), counted as that index's transmit drop.
+    #[cold]
+    fn unknown_port(&mut self, port: usize, pkt: Packet) {
+        if let Some(c) = self.stats.ports.get(port) {
+            c.tx_dropped.inc();
+        }
+        self.pool.put(pkt);
+    }
+
+    /// Takes the transmit queue of the port added at `index` (between batches): its queue,
+    /// batch and edge; indexes skipped on the way (the router's has its edge) get none.
+    pub(crate) fn add_port(&mut self, index: u16, queue: Box<dyn TxQueue>) {
+        let i = usize::from(index);
+        while self.queues.len() <= i {
+            self.queues.push(Box::new(super::portset::Absent));
+        }
+        self.queues[i] = queue;
+        while self.pending.len() <= i {
+            self.pending.push(Batch::new());
+        }
+        let mut next = self.next.to_vec();
+        if next.len() <= i {
+            next.resize(i + 1, Next::Tx);
+        }
+        next[i] = Next::Tx;
+        self.next = next.into_boxed_slice();
+    }
+
+    /// Drops the transmit queue of the port removed at `index` (between batches: its batch
+    /// goes out first); what is emitted there from now on is a counted transmit drop.
+    pub(crate) fn remove_port(&mut self, index: u16) {
+        let i = usize::from(index);
+        if i < self.queues.len() {
+            self.flush(i);
+            self.queues[i] = Box::new(super::portset::Absent);
+        }
+    }
+
     pub(crate) fn flush_all(&mut self) {
         for p in 0..self.pending.len() {
             self.flush(p);
@@ -167,9 +206,10 @@ impl<T: TapPoint> Emit for Tx<T> {
     #[inline(always)]
     fn emit(&mut self, port: u16, pkt: Packet) {
         let port = usize::from(port);
-        if self.next[port] == Next::Router {
-            self.to_router.push(pkt);
-            return;
+        match self.next.get(port) {
+            Some(Next::Tx) => {}
+            Some(Next::Router) => return self.to_router.push(pkt),
+            None => return self.unknown_port(port, pkt),
         }
         if pkt.meta.flags & meta_flags::REASSEMBLED != 0 {
             return self.emit_refragmented(port, pkt);
@@ -180,9 +220,15 @@ impl<T: TapPoint> Emit for Tx<T> {
     #[inline]
     fn emit_batch(&mut self, port: u16, batch: &mut Batch) {
         let port = usize::from(port);
-        if self.next[port] == Next::Router {
-            self.to_router.extend(batch.drain());
-            return;
+        match self.next.get(port) {
+            Some(Next::Tx) => {}
+            Some(Next::Router) => return self.to_router.extend(batch.drain()),
+            None => {
+                for p in batch.drain() {
+                    self.unknown_port(port, p);
+                }
+                return;
+            }
         }
         if self.refrag.is_some()
             && batch

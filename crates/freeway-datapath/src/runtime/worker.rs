@@ -46,6 +46,8 @@ pub(crate) struct Worker<L: Layout, T: TapPoint> {
     pub(crate) router: Option<RouterWorker>,
     pub(crate) ct: Option<CtStage>,
     pub(crate) stats: Arc<CachePadded<WorkerStats>>,
+    /// Ports added while the run goes on (see `portset`), taken between batches.
+    pub(crate) handover: Option<crossbeam_channel::Receiver<super::portset::Handover>>,
 }
 
 /// The bridge as the router sees it from inside a worker: bridging the router's output.
@@ -133,18 +135,21 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     // Declared after `rx`, so dropped before the queues whose descriptors it polls.
     // Without the stop signal to poll, the worker cannot sleep past its stop flag: no long
     // sleeps then (see `idle_wait`).
-    let mut waiter = Waiter::new(rx.iter().map(|(_, q)| q.as_ref()));
-    if let Some(sw) = stop_wake.as_deref() {
-        waiter = waiter.map(|wt| wt.with_stop(sw));
-    }
+    let mut waiter = waiter_of(&rx, stop_wake.as_deref());
     let long_sleeps = stop_wake.is_some();
     // A worker that sleeps in `poll()` tells the clock, which slows down while all do.
-    let sleeper = waiter.as_ref().map(|_| clock.sleeper());
+    let mut sleeper = waiter.as_ref().map(|_| clock.sleeper());
     let mut ticker = TickerWake::default();
     let mut idle = 0u32;
     // When this idle stretch's yielding began (see `idle_wait`).
     let mut yield_since = Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if let Some(h) = w.handover.as_ref().and_then(super::portset::poll_handover) {
+            take_port(&mut w, &mut rx, h);
+            waiter = waiter_of(&rx, stop_wake.as_deref());
+            sleeper = waiter.as_ref().map(|_| clock.sleeper());
+            idle = 0;
+        }
         let now = clock.now();
         if w.tx.taps.any() {
             // One clock read per poll, before receiving: every packet received from now on
@@ -213,6 +218,44 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     poll_router(&mut w, clock.now(), inline.as_mut());
     w.tx.flush_all();
     inline
+}
+
+/// What a worker sleeps on: its receive queues' descriptors and the run's stop signal.
+fn waiter_of(rx: &[(u16, Box<dyn RxQueue>)], stop: Option<&StopWake>) -> Option<Waiter> {
+    let w = Waiter::new(rx.iter().map(|(_, q)| q.as_ref()));
+    match stop {
+        Some(sw) => w.map(|wt| wt.with_stop(sw)),
+        None => w,
+    }
+}
+
+/// Takes a port added to or removed from the run (between batches): an added port's
+/// transmit queue, and its receive queues when this worker polls them; a removed port's
+/// queues dropped. Then says so.
+fn take_port<L: Layout, T: TapPoint>(
+    w: &mut Worker<L, T>,
+    rx: &mut Vec<(u16, Box<dyn RxQueue>)>,
+    h: super::portset::Handover,
+) {
+    use super::portset::Handover;
+    let taken = match h {
+        Handover::Add {
+            index,
+            tx,
+            rx: queues,
+            taken,
+        } => {
+            w.tx.add_port(index, tx);
+            rx.extend(queues.into_iter().map(|q| (index, q)));
+            taken
+        }
+        Handover::Remove { index, taken } => {
+            rx.retain(|(p, _)| *p != index);
+            w.tx.remove_port(index);
+            taken
+        }
+    };
+    taken.fetch_add(1, Ordering::Release);
 }
 
 /// Batches a worker handles after a sleep that frames ended before it wakes the clock's

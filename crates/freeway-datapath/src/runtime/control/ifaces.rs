@@ -127,7 +127,7 @@ impl<L: freeway_bridge::Layout> Control<L> {
             Some(p) => *p = trunk,
             None => return Err("the bridge has no router port".into()),
         }
-        self.bridge.set_port_vlans(all.clone())?;
+        self.bridge.set_port_vlans(super::super::portset::padded(&all))?;
         self.port_vlans = all;
         Ok(())
     }

@@ -27,11 +27,17 @@
 //! of the file through it are then set again); one whose MTU changes keeps its id and takes
 //! the MTU live ([`Change::IfaceMtu`]). The membership, the interfaces and the addresses go
 //! first, so static entries of a port that joins a VLAN, and routes through a gateway on a
-//! new subnet or interface, find them. What does not change live (ports added, removed or
-//! of another kind or setting, the router's own settings, workers, the FDB's settings, the
-//! tracker's size) is named in the answer as waiting for a restart, and left as it is (each
-//! port added, removed or changed on a line of its own: [`Live::port_plan`]); when the
-//! ports themselves differ, their per-port changes wait with them.
+//! new subnet or interface, find them. Ports added and removed change live
+//! (`runtime/portset.rs`): a port the file adds opens ([`Change::PortAdd`], first of the
+//! changes, so static entries naming it find it); one it no longer has is taken from the
+//! workers and closed ([`Change::PortRemove`], last, after the static entries on it are
+//! deleted), no frame leaving it afterwards, its FDB entries flushed, its counters kept in
+//! `stats` until a restart; one whose kind or settings changed is removed and added again
+//! (with its static entries). Unchanged ports never stop. Ports are matched by name, so
+//! their order in the file does not matter (except to taps, which wait while the ports
+//! differ). What does not change live (the router's own settings, workers, the FDB's
+//! settings, the tracker's size) is named in the answer as waiting for a restart, and left
+//! as it is.
 //! Masquerade's source address follows an address change with the interfaces' version: a
 //! worker takes up an interface's new first address when it takes up the version, so the
 //! next new connection masquerades to it; connections already translated keep the address
@@ -44,16 +50,6 @@
 //! the error names its file and line. A change the datapath refuses (an MTU larger than its
 //! buffers, an address the kernel refuses on a twin) is reported as failed; the others are
 //! applied.
-//!
-//! Why a port added or removed waits: the run sizes every per-port table once, at start, by
-//! its number of ports: the bridge's ports and VLAN view, each worker's transmit queues,
-//! batches and next-stage edges, the ports' MTUs, the counters of every worker, and the
-//! names of stats, Prometheus and the taps; the router's bridge port is the one after the
-//! last configured port. A live port needs these sized for a fixed capacity (the router port
-//! at a fixed index), a per-worker hand-over taken between batches (a port's receive queue
-//! to poll, a transmit queue to add or drop), the FDB flushed of a removed port's entries,
-//! and port numbers never reused within a run; until then the running ports stay as they
-//! are, which is always correct.
 //!
 //! Threads: the control thread only; it keeps the [`Live`] view of the configuration it
 //! applied last.
@@ -112,6 +108,33 @@ pub(crate) struct PortLive {
     rest: String,
     /// Its kind (`afpacket`, `pcap`, ...).
     kind: &'static str,
+    /// All its settings (what opens it when a reload adds it).
+    spec: FilePort,
+}
+
+impl PortLive {
+    /// The port `p` of a file.
+    fn of(p: &crate::config::PortSpec) -> PortLive {
+        PortLive {
+            name: p.name.clone(),
+            vlan: p.vlan.clone(),
+            flags: p.flags,
+            mtu: p.mtu,
+            rest: port_rest(p),
+            kind: p.kind.name(),
+            spec: FilePort(p.clone()),
+        }
+    }
+}
+
+/// A port of the file, with all its settings (compared by them).
+#[derive(Clone, Debug)]
+pub(crate) struct FilePort(pub(crate) crate::config::PortSpec);
+
+impl PartialEq for FilePort {
+    fn eq(&self, o: &FilePort) -> bool {
+        format!("{:?}", self.0) == format!("{:?}", o.0)
+    }
 }
 
 /// A router interface's addresses: its name, IPv4 and IPv6 addresses with prefix lengths.
@@ -202,7 +225,7 @@ pub(crate) enum Change {
     Ruleset(String, freeway_firewall::ast::Ruleset),
     /// A zone's connection limit (none: unlimited).
     ZoneLimit(u16, Option<usize>),
-    /// Every configured port's VLAN mode, in port order (published at once).
+    /// The VLAN modes of the ports that stay, by name (published at once, in one version).
     PortVlans(Vec<(String, PortVlan)>),
     /// `link set dev PORT FLAG on|off ...`: a port's bridge flags, all of them.
     LinkFlags(String, PortFlags),
@@ -222,6 +245,11 @@ pub(crate) enum Change {
     Ifaces(IfacePlan),
     /// `link set dev IFACE mtu N`: a router interface's IP MTU.
     IfaceMtu(String, u16),
+    /// A port of the file that the run does not have, opened and handed to the workers.
+    PortAdd(Box<FilePort>),
+    /// A running port the file no longer has (or has with another kind or settings: then
+    /// added again after), taken from the workers and closed.
+    PortRemove(String),
 }
 
 impl fmt::Display for Change {
@@ -250,6 +278,8 @@ impl fmt::Display for Change {
             }
             Change::Ifaces(p) => p.fmt(f),
             Change::IfaceMtu(n, m) => write!(f, "link set dev {n} mtu {m} (router interface)"),
+            Change::PortAdd(p) => write!(f, "port add {} ({})", p.0.name, p.0.kind.name()),
+            Change::PortRemove(p) => write!(f, "port remove {p}"),
             Change::TapStart(w, _) => write!(f, "capture start {w}"),
             Change::TapStop(w, _) => write!(f, "capture stop {w}"),
             Change::CtTimeouts(t) if t.is_empty() => write!(f, "conntrack timeouts: the defaults"),
@@ -278,18 +308,7 @@ impl Live {
                 .map(|ct| ct.zone_limits.iter().copied().collect())
                 .unwrap_or_default(),
             ct_timeouts: c.conntrack.as_ref().map(|ct| ct.timeouts.clone()),
-            ports: c
-                .ports
-                .iter()
-                .map(|p| PortLive {
-                    name: p.name.clone(),
-                    vlan: p.vlan.clone(),
-                    flags: p.flags,
-                    mtu: p.mtu,
-                    rest: port_rest(p),
-                    kind: p.kind.name(),
-                })
-                .collect(),
+            ports: c.ports.iter().map(PortLive::of).collect(),
             taps: c
                 .taps
                 .iter()
@@ -351,7 +370,6 @@ impl Live {
             .map(|r| format!("{} {} {} {}", r.route_cache, r.neigh_limit, r.icmp_rate, r.icmp_burst));
         live.rest = vec![
             ("workers", format!("{} {}", c.workers, c.pin_workers)),
-            ("ports", ports_rest(c)),
             ("the FDB's settings", format!("{:?}", c.fdb)),
             (
                 "the router (added or removed, its route cache, neighbour limit or ICMP rate)",
@@ -439,6 +457,8 @@ impl Live {
                 .iter_mut()
                 .filter(|i| i.name == *name)
                 .for_each(|i| i.mtu = *m),
+            Change::PortAdd(p) => self.ports.push(PortLive::of(&p.0)),
+            Change::PortRemove(name) => self.ports.retain(|p| p.name != *name),
             Change::TapStart(w, t) => self.taps.push((w.clone(), t.clone())),
             Change::TapStop(w, _) => {
                 if let Some(i) = self.taps.iter().position(|x| x.0 == *w) {
@@ -523,24 +543,32 @@ impl Live {
                 out.push(Change::ZoneLimit(*z, Some(*n)));
             }
         }
-        // Per-port changes only when the ports themselves (names, kinds, order) stay.
-        let rest_ports = |l: &Live| l.rest.iter().find(|x| x.0 == "ports").map(|x| x.1.clone());
-        let same_ports = rest_ports(self) == rest_ports(new);
-        if same_ports {
-            if self.ports.iter().map(|p| &p.vlan).ne(new.ports.iter().map(|p| &p.vlan)) {
-                out.push(Change::PortVlans(
-                    new.ports.iter().map(|p| (p.name.clone(), p.vlan.clone())).collect(),
-                ));
+        // Per-port changes of the ports that stay (same name, kind and settings), by name.
+        let old_port = |n: &str| self.ports.iter().find(|p| p.name == n);
+        let kept: Vec<(&PortLive, &PortLive)> = new
+            .ports
+            .iter()
+            .filter_map(|b| old_port(&b.name).filter(|a| a.rest == b.rest).map(|a| (a, b)))
+            .collect();
+        if kept.iter().any(|(a, b)| a.vlan != b.vlan) {
+            out.push(Change::PortVlans(
+                kept.iter().map(|(_, b)| (b.name.clone(), b.vlan.clone())).collect(),
+            ));
+        }
+        for (a, b) in &kept {
+            if a.flags != b.flags {
+                out.push(Change::LinkFlags(b.name.clone(), b.flags));
             }
-            for (a, b) in self.ports.iter().zip(&new.ports) {
-                if a.flags != b.flags {
-                    out.push(Change::LinkFlags(b.name.clone(), b.flags));
-                }
-                if a.mtu != b.mtu {
-                    out.push(Change::LinkMtu(b.name.clone(), b.mtu));
-                }
+            if a.mtu != b.mtu {
+                out.push(Change::LinkMtu(b.name.clone(), b.mtu));
             }
         }
+        // Taps name ports by their place in the file: they change only while that stays.
+        let same_ports = self
+            .ports
+            .iter()
+            .map(|p| (&p.name, &p.rest))
+            .eq(new.ports.iter().map(|p| (&p.name, &p.rest)));
         if let (Some(a), Some(b)) = (&self.ct_timeouts, &new.ct_timeouts) {
             if a != b {
                 out.push(Change::CtTimeouts(b.clone()));
@@ -567,6 +595,35 @@ impl Live {
         // routes and neighbours of a new subnet or interface find it.
         let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
         out.splice(at..at, iface_changes);
+        // A port whose kind or settings changed is removed and added again, first (after the
+        // ruleset), with new ports, so that static entries naming them find them; in the
+        // file's order. Its static entries go with it, and are added again.
+        let at = usize::from(matches!(out.first(), Some(Change::Ruleset(..))));
+        let changed = |n: &str| old_port(n).is_some_and(|a| new.ports.iter().any(|b| b.name == n && a.rest != b.rest));
+        for ((mac, vlan), port) in &new.statics {
+            let set = Change::FdbSet(*mac, *vlan, port.clone());
+            if changed(port) && !out.contains(&set) {
+                out.push(set);
+            }
+        }
+        for p in new.ports.iter().rev() {
+            match old_port(&p.name) {
+                None => out.insert(at, Change::PortAdd(Box::new(p.spec.clone()))),
+                Some(a) if a.rest != p.rest => {
+                    out.insert(at, Change::PortAdd(Box::new(p.spec.clone())));
+                    out.insert(at, Change::PortRemove(p.name.clone()));
+                }
+                Some(_) => {}
+            }
+        }
+        // Ports removed go last: the static entries on them are deleted before.
+        for a in self
+            .ports
+            .iter()
+            .filter(|a| !new.ports.iter().any(|b| b.name == a.name))
+        {
+            out.push(Change::PortRemove(a.name.clone()));
+        }
         let mut restart: Vec<&'static str> = self
             .rest
             .iter()
@@ -698,32 +755,6 @@ fn same_subnet(a: IpAddr, b: IpAddr, len: u8) -> bool {
     }
 }
 
-impl Live {
-    /// What differs between the ports of `self` and those of `new`, port by port, in the
-    /// order of `new` then the removed ones: `h3 added (afpacket)`, `h2 removed`, `h1 changed
-    /// (its kind or settings)`, and `the order of the ports` when only that differs. Each of
-    /// these waits for a restart, and with them every per-port change (VLAN, flags, MTU).
-    pub(crate) fn port_plan(&self, new: &Live) -> Vec<String> {
-        let by_name = |l: &Live, n: &str| l.ports.iter().position(|p| p.name == n);
-        let mut plan = Vec::new();
-        for p in &new.ports {
-            match by_name(self, &p.name).map(|i| &self.ports[i]) {
-                None => plan.push(format!("{} added ({})", p.name, p.kind)),
-                Some(o) if o.rest != p.rest => plan.push(format!("{} changed (its kind or settings)", p.name)),
-                Some(_) => {}
-            }
-        }
-        for o in self.ports.iter().filter(|o| by_name(new, &o.name).is_none()) {
-            plan.push(format!("{} removed", o.name));
-        }
-        let names = |l: &Live| l.ports.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
-        if plan.is_empty() && names(self) != names(new) {
-            plan.push("the order of the ports".into());
-        }
-        plan
-    }
-}
-
 /// A tap in `capture` words: `-i PORT -Q DIR [-s SNAPLEN] [-c COUNT] -w FILE [FILTER]` (every
 /// setting, so that two taps that differ in any are different).
 fn tap_words(t: &TapSpec, ports: &[crate::config::PortSpec]) -> String {
@@ -743,15 +774,9 @@ fn tap_words(t: &TapSpec, ports: &[crate::config::PortSpec]) -> String {
     w
 }
 
-/// The ports as the configuration has them, with what changes live (VLAN mode, flags, MTU,
-/// and the ring frame size an MTU implies) left out: a difference here waits for a restart.
-fn ports_rest(c: &Checked) -> String {
-    let ports: Vec<String> = c.ports.iter().map(port_rest).collect();
-    ports.join("\n")
-}
-
-/// One port as [`ports_rest`] writes it: its name, kind and every setting that does not
-/// change live.
+/// One port with what changes live (VLAN mode, flags, MTU, and the ring frame size an MTU
+/// implies) left out: its name, kind and every other setting. A port whose settings here
+/// differ is removed and added again.
 fn port_rest(p: &crate::config::PortSpec) -> String {
     let ring = p.afpacket.as_ref().map(|a| {
         let mut a = a.clone();
@@ -819,14 +844,8 @@ pub(crate) fn timeouts(overrides: &[(String, u64)]) -> Result<freeway_conntrack:
 /// Each change of a reload, and whether it was applied.
 pub(crate) type Outcome = Vec<(Change, Result<(), String>)>;
 
-/// The answer of a reload: what changed (or would, with `--check`), what failed, what waits
-/// (with the ports that differ, one line each: [`Live::port_plan`]).
-pub(crate) fn report(
-    check: bool,
-    applied: &[(Change, Result<(), String>)],
-    restart: &[&str],
-    ports: &[String],
-) -> String {
+/// The answer of a reload: what changed (or would, with `--check`), what failed, what waits.
+pub(crate) fn report(check: bool, applied: &[(Change, Result<(), String>)], restart: &[&str]) -> String {
     let mut s = String::new();
     if applied.is_empty() {
         s.push_str("no live change\n");
@@ -840,9 +859,6 @@ pub(crate) fn report(
     }
     if !restart.is_empty() {
         s.push_str(&format!("not applied, waits for a restart: {}\n", restart.join(", ")));
-    }
-    for p in ports {
-        s.push_str(&format!("  port {p}: waits for a restart\n"));
     }
     s
 }
@@ -1063,27 +1079,33 @@ mod tests {
     }
 
     #[test]
-    fn ports_added_removed_or_changed_are_named_one_by_one_and_wait() {
+    fn ports_added_removed_or_changed_are_changes_and_nothing_waits() {
         let a = live("");
-        assert!(a.port_plan(&a).is_empty());
         let b = live("[[port]]\nname = \"extra\"\nkind = \"sink\"\n");
-        assert_eq!(a.port_plan(&b), ["extra added (sink)"]);
-        assert_eq!(b.port_plan(&a), ["extra removed"]);
-        let (changes, restart) = a.diff(&b);
-        assert!(changes.is_empty(), "{changes:?}");
-        assert_eq!(restart, ["ports"]);
+        assert_eq!(said(&a, &b), (vec!["port add extra (sink)".to_string()], vec![]));
+        assert_eq!(said(&b, &a), (vec!["port remove extra".to_string()], vec![]));
+        // Absorbed, the added port is a running one, and the removed one is gone.
+        for (x, y) in [(&a, &b), (&b, &a)] {
+            let mut now = x.clone();
+            for c in &x.diff(y).0 {
+                now.absorb(c);
+            }
+            assert_eq!(now.diff(y), (vec![], vec![]));
+        }
+        // A port of another setting: removed, then added again.
         let c = router_with("rate_pps = 10000, seed = 3", "rate_pps = 10000, seed = 4");
-        assert_eq!(a.port_plan(&c), ["intruder changed (its kind or settings)"]);
-        // A port whose VLAN, flags or MTU change is no port change: that applies live.
+        assert_eq!(said(&a, &c).0, ["port remove intruder", "port add intruder (gen)"]);
+        // A port whose VLAN, flags or MTU change stays: that applies live.
         let d = router_with(
             "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 20 }",
             "name = \"intruder\"\nkind = \"gen\"\nvlan = { mode = \"access\", vlan = 10 }",
         );
-        assert!(a.port_plan(&d).is_empty());
-        let text = report(true, &[], &restart, &a.port_plan(&b));
-        assert_eq!(
-            text,
-            "no live change\nnot applied, waits for a restart: ports\n  port extra added (sink): waits for a restart\n"
+        assert!(
+            said(&a, &d).0.iter().all(|c| !c.starts_with("port ")),
+            "{:?}",
+            said(&a, &d)
         );
+        let text = report(true, &[(b.diff(&a).0[0].clone(), Ok(()))], &[]);
+        assert_eq!(text, "would apply: port remove extra\n");
     }
 }
