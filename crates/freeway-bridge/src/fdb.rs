@@ -205,6 +205,9 @@ pub struct FdbWriter<L: Layout = Padded> {
     last_age: Option<Tick>,
     /// The multicast database's writer, serviced with the FDB's (same thread).
     mdb: Option<crate::mdb::MdbWriter>,
+    /// Ports retired for good ([`FdbWriter::retire_port`]): learning on them is refused.
+    /// Empty unless ports were removed from a running bridge, so the check costs a length test.
+    retired: Vec<u16>,
 }
 
 /// Creates an FDB: the shared read side and its single writer.
@@ -234,6 +237,7 @@ pub fn new_seeded<L: Layout>(cfg: FdbConfig, seed: u64) -> (Fdb<L>, FdbWriter<L>
             cursor: 0,
             last_age: None,
             mdb: None,
+            retired: Vec::new(),
         },
     )
 }
@@ -316,6 +320,8 @@ pub enum Learned {
     LimitReached,
     /// A static entry exists for this address; it was left alone.
     Static,
+    /// Refused: the port was retired ([`FdbWriter::retire_port`]).
+    RetiredPort,
 }
 
 impl<L: Layout> FdbWriter<L> {
@@ -348,6 +354,9 @@ impl<L: Layout> FdbWriter<L> {
 
     /// Learns `key` on `port` now (the writer's side of a [`LearnRequest`]).
     pub fn learn(&mut self, key: u64, port: u16, now: Tick) -> Learned {
+        if !self.retired.is_empty() && self.retired.contains(&port) {
+            return Learned::RetiredPort;
+        }
         let g = pin();
         let stats = &self.shared.stats;
         if let Some(n) = self.shared.table.lookup(key, &g) {
@@ -439,14 +448,30 @@ impl<L: Layout> FdbWriter<L> {
         true
     }
 
+    /// Retires `port` for good: every entry on it goes (static ones too), and learning on it
+    /// is refused from now on, so a learn request a worker queued before the port stopped
+    /// cannot bring an entry back. A removed port's number is never given to another port,
+    /// so the refusal never hides a live one. Returns how many entries went.
+    pub fn retire_port(&mut self, port: u16) -> usize {
+        if !self.retired.contains(&port) {
+            self.retired.push(port);
+        }
+        self.remove_counted(|n| n.port() == port)
+    }
+
     /// Removes learned entries (and static ones too if `include_static`). Returns the count.
     pub fn flush(&mut self, include_static: bool) -> usize {
+        self.remove_counted(|n| include_static || !n.is_static())
+    }
+
+    /// Removes every entry `pred` picks, keeping the learned and static counts. The count.
+    fn remove_counted(&mut self, mut pred: impl FnMut(&crate::table::Node<L>) -> bool) -> usize {
         let g = pin();
         let t = &self.shared.table;
         let (mut l, mut s) = (0, 0);
         for b in 0..t.buckets() {
             t.remove_where(b, &g, |n| {
-                let hit = include_static || !n.is_static();
+                let hit = pred(n);
                 if hit {
                     if n.is_static() {
                         s += 1
@@ -550,6 +575,26 @@ mod tests {
             "static entries never age"
         );
         assert_eq!(fdb.stats().aged.get(), 99);
+    }
+
+    #[test]
+    fn a_retired_port_loses_its_entries_and_learns_nothing_more() {
+        let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 7);
+        w.learn(key(mac(1).0, 1), 4, 0);
+        w.learn(key(mac(2).0, 1), 5, 0);
+        w.add_static(mac(3), 1, 4, 0).unwrap();
+        // A request queued by a worker before the port stopped ...
+        assert!(fdb.request_learn(LearnRequest {
+            key: key(mac(4).0, 1),
+            port: 4,
+        }));
+        assert_eq!(w.retire_port(4), 2);
+        // ... is refused when the writer comes to it; other ports learn as before.
+        assert_eq!(w.drain_learn_queue(0, 10), 1);
+        assert_eq!(w.learn(key(mac(1).0, 1), 4, 1), Learned::RetiredPort);
+        assert_eq!(w.learn(key(mac(6).0, 1), 5, 1), Learned::New);
+        assert_eq!((fdb.len(), w.learned_len()), (2, 2));
+        assert!(fdb.entries(1).iter().all(|e| e.port == 5));
     }
 
     #[test]

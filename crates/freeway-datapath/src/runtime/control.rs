@@ -78,6 +78,9 @@ pub(crate) enum FdbOp {
     Del(Mac, u16),
     /// Delete every learned entry.
     Flush,
+    /// A port removed for good: delete its entries (static ones too) and refuse learning
+    /// on it from now on.
+    Retire(u16),
 }
 
 /// A change for the neighbour table's writer thread.
@@ -134,6 +137,7 @@ pub(crate) fn apply_fdb<L: Layout>(w: &mut FdbWriter<L>, rx: &Receiver<Op<FdbOp>
         FdbOp::Del(mac, vlan) if w.delete(mac, vlan) => Ok(String::new()),
         FdbOp::Del(mac, vlan) => Err(CtlError::NotFound(format!("no entry for {mac} vlan {vlan}"))),
         FdbOp::Flush => Ok(format!("{} entries flushed\n", w.flush(false))),
+        FdbOp::Retire(port) => Ok(format!("{} entries flushed\n", w.retire_port(port))),
     })
 }
 
@@ -1442,13 +1446,9 @@ impl<L: Layout> Control<L> {
         let i = self.port_index(name).map_err(|e| e.to_string())?;
         let adder = self.adder.as_mut().ok_or("this run cannot remove ports: restart")?;
         let closed = adder.remove(i, &self.bridge, &mut self.port_vlans);
-        let now = self.clock.now();
-        for e in self.fdb.entries(now).into_iter().filter(|e| e.port == i) {
-            match ask(&self.fdb_ops, FdbOp::Del(e.mac, e.vlan)) {
-                Ok(_) | Err(CtlError::NotFound(_)) => {}
-                Err(x) => return Err(format!("flushing its FDB entries: {x}")),
-            }
-        }
+        // Retired rather than flushed entry by entry: a learn request a worker queued before
+        // it stopped polling the port must not bring an entry back.
+        ask(&self.fdb_ops, FdbOp::Retire(i)).map_err(|x| format!("flushing its FDB entries: {x}"))?;
         closed
     }
 
