@@ -167,7 +167,8 @@ via = "10.2.0.2"
         .unwrap_or_else(|| panic!("ping summary: {text}"));
     assert!(
         received >= 140,
-        "at most a few of 150 pings lost across the route change: {text}"
+        "at most a few of 150 pings lost across the route change: {text}\ndrops: {}",
+        bed.ctl(&["stats"])["data"]["drops"]
     );
     assert!(h2_a > 20, "h2 answered before the change: {h2_a}");
     assert!(
