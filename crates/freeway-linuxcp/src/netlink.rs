@@ -506,12 +506,39 @@ impl MirrorConfig {
     pub const NOTIFY_BUFFER: usize = RCVBUF;
 }
 
-/// The router interface whose twin is the kernel's device `i`, by name.
-fn twin_of(links: &HashMap<u32, String>, ifaces: &[String], i: u32) -> Option<u16> {
-    links
-        .get(&i)
-        .and_then(|n| ifaces.iter().position(|x| x == n))
-        .map(|i| i as u16)
+/// The kernel's links by index: each one's name, and the router interface whose twin it is
+/// (the interface of the same name), found once per link, not once per route.
+#[derive(Default)]
+struct Links(HashMap<u32, (String, Option<u16>), foldhash::fast::RandomState>);
+
+impl Links {
+    fn new(all: HashMap<u32, String>, ifaces: &[String]) -> Links {
+        let mut l = Links::default();
+        for (i, name) in all {
+            l.insert(i, name, ifaces);
+        }
+        l
+    }
+
+    /// The router interface whose twin is the kernel's device `i`.
+    fn twin(&self, i: u32) -> Option<u16> {
+        self.0.get(&i).and_then(|(_, t)| *t)
+    }
+
+    /// Whether device `i` is a router interface's twin.
+    fn is_twin(&self, i: u32) -> bool {
+        self.twin(i).is_some()
+    }
+
+    fn insert(&mut self, i: u32, name: String, ifaces: &[String]) {
+        let twin = ifaces.iter().position(|x| *x == name).map(|t| t as u16);
+        self.0.insert(i, (name, twin));
+    }
+
+    /// Forgets device `i`; returns whether it was a twin.
+    fn remove(&mut self, i: u32) -> bool {
+        self.0.remove(&i).is_some_and(|(_, t)| t.is_some())
+    }
 }
 
 /// The most notifications handled in one batch (one hand-over to the RIB's owner).
@@ -541,14 +568,14 @@ pub fn run_with(
 ) -> io::Result<crate::translate::MirrorStats> {
     let mut nl = Netlink::open_sized(true, cfg.notify_buffer)?;
     let mut mirror = Mirror::new();
-    let mut links: HashMap<u32, String> = HashMap::new();
+    let mut links = Links::default();
     let mut need_resync = true;
     while !stop.load(Ordering::Relaxed) {
         if need_resync {
             need_resync = false;
             nl.discard_notifications()?;
-            links = nl.links()?;
-            let map = |i: u32| twin_of(&links, &cfg.ifaces, i);
+            links = Links::new(nl.links()?, &cfg.ifaces);
+            let map = |i: u32| links.twin(i);
             let mut gone = false;
             let mut chunk = Vec::with_capacity(CHUNK);
             let mut out = |c: Change, gone: &mut bool| {
@@ -609,7 +636,7 @@ pub fn run_with(
         };
         let mut changes = Vec::new();
         for ev in events {
-            let map = |i: u32| twin_of(&links, &cfg.ifaces, i);
+            let map = |i: u32| links.twin(i);
             match ev {
                 Event::NewRoute(r) => {
                     if let Decoded::Route(k, r) = decode(&r, &cfg.filter, map) {
@@ -622,18 +649,16 @@ pub fn run_with(
                     }
                 }
                 Event::Link(i, name) => {
-                    let old = links.get(&i).cloned();
-                    let ours = |n: &Option<String>| n.as_ref().is_some_and(|n| cfg.ifaces.contains(n));
-                    if ours(&old) || ours(&name) {
+                    if links.is_twin(i) || name.as_ref().is_some_and(|n| cfg.ifaces.contains(n)) {
                         need_resync = true;
                     }
                     if let Some(n) = name {
-                        links.insert(i, n);
+                        links.insert(i, n, &cfg.ifaces);
                     }
                 }
                 Event::Neigh(n) => decode_neigh(&n, map).into_iter().for_each(&mut neigh),
                 Event::DelLink(i) => {
-                    if links.remove(&i).is_some_and(|n| cfg.ifaces.contains(&n)) {
+                    if links.remove(i) {
                         need_resync = true;
                     }
                 }
