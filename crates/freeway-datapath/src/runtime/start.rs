@@ -801,7 +801,8 @@ pub(crate) fn spawn_workers<L: Layout, T: freeway_capture::TapPoint + 'static>(
             std::thread::Builder::new()
                 .name(format!("fw-worker-{}", w.id))
                 .spawn(move || {
-                    drop(started_tx.send(()));
+                    // The spawner waits for this (it is gone only if a later worker failed to start).
+                    let _ = started_tx.send(());
                     worker_main(w, clock, stop, wake, inline)
                 })
                 .map_err(|e| RunError(format!("cannot start a worker thread: {e}")))?,
