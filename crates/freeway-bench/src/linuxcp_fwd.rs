@@ -101,9 +101,15 @@ fn route(base: u32, i: usize, vlan: u8, ifindex: u32) -> KernelRoute {
     }
 }
 
-/// Writes `routes`; an error names how many the kernel refused and why.
-fn write_all(w: &mut Writer, routes: impl IntoIterator<Item = KernelRoute>, what: &str) -> Result<(), String> {
-    let refused = w.write(routes, false).map_err(|e| e.to_string())?;
+/// Writes `routes` (`replace`: over routes of the same prefix); an error names how many the
+/// kernel refused and why.
+fn write_all(
+    w: &mut Writer,
+    routes: impl IntoIterator<Item = KernelRoute>,
+    replace: bool,
+    what: &str,
+) -> Result<(), String> {
+    let refused = w.write(routes, replace).map_err(|e| e.to_string())?;
     if refused > 0 {
         return Err(format!(
             "the kernel refused {refused} of {what}: {}",
@@ -125,11 +131,19 @@ fn drive(t0: Instant, flood: usize) -> Result<Duration, String> {
     }
     let (v10, v20) = (ifindex("v10")?, ifindex("v20")?);
     let mut w = Writer::open().map_err(|e| e.to_string())?;
-    write_all(
+    // A twin gets its address (the gateway's subnet) just after it appears: until then the
+    // kernel refuses a route through it (`ENETUNREACH`), so the writer tries again.
+    while let Err(e) = write_all(
         &mut w,
         [route(11, 0, 20, v20), route(12, 0, 10, v10)],
+        true,
         "the hosts' routes",
-    )?;
+    ) {
+        if Instant::now() > deadline {
+            return Err(e);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     if flood == 0 {
         return Ok(Duration::ZERO);
     }
@@ -138,6 +152,7 @@ fn drive(t0: Instant, flood: usize) -> Result<Duration, String> {
     write_all(
         &mut w,
         (0..flood).map(|i| route(13, i, 20, v20)),
+        false,
         &format!("the flood's {flood} routes"),
     )?;
     Ok(t.elapsed())

@@ -67,7 +67,16 @@ pub struct Netlink {
     overran: bool,
     /// The receive buffer asked for `events`, bytes.
     rcvbuf: usize,
+    /// Where [`Netlink::recv_notifications`] reads datagrams: [`SLOTS`] of [`SLOT`] bytes.
+    slots: Vec<u8>,
 }
+
+/// Notification datagrams read by one system call.
+const SLOTS: usize = 32;
+
+/// The room for one notification datagram: more than the kernel's largest (a link's, with
+/// every attribute, is a few pages).
+const SLOT: usize = 64 << 10;
 
 /// The notification socket's receive buffer: large, so bursts (a full BGP table arriving)
 /// rarely overrun it.
@@ -132,6 +141,7 @@ impl Netlink {
             pending_at: 0,
             overran: false,
             rcvbuf,
+            slots: vec![0; SLOTS * SLOT],
         })
     }
 
@@ -149,11 +159,10 @@ impl Netlink {
             self.pending_at = 0;
         }
         while self.pending.len() - self.pending_at < PENDING_MAX {
-            match self.events.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
-                Ok(n) => {
-                    self.pending.extend_from_slice(&self.buf[..n]);
-                    self.pending.resize(self.pending.len().next_multiple_of(4), 0);
-                }
+            match self.recv_notifications() {
+                // Fewer than asked for: the queue is empty (or an error waits, for the next call).
+                Ok(n) if n < SLOTS => break,
+                Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // The queue is read on: the socket stays congested until it is empty.
@@ -162,6 +171,49 @@ impl Netlink {
             }
         }
         Ok(())
+    }
+
+    /// Reads up to [`SLOTS`] notification datagrams in one call (`recvmmsg`: the kernel sends
+    /// each route change as a datagram of its own, so one `recv` a route would cost a system
+    /// call a route), without waiting, appending each to `pending` padded to 4 bytes. A
+    /// datagram longer than a slot lost its end: noted as an overrun (the table is read again).
+    fn recv_notifications(&mut self) -> io::Result<usize> {
+        let base = self.slots.as_mut_ptr();
+        let mut iov: [libc::iovec; SLOTS] = std::array::from_fn(|k| libc::iovec {
+            iov_base: base.wrapping_add(k * SLOT).cast(),
+            iov_len: SLOT,
+        });
+        // SAFETY: an all-zero mmsghdr is a valid header without name, buffers or control data.
+        let mut hdrs: [libc::mmsghdr; SLOTS] = unsafe { std::mem::zeroed() };
+        for (h, v) in hdrs.iter_mut().zip(iov.iter_mut()) {
+            h.msg_hdr.msg_iov = v;
+            h.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: SLOTS headers, each naming one iovec of SLOT bytes inside `slots` (SLOTS *
+        // SLOT bytes), all live and unaliased for the call; no timeout.
+        let n = unsafe {
+            libc::recvmmsg(
+                self.events.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                SLOTS as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for (k, h) in hdrs[..n as usize].iter().enumerate() {
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.overran = true;
+                continue;
+            }
+            let at = k * SLOT;
+            self.pending
+                .extend_from_slice(&self.slots[at..at + (h.msg_len as usize).min(SLOT)]);
+            self.pending.resize(self.pending.len().next_multiple_of(4), 0);
+        }
+        Ok(n as usize)
     }
 
     /// Before a resync: reads the notification socket empty and drops what it held and what
@@ -454,12 +506,39 @@ impl MirrorConfig {
     pub const NOTIFY_BUFFER: usize = RCVBUF;
 }
 
-/// The router interface whose twin is the kernel's device `i`, by name.
-fn twin_of(links: &HashMap<u32, String>, ifaces: &[String], i: u32) -> Option<u16> {
-    links
-        .get(&i)
-        .and_then(|n| ifaces.iter().position(|x| x == n))
-        .map(|i| i as u16)
+/// The kernel's links by index: each one's name, and the router interface whose twin it is
+/// (the interface of the same name), found once per link, not once per route.
+#[derive(Default)]
+struct Links(HashMap<u32, (String, Option<u16>), foldhash::fast::RandomState>);
+
+impl Links {
+    fn new(all: HashMap<u32, String>, ifaces: &[String]) -> Links {
+        let mut l = Links::default();
+        for (i, name) in all {
+            l.insert(i, name, ifaces);
+        }
+        l
+    }
+
+    /// The router interface whose twin is the kernel's device `i`.
+    fn twin(&self, i: u32) -> Option<u16> {
+        self.0.get(&i).and_then(|(_, t)| *t)
+    }
+
+    /// Whether device `i` is a router interface's twin.
+    fn is_twin(&self, i: u32) -> bool {
+        self.twin(i).is_some()
+    }
+
+    fn insert(&mut self, i: u32, name: String, ifaces: &[String]) {
+        let twin = ifaces.iter().position(|x| *x == name).map(|t| t as u16);
+        self.0.insert(i, (name, twin));
+    }
+
+    /// Forgets device `i`; returns whether it was a twin.
+    fn remove(&mut self, i: u32) -> bool {
+        self.0.remove(&i).is_some_and(|(_, t)| t.is_some())
+    }
 }
 
 /// The most notifications handled in one batch (one hand-over to the RIB's owner).
@@ -489,14 +568,14 @@ pub fn run_with(
 ) -> io::Result<crate::translate::MirrorStats> {
     let mut nl = Netlink::open_sized(true, cfg.notify_buffer)?;
     let mut mirror = Mirror::new();
-    let mut links: HashMap<u32, String> = HashMap::new();
+    let mut links = Links::default();
     let mut need_resync = true;
     while !stop.load(Ordering::Relaxed) {
         if need_resync {
             need_resync = false;
             nl.discard_notifications()?;
-            links = nl.links()?;
-            let map = |i: u32| twin_of(&links, &cfg.ifaces, i);
+            links = Links::new(nl.links()?, &cfg.ifaces);
+            let map = |i: u32| links.twin(i);
             let mut gone = false;
             let mut chunk = Vec::with_capacity(CHUNK);
             let mut out = |c: Change, gone: &mut bool| {
@@ -557,7 +636,7 @@ pub fn run_with(
         };
         let mut changes = Vec::new();
         for ev in events {
-            let map = |i: u32| twin_of(&links, &cfg.ifaces, i);
+            let map = |i: u32| links.twin(i);
             match ev {
                 Event::NewRoute(r) => {
                     if let Decoded::Route(k, r) = decode(&r, &cfg.filter, map) {
@@ -570,18 +649,16 @@ pub fn run_with(
                     }
                 }
                 Event::Link(i, name) => {
-                    let old = links.get(&i).cloned();
-                    let ours = |n: &Option<String>| n.as_ref().is_some_and(|n| cfg.ifaces.contains(n));
-                    if ours(&old) || ours(&name) {
+                    if links.is_twin(i) || name.as_ref().is_some_and(|n| cfg.ifaces.contains(n)) {
                         need_resync = true;
                     }
                     if let Some(n) = name {
-                        links.insert(i, n);
+                        links.insert(i, n, &cfg.ifaces);
                     }
                 }
                 Event::Neigh(n) => decode_neigh(&n, map).into_iter().for_each(&mut neigh),
                 Event::DelLink(i) => {
-                    if links.remove(&i).is_some_and(|n| cfg.ifaces.contains(&n)) {
+                    if links.remove(i) {
                         need_resync = true;
                     }
                 }

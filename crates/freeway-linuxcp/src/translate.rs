@@ -14,12 +14,14 @@
 //! carries its name). Hops on other devices are left out; a route with none left is not
 //! wanted. Routes through nexthop objects (`RTA_NH_ID`) are not mirrored (counted).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
 use freeway_route::{NextHop, Prefix, Route, RouteKind};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteType, RouteVia};
 use netlink_packet_route::AddressFamily;
+use smallvec::{smallvec, SmallVec};
 
 /// Which kernel routes are mirrored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -236,15 +238,20 @@ impl MirrorStats {
 }
 
 /// The mirror's state: every wanted kernel route, by prefix then (priority, TOS); the route
-/// installed for a prefix is the first of its list (kept sorted; nearly always one route).
+/// installed for a prefix is the first of its list (kept sorted; nearly always one route, so
+/// held inline). The map hashes with foldhash, seeded at random per map (the prefixes come
+/// from the kernel, so from a routing daemon's peers: not a fixed, guessable hash).
 #[derive(Debug, Default)]
 pub struct Mirror {
-    routes: HashMap<Prefix, Vec<(Slot, Route)>>,
+    routes: HashMap<Prefix, Routes, foldhash::fast::RandomState>,
     stats: MirrorStats,
 }
 
 /// A route's place among its prefix's: (priority, TOS).
 type Slot = (u32, u8);
+
+/// A prefix's routes, by slot.
+type Routes = SmallVec<[(Slot, Route); 1]>;
 
 impl Mirror {
     /// An empty mirror.
@@ -274,11 +281,7 @@ impl Mirror {
         self.stats.resyncs += 1;
     }
 
-    fn best(&self, p: &Prefix) -> Option<&Route> {
-        self.routes.get(p).and_then(|m| m.first()).map(|(_, r)| r)
-    }
-
-    fn insert(list: &mut Vec<(Slot, Route)>, slot: Slot, route: Route) {
+    fn insert(list: &mut Routes, slot: Slot, route: Route) {
         match list.binary_search_by_key(&slot, |(s, _)| *s) {
             Ok(i) => list[i].1 = route,
             Err(i) => list.insert(i, (slot, route)),
@@ -289,40 +292,49 @@ impl Mirror {
     /// of it; returns the RIB change, if the prefix's installed route changed.
     pub fn new_route(&mut self, key: Key, r: Result<Route, Skip>) -> Option<Change> {
         self.stats.count(&r);
-        let before = self.best(&key.prefix).cloned();
-        let slot = (key.priority, key.tos);
-        match r {
-            Ok(route) => Self::insert(self.routes.entry(key.prefix).or_default(), slot, route),
-            Err(_) => self.remove(key.prefix, slot),
-        }
-        self.changed(key.prefix, before)
+        self.set(key.prefix, (key.priority, key.tos), r.ok())
     }
 
     /// A route was deleted in the kernel (`RTM_DELROUTE`).
     pub fn del_route(&mut self, key: Key) -> Option<Change> {
-        let before = self.best(&key.prefix).cloned();
-        self.remove(key.prefix, (key.priority, key.tos));
-        self.changed(key.prefix, before)
+        self.set(key.prefix, (key.priority, key.tos), None)
     }
 
-    fn remove(&mut self, p: Prefix, slot: Slot) {
-        if let Some(m) = self.routes.get_mut(&p) {
-            if let Ok(i) = m.binary_search_by_key(&slot, |(s, _)| *s) {
-                m.remove(i);
+    /// Puts `route` at `slot` of `prefix`'s list (`None`: takes the slot's route out) and
+    /// returns the RIB change if the prefix's installed route (the list's first) changed. The
+    /// only route copied is the one handed on.
+    fn set(&mut self, prefix: Prefix, slot: Slot, route: Option<Route>) -> Option<Change> {
+        let mut o = match self.routes.entry(prefix) {
+            Entry::Occupied(o) => o,
+            Entry::Vacant(v) => {
+                let r = route?;
+                v.insert(smallvec![(slot, r.clone())]);
+                return Some(Change::Replace(r));
             }
-            if m.is_empty() {
-                self.routes.remove(&p);
+        };
+        let l = o.get_mut();
+        let first_changed = match (l.binary_search_by_key(&slot, |(s, _)| *s), route) {
+            (Ok(i), Some(r)) => {
+                let changed = i == 0 && l[0].1 != r;
+                l[i].1 = r;
+                changed
             }
-        }
-    }
-
-    fn changed(&self, p: Prefix, before: Option<Route>) -> Option<Change> {
-        let now = self.best(&p);
-        match (before, now) {
-            (b, Some(n)) if b.as_ref() != Some(n) => Some(Change::Replace(n.clone())),
-            (Some(_), None) => Some(Change::Delete(p)),
-            _ => None,
-        }
+            (Err(i), Some(r)) => {
+                let changed = i == 0 && l[0].1 != r;
+                l.insert(i, (slot, r));
+                changed
+            }
+            (Ok(i), None) => {
+                let (_, old) = l.remove(i);
+                if l.is_empty() {
+                    o.remove();
+                    return Some(Change::Delete(prefix));
+                }
+                i == 0 && l[0].1 != old
+            }
+            (Err(_), None) => false,
+        };
+        first_changed.then(|| Change::Replace(l[0].1.clone()))
     }
 
     /// A full dump of the table (at start, or after the socket overran): the state becomes

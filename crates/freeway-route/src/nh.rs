@@ -27,6 +27,12 @@
 //! picks. Model-checked in `tests/loom_nh.rs`.
 
 use std::collections::HashMap;
+
+/// The control side's hash maps (the RIB's prefixes, the groups by hops): foldhash, seeded at
+/// random per map (several times cheaper than the default SipHash for these small keys).
+/// Their keys may come from a routing daemon's peers, so the hash is never a fixed one an
+/// outsider could aim collisions at.
+pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::fmt;
 use std::net::IpAddr;
 use std::ptr::NonNull;
@@ -326,7 +332,7 @@ impl NhTable {
 /// The writer side: creates, shares and retires groups. Not `Clone`; one per table.
 pub struct NhWriter {
     table: NhTable,
-    by_hops: HashMap<Box<[NextHop]>, u32>,
+    by_hops: Map<Box<[NextHop]>, u32>,
     users: Vec<u32>,
     next_unused: u32,
 }
@@ -358,7 +364,7 @@ impl NhWriter {
         };
         let w = NhWriter {
             table: table.clone(),
-            by_hops: HashMap::new(),
+            by_hops: Map::default(),
             users: vec![0; capacity as usize],
             next_unused: 0,
         };

@@ -21,7 +21,6 @@
 //! Threads: a `Rib` is owned by one control thread (`&mut self` for every change); it is
 //! `Send`, not `Clone`. Workers only ever see the [`Fib`].
 
-use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -30,7 +29,7 @@ use serde::Serialize;
 use crate::dir::{leaf, Dir, DirFull};
 use crate::epoch;
 use crate::fib::{Fib, FibConfig};
-use crate::nh::{NextHop, NhError, NhWriter, MAX_PATHS};
+use crate::nh::{Map, NextHop, NhError, NhWriter, MAX_PATHS};
 use crate::prefix::{mask6, Prefix, Prefix4, Prefix6};
 
 /// Where a route came from.
@@ -209,7 +208,7 @@ pub struct Rib {
     fib: Fib,
     nh: NhWriter,
     /// Per family (0: IPv4, 1: IPv6), per length: left-aligned network -> entry.
-    maps: [Vec<HashMap<u128, Entry>>; 2],
+    maps: [Vec<Map<u128, Entry>>; 2],
     stats: RibStats,
     /// Inside [`Rib::batch`]: the generation bump waits for its end.
     holding: bool,
@@ -251,8 +250,8 @@ impl Rib {
             fib: fib.clone(),
             nh,
             maps: [
-                (0..=32).map(|_| HashMap::new()).collect(),
-                (0..=128).map(|_| HashMap::new()).collect(),
+                (0..=32).map(|_| Map::default()).collect(),
+                (0..=128).map(|_| Map::default()).collect(),
             ],
             stats: RibStats::default(),
             holding: false,
@@ -273,7 +272,7 @@ impl Rib {
 
     /// Number of routes.
     pub fn len(&self) -> usize {
-        self.maps.iter().flatten().map(HashMap::len).sum()
+        self.maps.iter().flatten().map(Map::len).sum()
     }
 
     /// Whether there is no route.

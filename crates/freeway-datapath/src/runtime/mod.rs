@@ -130,7 +130,8 @@ pub struct RunOptions<'a> {
     /// ([`control::access`]).
     pub ctl_access: control::access::Access,
     /// Called once every thread runs and the control and metrics sockets listen: the
-    /// datapath is forwarding (a service manager's "ready").
+    /// datapath is forwarding (a service manager's "ready"). Every worker's thread has
+    /// started by then, under its name (`fw-worker-N` in `/proc/self/task/*/comm`).
     pub on_ready: Option<&'a mut dyn FnMut()>,
     /// A reload is asked for when set (`SIGHUP`): the run clears it, reads the configuration
     /// again with `reload_config` and applies what can change live: with a control socket,

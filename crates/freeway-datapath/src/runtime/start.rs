@@ -831,7 +831,9 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
     Ok((workers, all_stats))
 }
 
-/// Starts one thread per worker (`fw-worker-N`); the first takes the inline writers.
+/// Starts one thread per worker (`fw-worker-N`); the first takes the inline writers. Returns
+/// once every worker's thread runs under its name (a thread is named by itself as it starts,
+/// so until then `/proc` shows its creator's name): `RunOptions::on_ready` may then find each.
 pub(crate) fn spawn_workers<L: Layout, T: freeway_capture::TapPoint + 'static>(
     workers: Vec<Worker<L, T>>,
     clock: &Clock,
@@ -840,14 +842,27 @@ pub(crate) fn spawn_workers<L: Layout, T: freeway_capture::TapPoint + 'static>(
     mut inline: Option<Inline<L>>,
 ) -> Result<Vec<JoinHandle<Option<Inline<L>>>>, RunError> {
     let mut handles = Vec::new();
+    let (started_tx, started) = crossbeam_channel::unbounded::<()>();
     for w in workers {
         let (clock, stop, wake, inline) = (clock.clone(), stop.clone(), stop_wake.clone(), inline.take());
+        let started_tx = started_tx.clone();
         handles.push(
             std::thread::Builder::new()
                 .name(format!("fw-worker-{}", w.id))
-                .spawn(move || worker_main(w, clock, stop, wake, inline))
+                .spawn(move || {
+                    // The spawner waits for this (it is gone only if a later worker failed to start).
+                    let _ = started_tx.send(());
+                    worker_main(w, clock, stop, wake, inline)
+                })
                 .map_err(|e| RunError(format!("cannot start a worker thread: {e}")))?,
         );
+    }
+    // Ends early only if a worker's thread ended before saying it started (every sender gone).
+    drop(started_tx);
+    for _ in 0..handles.len() {
+        if started.recv().is_err() {
+            break;
+        }
     }
     Ok(handles)
 }
