@@ -334,6 +334,24 @@ fn a_port_added_forwards_and_one_removed_stops() {
     );
     let r = ask(sock, &["fdb", "add", "02:00:00:00:00:09", "dev", "a", "vlan", "10"]);
     assert_eq!(r["ok"], false, "{r}");
+    // A capture on the added port sees its frames; none may start on a removed one.
+    let pcap = run.dir.join("c.pcap");
+    let w = pcap.display().to_string();
+    let r = ask(
+        sock,
+        &["capture", "start", "-i", "c", "-Q", "out", "-s", "128", "-w", &w],
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) < 16 * 1024 {
+        assert!(Instant::now() < deadline, "the capture on the added port wrote nothing");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let id = r["data"]["id"].as_u64().unwrap().to_string();
+    assert_eq!(ask(sock, &["capture", "stop", &id])["ok"], true);
+    let r = ask(sock, &["capture", "start", "-i", "a", "-Q", "out", "-w", &w]);
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(!r.to_string().contains("a (removed)"), "{r}");
     let names: Vec<Value> = ask(sock, &["stats"])["data"]["ports"]
         .as_array()
         .unwrap()

@@ -191,10 +191,10 @@ impl TapOptions {
         } else {
             ports
                 .iter()
-                .position(|p| *p == self.port)
+                .position(|p| !p.is_empty() && *p == self.port)
                 .ok_or_else(|| TapOptionsError::NoSuchPort {
                     name: self.port.clone(),
-                    ports: ports.to_vec(),
+                    ports: ports.iter().filter(|p| !p.is_empty()).cloned().collect(),
                 })?
         };
         if self.snaplen == 0 || self.snaplen > MAX_SNAPLEN {

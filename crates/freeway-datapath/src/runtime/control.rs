@@ -862,11 +862,22 @@ impl<L: Layout> Control<L> {
         Some(r)
     }
 
-    /// Checks a capture's options against this datapath.
+    /// Checks a capture's options against this datapath: any running port, those a reload
+    /// added included (a tap names its port by bridge index; the router's internal port and
+    /// the ports removed are no names to capture on).
     fn tap_spec(&self, tap: &TapOptions, write: Option<PathBuf>) -> Result<crate::config::capture::TapSpec, CtlError> {
         use crate::config::capture::TapOptionsError as E;
+        let names: Vec<String> = (0..self.port_names.len())
+            .map(|i| {
+                if self.is_port(i) {
+                    self.port_names[i].clone()
+                } else {
+                    String::new()
+                }
+            })
+            .collect();
         tap.check(
-            &self.port_names[..self.nports],
+            &names,
             |f, snaplen| {
                 freeway_capture::compile(f, snaplen)
                     .map(|_| ())
