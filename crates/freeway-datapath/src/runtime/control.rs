@@ -792,9 +792,22 @@ pub fn send(path: &Path, req: &Request) -> Result<Reply, CtlError> {
     let mut s = connect(path)?;
     s.set_read_timeout(Some(CLIENT_WAIT))
         .map_err(|e| CtlError::Unreachable(e.to_string()))?;
-    s.write_all(protocol::encode_request(req).as_bytes())
-        .map_err(|e| CtlError::Unreachable(format!("sending the request: {e}")))?;
+    write_request(&mut s, req)?;
     read_reply(&mut std::io::BufReader::new(s))
+}
+
+/// Writes `req` on `s`. A datapath that refuses a client (not allowed, busy) answers and
+/// closes without reading the request, so the write can fail (broken pipe, reset) although
+/// the refusal is waiting in the socket: then that answer is returned, not the write's error.
+pub(crate) fn write_request(s: &mut UnixStream, req: &Request) -> Result<(), CtlError> {
+    let Err(e) = s.write_all(protocol::encode_request(req).as_bytes()) else {
+        return Ok(());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    match read_reply(&mut std::io::BufReader::new(&*s)) {
+        Err(refused @ (CtlError::Forbidden(_) | CtlError::Busy(_))) => Err(refused),
+        _ => Err(CtlError::Unreachable(format!("sending the request: {e}"))),
+    }
 }
 
 /// `freeway capture --ctl`: asks for a capture and copies the stream that follows the reply
@@ -1851,6 +1864,25 @@ mod tests {
         });
         assert_eq!(ask(&q, 9).unwrap().text, "applied 9\n");
         w.join().unwrap();
+    }
+
+    /// A datapath refuses a client and closes before the client has written its request: the
+    /// client's write fails (broken pipe), and it reports the refusal, not the pipe.
+    #[test]
+    fn a_refusal_sent_before_the_request_was_read_is_what_the_client_reports() {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let refusal = Response::line(Err(CtlError::Forbidden("user 7 is not allowed".into())));
+        (&server).write_all(refusal.as_bytes()).unwrap();
+        drop(server);
+        let e = write_request(&mut client, &Request::Stats).unwrap_err();
+        assert_eq!(e.kind(), "forbidden", "{e}");
+        assert!(e.to_string().contains("user 7 is not allowed"), "{e}");
+
+        // Closed without an answer: the write's own error.
+        let (mut client, server) = UnixStream::pair().unwrap();
+        drop(server);
+        let e = write_request(&mut client, &Request::Stats).unwrap_err();
+        assert!(e.to_string().contains("sending the request"), "{e}");
     }
 
     /// Several datapaths of one process bind sockets in one directory at once (as the tests

@@ -172,8 +172,7 @@ pub fn events(
 ) -> Result<EventSummary, CtlError> {
     let mut s = super::connect(path)?;
     let req = Request::ConntrackEvents { filter: filter.clone() };
-    s.write_all(protocol::encode_request(&req).as_bytes())
-        .map_err(|e| CtlError::Unreachable(format!("sending the request: {e}")))?;
+    super::write_request(&mut s, &req)?;
     s.set_read_timeout(Some(CLIENT_POLL))
         .map_err(|e| CtlError::Unreachable(e.to_string()))?;
     let mut r = BufReader::new(s.try_clone().map_err(|e| CtlError::Unreachable(e.to_string()))?);

@@ -226,8 +226,7 @@ impl Summary {
 /// reached, the datapath stops, or `stop` is set (Ctrl-C); `out` gets whole records only.
 pub fn capture(path: &Path, tap: &TapOptions, out: &mut dyn Write, stop: &AtomicBool) -> Result<Summary, CtlError> {
     let mut s = super::connect(path)?;
-    s.write_all(protocol::encode_request(&Request::Capture(tap.clone())).as_bytes())
-        .map_err(|e| CtlError::Unreachable(format!("sending the request: {e}")))?;
+    super::write_request(&mut s, &Request::Capture(tap.clone()))?;
     let mut r = io::BufReader::new(s.try_clone().map_err(|e| CtlError::Failed(e.to_string()))?);
     let reply = super::read_reply(&mut r)?;
     let id = reply.data["id"].as_u64();
