@@ -41,7 +41,7 @@ use freeway_conntrack::query::{flow_hash, EventJson};
 use freeway_conntrack::{ConnRecord, Conntrack, CtFilter, EventDiff};
 use serde_json::{json, Value};
 
-use super::protocol::{self, CtlError, Reply, Request, Response};
+use super::protocol::{CtlError, Reply, Request, Response};
 
 /// How often an event thread looks at the table.
 pub const LOOK: Duration = Duration::from_millis(100);

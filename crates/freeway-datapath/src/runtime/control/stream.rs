@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use super::protocol::{self, CtlError, Request, TapOptions};
+use super::protocol::{CtlError, Request, TapOptions};
 
 /// How long the client waits for the end of the stream after asking for it.
 const END_WAIT: Duration = Duration::from_secs(10);
