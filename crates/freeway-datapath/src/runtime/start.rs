@@ -122,122 +122,75 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let twins = open_twins(cfg, &mut tables)?;
     let OpenPorts { ports, rx_of, tx_of } = open_ports(cfg, given, nworkers)?;
     let rx_load: Vec<usize> = rx_of.iter().map(Vec::len).collect();
-    let ports: super::portset::RunPorts = Arc::new(Mutex::new(
-        ports
-            .into_iter()
-            .zip(&cfg.ports)
-            .enumerate()
-            .map(|(i, (port, spec))| super::portset::RunPort {
-                index: i as u16,
-                name: spec.name.clone(),
-                kind: spec.kind.name(),
-                port,
-                removed: false,
-            })
-            .collect(),
-    ));
+    let ports = run_ports(cfg, ports);
     let offline = is_offline(cfg, nworkers);
     let port_names = bridge_port_names(cfg);
-    let control_listener = opts
-        .control
-        .as_deref()
-        .map(|p| control::bind(p, &opts.ctl_access))
-        .transpose()?;
-    let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
+    let (control_listener, metrics_listener) = bind_listeners(&opts)?;
     let running_taps = capture::attach(&taps, &cfg.taps, &port_names, nworkers, offline)?;
     log_start(cfg, &opts, nworkers, &port_names, running_taps.len());
     let (mut workers, all_stats) = build_workers(cfg, &tables, rx_of, tx_of, &taps)?;
-    let (to_workers, handovers) = super::portset::channels(workers.len());
-    for (w, h) in workers.iter_mut().zip(handovers) {
-        w.handover = Some(h);
-    }
-    let adder = super::portset::Adder {
-        to_workers,
+    let adder = hand_over(
+        &mut workers,
         rx_load,
-        next_index: port_names.len(),
-        ports: ports.clone(),
-        snooping: cfg.mdb.multicast_snooping,
-        removed: Vec::new(),
-    };
+        port_names.len(),
+        &ports,
+        cfg.mdb.multicast_snooping,
+    );
     let snapper = snapper_of(&tables, &workers, all_stats, &ports);
-    let Tables {
-        router,
-        fdb_r,
-        fdb_w,
-        stateful,
-        bridge,
-        firewall,
-        mtus,
-    } = tables;
-    let (router_shared, mut rib, neigh_w) = router.map_or((None, None, None), |(s, r, n)| (Some(s), Some(r), Some(n)));
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer_stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let (inline, writers) = writers_for(offline, fdb_w, neigh_w, &clock, &writer_stop)?;
-    let stop_wake = stop_wake();
-    let worker_handles = spawn_workers(workers, &clock, &stop, stop_wake.clone(), inline)?;
-    let metrics_handle = metrics_listener
-        .map(|l| spawn_metrics(l, snapper.clone(), start, &writer_stop))
-        .transpose()?;
+    let (router_shared, mut rib, neigh_w) = tables
+        .router
+        .map_or((None, None, None), |(s, r, n)| (Some(s), Some(r), Some(n)));
+    let mut threads = start_threads(
+        offline,
+        (tables.fdb_w, neigh_w),
+        workers,
+        metrics_listener,
+        &snapper,
+        &clock,
+    )?;
+    let start = threads.start;
     // SIGHUP: the main thread reads the file again and, with a control thread, hands the
     // configuration to it (the owner of the RIB and of the tables' change queues).
     let (reload_tx, reload_rx) = crossbeam_channel::bounded::<Checked>(1);
-    let (linux_threads, linux_feed) = spawn_linux(cfg, router_shared.as_ref(), twins.as_ref(), &writer_stop)?;
-    // The control thread also runs without a socket when the kernel route mirror needs the
-    // RIB's writer.
-    let ctl_handle = match (control_listener, linux_feed) {
-        (None, None) => None,
-        (l, linux) => {
-            let mut c = control_state(ShareCtl {
-                config_path: opts.config_path.clone(),
-                reloads: Some(reload_rx),
-                cfg,
-                snapper: &snapper,
-                start,
-                clock: &clock,
-                fdb: &fdb_r,
-                bridge: &bridge,
-                port_names: &port_names,
-                rib: rib.take(),
-                router: router_shared.as_ref(),
-                stateful: stateful.as_ref(),
-                firewall: firewall.as_ref(),
-                mtus: &mtus,
-                writers: &writers,
-                taps: &taps,
-                nworkers,
-                offline,
-                running_taps: &running_taps,
-                adder: Some(adder),
-            });
-            c.linux = linux;
-            Some(spawn_control(l, c, &writer_stop)?)
-        }
+    let (linux_threads, linux_feed) = spawn_linux(cfg, router_shared.as_ref(), twins.as_ref(), &threads.writer_stop)?;
+    let share = || ShareCtl {
+        config_path: opts.config_path.clone(),
+        reloads: Some(reload_rx),
+        cfg,
+        snapper: &snapper,
+        start,
+        clock: &clock,
+        fdb: &tables.fdb_r,
+        bridge: &tables.bridge,
+        port_names: &port_names,
+        rib: rib.take(),
+        router: router_shared.as_ref(),
+        stateful: tables.stateful.as_ref(),
+        firewall: tables.firewall.as_ref(),
+        mtus: &tables.mtus,
+        writers: &threads.writers,
+        taps: &taps,
+        nworkers,
+        offline,
+        running_taps: &running_taps,
+        adder: Some(adder),
     };
+    threads.control = start_control(control_listener, linux_feed, share, &threads.writer_stop)?;
 
     if let Some(ready) = opts.on_ready.as_mut() {
         ready();
     }
-    let reload_to = ctl_handle.is_some().then_some(&reload_tx);
+    let reload_to = threads.control.is_some().then_some(&reload_tx);
     wait(
         cfg,
         &mut opts,
         start,
         &snapper,
         &running_taps,
-        &worker_handles,
-        (firewall.as_ref(), reload_to),
+        &threads.workers,
+        (tables.firewall.as_ref(), reload_to),
     );
-    let threads = Threads {
-        stop,
-        stop_wake,
-        writer_stop,
-        workers: worker_handles,
-        writers,
-        metrics: metrics_handle,
-        control: ctl_handle,
-    };
-    let (elapsed, inline_back, neigh_w, ctl_rib) = stop_and_collect(threads, start)?;
+    let (elapsed, inline_back, neigh_w, ctl_rib) = stop_and_collect(threads)?;
     linux_threads.join()?;
     let rib = ctl_rib.or(rib);
     let taps = capture::finish(&taps, running_taps);
@@ -249,15 +202,65 @@ pub fn run_on_ports<L: Layout, R: TapRegistry>(
     let (routes, routes_text, neighbours) = router_tables(router_shared.as_ref(), rib.as_ref(), neigh_w, now);
     Ok(RunResult {
         last: snapper.snap(elapsed),
-        fdb: fdb_r.entries(now),
+        fdb: tables.fdb_r.entries(now),
         port_names,
         close_errors,
         routes,
         routes_text,
         neighbours,
-        connections: stateful.as_ref().map(|s| s.ct.dump()).unwrap_or_default(),
+        connections: tables.stateful.as_ref().map(|s| s.ct.dump()).unwrap_or_default(),
         taps,
     })
+}
+
+/// The run's open ports, indexed as the config lists them (the bridge indexes).
+fn run_ports(cfg: &Checked, ports: Vec<Box<dyn Port>>) -> super::portset::RunPorts {
+    let ports = ports.into_iter().zip(&cfg.ports).enumerate();
+    Arc::new(Mutex::new(
+        ports
+            .map(|(i, (port, spec))| super::portset::RunPort {
+                index: i as u16,
+                name: spec.name.clone(),
+                kind: spec.kind.name(),
+                port,
+                removed: false,
+            })
+            .collect(),
+    ))
+}
+
+/// The control socket's and the metrics endpoint's listeners, bound before any thread starts
+/// (a taken address fails the run at once).
+fn bind_listeners(
+    opts: &RunOptions<'_>,
+) -> Result<(Option<control::Listener>, Option<std::net::TcpListener>), RunError> {
+    let control = opts.control.as_deref();
+    let control_listener = control.map(|p| control::bind(p, &opts.ctl_access)).transpose()?;
+    let metrics_listener = opts.metrics.as_deref().map(metrics::bind).transpose()?;
+    Ok((control_listener, metrics_listener))
+}
+
+/// Gives each worker the receiving end of a hand-over channel, and returns what adds ports
+/// to them while they run: a reload's new ports go to the least-loaded worker.
+fn hand_over<W: freeway_capture::TapPoint>(
+    workers: &mut [Worker<impl Layout, W>],
+    rx_load: Vec<usize>,
+    next_index: usize,
+    ports: &super::portset::RunPorts,
+    snooping: bool,
+) -> super::portset::Adder {
+    let (to_workers, handovers) = super::portset::channels(workers.len());
+    for (w, h) in workers.iter_mut().zip(handovers) {
+        w.handover = Some(h);
+    }
+    super::portset::Adder {
+        to_workers,
+        rx_load,
+        next_index,
+        ports: ports.clone(),
+        snooping,
+        removed: Vec::new(),
+    }
 }
 
 /// The log line of a run that starts.
@@ -272,6 +275,38 @@ fn log_start(cfg: &Checked, opts: &RunOptions<'_>, workers: usize, ports: &[Stri
         metrics = ?opts.metrics,
         "datapath starting"
     );
+}
+
+/// Starts the tables' writers (or hands them to the one worker of an offline run), the
+/// workers and the metrics endpoint; the run's time starts here. The control thread is added
+/// to what it returns once it is built.
+fn start_threads<L: Layout, T: freeway_capture::TapPoint + 'static>(
+    offline: bool,
+    (fdb_w, neigh_w): (FdbWriter<L>, Option<NeighWriter>),
+    workers: Vec<Worker<L, T>>,
+    metrics: Option<std::net::TcpListener>,
+    snapper: &Snapper<L>,
+    clock: &Clock,
+) -> Result<Threads<L>, RunError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer_stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let (inline, writers) = writers_for(offline, fdb_w, neigh_w, clock, &writer_stop)?;
+    let stop_wake = stop_wake();
+    let workers = spawn_workers(workers, clock, &stop, stop_wake.clone(), inline)?;
+    let metrics = metrics
+        .map(|l| spawn_metrics(l, snapper.clone(), start, &writer_stop))
+        .transpose()?;
+    Ok(Threads {
+        start,
+        stop,
+        stop_wake,
+        writer_stop,
+        workers,
+        writers,
+        metrics,
+        control: None,
+    })
 }
 
 /// The tables' writers: in offline runs the one worker owns them (deterministic output);
@@ -942,6 +977,22 @@ pub(crate) fn spawn_metrics<L: Layout>(
 
 /// Starts the control socket's thread (`fw-ctl`), which owns the RIB while the run lasts
 /// (and its acceptor and client threads, see `control.rs`).
+/// The control thread, started when there is a socket to serve or when the kernel route
+/// mirror needs the RIB's writer; `share` is called only then (it takes the RIB).
+fn start_control<'a, L: Layout, R: TapRegistry + 'a>(
+    listener: Option<control::Listener>,
+    linux: Option<super::linux::LinuxFeed>,
+    share: impl FnOnce() -> ShareCtl<'a, L, R>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Option<JoinHandle<Control<L>>>, RunError> {
+    if listener.is_none() && linux.is_none() {
+        return Ok(None);
+    }
+    let mut c = control_state(share());
+    c.linux = linux;
+    spawn_control(listener, c, stop).map(Some)
+}
+
 pub(crate) fn spawn_control<L: Layout>(
     l: Option<control::Listener>,
     c: Control<L>,
@@ -1045,6 +1096,8 @@ fn reload(new: Result<Checked, String>, firewall: Option<&FirewallShared>) {
 
 /// Every thread of a running datapath.
 pub(crate) struct Threads<L: Layout> {
+    /// When the run started (its length is measured from here).
+    start: Instant,
     stop: Arc<AtomicBool>,
     stop_wake: Option<Arc<freeway_io::wait::StopWake>>,
     writer_stop: Arc<AtomicBool>,
@@ -1060,7 +1113,7 @@ type Collected<L> = (Duration, Option<Inline<L>>, Option<NeighWriter>, Option<Ri
 
 /// Stops the workers first (they drain what they hold), then the services, and collects what
 /// they owned. The control thread removes its socket file (if still its own) as it ends.
-pub(crate) fn stop_and_collect<L: Layout>(t: Threads<L>, start: Instant) -> Result<Collected<L>, RunError> {
+pub(crate) fn stop_and_collect<L: Layout>(t: Threads<L>) -> Result<Collected<L>, RunError> {
     t.stop.store(true, Ordering::Relaxed);
     if let Some(w) = &t.stop_wake {
         w.signal();
@@ -1072,7 +1125,7 @@ pub(crate) fn stop_and_collect<L: Layout>(t: Threads<L>, start: Instant) -> Resu
             Err(_) => return Err(RunError("a worker thread panicked".into())),
         }
     }
-    let elapsed = start.elapsed();
+    let elapsed = t.start.elapsed();
     t.writer_stop.store(true, Ordering::Relaxed);
     if let Some(h) = t.writers.fdb {
         h.join().map_err(|_| RunError("the FDB thread panicked".into()))?;

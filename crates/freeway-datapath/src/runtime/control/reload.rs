@@ -291,6 +291,29 @@ impl fmt::Display for Change {
     }
 }
 
+/// Pushes the changes that turn the table `old` into `new`: deletions of the keys `new` lacks,
+/// then settings of the keys whose value `old` lacks or differs; `gone` are keys of `old`
+/// already removed with their interface (not deleted again, and set again when `new` has them).
+fn table_diff<K: Ord, V: PartialEq>(
+    out: &mut Vec<Change>,
+    (old, new): (&BTreeMap<K, V>, &BTreeMap<K, V>),
+    gone: impl Fn(&K) -> bool,
+    del: impl Fn(&K) -> Change,
+    set: impl Fn(&K, &V) -> Change,
+) {
+    let old_get = |k: &K| if gone(k) { None } else { old.get(k) };
+    out.extend(
+        old.keys()
+            .filter(|k| !new.contains_key(*k) && old_get(k).is_some())
+            .map(del),
+    );
+    out.extend(
+        new.iter()
+            .filter(|(k, v)| old_get(k) != Some(*v))
+            .map(|(k, v)| set(k, v)),
+    );
+}
+
 impl Live {
     /// The live parts of a checked configuration.
     pub(crate) fn of(c: &Checked) -> Live {
@@ -489,80 +512,30 @@ impl Live {
             })
             .unwrap_or_default();
         let (gone_routes, gone_neighs) = self.through(&removed);
-        let routes = |p: &String| {
-            if gone_routes.contains(p) {
-                None
-            } else {
-                self.routes.get(p)
-            }
-        };
-        let neighs = |k: &(IpAddr, String)| {
-            if gone_neighs.contains(k) {
-                None
-            } else {
-                self.neighs.get(k)
-            }
-        };
-        for p in self
-            .routes
-            .keys()
-            .filter(|p| !new.routes.contains_key(*p) && routes(p).is_some())
-        {
-            out.push(Change::RouteDel(p.clone()));
-        }
-        for (p, h) in &new.routes {
-            if routes(p) != Some(h) {
-                out.push(Change::RouteSet(p.clone(), h.clone()));
-            }
-        }
-        for (ip, dev) in self
-            .neighs
-            .keys()
-            .filter(|k| !new.neighs.contains_key(*k) && neighs(k).is_some())
-        {
-            out.push(Change::NeighDel(*ip, dev.clone()));
-        }
-        for ((ip, dev), mac) in &new.neighs {
-            if neighs(&(*ip, dev.clone())) != Some(mac) {
-                out.push(Change::NeighSet(*ip, *mac, dev.clone()));
-            }
-        }
-        for (mac, vlan) in self.statics.keys().filter(|k| !new.statics.contains_key(*k)) {
-            out.push(Change::FdbDel(*mac, *vlan));
-        }
-        for ((mac, vlan), port) in &new.statics {
-            if self.statics.get(&(*mac, *vlan)) != Some(port) {
-                out.push(Change::FdbSet(*mac, *vlan, port.clone()));
-            }
-        }
-        for z in self.zone_limits.keys().filter(|z| !new.zone_limits.contains_key(*z)) {
-            out.push(Change::ZoneLimit(*z, None));
-        }
-        for (z, n) in &new.zone_limits {
-            if self.zone_limits.get(z) != Some(n) {
-                out.push(Change::ZoneLimit(*z, Some(*n)));
-            }
-        }
-        // Per-port changes of the ports that stay (same name, kind and settings), by name.
+        let tables = (&self.routes, &new.routes);
+        let (del, set) = (
+            |p: &String| Change::RouteDel(p.clone()),
+            |p: &String, h: &Hops| Change::RouteSet(p.clone(), h.clone()),
+        );
+        table_diff(&mut out, tables, |p| gone_routes.contains(p), del, set);
+        let tables = (&self.neighs, &new.neighs);
+        let del = |(ip, dev): &(IpAddr, String)| Change::NeighDel(*ip, dev.clone());
+        let set = |(ip, dev): &(IpAddr, String), mac: &Mac| Change::NeighSet(*ip, *mac, dev.clone());
+        table_diff(&mut out, tables, |k| gone_neighs.contains(k), del, set);
+        let tables = (&self.statics, &new.statics);
+        let del = |&(mac, vlan): &(Mac, u16)| Change::FdbDel(mac, vlan);
+        let set = |&(mac, vlan): &(Mac, u16), port: &String| Change::FdbSet(mac, vlan, port.clone());
+        table_diff(&mut out, tables, |_| false, del, set);
+        let tables = (&self.zone_limits, &new.zone_limits);
+        table_diff(
+            &mut out,
+            tables,
+            |_| false,
+            |z| Change::ZoneLimit(*z, None),
+            |z, n| Change::ZoneLimit(*z, Some(*n)),
+        );
+        self.kept_port_diff(new, &mut out);
         let old_port = |n: &str| self.ports.iter().find(|p| p.name == n);
-        let kept: Vec<(&PortLive, &PortLive)> = new
-            .ports
-            .iter()
-            .filter_map(|b| old_port(&b.name).filter(|a| a.rest == b.rest).map(|a| (a, b)))
-            .collect();
-        if kept.iter().any(|(a, b)| a.vlan != b.vlan) {
-            out.push(Change::PortVlans(
-                kept.iter().map(|(_, b)| (b.name.clone(), b.vlan.clone())).collect(),
-            ));
-        }
-        for (a, b) in &kept {
-            if a.flags != b.flags {
-                out.push(Change::LinkFlags(b.name.clone(), b.flags));
-            }
-            if a.mtu != b.mtu {
-                out.push(Change::LinkMtu(b.name.clone(), b.mtu));
-            }
-        }
         // Taps name ports by their place in the file: they change only while that stays.
         let same_ports = self
             .ports
@@ -624,6 +597,36 @@ impl Live {
         {
             out.push(Change::PortRemove(a.name.clone()));
         }
+        (out, self.restart_needs(new, taps_wait, iface_wait))
+    }
+
+    /// Per-port changes of the ports that stay (same name, kind and settings), by name: their
+    /// VLAN membership (all at once), link flags and MTU.
+    fn kept_port_diff(&self, new: &Live, out: &mut Vec<Change>) {
+        let old_port = |n: &str| self.ports.iter().find(|p| p.name == n);
+        let kept: Vec<(&PortLive, &PortLive)> = new
+            .ports
+            .iter()
+            .filter_map(|b| old_port(&b.name).filter(|a| a.rest == b.rest).map(|a| (a, b)))
+            .collect();
+        if kept.iter().any(|(a, b)| a.vlan != b.vlan) {
+            out.push(Change::PortVlans(
+                kept.iter().map(|(_, b)| (b.name.clone(), b.vlan.clone())).collect(),
+            ));
+        }
+        for (a, b) in &kept {
+            if a.flags != b.flags {
+                out.push(Change::LinkFlags(b.name.clone(), b.flags));
+            }
+            if a.mtu != b.mtu {
+                out.push(Change::LinkMtu(b.name.clone(), b.mtu));
+            }
+        }
+    }
+
+    /// The sections whose change from `self` to `new` waits for a restart: `taps_wait` when
+    /// the taps changed with their ports, `iface_wait` that of the router interfaces.
+    fn restart_needs(&self, new: &Live, taps_wait: bool, iface_wait: Option<&'static str>) -> Vec<&'static str> {
         let mut restart: Vec<&'static str> = self
             .rest
             .iter()
@@ -644,7 +647,7 @@ impl Live {
             restart.push("the kernel twins ([linux] punt turned on or off)");
         }
         restart.extend(iface_wait);
-        (out, restart)
+        restart
     }
 
     /// The changes of the router interfaces from `self` to `new`: those removed and added
