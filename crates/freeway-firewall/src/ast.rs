@@ -626,21 +626,14 @@ pub struct SetDecl {
 }
 
 /// A parse or check error: where, and what.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{span}: Error: {msg}")]
 pub struct Error {
     /// Where the offending token begins.
     pub span: Span,
     /// What is wrong, in nft's manner ("unknown chain \"foo\"").
     pub msg: String,
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: Error: {}", self.span, self.msg)
-    }
-}
-
-impl std::error::Error for Error {}
 
 impl Ruleset {
     /// The same ruleset with every [`Span`] zeroed: what two parses of texts that say the

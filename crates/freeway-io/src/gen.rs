@@ -560,13 +560,11 @@ impl Port for GenPort {
     fn open(&mut self, workers: usize) -> std::io::Result<PortQueues> {
         let workers = workers.max(1);
         self.rx_stats = StatsBlock::new(workers);
-        self.tx_stats = StatsBlock::new(workers);
         let rx = (0..workers)
             .map(|q| Box::new(self.build_queue(q, workers, self.rx_stats.clone(), q)) as Box<dyn RxQueue>)
             .collect();
-        let tx = (0..workers)
-            .map(|q| Box::new(SinkTx::new(self.tx_stats.clone(), q)) as Box<dyn crate::TxQueue>)
-            .collect();
+        let tx;
+        (self.tx_stats, tx) = SinkTx::queues(workers);
         Ok(PortQueues { rx, tx })
     }
 

@@ -704,10 +704,9 @@ impl Port for PcapPort {
                 tx
             }
             None => {
-                self.sink = StatsBlock::new(workers);
-                (0..workers)
-                    .map(|q| Box::new(SinkTx::new(self.sink.clone(), q)) as Box<dyn TxQueue>)
-                    .collect()
+                let tx;
+                (self.sink, tx) = SinkTx::queues(workers);
+                tx
             }
         };
         Ok(PortQueues { rx, tx })

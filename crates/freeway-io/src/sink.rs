@@ -24,6 +24,16 @@ impl SinkTx {
         assert!(idx < stats.len(), "queue index out of range");
         SinkTx { stats, idx }
     }
+
+    /// `workers` sink queues counting into a new block, returned with them (the port's
+    /// totals).
+    pub fn queues(workers: usize) -> (StatsBlock, Vec<Box<dyn TxQueue>>) {
+        let stats = StatsBlock::new(workers);
+        let tx = (0..workers)
+            .map(|q| Box::new(SinkTx::new(stats.clone(), q)) as Box<dyn TxQueue>)
+            .collect();
+        (stats, tx)
+    }
 }
 
 impl TxQueue for SinkTx {
@@ -68,14 +78,9 @@ impl Port for SinkPort {
     }
 
     fn open(&mut self, workers: usize) -> std::io::Result<PortQueues> {
-        let workers = workers.max(1);
-        self.stats = StatsBlock::new(workers);
-        Ok(PortQueues {
-            rx: Vec::new(),
-            tx: (0..workers)
-                .map(|q| Box::new(SinkTx::new(self.stats.clone(), q)) as Box<dyn TxQueue>)
-                .collect(),
-        })
+        let (stats, tx) = SinkTx::queues(workers.max(1));
+        self.stats = stats;
+        Ok(PortQueues { rx: Vec::new(), tx })
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -145,15 +145,19 @@ impl Route {
 }
 
 /// Why a change was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     /// `add` of a prefix already present.
+    #[error("route {0} exists")]
     Exists(Prefix),
     /// `delete` of a prefix not present.
+    #[error("no route {0}")]
     NotFound(Prefix),
     /// No next hop, or more than [`MAX_PATHS`].
+    #[error("route {0}: 1 to {max} next hops required", max = MAX_PATHS)]
     BadNextHops(Prefix),
     /// A gateway of the other family.
+    #[error("route {prefix}: gateway {gateway} is of the other address family")]
     GatewayFamily {
         /// The route's prefix.
         prefix: Prefix,
@@ -161,27 +165,12 @@ pub enum RouteError {
         gateway: IpAddr,
     },
     /// The next-hop group table is full.
+    #[error("next-hop group table full")]
     NextHopTableFull,
     /// The FIB's group pool for this family is full (raise `FibConfig::v4_groups`/`v6_groups`).
+    #[error("route {0}: FIB group pool full")]
     FibFull(Prefix),
 }
-
-impl fmt::Display for RouteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RouteError::Exists(p) => write!(f, "route {p} exists"),
-            RouteError::NotFound(p) => write!(f, "no route {p}"),
-            RouteError::BadNextHops(p) => write!(f, "route {p}: 1 to {MAX_PATHS} next hops required"),
-            RouteError::GatewayFamily { prefix, gateway } => {
-                write!(f, "route {prefix}: gateway {gateway} is of the other address family")
-            }
-            RouteError::NextHopTableFull => write!(f, "next-hop group table full"),
-            RouteError::FibFull(p) => write!(f, "route {p}: FIB group pool full"),
-        }
-    }
-}
-
-impl std::error::Error for RouteError {}
 
 /// What the RIB did and refused.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -614,11 +614,7 @@ fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
     let w = a.write.as_deref().unwrap_or("-");
     let write = (w != "-").then(|| PathBuf::from(w));
     let names: Vec<String> = cfg.ports.iter().map(|p| p.name.clone()).collect();
-    let compile = |f: &str, snaplen: u32| {
-        freeway_capture::compile(f, snaplen)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    };
+    let compile = freeway_datapath::config::capture::filter_compiles;
     let mut spec = tap
         .check(&names, compile, write)
         .map_err(|e| runtime::control::cli::flag_error(&e))?;

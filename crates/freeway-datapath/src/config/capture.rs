@@ -293,6 +293,14 @@ pub struct TapSpec {
 
 type Err = (Option<Range<usize>>, String);
 
+/// The `compile` argument of [`check`] and [`TapOptions::check`] for taps that run: the
+/// filter compiles to a BPF program at that snap length (or the compiler's error text).
+pub fn filter_compiles(expr: &str, snaplen: u32) -> Result<(), String> {
+    freeway_capture::compile(expr, snaplen)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// Checks the taps against the configured `ports`; `compile` checks a filter expression at a
 /// snap length (returns the error text).
 pub fn check(

@@ -410,17 +410,7 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
     )
     .map_err(lift)?;
     let port_names: Vec<String> = cfg.ports.iter().map(|p| p.name.get_ref().clone()).collect();
-    let taps = capture::check(
-        &cfg.taps,
-        &port_names,
-        |f, snaplen| {
-            freeway_capture::compile(f, snaplen)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        },
-        base,
-    )
-    .map_err(lift)?;
+    let taps = capture::check(&cfg.taps, &port_names, capture::filter_compiles, base).map_err(lift)?;
     let linux = linux::check(&cfg.linux, router.is_some()).map_err(lift)?;
 
     Ok(Checked {

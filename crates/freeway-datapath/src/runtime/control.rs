@@ -889,19 +889,11 @@ impl<L: Layout> Control<L> {
                 }
             })
             .collect();
-        tap.check(
-            &names,
-            |f, snaplen| {
-                freeway_capture::compile(f, snaplen)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            },
-            write,
-        )
-        .map_err(|e| match e {
-            E::NoSuchPort { .. } => CtlError::NotFound(e.to_string()),
-            _ => CtlError::Invalid(e.to_string()),
-        })
+        tap.check(&names, crate::config::capture::filter_compiles, write)
+            .map_err(|e| match e {
+                E::NoSuchPort { .. } => CtlError::NotFound(e.to_string()),
+                _ => CtlError::Invalid(e.to_string()),
+            })
     }
 
     /// The router's own MAC addresses (its interfaces').

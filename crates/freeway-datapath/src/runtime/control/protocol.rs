@@ -111,8 +111,9 @@ impl fmt::Display for Hops {
 
 /// A request to the control socket. Ports and interfaces are named as in the config;
 /// a prefix is written as `ip route` writes it (`10.9.0.0/24`, `2001:db8::/32`, `default`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::VariantNames)]
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+#[strum(serialize_all = "snake_case")]
 pub enum Request {
     /// The list of commands (`freeway ctl help`).
     Help,
@@ -302,82 +303,13 @@ pub enum Request {
 }
 
 impl Request {
-    /// Every command's `cmd` tag.
-    pub const COMMANDS: &'static [&'static str] = &[
-        "help",
-        "stats",
-        "clients",
-        "fdb_show",
-        "fdb_add",
-        "fdb_del",
-        "fdb_flush",
-        "reload",
-        "route_show",
-        "route_get",
-        "route_add",
-        "route_replace",
-        "route_del",
-        "neigh_show",
-        "neigh_add",
-        "neigh_del",
-        "neigh_flush",
-        "conntrack_list",
-        "conntrack_events",
-        "conntrack_flush",
-        "capture_list",
-        "capture_start",
-        "capture_stop",
-        "capture",
-        "link_show",
-        "link_up",
-        "link_mtu",
-        "link_set",
-        "mdb_show",
-        "firewall_list",
-        "firewall_load",
-        "set_add",
-        "set_del",
-        "trace",
-    ];
+    /// Every command's `cmd` tag, in the order of the variants (strum's names agree with
+    /// serde's: both are the variant's name in snake case).
+    pub const COMMANDS: &'static [&'static str] = <Request as strum::VariantNames>::VARIANTS;
 
     /// This request's `cmd` tag.
     pub fn command(&self) -> &'static str {
-        match self {
-            Request::Help => "help",
-            Request::Stats => "stats",
-            Request::Clients => "clients",
-            Request::FdbShow => "fdb_show",
-            Request::FdbAdd { .. } => "fdb_add",
-            Request::FdbDel { .. } => "fdb_del",
-            Request::FdbFlush => "fdb_flush",
-            Request::Reload { .. } => "reload",
-            Request::RouteShow => "route_show",
-            Request::RouteGet { .. } => "route_get",
-            Request::RouteAdd { .. } => "route_add",
-            Request::RouteReplace { .. } => "route_replace",
-            Request::RouteDel { .. } => "route_del",
-            Request::NeighShow => "neigh_show",
-            Request::NeighAdd { .. } => "neigh_add",
-            Request::NeighDel { .. } => "neigh_del",
-            Request::NeighFlush { .. } => "neigh_flush",
-            Request::ConntrackList { .. } => "conntrack_list",
-            Request::ConntrackEvents { .. } => "conntrack_events",
-            Request::ConntrackFlush { .. } => "conntrack_flush",
-            Request::CaptureList => "capture_list",
-            Request::CaptureStart { .. } => "capture_start",
-            Request::CaptureStop { .. } => "capture_stop",
-            Request::Capture(_) => "capture",
-            Request::LinkShow => "link_show",
-            Request::LinkUp { .. } => "link_up",
-            Request::LinkMtu { .. } => "link_mtu",
-            Request::LinkSet { .. } => "link_set",
-            Request::MdbShow => "mdb_show",
-            Request::FirewallList => "firewall_list",
-            Request::FirewallLoad { .. } => "firewall_load",
-            Request::SetAdd { .. } => "set_add",
-            Request::SetDel { .. } => "set_del",
-            Request::Trace { .. } => "trace",
-        }
+        self.into()
     }
 
     /// Whether the request changes the datapath's state (logged at `info`; reads at `debug`).
