@@ -139,25 +139,26 @@ fn qinq(f: Vec<u8>, inner: u16) -> Vec<u8> {
     v
 }
 
-#[test]
-fn trace_verdicts_equal_the_datapaths() {
-    let dir = TempDir::new("trace-matches");
+/// A TCP SYN from `src` to `dst` (IP `sip` to `dip`, port 40000 to 22).
+fn syn(src: [u8; 6], dst: [u8; 6], sip: &str, dip: &str) -> Vec<u8> {
+    build_frame(&FrameSpec {
+        src_mac: src,
+        dst_mac: dst,
+        src_ip: sip.parse::<IpAddr>().unwrap(),
+        dst_ip: dip.parse::<IpAddr>().unwrap(),
+        proto: L4::Tcp { flags: tcp_flags::SYN },
+        src_port: 40000,
+        dst_port: 22,
+        ttl: 64,
+        ..FrameSpec::default()
+    })
+}
+
+/// The frames traced, each with what it shows and the port it comes in by.
+fn cases() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let bcast = [0xff; 6];
     let unknown = [0x02, 0, 0, 0, 0x99, 0x99];
-    let syn = |src, dst, sip: &str, dip: &str| {
-        build_frame(&FrameSpec {
-            src_mac: src,
-            dst_mac: dst,
-            src_ip: sip.parse::<IpAddr>().unwrap(),
-            dst_ip: dip.parse::<IpAddr>().unwrap(),
-            proto: L4::Tcp { flags: tcp_flags::SYN },
-            src_port: 40000,
-            dst_port: 22,
-            ttl: 64,
-            ..FrameSpec::default()
-        })
-    };
-    let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+    vec![
         (
             "bridged to a known host",
             "h1",
@@ -262,9 +263,14 @@ fn trace_verdicts_equal_the_datapaths() {
             "h1",
             syn(H1, ROUTER, "10.0.10.5", "10.0.20.7"),
         ),
-    ];
+    ]
+}
+
+#[test]
+fn trace_verdicts_equal_the_datapaths() {
+    let dir = TempDir::new("trace-matches");
     let mut failures = Vec::new();
-    for (what, port, frame) in &cases {
+    for (what, port, frame) in &cases() {
         let d = datapath(&dir, port, frame);
         let t = trace(&dir, port, frame);
         if d != t {
