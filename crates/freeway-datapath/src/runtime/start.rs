@@ -1,8 +1,8 @@
 //! Starting and stopping a datapath, in named steps: [`build_tables`] (router, FDB, bridge,
 //! conntrack), [`open_ports`] (queues dealt out to workers), [`build_workers`], then the
-//! threads ([`spawn_workers`], [`spawn_writers`], [`spawn_metrics`], [`spawn_control`], the
-//! Linux control plane's [`spawn_linux`]),
-//! [`wait`] for the end of the run, and [`stop_and_collect`].
+//! threads ([`start_threads`]: [`spawn_workers`], [`spawn_writers`], [`spawn_metrics`]; then
+//! [`start_control`] and the Linux control plane's [`spawn_linux`]), [`wait`] for the end of
+//! the run, and [`stop_and_collect`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
