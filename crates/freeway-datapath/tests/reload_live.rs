@@ -129,6 +129,9 @@ impl Run {
                     RunOptions {
                         control: Some(sock),
                         stop: Some(stop),
+                        // Until the test stops it: a generator run without a duration ends
+                        // after 5 s, which a loaded machine can reach mid-test.
+                        duration: Some(Duration::from_secs(600)),
                         config_path: Some(file),
                         ..Default::default()
                     },
