@@ -60,8 +60,10 @@
 //! CPU 0 reaches worker 0 on core 0, so the sender, the XDP copy in its softirq and the one
 //! busy worker share one core while the other worker idles (counted: every frame on the
 //! worker of the generator's CPU, whichever CPU that is). That, not the rings, is the likely
-//! reason the 64-byte rate of that bench is below AF_PACKET's on a 2-core machine (not yet
-//! measured on a quiet one: `pin_workers = false`, or the generator on a core of its own). The
+//! reason the 64-byte rate of that bench is below AF_PACKET's on a 2-core machine. Keeping
+//! the busy worker off that core (`rx_worker = "other"`, or `pin_workers = false`) did not
+//! raise the rate on a loaded 2-vCPU VM, where the worker waits for a core wherever it is
+//! pinned (journal, 2026-11-25 10:30); not yet measured on a quiet one. The
 //! rings themselves cost little: no syscall on receive (in copy mode the kernel never asks
 //! for a FILL wake-up), one `sendto` per transmitted batch.
 //!
