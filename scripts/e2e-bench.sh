@@ -25,7 +25,8 @@
 # names another freeway binary, e.g. an older build to compare). -d LIST measures only the
 # datapaths named in the comma-separated LIST (e.g. -d freeway-bridge,freeway-bridge-xdp to
 # set AF_PACKET against AF_XDP in alternation); FW_XDP_OPTS adds fields to the AF_XDP ports'
-# tables (e.g. FW_XDP_OPTS=', mode = "skb"'). Usage:
+# tables (e.g. FW_XDP_OPTS=', mode = "skb"'); FW_OPTS adds top-level lines to every Freeway
+# datapath's configuration, not the generator's (e.g. FW_OPTS='pin_workers = false'). Usage:
 #   scripts/e2e-bench.sh [-s SECONDS] [-w WORKERS] [-r RUNS] [-j FILE] [-d LIST]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ while getopts "s:w:r:j:d:" o; do
     r) RUNS=$OPTARG ;;
     j) JSON=$OPTARG ;;
     d) ONLY=",$OPTARG," ;;
-    *) sed -n '2,29p' "$0"; exit 2 ;;
+    *) sed -n '2,30p' "$0"; exit 2 ;;
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "e2e-bench: must run as root" >&2; exit 1; }
@@ -75,7 +76,7 @@ addr() { # host, address/len, gateway or ""
 ports() { # vlan of h1, vlan of h2, port kind (default afpacket)
     local k=${3:-afpacket} o=""
     [ "$k" != afxdp ] || o=${FW_XDP_OPTS:-}
-    printf 'workers = %s\n' "$WORKERS"
+    printf 'workers = %s\n%s\n' "$WORKERS" "${FW_OPTS:-}"
     printf '[[port]]\nname = "h1"\nkind = "%s"\n%s = { iface = "h1"%s }\nvlan = { mode = "access", vlan = %s }\n' "$k" "$k" "$o" "$1"
     printf '[[port]]\nname = "h2"\nkind = "%s"\n%s = { iface = "h2"%s }\nvlan = { mode = "access", vlan = %s }\n' "$k" "$k" "$o" "$2"
 }

@@ -483,6 +483,29 @@ fn afxdp_ports_bridge_ping_and_tcp_between_namespaces() {
 }
 
 #[test]
+fn afxdp_ports_with_rx_worker_other_bridge_ping_and_tcp() {
+    need_root!();
+    let mut bed = Bed::up("xrw");
+    // Two workers on two-queue veths, each polling the other's receive queue: worker 0 reads
+    // socket 1 and transmits on socket 0, worker 1 the reverse.
+    let cfg = ports_of("afxdp", 2, &[("h1", 1), ("h2", 1)])
+        .replace("iface = \"h1\" }", "iface = \"h1\", rx_worker = \"other\" }")
+        .replace("iface = \"h2\" }", "iface = \"h2\", rx_worker = \"other\" }");
+    assert_eq!(cfg.matches("rx_worker").count(), 2, "{cfg}");
+    bed.start(&cfg);
+    assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
+    bed.transfer_intact("h1", "h2", 5013, 4);
+    bed.transfer_intact("h2", "h1", 5014, 2);
+    let j = bed.stop();
+    assert!(j["bridge"]["forwarded"].as_u64().unwrap() > 1000, "{j}");
+    for p in ["h1", "h2"] {
+        assert!(port_counter(&j, p, "afxdp_rx_packets") > 100, "{j}");
+        assert!(port_counter(&j, p, "afxdp_tx_packets") > 100, "{j}");
+        assert_eq!(port_counter(&j, p, "afxdp_tx_errors"), 0, "{j}");
+    }
+}
+
+#[test]
 fn afxdp_ports_route_ping_and_tcp_between_two_subnets() {
     need_root!();
     let mut bed = Bed::two_subnets("xrt");

@@ -22,8 +22,11 @@
 //! drop detaches the program, so no XDP program is left on the interface. The link also
 //! dies with the process, however it ends.
 //!
-//! Receive queue `q` (handed to worker `q % workers` by the runtime) reads socket `q`;
-//! worker `w` transmits on socket `w` (its own, as it owns receive queue `w`), or, when the
+//! Receive queue `q` reads socket `q` and goes to worker `q % workers` (with
+//! `rx_worker = "other"`, worker `(q + workers - 1) % workers`: the port hands its queues to
+//! the runtime in that order, see [`RxWorker`]); worker `w` transmits on socket `w` (the
+//! kernel keeps a socket's RX and TX rings apart, so its two sides may belong to two
+//! workers), or, when the
 //! port has fewer queues than there are workers, on a transmit-only AF_PACKET socket of its
 //! own: an AF_XDP socket's rings are single-producer, so two workers cannot share one, and
 //! each queue takes one socket at most. See [`queue`] for the ring walks.
@@ -57,8 +60,10 @@
 //! CPU 0 reaches worker 0 on core 0, so the sender, the XDP copy in its softirq and the one
 //! busy worker share one core while the other worker idles (counted: every frame on the
 //! worker of the generator's CPU, whichever CPU that is). That, not the rings, is the likely
-//! reason the 64-byte rate of that bench is below AF_PACKET's on a 2-core machine (not yet
-//! measured on a quiet one: `pin_workers = false`, or the generator on a core of its own). The
+//! reason the 64-byte rate of that bench is below AF_PACKET's on a 2-core machine. Keeping
+//! the busy worker off that core (`rx_worker = "other"`, or `pin_workers = false`) did not
+//! raise the rate on a loaded 2-vCPU VM, where the worker waits for a core wherever it is
+//! pinned (journal, 2026-11-25 10:30); not yet measured on a quiet one. The
 //! rings themselves cost little: no syscall on receive (in copy mode the kernel never asks
 //! for a FILL wake-up), one `sendto` per transmitted batch.
 //!
@@ -178,6 +183,23 @@ fn d_frame_size() -> u32 {
 /// Headroom the kernel keeps in front of a received frame in its chunk (`XDP_PACKET_HEADROOM`).
 pub const XDP_HEADROOM: u32 = 256;
 
+/// Which worker polls a receive queue (see the module's "Veth" section).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RxWorker {
+    /// Receive queue `q` goes to worker `q % workers`, as for every other kind of port. The
+    /// default.
+    #[default]
+    Same,
+    /// Receive queue `q` goes to the worker before `q`'s, `(q + workers - 1) % workers`, so
+    /// that with pinned workers (worker `w` on core `w`) no queue's worker runs on the core
+    /// numbered like the queue, where its frames arrive (a veth: the sender's CPU; a NIC: its
+    /// interrupt, often set to that CPU), and the XDP program and the socket's copy run in
+    /// the kernel. With one worker or one queue the same as `Same`. Measured on a loaded
+    /// 2-vCPU VM (journal, 2026-11-25 10:30): not better there; to be measured quietly.
+    Other,
+}
+
 /// Configuration of an AF_XDP port (the `afxdp` table of a `[[port]]` with
 /// `kind = "afxdp"`): `afxdp = { iface = "eth0", queues = 1, mode = "native", zerocopy = "auto" }`.
 ///
@@ -205,6 +227,9 @@ pub struct AfXdpConfig {
     /// bytes. Default 2048.
     #[serde(default = "d_frame_size")]
     pub frame_size: u32,
+    /// Which worker polls each receive queue: `"same"` (default) or `"other"` ([`RxWorker`]).
+    #[serde(default)]
+    pub rx_worker: RxWorker,
 }
 
 /// Largest number of queues a port takes.
@@ -220,6 +245,7 @@ impl AfXdpConfig {
             zerocopy: ZeroCopy::Auto,
             frames: d_frames(),
             frame_size: d_frame_size(),
+            rx_worker: RxWorker::Same,
         }
     }
 
@@ -548,6 +574,10 @@ impl Port for AfXdpPort {
                 })?;
             let slot = crate::afpacket::QueueSlot::new(self.tx_stats.clone(), self.pk_extra.clone(), w);
             tx.push(Box::new(crate::afpacket::AfPacketTx::new(Arc::new(s), slot)));
+        }
+        if self.cfg.rx_worker == RxWorker::Other {
+            // `rx[i]` goes to worker `i % workers`: socket `i + 1` there, socket 0 last.
+            rx.rotate_left(1);
         }
         self.attached.queues = queues;
         self.attached.zerocopy_queues = zc;

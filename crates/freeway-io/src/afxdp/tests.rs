@@ -29,6 +29,14 @@ fn defaults_validate_and_deserialize() {
     }
     let c: AfXdpConfig = toml::from_str("iface = \"a\"\nmode = \"skb\"").unwrap();
     assert_eq!(c.mode, XdpMode::Skb);
+    for (text, want) in [("\"same\"", RxWorker::Same), ("\"other\"", RxWorker::Other)] {
+        let c: AfXdpConfig = toml::from_str(&format!("iface = \"a\"\nrx_worker = {text}")).unwrap();
+        assert_eq!(c.rx_worker, want);
+    }
+    let e = toml::from_str::<AfXdpConfig>("iface = \"a\"\nrx_worker = \"next\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("same") && e.contains("other"), "{e}");
 }
 
 #[test]
