@@ -243,8 +243,8 @@ fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> 
                     let (r, plan) = b.w.track_nat(&g, p.data(), &p.meta, 0, b.flags);
                     bad += u64::from(r.state != CtState::Established);
                     match plan {
-                        Some(NatPlan::Packet { from, to }) => {
-                            bad += u64::from(!nat::rewrite_pkt(&mut p, &from, &to));
+                        Some(plan @ (NatPlan::Packet { .. } | NatPlan::Packet4(_))) => {
+                            bad += u64::from(!nat::apply(&mut p, &plan));
                         }
                         _ => bad += 1,
                     }

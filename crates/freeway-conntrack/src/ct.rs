@@ -43,6 +43,7 @@ use crate::dump::ConnRecord;
 use crate::expiry::Expirer;
 use crate::extract::{walk, Class, L4Info, TcpSeg};
 use crate::key::{Key, Tuple};
+use crate::nat::rewrite::{Half, Rewrite4};
 use crate::shared::{Remover, Shared, WorkerStats};
 use crate::table::{pin, Conn, ConnPtr, Guard, Kind, NodeCache, Table, ASSURED, SEEN_REPLY};
 use crate::tcp::{self, state as ts, TcpConn, Update};
@@ -735,20 +736,7 @@ impl CtWorker {
         if let Some(c) = s.table.lookup(&key, h, g) {
             let reply = src_lo != c.orig_lo();
             let r = self.update(c.primary(), reply, &l4, zone, commit);
-            let plan = if NAT {
-                let from = key.tuple(src_lo);
-                // An original-direction packet of a translated IPv4 connection: its rewrite is
-                // on the primary's hot line, which `update` read; no read of the reply node.
-                let to = if reply || c.is_reply_node() {
-                    None
-                } else {
-                    c.nat4(&from)
-                };
-                to.or_else(|| node_target(c, src_lo, false))
-                    .map(|to| NatPlan::Packet { from, to })
-            } else {
-                None
-            };
+            let plan = if NAT { packet_plan(c, &key, src_lo, reply) } else { None };
             return (r, plan);
         }
         (self.create(g, key, h, src_lo, l4, zone, commit), None)
@@ -921,6 +909,29 @@ impl CtWorker {
     }
 }
 
+/// The plan of a packet with key `key` (its source the key's low endpoint: `src_lo`) found
+/// under node `c` (`reply`: it travels in the reply direction). A translated IPv4
+/// connection's rewrite is on its primary's hot line, which the packet's update read: an
+/// original-direction packet reads no other line, a reply reads its primary's key (the
+/// original tuple) besides.
+#[inline(always)]
+fn packet_plan(c: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<NatPlan> {
+    if !key.is_v6() {
+        let rw = match (c.is_reply_node(), reply) {
+            (false, false) => c.nat4(key, src_lo),
+            (true, true) => c.twin().and_then(|p| Some(p.nat4(p.key(), p.orig_lo())?.reversed())),
+            _ => None,
+        };
+        if let Some(rw) = rw {
+            return Some(NatPlan::Packet4(rw));
+        }
+    }
+    node_target(c, src_lo, false).map(|to| NatPlan::Packet {
+        from: key.tuple(src_lo),
+        to,
+    })
+}
+
 /// What [`CtWorker::commit_nat`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NatCommit {
@@ -941,6 +952,10 @@ pub enum NatPlan {
         /// The tuple it must carry.
         to: Tuple,
     },
+    /// An IPv4 packet's rewrite with the checksum changes its connection keeps
+    /// ([`Rewrite4`]): what [`CtWorker::track_nat`] gives for a packet of a translated IPv4
+    /// connection (the same rewrite as `Packet` of [`Rewrite4::tuples`]).
+    Packet4(Rewrite4),
     /// An ICMP error about a packet of a translated connection: the quoted packet's tuple
     /// `from` becomes `to`, and the error's own addresses are mapped the same way (its
     /// destination is the quoted packet's source).
@@ -950,6 +965,27 @@ pub enum NatPlan {
         /// The tuple it must carry.
         to: Tuple,
     },
+}
+
+impl NatPlan {
+    /// The tuple the packet (an ICMP error: its quote) carries, and the one it must carry.
+    pub fn tuples(&self) -> (Tuple, Tuple) {
+        match *self {
+            NatPlan::Packet4(rw) => rw.tuples(Half::Both),
+            NatPlan::Packet { from, to } | NatPlan::IcmpError { from, to } => (from, to),
+        }
+    }
+
+    /// The same plan with tuples: a `Packet4` as the `Packet` of the same rewrite.
+    pub fn in_tuples(self) -> NatPlan {
+        match self {
+            NatPlan::Packet4(_) => {
+                let (from, to) = self.tuples();
+                NatPlan::Packet { from, to }
+            }
+            p => p,
+        }
+    }
 }
 
 /// The rewrite a packet of a translated connection needs, in its direction.

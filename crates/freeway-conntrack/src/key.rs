@@ -219,6 +219,26 @@ impl Key {
         }
     }
 
+    /// An IPv4 key's tuple sent by the low endpoint (`lo_sends`) or the high one, as
+    /// words: its source and destination addresses, and its ports (`source << 16 |
+    /// destination`).
+    #[inline(always)]
+    pub fn v4_words(&self, lo_sends: bool) -> ([u32; 2], u32) {
+        let (lo, hi) = (self.w[1] as u32, self.w[3] as u32);
+        let ports = (self.w[4] >> 32) as u32;
+        if lo_sends {
+            ([lo, hi], ports)
+        } else {
+            ([hi, lo], ports.rotate_left(16))
+        }
+    }
+
+    /// Whether this is an IPv6 key.
+    #[inline(always)]
+    pub fn is_v6(&self) -> bool {
+        self.w[4] & 1 == 1
+    }
+
     /// Seeded hash of the key (three folded multiplies; two for IPv4, whose high address
     /// words are zero).
     #[inline(always)]
@@ -248,6 +268,9 @@ mod tests {
         assert_eq!(k1.zone(), 3);
         assert_eq!(k1.proto(), 6);
         assert_eq!(k1.hash(7), k2.hash(7));
+        assert_eq!(k1.v4_words(lo1), ([0x0a00_0002, 0x0a00_0001], 1000 << 16 | 80));
+        assert_eq!(k1.v4_words(lo2), ([0x0a00_0001, 0x0a00_0002], 80 << 16 | 1000));
+        assert!(!k1.is_v6());
         let (k3, _) = Key::new(&t, 4);
         assert_ne!(k1, k3, "zones are part of the key");
     }

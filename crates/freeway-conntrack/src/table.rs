@@ -82,7 +82,8 @@ use std::cell::UnsafeCell;
 use freeway_sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use freeway_sync::Tick;
 
-use crate::key::{Key, Tuple};
+use crate::key::Key;
+use crate::nat::rewrite::{addr_delta, Rewrite4};
 use crate::tcp::TcpConn;
 
 use freeway_sync::chain::{self, Linked};
@@ -122,11 +123,21 @@ pub struct Hot {
     pub(crate) status: AtomicU8,
     lock: AtomicBool,
     tcp: UnsafeCell<TcpConn>,
-    /// A translated IPv4 connection's original direction as translated, in the primary
-    /// (source, destination, source port << 16 | destination port; `None` otherwise): an
-    /// original-direction packet finds its rewrite here, on the line its update reads
-    /// anyway, instead of in the reply node's key. Set before publication, immutable after.
-    nat4: Option<[u32; 3]>,
+    /// A translated IPv4 connection's original direction as translated, with the checksum
+    /// changes of its rewrite, in the primary (`None` otherwise): a packet of either
+    /// direction finds its rewrite here, on the line its update reads anyway, instead of in
+    /// the reply node's key. Set before publication, immutable after.
+    nat4: Option<Nat4>,
+}
+
+/// A translated IPv4 connection's original direction as translated: source, destination,
+/// `source port << 16 | destination port`, and the changes its rewrite makes to a checksum
+/// ([`crate::nat::rewrite::addr_delta`] of the source and of the destination address),
+/// computed once when the connection is created.
+#[derive(Clone, Copy)]
+struct Nat4 {
+    to: [u32; 3],
+    delta: [u16; 2],
 }
 
 /// One connection, or the reply node of a translated one (see "NAT" in the module doc).
@@ -226,28 +237,36 @@ impl Conn {
     }
 
     /// Copies the unpublished reply node's tuple, as the original direction's packets carry
-    /// it once translated, into the primary's hot line (IPv4 only: see [`Conn::nat4`]).
+    /// it once translated, into the primary's hot line with the checksum changes of the
+    /// rewrite (IPv4 only: see [`Conn::nat4`]).
     #[inline(always)]
     pub(crate) fn set_nat4(&mut self, reply: &Conn) {
-        let t = reply.key.tuple(reply.orig_lo());
-        self.hot.nat4 = (!t.v6).then_some([
-            t.src as u32,
-            t.dst as u32,
-            u32::from(t.sport) << 16 | u32::from(t.dport),
-        ]);
+        self.hot.nat4 = None;
+        if self.key.is_v6() || reply.key.is_v6() {
+            return;
+        }
+        let (from, _) = self.key.v4_words(self.orig_lo());
+        let (to, ports) = reply.key.v4_words(reply.orig_lo());
+        self.hot.nat4 = Some(Nat4 {
+            to: [to[0], to[1], ports],
+            delta: [addr_delta(from[0], to[0]), addr_delta(from[1], to[1])],
+        });
     }
 
-    /// A primary's translated tuple for the original direction, whose untranslated tuple is
-    /// `from`, when it is an IPv4 connection's (`None`: read the twin's key).
+    /// A primary's rewrite of its original direction, whose untranslated tuple is `key`'s
+    /// sent by its low endpoint (`lo_sends`) or high one, when it is an IPv4 connection's
+    /// (`None`: read the twin's key). Its [`Rewrite4::reversed`] is the reply direction's.
     #[inline(always)]
-    pub fn nat4(&self, from: &Tuple) -> Option<Tuple> {
-        let [src, dst, ports] = self.hot.nat4?;
-        Some(Tuple {
-            src: u128::from(src),
-            dst: u128::from(dst),
-            sport: (ports >> 16) as u16,
-            dport: ports as u16,
-            ..*from
+    pub fn nat4(&self, key: &Key, lo_sends: bool) -> Option<Rewrite4> {
+        let n = self.hot.nat4?;
+        let (from, from_ports) = key.v4_words(lo_sends);
+        Some(Rewrite4 {
+            from,
+            from_ports,
+            to: [n.to[0], n.to[1]],
+            to_ports: n.to[2],
+            delta: n.delta,
+            proto: key.proto(),
         })
     }
 

@@ -414,7 +414,16 @@ fn track_nat_gives_the_plan_of_nat_of() {
     for (i, (q, state, reply, translated)) in cases.into_iter().enumerate() {
         let (r, plan) = w.track_nat(&g, q.data(), &q.meta, 0, flags);
         assert_eq!((r.state, r.reply), (state, reply), "case {i}");
-        assert_eq!(plan, w.nat_of(&g, q.data(), &q.meta, 0, false), "case {i}");
+        let looked_up = w.nat_of(&g, q.data(), &q.meta, 0, false);
+        assert_eq!(plan.map(NatPlan::in_tuples), looked_up, "case {i}");
+        // An IPv4 packet's rewrite comes with the checksum changes the connection keeps:
+        // those of its tuples.
+        if let Some(NatPlan::Packet4(rw)) = plan {
+            let Some(NatPlan::Packet { from, to }) = looked_up else {
+                panic!("case {i}: a packet's plan");
+            };
+            assert_eq!(Some(rw), nat::Rewrite4::new(&from, &to), "case {i}");
+        }
         assert_eq!(plan.is_some(), translated, "case {i}");
     }
 }
@@ -455,4 +464,80 @@ fn taken_candidates_are_skipped_with_one_reservation() {
     drop(w);
     assert_eq!(ct.len(), 4, "no place kept by the refused connection");
     assert_eq!(ct.stats().nat_exhausted, 1);
+}
+
+/// An IPv4 packet of kind `kind` (0: UDP, 1: TCP, 2: echo request, 3: echo reply) with tuple
+/// `t` (an echo's identifier is its tuple's nonzero port) and `len` payload bytes.
+fn v4_packet(kind: u8, t: &Tuple, len: usize) -> Packet {
+    let (a, b) = (t.src_ip(), t.dst_ip());
+    match kind {
+        0 => frames::udp(a, b, t.sport, t.dport, len),
+        1 => frames::tcp(a, b, t.sport, t.dport, Seg::new(ACK, 1, 2).data(len)),
+        2 => frames::echo(a, b, t.sport, 7, true),
+        _ => frames::echo(a, b, t.dport, 7, false),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// A translated IPv4 connection (source translation, with or without a destination
+    /// translation) keeps the checksum changes of its rewrite: both directions' packets,
+    /// rewritten with them as the datapath does (the destination half, then the source
+    /// half), have the checksums of a full recomputation (they equal the packet built anew
+    /// with the translated tuple), and equal what the rewrite of the tuples gives.
+    #[test]
+    fn stored_checksum_changes_give_the_full_recomputation(
+        kind in 0u8..3, client in any::<u32>(), server in any::<u32>(), public in any::<u32>(),
+        cport in 1u16.., sport in 1u16.., dnat in any::<Option<(u32, u16)>>(), lens in any::<[u8; 4]>(),
+    ) {
+        let (_ct, mut w, _clock) = setup();
+        let mut ports = NatPorts::new(0, 1);
+        let g = w.pin();
+        let echo = kind == 2;
+        // A translation that changes the source address (else it may change nothing).
+        let public = if public == client { !client } else { public };
+        let orig = Tuple { src: u128::from(client), dst: u128::from(server), sport: cport,
+                           dport: if echo { 0 } else { sport }, proto: [17, 6, 1][usize::from(kind)], v6: false };
+        let mut p = if kind == 1 {
+            frames::tcp(orig.src_ip(), orig.dst_ip(), cport, sport, Seg::new(SYN, 1, 0))
+        } else {
+            v4_packet(kind, &orig, 8)
+        };
+        prop_assert_eq!(tuple_of(&p), orig);
+        let cur = match dnat {
+            Some((a, port)) => Tuple { dst: u128::from(a), dport: if echo { 0 } else { port }, ..orig },
+            None => orig,
+        };
+        prop_assert!(nat::rewrite_pkt(&mut p, &orig, &cur));
+        let snat = SrcNat { addr: (u128::from(public), u128::from(public)), ports: None };
+        let l4 = l4_of(&p);
+        let r = nat::commit_new(&mut w, &mut ports, &g, &mut p, 0, &orig, cur, l4, Some(snat));
+        prop_assert!(r.is_ok());
+        let out = tuple_of(&p);
+        let flags = freeway_conntrack::TrackFlags { commit: false, l3_csum_verified: false };
+        // Both directions: the original one, and the reply to its translated form.
+        for (i, (from, to)) in [(orig, out), (out.reversed(), orig.reversed())].into_iter().enumerate() {
+            let k = if echo { 2 + i as u8 } else { kind };
+            let len = usize::from(lens[i]) % 64;
+            let q = v4_packet(k, &from, len);
+            let (_, plan) = w.track_nat(&g, q.data(), &q.meta, 0, flags);
+            let Some(NatPlan::Packet4(rw)) = plan else {
+                panic!("direction {i}: an IPv4 rewrite, got {plan:?}");
+            };
+            prop_assert_eq!(rw.tuples(nat::Half::Both), (from, to));
+            let (l3, l4) = (usize::from(q.meta.l3_off), usize::from(q.meta.l4_off));
+            let mut x = q.clone();
+            for half in [nat::Half::Dst, nat::Half::Src] {
+                if rw.changes(half) {
+                    prop_assert!(nat::rewrite4(x.data_mut(), l3, l4, &rw, half));
+                }
+            }
+            prop_assert!(checksums_ok(&x));
+            let built = v4_packet(k, &to, len);
+            prop_assert_eq!(x.data(), built.data(), "direction {}", i);
+            let mut y = q.clone();
+            prop_assert!(nat::rewrite_pkt(&mut y, &from, &to));
+            prop_assert_eq!(x.data(), y.data());
+        }
+    }
 }

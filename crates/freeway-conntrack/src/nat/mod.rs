@@ -7,7 +7,7 @@ pub mod ports;
 pub mod rewrite;
 
 pub use ports::{NatPorts, PortRange};
-pub use rewrite::{rewrite, rewrite_icmp_error};
+pub use rewrite::{rewrite, rewrite4, rewrite_icmp_error, Half, Rewrite4};
 
 use freeway_packet::Packet;
 
@@ -15,7 +15,7 @@ use crate::ct::CtWorker;
 use crate::extract::L4Info;
 use crate::key::{Key, Tuple};
 use crate::table::Guard;
-use crate::CtResult;
+use crate::{CtResult, NatPlan};
 
 /// A source translation for a new connection: the addresses to pick from (one, chosen by
 /// the original source, so a host keeps its external address), and the ports (`None`: keep
@@ -64,6 +64,18 @@ pub fn rewrite_pkt(pkt: &mut Packet, from: &Tuple, to: &Tuple) -> bool {
         pkt.meta.ip_proto,
     );
     rewrite(pkt.data_mut(), l3, l4, proto, from, to)
+}
+
+/// Rewrites `pkt` as the whole of `plan` says (both halves of a packet's translation, or an
+/// ICMP error's mapping).
+#[inline]
+pub fn apply(pkt: &mut Packet, plan: &NatPlan) -> bool {
+    let (l3, l4) = (usize::from(pkt.meta.l3_off), usize::from(pkt.meta.l4_off));
+    match plan {
+        NatPlan::Packet4(rw) => rewrite4(pkt.data_mut(), l3, l4, rw, Half::Both),
+        NatPlan::Packet { from, to } => rewrite_pkt(pkt, from, to),
+        NatPlan::IcmpError { from, to } => rewrite_icmp_error(pkt.data_mut(), l3, l4, from, to),
+    }
 }
 
 /// Creates the connection of a new packet with its translation: `orig` is its tuple before

@@ -14,6 +14,12 @@
 //!   destination when that host sent it), and the ICMP checksum, which covers the quote, is
 //!   computed anew over the message (errors are rare; the quote is short).
 //!
+//! An IPv4 translated connection keeps its rewrite with the checksum changes of its two
+//! addresses computed once ([`Rewrite4`], [`rewrite4`]): a packet's rewrite adds them and the
+//! ports' change, read from the header it writes, without a tuple or a plan built per packet.
+//! It is applied in halves ([`Half`]): the destination at prerouting, the source at
+//! postrouting.
+//!
 //! A packet too short for what it claims is left alone (`false`); nothing here panics.
 //!
 //! Threads: pure functions of the buffer.
@@ -209,6 +215,224 @@ fn rewrite_v4_ports<const N: usize>(
     Some(true)
 }
 
+/// The one's complement change of a checksum when the 32-bit field `old` becomes `new`
+/// (RFC 1624: `~m + m'` over its two words), folded to 16 bits, with zero written `0`
+/// (never `0xffff`), so that equal changes have equal values and the change back is its
+/// complement ([`neg_delta`]).
+#[inline]
+pub fn addr_delta(old: u32, new: u32) -> u16 {
+    let s = words(!old) + words(new);
+    let s = (s & 0xffff) + (s >> 16);
+    let s = ((s & 0xffff) + (s >> 16)) as u16;
+    if s == 0xffff {
+        0
+    } else {
+        s
+    }
+}
+
+/// The change that undoes the change `d` of [`addr_delta`] (its one's complement negative,
+/// in the same form: zero is `0`).
+#[inline(always)]
+pub fn neg_delta(d: u16) -> u16 {
+    if d == 0 {
+        0
+    } else {
+        !d
+    }
+}
+
+/// Which half of a translation a rewrite applies: the datapath rewrites the destination at
+/// prerouting (before the route lookup) and the source at postrouting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Half {
+    /// The source address and port, of a packet whose destination half is done.
+    Src,
+    /// The destination address and port.
+    Dst,
+    /// Both at once.
+    Both,
+}
+
+/// How an IPv4 packet of a translated connection is rewritten, with the checksum changes of
+/// its two addresses computed once, when the connection was created (the table keeps them
+/// on the connection's hot line): the rewrite of a packet is then a few loads, one's
+/// complement additions and stores. The ports' share of a transport checksum is taken from
+/// the packet (it is on the header the rewrite writes anyway).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rewrite4 {
+    /// The source and destination addresses the packet carries.
+    pub from: [u32; 2],
+    /// Its ports (`source << 16 | destination`; an ICMP echo's identifier is one of them,
+    /// as in [`Tuple`]).
+    pub from_ports: u32,
+    /// The source and destination addresses it must carry.
+    pub to: [u32; 2],
+    /// The ports it must carry.
+    pub to_ports: u32,
+    /// The changes of the source and of the destination address ([`addr_delta`]).
+    pub delta: [u16; 2],
+    /// The IP protocol.
+    pub proto: u8,
+}
+
+/// Both ports of `t` in one word, source high.
+#[inline(always)]
+pub fn ports_word(t: &Tuple) -> u32 {
+    u32::from(t.sport) << 16 | u32::from(t.dport)
+}
+
+impl Rewrite4 {
+    /// The rewrite of an IPv4 tuple `from` to `to` (`None` for IPv6), with its changes
+    /// computed here.
+    pub fn new(from: &Tuple, to: &Tuple) -> Option<Rewrite4> {
+        if from.v6 || to.v6 {
+            return None;
+        }
+        let (f, t) = ([from.src as u32, from.dst as u32], [to.src as u32, to.dst as u32]);
+        Some(Rewrite4 {
+            from: f,
+            from_ports: ports_word(from),
+            to: t,
+            to_ports: ports_word(to),
+            delta: [addr_delta(f[0], t[0]), addr_delta(f[1], t[1])],
+            proto: from.proto,
+        })
+    }
+
+    /// The rewrite of the other direction (a reply to a packet this rewrites): from the
+    /// reverse of `to` to the reverse of `from`, the changes negated and swapped.
+    #[inline(always)]
+    pub fn reversed(&self) -> Rewrite4 {
+        Rewrite4 {
+            from: [self.to[1], self.to[0]],
+            from_ports: self.to_ports.rotate_left(16),
+            to: [self.from[1], self.from[0]],
+            to_ports: self.from_ports.rotate_left(16),
+            delta: [neg_delta(self.delta[1]), neg_delta(self.delta[0])],
+            proto: self.proto,
+        }
+    }
+
+    /// The tuple the packet carries before and after `half` of the rewrite.
+    pub fn tuples(&self, half: Half) -> (Tuple, Tuple) {
+        let t = |a: [u32; 2], p: u32| Tuple {
+            src: u128::from(a[0]),
+            dst: u128::from(a[1]),
+            sport: (p >> 16) as u16,
+            dport: p as u16,
+            proto: self.proto,
+            v6: false,
+        };
+        let (from, to) = (t(self.from, self.from_ports), t(self.to, self.to_ports));
+        let mid = Tuple {
+            dst: to.dst,
+            dport: to.dport,
+            ..from
+        };
+        match half {
+            Half::Src => (mid, to),
+            Half::Dst => (from, mid),
+            Half::Both => (from, to),
+        }
+    }
+
+    /// Whether `half` changes anything.
+    #[inline(always)]
+    pub fn changes(&self, half: Half) -> bool {
+        let src = self.from[0] != self.to[0] || (self.from_ports ^ self.to_ports) >> 16 != 0;
+        let dst = self.from[1] != self.to[1] || (self.from_ports ^ self.to_ports) & 0xffff != 0;
+        match half {
+            Half::Src => src,
+            Half::Dst => dst,
+            Half::Both => src || dst,
+        }
+    }
+}
+
+/// Applies `half` of `rw` to the IPv4 packet at `l3` (transport header at `l4`) of `f`:
+/// what [`rewrite`] of [`Rewrite4::tuples`] does, with the stored changes of the addresses.
+/// `false`, and nothing changed, if the packet does not carry the tuple `half` starts from
+/// (its addresses) or is too short.
+#[inline]
+pub fn rewrite4(f: &mut [u8], l3: usize, l4: usize, rw: &Rewrite4, half: Half) -> bool {
+    if let Some(done) = rewrite4_fast(f, l3, l4, rw, half) {
+        return done;
+    }
+    let (from, to) = rw.tuples(half);
+    rewrite(f, l3, l4, rw.proto, &from, &to)
+}
+
+/// [`rewrite4`] on a fixed-size view of the IPv4 header and of the transport header for
+/// TCP (`N` = 18: its header up to the checksum), UDP (`N` = 8) and ICMP (`N` = 8: an echo's
+/// header), whole after a 20-byte IP header or more; `None` for anything else (the general
+/// code handles it). The same checks and checksums as [`rewrite_packet`].
+#[inline(always)]
+fn rewrite4_fast(f: &mut [u8], l3: usize, l4: usize, rw: &Rewrite4, half: Half) -> Option<bool> {
+    match rw.proto {
+        IPPROTO_TCP => rewrite4_l4::<18>(f, l3, l4, rw, half),
+        IPPROTO_UDP | IPPROTO_ICMP => rewrite4_l4::<8>(f, l3, l4, rw, half),
+        _ => None,
+    }
+}
+
+/// [`rewrite4_fast`] for one header size `N`.
+#[inline(always)]
+fn rewrite4_l4<const N: usize>(f: &mut [u8], l3: usize, l4: usize, rw: &Rewrite4, half: Half) -> Option<bool> {
+    let (src, dst) = match half {
+        Half::Src => (true, false),
+        Half::Dst => (false, true),
+        Half::Both => (true, true),
+    };
+    let len = f.len();
+    let ip: &mut [u8; 20] = f.get_mut(l3..)?.first_chunk_mut()?;
+    let end = (l3 + usize::from(u16::from_be_bytes([ip[2], ip[3]]))).min(len);
+    // The transport header after the IP header (as parsing makes it), whole before `end`.
+    if l4 < l3 + 20 || l4 > end || end - l4 < N {
+        return None;
+    }
+    let rd = |b: &[u8; 20], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    // The packet must carry the tuple this half starts from (the destination half is done
+    // first): a stale plan (or a forged packet) changes nothing.
+    if rd(ip, 12) != rw.from[0] || rd(ip, 16) != if dst { rw.from[1] } else { rw.to[1] } {
+        return Some(false);
+    }
+    let ns = if src { rw.to[0] } else { rw.from[0] };
+    let addrs = if src { u32::from(rw.delta[0]) } else { 0 } + if dst { u32::from(rw.delta[1]) } else { 0 };
+    // The ports after this half (the source port changes last).
+    let ports = if src {
+        rw.to_ports
+    } else {
+        (rw.from_ports & 0xffff_0000) | (rw.to_ports & 0xffff)
+    };
+    let c = u16::from_be_bytes([ip[10], ip[11]]);
+    ip[10..12].copy_from_slice(&fold(u32::from(!c) + addrs).to_be_bytes());
+    ip[12..16].copy_from_slice(&ns.to_be_bytes());
+    ip[16..20].copy_from_slice(&rw.to[1].to_be_bytes());
+    let t: &mut [u8; N] = f[l4..].first_chunk_mut()?;
+    if rw.proto == IPPROTO_ICMP {
+        // An echo's identifier; ICMPv4's checksum has no pseudo header.
+        let id = (ports >> 16) as u16 | ports as u16;
+        let old = u16::from_be_bytes([t[4], t[5]]);
+        let c = u16::from_be_bytes([t[2], t[3]]);
+        t[2..4].copy_from_slice(&fold(u32::from(!c) + u32::from(!old) + u32::from(id)).to_be_bytes());
+        t[4..6].copy_from_slice(&id.to_be_bytes());
+        return Some(true);
+    }
+    let udp = rw.proto == IPPROTO_UDP;
+    let c = u16::from_be_bytes([t[N - 2], t[N - 1]]);
+    if !(udp && c == 0) {
+        let old = u32::from_be_bytes([t[0], t[1], t[2], t[3]]);
+        let mut nc = fold(u32::from(!c) + addrs + words(!old) + words(ports));
+        if udp && nc == 0 {
+            nc = 0xffff;
+        }
+        t[N - 2..].copy_from_slice(&nc.to_be_bytes());
+    }
+    t[0..4].copy_from_slice(&ports.to_be_bytes());
+    Some(true)
+}
+
 /// Rewrites an ICMP error (IP header at `l3`, ICMP header at `l4`) whose quoted packet
 /// carries `from`, so that it quotes `to`, and maps the error's own addresses the same way.
 /// `false`, and nothing changed, if it is malformed or does not quote `from`.
@@ -324,6 +548,58 @@ mod tests {
             let general = rewrite_packet(&mut y, l3, l4, end, proto, &from, &to);
             prop_assert_eq!(fast, Some(general));
             prop_assert_eq!(general, !stale);
+            prop_assert_eq!(x, y);
+        }
+
+        /// [`rewrite4`], with changes computed once ([`Rewrite4::new`], and the reverse
+        /// direction's from [`Rewrite4::reversed`]), writes for each half exactly the bytes
+        /// the general code writes for that half's tuples, and refuses what it refuses.
+        #[test]
+        fn rewrite4_writes_what_the_general_code_writes(
+            kind in 0u8..4, a in any::<u32>(), b in any::<u32>(), sp in any::<u16>(), dp in any::<u16>(),
+            len in 0usize..40, zero in any::<bool>(), to in any::<(u32, u32, u16, u16)>(),
+            half in 0u8..3, reverse in any::<bool>(), stale in any::<bool>(),
+        ) {
+            let (ia, ib) = (IpAddr::V4(Ipv4Addr::from(a)), IpAddr::V4(Ipv4Addr::from(b)));
+            let p = match kind {
+                0 | 1 => v4_packet(kind == 0, a, b, sp, dp, len, zero),
+                2 => frames::echo(ia, ib, sp, dp, true),
+                _ => frames::echo(ia, ib, sp, dp, false),
+            };
+            let Class::Track(from, _) = classify(p.data(), &p.meta, false) else {
+                panic!("a tracked packet");
+            };
+            // An echo's tuple holds its identifier in one port and zero in the other.
+            let (tsp, tdp) = match (kind, from.sport) {
+                (0 | 1, _) => (to.2, to.3),
+                (_, 0) => (0, to.3),
+                _ => (to.2, 0),
+            };
+            let to = Tuple { src: u128::from(to.0), dst: u128::from(to.1), sport: tsp, dport: tdp, ..from };
+            // The reverse direction's rewrite, from the rewrite of the other way.
+            let rw = if reverse {
+                Rewrite4::new(&to.reversed(), &from.reversed()).map(|r| r.reversed())
+            } else {
+                Rewrite4::new(&from, &to)
+            };
+            let mut rw = rw.expect("IPv4");
+            prop_assert_eq!(Some(rw), Rewrite4::new(&from, &to));
+            let half = [Half::Dst, Half::Src, Half::Both][usize::from(half)];
+            let (mut hf, ht) = rw.tuples(half);
+            // The packet as this half finds it.
+            let (l3, l4, proto) = (usize::from(p.meta.l3_off), usize::from(p.meta.l4_off), p.meta.ip_proto);
+            let mut x = p.data().to_vec();
+            prop_assert!(rewrite(&mut x, l3, l4, proto, &from, &hf));
+            if stale {
+                rw.from[0] ^= 1;
+                hf.src ^= 1;
+            }
+            let mut y = x.clone();
+            let fast = rewrite4(&mut x, l3, l4, &rw, half);
+            let end = ip_end(&y, l3, false).expect("an IP header");
+            let general = rewrite_packet(&mut y, l3, l4, end, proto, &hf, &ht);
+            prop_assert_eq!(fast, general);
+            prop_assert_eq!(fast, !stale);
             prop_assert_eq!(x, y);
         }
     }

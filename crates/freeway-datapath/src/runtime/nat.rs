@@ -46,7 +46,7 @@
 use std::sync::Arc;
 
 use freeway_conntrack::extract::L4Info;
-use freeway_conntrack::nat::{self, NatFail, NatPorts, PortRange, SrcNat};
+use freeway_conntrack::nat::{self, Half, NatFail, NatPorts, PortRange, Rewrite4, SrcNat};
 use freeway_conntrack::{extract, CtState, CtWorker, NatPlan, Tuple};
 use freeway_firewall::ast::{Hook, NatKind};
 use freeway_firewall::{Action, Firewall, FwState, NatChoice};
@@ -102,9 +102,34 @@ fn tracked_of(pkt: &Packet) -> Option<(Tuple, L4Info)> {
 const NOTE_AT: usize = FragNote::LEN;
 /// Bytes of one tuple in a note.
 const TUPLE_LEN: usize = 38;
-/// Bytes of a note: a kind (0: untranslated, 1: a packet's plan, 2: an ICMP error's) and
-/// the plan's two tuples.
+/// Bytes of a note: a kind (0: untranslated, 1: a packet's plan, 2: an ICMP error's, 3: an
+/// IPv4 packet's [`Rewrite4`]) and the plan's two tuples (or the [`REWRITE4_LEN`] bytes of
+/// the rewrite).
 const NOTE_LEN: usize = 1 + 2 * TUPLE_LEN;
+/// Bytes of a [`Rewrite4`] in a note.
+const REWRITE4_LEN: usize = 29;
+
+fn put_rewrite4(b: &mut [u8; REWRITE4_LEN], r: &Rewrite4) {
+    let words = [r.from[0], r.from[1], r.from_ports, r.to[0], r.to[1], r.to_ports];
+    for (i, w) in words.iter().enumerate() {
+        b[4 * i..4 * i + 4].copy_from_slice(&w.to_ne_bytes());
+    }
+    b[24..26].copy_from_slice(&r.delta[0].to_ne_bytes());
+    b[26..28].copy_from_slice(&r.delta[1].to_ne_bytes());
+    b[28] = r.proto;
+}
+
+fn get_rewrite4(b: &[u8; REWRITE4_LEN]) -> Rewrite4 {
+    let w = |i: usize| u32::from_ne_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+    Rewrite4 {
+        from: [w(0), w(1)],
+        from_ports: w(2),
+        to: [w(3), w(4)],
+        to_ports: w(5),
+        delta: [u16::from_ne_bytes([b[24], b[25]]), u16::from_ne_bytes([b[26], b[27]])],
+        proto: b[28],
+    }
+}
 
 fn put_tuple(b: &mut [u8], t: &Tuple) {
     b[0..16].copy_from_slice(&t.src.to_le_bytes());
@@ -144,6 +169,12 @@ pub(crate) fn put_note(pkt: &mut Packet, plan: Option<NatPlan>) {
     let n = &mut b[NOTE_AT..NOTE_AT + NOTE_LEN];
     match plan {
         None => n[0] = 0,
+        Some(NatPlan::Packet4(r)) => {
+            n[0] = 3;
+            if let Some(b) = n[1..].first_chunk_mut() {
+                put_rewrite4(b, &r);
+            }
+        }
         Some(NatPlan::Packet { from, to } | NatPlan::IcmpError { from, to }) => {
             n[0] = if matches!(plan, Some(NatPlan::Packet { .. })) {
                 1
@@ -174,6 +205,7 @@ pub(crate) fn take_note(pkt: &mut Packet) -> Option<Option<NatPlan>> {
     let n = &b[NOTE_AT..NOTE_AT + NOTE_LEN];
     let plan = match n[0] {
         0 => None,
+        3 => n[1..].first_chunk().map(|b| NatPlan::Packet4(get_rewrite4(b))),
         k => {
             let (from, to) = (get_tuple(&n[1..]), get_tuple(&n[1 + TUPLE_LEN..]));
             Some(if k == 1 {
@@ -194,7 +226,7 @@ pub(crate) struct NatState {
     /// routes with ([`NatState::set_masquerade`]).
     masq: Arc<[(Option<u128>, Option<u128>)]>,
     /// The source half of an established connection's translation, still to do.
-    src_half: Option<(Tuple, Tuple)>,
+    src_half: Option<SrcHalf>,
     /// A new connection's tuple before any translation, its tuple after prerouting's
     /// destination translation (the same without one) and its transport state: it is
     /// created at postrouting, without parsing the packet again.
@@ -236,18 +268,57 @@ impl NatCx<'_> {
     }
 }
 
+/// The source half of an existing connection's translation, which prerouting leaves for
+/// postrouting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SrcHalf {
+    /// From the first tuple to the second.
+    Tuples(Tuple, Tuple),
+    /// The source half of an IPv4 packet's rewrite.
+    V4(Rewrite4),
+}
+
+impl SrcHalf {
+    /// The tuple the packet carries after it.
+    pub(crate) fn to(&self) -> Tuple {
+        match self {
+            SrcHalf::Tuples(_, to) => *to,
+            SrcHalf::V4(rw) => rw.tuples(Half::Src).1,
+        }
+    }
+
+    /// Rewrites `pkt`; `false` if it could not.
+    #[inline]
+    pub(crate) fn apply(&self, pkt: &mut Packet) -> bool {
+        match self {
+            SrcHalf::Tuples(from, to) => nat::rewrite_pkt(pkt, from, to),
+            SrcHalf::V4(rw) => {
+                let (l3, l4) = (usize::from(pkt.meta.l3_off), usize::from(pkt.meta.l4_off));
+                nat::rewrite4(pkt.data_mut(), l3, l4, rw, Half::Src)
+            }
+        }
+    }
+}
+
 /// Applies what prerouting does of an existing connection's translation `plan` to `pkt`: an
 /// ICMP error's whole mapping, a packet's destination half. Returns whether the rewrite
 /// succeeded, and the source half left for postrouting.
-pub(crate) fn apply_prerouting(pkt: &mut Packet, plan: &NatPlan) -> (bool, Option<(Tuple, Tuple)>) {
+pub(crate) fn apply_prerouting(pkt: &mut Packet, plan: &NatPlan) -> (bool, Option<SrcHalf>) {
     match *plan {
+        NatPlan::Packet4(rw) => {
+            let ok = !rw.changes(Half::Dst) || {
+                let (l3, l4) = (usize::from(pkt.meta.l3_off), usize::from(pkt.meta.l4_off));
+                nat::rewrite4(pkt.data_mut(), l3, l4, &rw, Half::Dst)
+            };
+            (ok, rw.changes(Half::Src).then_some(SrcHalf::V4(rw)))
+        }
         NatPlan::Packet { from, to } => {
             let mid = Tuple {
                 dst: to.dst,
                 dport: to.dport,
                 ..from
             };
-            let later = (mid != to).then_some((mid, to));
+            let later = (mid != to).then_some(SrcHalf::Tuples(mid, to));
             (nat::rewrite_pkt(pkt, &from, &mid), later)
         }
         NatPlan::IcmpError { from, to } => {
@@ -340,8 +411,8 @@ impl NatState {
 
     /// The postrouting hook; `Err` drops the packet, for the reason it gives.
     pub fn postrouting(&mut self, cx: &mut NatCx<'_>, pkt: &mut Packet) -> Result<(), L3Drop> {
-        if let Some((from, to)) = self.src_half.take() {
-            return ok_or_filtered(nat::rewrite_pkt(pkt, &from, &to));
+        if let Some(half) = self.src_half.take() {
+            return ok_or_filtered(half.apply(pkt));
         }
         // The packet's tuple and transport state as prerouting left them (a destination
         // translation changes addresses and ports only; nothing between the hooks changes
@@ -427,6 +498,14 @@ mod tests {
             None,
             Some(NatPlan::Packet { from, to }),
             Some(NatPlan::IcmpError { from: to, to: from }),
+            Some(NatPlan::Packet4(Rewrite4 {
+                from: [1, 2],
+                from_ports: 3,
+                to: [u32::MAX, 5],
+                to_ports: 0xfedc_ba98,
+                delta: [7, 0xfffe],
+                proto: 17,
+            })),
         ] {
             put_note(&mut p, plan);
             assert_ne!(p.meta.flags & meta_flags::NAT_NOTE, 0);

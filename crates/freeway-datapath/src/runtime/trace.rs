@@ -669,7 +669,7 @@ struct NftTrace {
     ct: Option<Conntrack>,
     /// What prerouting leaves for postrouting: the source half of an existing connection's
     /// translation, or a new connection's tuple before any translation.
-    src_half: Option<(Tuple, Tuple)>,
+    src_half: Option<super::nat::SrcHalf>,
     new_orig: Option<Tuple>,
     /// The destination after a translation at prerouting.
     routed_dst: Option<IpAddr>,
@@ -714,13 +714,14 @@ impl NftTrace {
     fn existing_nat(&mut self, pkt: &mut Packet, zone: u16, place: &str) -> bool {
         let plan = self.ct.as_ref().and_then(|ct| ct.nat_of(pkt.data(), &pkt.meta, zone));
         let Some(plan) = plan else { return true };
+        let (from, to) = plan.tuples();
         self.said.push(match plan {
-            NatPlan::Packet { from, to } => format!(
+            NatPlan::Packet { .. } | NatPlan::Packet4(_) => format!(
                 "{place}: a translated connection: {} becomes {}",
                 tuple_words(&from),
                 tuple_words(&to)
             ),
-            NatPlan::IcmpError { from, to } => format!(
+            NatPlan::IcmpError { .. } => format!(
                 "{place}: an ICMP error about a translated connection: its quote {} becomes {}",
                 tuple_words(&from),
                 tuple_words(&to)
@@ -751,12 +752,12 @@ impl NftTrace {
             }
             NatHook::Postrouting => (Hook::Postrouting, format!("nat postrouting to {}", if_name(ifs, oif))),
         };
-        if let Some((from, to)) = self.src_half.take().filter(|_| hook == NatHook::Postrouting) {
+        if let Some(half) = self.src_half.take().filter(|_| hook == NatHook::Postrouting) {
             self.said.push(format!(
                 "{place}: the connection's source translation to {}",
-                tuple_words(&to)
+                tuple_words(&half.to())
             ));
-            return freeway_conntrack::nat::rewrite_pkt(pkt, &from, &to);
+            return half.apply(pkt);
         }
         let flags = pkt.meta.flags;
         let new = flags & meta_flags::CT_MASK == meta_flags::CT_NEW && flags & meta_flags::CT_UNCOMMITTED != 0;
