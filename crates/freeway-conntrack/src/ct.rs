@@ -911,7 +911,7 @@ impl CtWorker {
                 CtResult::orig(CtState::New)
             }
             Err((node, existing)) => {
-                drop(node);
+                self.nodes.borrow_mut().free(node);
                 self.s.release(zone);
                 self.stats.races.inc();
                 let reply = src_lo != existing.orig_lo();
@@ -1105,7 +1105,10 @@ impl CtWorker {
                         }
                         _ => {}
                     }
-                    drop((p, a));
+                    let mut nodes = self.nodes.borrow_mut();
+                    nodes.free(p);
+                    nodes.free(a);
+                    drop(nodes);
                     s.release(zone);
                     return match more {
                         Ok(Some(_)) => Ok(Some(self.track_key::<false>(g, okey, o_lo, *l4, zone, true).0)),
@@ -1127,7 +1130,7 @@ impl CtWorker {
             Err((p, existing)) => {
                 // Another worker created the connection first: the published reply node is an
                 // orphan that owns its twin until the remover retires both (table doc, NAT).
-                let _ = Box::into_raw(p);
+                let _ = p.into_raw();
                 a.hot.expires.store(0, freeway_sync::atomic::Ordering::Relaxed);
                 let pushed = self.queue.push(ConnPtr(a as *const Conn));
                 debug_assert!(pushed.is_ok());
