@@ -1074,6 +1074,10 @@ impl CtWorker {
         if rkey == okey {
             return Ok(Some(self.track_key::<false>(g, okey, o_lo, *l4, zone, true).0));
         }
+        // The reply node's bucket, fetched while the nodes are prepared: both buckets' misses
+        // overlap that work.
+        let mut rh = s.table.hash(&rkey);
+        s.table.prefetch(rh);
         let to = s.timeouts(zone);
         let (kind, state, tcp, class) = match self.start(l4) {
             Ok(v) => v,
@@ -1089,7 +1093,6 @@ impl CtWorker {
             (p, a)
         };
         Conn::pair(&mut p, &mut a);
-        let mut rh = s.table.hash(&rkey);
         let a = loop {
             match s.table.insert(a, rh, g) {
                 Ok(a) => break a,

@@ -551,6 +551,7 @@ impl Drop for NodeBox {
 /// A worker's node source (see "Node memory and recycling" above): its private stack of
 /// free nodes and the rest of its current slab. Not shared.
 pub struct NodeCache {
+    #[cfg(not(loom))]
     free: Vec<usize>,
     shared: std::sync::Arc<FreeNodes>,
     /// The next uncarved node of the current slab, and its end.
@@ -654,13 +655,15 @@ impl NodeCache {
 
 impl Drop for NodeCache {
     fn drop(&mut self) {
-        let mut free = std::mem::take(&mut self.free);
+        // Under loom nothing is recycled: the stack is always empty and there is no slab.
         #[cfg(not(loom))]
-        while self.carve != self.carve_end {
-            free.push(self.carve() as usize);
+        {
+            let mut free = std::mem::take(&mut self.free);
+            while self.carve != self.carve_end {
+                free.push(self.carve() as usize);
+            }
+            self.shared.push_chunked(free);
         }
-        // Under loom the stack is always empty.
-        self.shared.push_chunked(free);
     }
 }
 
@@ -808,6 +811,7 @@ impl Table {
     /// A worker's cache of free nodes, fed by this table's recycled nodes.
     pub fn node_cache(&self) -> NodeCache {
         NodeCache {
+            #[cfg(not(loom))]
             free: Vec::new(),
             shared: self.free.clone(),
             #[cfg(not(loom))]
