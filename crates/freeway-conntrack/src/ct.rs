@@ -899,7 +899,7 @@ impl CtWorker {
                 CtResult::orig(CtState::New)
             }
             Err((node, existing)) => {
-                drop(node);
+                self.nodes.borrow_mut().free(node);
                 self.s.release(zone);
                 self.stats.races.inc();
                 let reply = src_lo != existing.orig_lo();
@@ -1110,6 +1110,10 @@ impl CtWorker {
         if rkey == okey {
             return Ok(Some(self.track_key::<false>(g, okey, o_lo, *l4, zone, true).0));
         }
+        // The reply node's bucket, fetched while the nodes are prepared: both buckets' misses
+        // overlap that work.
+        let mut rh = s.table.hash(&rkey);
+        s.table.prefetch(rh);
         let to = s.timeouts(zone);
         let (kind, state, tcp, class) = match self.start(l4) {
             Ok(v) => v,
@@ -1125,7 +1129,6 @@ impl CtWorker {
             (p, a)
         };
         Conn::pair(&mut p, &mut a);
-        let mut rh = s.table.hash(&rkey);
         let a = loop {
             match s.table.insert(a, rh, g) {
                 Ok(a) => break a,
@@ -1141,7 +1144,10 @@ impl CtWorker {
                         }
                         _ => {}
                     }
-                    drop((p, a));
+                    let mut nodes = self.nodes.borrow_mut();
+                    nodes.free(p);
+                    nodes.free(a);
+                    drop(nodes);
                     s.release(zone);
                     return match more {
                         Ok(Some(_)) => Ok(Some(self.track_key::<false>(g, okey, o_lo, *l4, zone, true).0)),
@@ -1163,7 +1169,7 @@ impl CtWorker {
             Err((p, existing)) => {
                 // Another worker created the connection first: the published reply node is an
                 // orphan that owns its twin until the remover retires both (table doc, NAT).
-                let _ = Box::into_raw(p);
+                let _ = p.into_raw();
                 a.hot.expires.store(0, freeway_sync::atomic::Ordering::Relaxed);
                 let pushed = self.queue.push(ConnPtr(a as *const Conn));
                 debug_assert!(pushed.is_ok());

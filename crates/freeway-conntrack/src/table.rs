@@ -23,20 +23,31 @@
 //!   published nodes. Unlinked nodes are recycled after an epoch grace period
 //!   (crossbeam-epoch; under `--cfg loom` they are kept until the table drops).
 //!
-//! # Node recycling
+//! # Node memory and recycling
 //!
-//! Allocating and freeing a 64-byte-aligned node per connection (`posix_memalign`, and frees
-//! on another thread than the allocation) was a large share of a new connection's cost. So
-//! the remover retires unlinked nodes in batches ([`Table::retire_batch`]): one epoch
-//! deferral per batch, not per node, whose only work after the grace period is to push the
-//! batch, as chunks of at most [`RECYCLE_CHUNK`] pointers, onto a lock-free queue of free
-//! nodes. A worker keeps a private stack of free nodes ([`NodeCache`]) and refills it with
-//! one chunk from that queue when it runs dry (allocating a fresh node only if the queue is
-//! empty too), and prefetches for writing the node it will hand out a few connections later
-//! (its lines were last read by the remover, often on another core, so the publishing CAS
-//! waited for them). A recycled node is reused only after its grace period, exactly as memory
-//! returned to the allocator would be, so readers and inserters see nothing new. Free nodes
-//! are bounded by the nodes that were ever linked at once plus those in grace periods.
+//! Nodes are not allocated one by one: a `posix_memalign` of a 64-byte-aligned node per
+//! connection cost about 680 instructions, half of a new connection's. A worker carves fresh
+//! nodes from *slabs*, arrays of nodes it allocates in growing sizes (from [`SLAB_MIN`]
+//! nodes up to [`SLAB_MAX`], 2 MiB, which on Linux is a mapping advised for transparent huge
+//! pages), so that a fresh node is a pointer bump; the two nodes of a translated connection
+//! lie side by side. Slabs belong to the table's free-node store, shared by the table, the
+//! workers' caches and the pending deferrals, and are freed when the last of them goes; a
+//! node is never freed on its own.
+//!
+//! Unlinked nodes are recycled: the remover retires them in batches
+//! ([`Table::retire_batch`]): one epoch deferral per batch, not per node, whose only work
+//! after the grace period is to push the batch, as chunks of at most [`RECYCLE_CHUNK`]
+//! pointers, onto a lock-free queue of free nodes. A worker keeps a private stack of free
+//! nodes ([`NodeCache`]) and refills it with one chunk from that queue when it runs dry
+//! (carving a fresh node only if the queue is empty too), and prefetches for writing the node
+//! it will hand out a few connections later (its lines were last read by the remover, often
+//! on another core, so the publishing CAS waited for them). A recycled node is reused only
+//! after its grace period, exactly as memory returned to the allocator would be, so readers
+//! and inserters see nothing new. Free nodes are bounded by the nodes that were ever linked
+//! at once plus those in grace periods, plus the uncarved rest of each worker's last slab.
+//!
+//! Under `--cfg loom` every node is a `Box` of its own and nothing is recycled (retired nodes
+//! are kept until the table drops, which frees them and the linked ones).
 //!
 //! # Node layout
 //!
@@ -86,7 +97,9 @@ use crate::key::Key;
 use crate::nat::rewrite::{addr_delta, Rewrite4};
 use crate::tcp::TcpConn;
 
-use freeway_sync::chain::{self, Linked};
+#[cfg(loom)]
+use freeway_sync::chain;
+use freeway_sync::chain::Linked;
 pub use freeway_sync::reclaim::Guard;
 use freeway_sync::reclaim::Retired;
 
@@ -187,12 +200,7 @@ impl Drop for TcpLock<'_> {
 }
 
 impl Conn {
-    /// A new, unpublished connection.
-    pub fn new(key: Key, orig_lo: bool, kind: Kind, state: u8, status: u8, tcp: TcpConn, expires: Tick) -> Box<Conn> {
-        Box::new(Conn::value(key, orig_lo, kind, state, status, tcp, expires))
-    }
-
-    /// A new connection, by value (to be placed in a recycled node, [`NodeCache::alloc`]).
+    /// A new connection, by value (to be placed in a node, [`NodeCache::alloc`]).
     #[inline(always)]
     pub fn value(key: Key, orig_lo: bool, kind: Kind, state: u8, status: u8, tcp: TcpConn, expires: Tick) -> Conn {
         Conn {
@@ -399,12 +407,95 @@ unsafe impl Send for ConnPtr {}
 /// Most free nodes per chunk of the shared free-node queue.
 pub const RECYCLE_CHUNK: usize = 1024;
 
-/// Free nodes (unlinked, past their grace period), as chunks of raw `Box<Conn>` pointers.
-/// Shared by the table and the pending deferrals; frees what it still holds on drop.
+/// Nodes of a worker's first slab (see "Node memory" above); each next slab holds twice as
+/// many, up to [`SLAB_MAX`].
+pub const SLAB_MIN: usize = 64;
+
+/// Most nodes of a slab: 2 MiB of them, one huge page.
+pub const SLAB_MAX: usize = (2 << 20) / std::mem::size_of::<Conn>();
+
+// A node is never dropped in place: its memory is its slab's (or, under loom, its box's),
+// and reusing or forgetting a node must leak nothing.
+const _: () = assert!(!std::mem::needs_drop::<Conn>());
+
+/// An array of `len` nodes' memory, uninitialised until carved (non-loom builds only).
+#[cfg(not(loom))]
+struct Slab {
+    ptr: std::ptr::NonNull<Conn>,
+    len: usize,
+    /// The mapping of a huge-page slab (unmapped when dropped); `None`: from the allocator.
+    #[cfg(target_os = "linux")]
+    map: Option<memmap2::MmapMut>,
+}
+
+// SAFETY: a slab is plain memory owned by the free-node store; which thread frees it does not
+// matter.
+#[cfg(not(loom))]
+unsafe impl Send for Slab {}
+
+#[cfg(not(loom))]
+impl Slab {
+    /// A slab of `len` nodes (`len` at most [`SLAB_MAX`]); at [`SLAB_MAX`] on Linux, a 2 MiB
+    /// aligned mapping advised for huge pages (nodes handed to new connections are touched
+    /// in order, and a worker's busy nodes share a few TLB entries).
+    fn new(len: usize) -> Slab {
+        #[cfg(target_os = "linux")]
+        if len == SLAB_MAX {
+            if let Some((mut map, off)) = map_huge(len * std::mem::size_of::<Conn>()) {
+                // SAFETY: `off` is in the mapping, which holds `len` nodes from it; a mapping
+                // is not null.
+                let ptr = unsafe { std::ptr::NonNull::new_unchecked(map.as_mut_ptr().add(off).cast::<Conn>()) };
+                return Slab {
+                    ptr,
+                    len,
+                    map: Some(map),
+                };
+            }
+        }
+        let layout = std::alloc::Layout::array::<Conn>(len).expect("a slab's size fits");
+        // SAFETY: the layout is not zero-sized (`len` >= 1, a node is 128 bytes).
+        let raw = unsafe { std::alloc::alloc(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(raw.cast::<Conn>()) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        Slab {
+            ptr,
+            len,
+            #[cfg(target_os = "linux")]
+            map: None,
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Slab {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if self.map.is_some() {
+            // The mapping is unmapped when the field drops.
+            return;
+        }
+        // SAFETY: `ptr` came from `std::alloc::alloc` with this layout in `Slab::new`, freed
+        // once, here.
+        unsafe {
+            std::alloc::dealloc(
+                self.ptr.as_ptr().cast::<u8>(),
+                std::alloc::Layout::array::<Conn>(self.len).expect("a slab's size fits"),
+            );
+        }
+    }
+}
+
+/// The table's node memory: every slab its workers carved nodes from, and the free nodes
+/// (unlinked, past their grace period) as chunks of pointers. Shared by the table, the
+/// workers' caches and the pending deferrals; the slabs, with every node in them, are freed
+/// when the last of them drops it.
 #[derive(Default)]
 struct FreeNodes {
     #[cfg(not(loom))]
     q: crossbeam_queue::SegQueue<Vec<usize>>,
+    #[cfg(not(loom))]
+    slabs: std::sync::Mutex<Vec<Slab>>,
 }
 
 impl FreeNodes {
@@ -418,18 +509,14 @@ impl FreeNodes {
         #[cfg(loom)]
         let _ = v;
     }
-}
 
-#[cfg(not(loom))]
-impl Drop for FreeNodes {
-    fn drop(&mut self) {
-        while let Some(v) = self.q.pop() {
-            for p in v {
-                // SAFETY: each pointer came from `Box::into_raw` of a node that was unlinked
-                // and whose grace period passed; it is in exactly one chunk, freed once.
-                drop(unsafe { Box::from_raw(p as *mut Conn) });
-            }
+    /// Queues free nodes in chunks of at most [`RECYCLE_CHUNK`].
+    fn push_chunked(&self, mut nodes: Vec<usize>) {
+        while nodes.len() > RECYCLE_CHUNK {
+            let tail = nodes.split_off(nodes.len() - RECYCLE_CHUNK);
+            self.push(tail);
         }
+        self.push(nodes);
     }
 }
 
@@ -438,62 +525,163 @@ impl Drop for FreeNodes {
 #[cfg(not(loom))]
 const PREFETCH_NODES: usize = 4;
 
-/// A worker's private stack of free nodes (see "Node recycling" above). Not shared.
-#[derive(Default)]
-pub struct NodeCache {
-    free: Vec<usize>,
-    #[cfg(not(loom))]
-    shared: Option<std::sync::Arc<FreeNodes>>,
+/// An unpublished node, owned: placed by [`NodeCache::alloc`], then published with
+/// [`Table::insert`] or handed back with [`NodeCache::free`]. Dropping one forgets it (its
+/// memory stays in its slab, unused, until the table's nodes are freed; under loom the box
+/// is freed).
+pub struct NodeBox(std::ptr::NonNull<Conn>);
+
+impl NodeBox {
+    /// Gives up ownership: the node is now the table's (published) or its orphan's.
+    #[inline(always)]
+    pub(crate) fn into_raw(self) -> *mut Conn {
+        let p = self.0.as_ptr();
+        std::mem::forget(self);
+        p
+    }
 }
 
+impl std::ops::Deref for NodeBox {
+    type Target = Conn;
+    #[inline(always)]
+    fn deref(&self) -> &Conn {
+        // SAFETY: an initialised node owned by this box alone (unpublished).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl std::ops::DerefMut for NodeBox {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Conn {
+        // SAFETY: as in `deref`; `&mut self` makes this the only borrow.
+        unsafe { self.0.as_mut() }
+    }
+}
+
+impl Drop for NodeBox {
+    fn drop(&mut self) {
+        #[cfg(loom)]
+        // SAFETY: under loom every node comes from `Box::into_raw` in `NodeCache::alloc`, and
+        // this box owns it.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+/// A worker's node source (see "Node memory and recycling" above): its private stack of
+/// free nodes and the rest of its current slab. Not shared.
+pub struct NodeCache {
+    #[cfg(not(loom))]
+    free: Vec<usize>,
+    shared: std::sync::Arc<FreeNodes>,
+    /// The next uncarved node of the current slab, and its end.
+    #[cfg(not(loom))]
+    carve: *mut Conn,
+    #[cfg(not(loom))]
+    carve_end: *mut Conn,
+    /// Nodes of the next slab.
+    #[cfg(not(loom))]
+    next_slab: usize,
+}
+
+// SAFETY: the free nodes and the uncarved rest of the slab are owned by this cache alone, in
+// memory the shared store keeps alive (its `Arc` is held here); nothing is bound to a thread.
+unsafe impl Send for NodeCache {}
+
 impl NodeCache {
-    /// Places `c` in a free node (a recycled one when there is one) as an unpublished box.
+    /// Places `c` in a free node: a recycled one when there is one, else a fresh one carved
+    /// from the worker's slab.
     #[inline]
-    pub fn alloc(&mut self, c: Conn) -> Box<Conn> {
+    pub fn alloc(&mut self, c: Conn) -> NodeBox {
         #[cfg(not(loom))]
         {
             if self.free.is_empty() {
                 // An empty queue is seen by two loads (a failed pop costs several times that):
                 // a worker creating connections faster than the remover frees them asks the
                 // queue on every node.
-                let shared = self.shared.as_ref().filter(|s| !s.q.is_empty());
-                if let Some(v) = shared.and_then(|s| s.q.pop()) {
-                    self.free = v;
+                if !self.shared.q.is_empty() {
+                    if let Some(v) = self.shared.q.pop() {
+                        self.free = v;
+                    }
                 }
             }
-            if let Some(p) = self.free.pop() {
-                // The free node `PREFETCH_NODES` places down the stack will be a connection's
-                // a few connections from now: fetch its lines for writing, so that that
-                // publication's CAS does not wait for them (a recycled node was last touched
-                // by the remover, usually on another core, or not for a long while).
-                let ahead = self.free.len().checked_sub(PREFETCH_NODES);
-                if let Some(&next) = ahead.and_then(|i| self.free.get(i)) {
-                    prefetch_write(next as *const Conn);
+            let p = match self.free.pop() {
+                Some(p) => {
+                    // The free node `PREFETCH_NODES` places down the stack will be a
+                    // connection's a few connections from now: fetch its lines for writing,
+                    // so that that publication's CAS does not wait for them (a recycled node
+                    // was last touched by the remover, usually on another core, or not for a
+                    // long while).
+                    let ahead = self.free.len().checked_sub(PREFETCH_NODES);
+                    if let Some(&next) = ahead.and_then(|i| self.free.get(i)) {
+                        prefetch_write(next as *const Conn);
+                    }
+                    p as *mut Conn
                 }
-                let p = p as *mut Conn;
-                // SAFETY: `p` is a `Box<Conn>` allocation that was unlinked and whose grace
-                // period passed (invariant 2), now owned by this cache alone; `Conn` has no
-                // drop glue, so overwriting the stale value leaks nothing.
-                unsafe {
-                    p.write(c);
-                    return Box::from_raw(p);
-                }
+                None => self.carve(),
+            };
+            // SAFETY: `p` is a node of a live slab owned by this cache alone: recycled
+            // (unlinked, its grace period passed: invariant 2) or never used; `Conn` has no
+            // drop glue, so overwriting a stale value leaks nothing. Not null.
+            unsafe {
+                p.write(c);
+                NodeBox(std::ptr::NonNull::new_unchecked(p))
             }
         }
-        Box::new(c)
+        #[cfg(loom)]
+        {
+            let _ = &self.shared;
+            // SAFETY: `Box::into_raw` is never null.
+            NodeBox(unsafe { std::ptr::NonNull::new_unchecked(Box::into_raw(Box::new(c))) })
+        }
+    }
+
+    /// A fresh node's memory, from the current slab or a new one.
+    #[cfg(not(loom))]
+    #[inline(always)]
+    fn carve(&mut self) -> *mut Conn {
+        if self.carve == self.carve_end {
+            self.new_slab();
+        }
+        let p = self.carve;
+        // SAFETY: `carve < carve_end`, both in (or one past the end of) the same slab.
+        self.carve = unsafe { p.add(1) };
+        p
+    }
+
+    #[cfg(not(loom))]
+    #[cold]
+    #[inline(never)]
+    fn new_slab(&mut self) {
+        let len = self.next_slab;
+        self.next_slab = (len * 2).min(SLAB_MAX);
+        let slab = Slab::new(len);
+        self.carve = slab.ptr.as_ptr();
+        // SAFETY: the slab holds `len` nodes.
+        self.carve_end = unsafe { self.carve.add(len) };
+        self.shared.slabs.lock().unwrap_or_else(|e| e.into_inner()).push(slab);
+    }
+
+    /// Takes back a node that was never published (its insert found the key taken): it is
+    /// the next one handed out.
+    #[inline]
+    pub fn free(&mut self, node: NodeBox) {
+        #[cfg(not(loom))]
+        self.free.push(node.into_raw() as usize);
+        #[cfg(loom)]
+        drop(node);
     }
 }
 
 impl Drop for NodeCache {
     fn drop(&mut self) {
+        // Under loom nothing is recycled: the stack is always empty and there is no slab.
         #[cfg(not(loom))]
-        if let Some(s) = &self.shared {
-            s.push(std::mem::take(&mut self.free));
-            return;
-        }
-        for p in self.free.drain(..) {
-            // SAFETY: as in `FreeNodes::drop`; the cache owns its free nodes.
-            drop(unsafe { Box::from_raw(p as *mut Conn) });
+        {
+            let mut free = std::mem::take(&mut self.free);
+            while self.carve != self.carve_end {
+                free.push(self.carve() as usize);
+            }
+            self.shared.push_chunked(free);
         }
     }
 }
@@ -544,13 +732,7 @@ impl Buckets {
         if bytes < Self::HUGE {
             return None;
         }
-        let mut map = memmap2::MmapMut::map_anon(bytes.checked_add(Self::HUGE)?).ok()?;
-        let base = map.as_ptr() as usize;
-        let off = base.next_multiple_of(Self::HUGE) - base;
-        // `[off, off + bytes)` lies inside the mapping (at most `HUGE - 1` bytes are skipped
-        // for the alignment). The advice is only a hint: its failure (THP off) leaves
-        // ordinary pages, so its result is ignored.
-        let _ = map.advise_range(memmap2::Advice::HugePage, off, bytes);
+        let (mut map, off) = map_huge(bytes)?;
         let buckets = &mut map[off..off + bytes];
         // Fault the pages in now, at creation, rather than on the first inserts: one write
         // per 4 KiB page (a huge page takes the first write of its 2 MiB). Zero keeps the
@@ -602,6 +784,21 @@ impl Drop for Buckets {
     }
 }
 
+/// An anonymous mapping with `bytes` at a 2 MiB-aligned offset in it, advised for
+/// transparent huge pages: the mapping and the offset. `None`: the mapping failed.
+#[cfg(all(target_os = "linux", not(loom)))]
+fn map_huge(bytes: usize) -> Option<(memmap2::MmapMut, usize)> {
+    const HUGE: usize = 2 << 20;
+    let map = memmap2::MmapMut::map_anon(bytes.checked_add(HUGE)?).ok()?;
+    let base = map.as_ptr() as usize;
+    let off = base.next_multiple_of(HUGE) - base;
+    // `[off, off + bytes)` lies inside the mapping (at most `HUGE - 1` bytes are skipped for
+    // the alignment). The advice is only a hint: its failure (THP off) leaves ordinary pages,
+    // so its result is ignored.
+    let _ = map.advise_range(memmap2::Advice::HugePage, off, bytes);
+    Some((map, off))
+}
+
 /// The table.
 pub struct Table {
     buckets: Buckets,
@@ -633,9 +830,15 @@ impl Table {
     /// A worker's cache of free nodes, fed by this table's recycled nodes.
     pub fn node_cache(&self) -> NodeCache {
         NodeCache {
-            free: Vec::new(),
             #[cfg(not(loom))]
-            shared: Some(self.free.clone()),
+            free: Vec::new(),
+            shared: self.free.clone(),
+            #[cfg(not(loom))]
+            carve: std::ptr::null_mut(),
+            #[cfg(not(loom))]
+            carve_end: std::ptr::null_mut(),
+            #[cfg(not(loom))]
+            next_slab: SLAB_MIN,
         }
     }
 
@@ -696,16 +899,16 @@ impl Table {
 
     /// Inserts `node` unless its key is present; on a duplicate, returns the node back with
     /// the connection already in the table. Lock-free; any thread.
-    pub fn insert<'g>(&'g self, node: Box<Conn>, hash: u64, g: &'g Guard) -> Result<&'g Conn, (Box<Conn>, &'g Conn)> {
+    pub fn insert<'g>(&'g self, node: NodeBox, hash: u64, g: &'g Guard) -> Result<&'g Conn, (NodeBox, &'g Conn)> {
         let b = self.bucket(hash);
-        let raw = Box::into_raw(node);
+        let raw = node.into_raw();
         let mut head = b.load(Ordering::Acquire);
         loop {
             // SAFETY: `raw` is ours and unpublished.
             let key = unsafe { &(*raw).key };
             if let Some(existing) = Self::scan(head, key, g) {
-                // SAFETY: `raw` came from `Box::into_raw` above and was never published.
-                return Err((unsafe { Box::from_raw(raw) }, existing));
+                // SAFETY: `raw` came from `NodeBox::into_raw` above and was never published.
+                return Err((NodeBox(unsafe { std::ptr::NonNull::new_unchecked(raw) }), existing));
             }
             // SAFETY: unpublished: no other thread can see `raw` yet.
             unsafe { (*raw).next.store(head, Ordering::Relaxed) };
@@ -775,7 +978,7 @@ impl Table {
     /// points to (the twin of an orphaned reply node), to `batch`.
     ///
     /// # Safety
-    /// `p` must be a boxed node of this table that was never linked, retired once.
+    /// `p` must be a node of this table that was never linked, retired once.
     pub unsafe fn retire_unpublished(&self, p: *const Conn, batch: &mut RetireBatch) {
         batch.nodes.push(p as usize);
     }
@@ -807,19 +1010,17 @@ impl Table {
         // The epoch runs the closure after every current reader is gone. It only moves
         // pointers, so whichever thread runs it (often a worker's pin) pays a few pushes,
         // never a free.
-        let recycle = move |mut nodes: Vec<usize>| {
-            while nodes.len() > RECYCLE_CHUNK {
-                let tail = nodes.split_off(nodes.len() - RECYCLE_CHUNK);
-                free.push(tail);
-            }
-            free.push(nodes);
-        };
-        // SAFETY: only `unlink` adds to a `RetireBatch`: each node is a boxed `Conn` of this
-        // table, unlinked (unreachable for new readers) and retired once.
+        let recycle = move |nodes: Vec<usize>| free.push_chunked(nodes);
+        // SAFETY: only `unlink` and `retire_unpublished` add to a `RetireBatch`: each node is
+        // a `Conn` of this table (under loom, the boxed one `Retired` frees), unlinked
+        // (unreachable for new readers) and retired once.
         unsafe { self.retired.retire_batch(nodes, g, recycle) }
     }
 }
 
+/// Under loom, frees the linked nodes and the twins of linked orphans (each a box of its own).
+/// Otherwise there is nothing to do: every node is in a slab, freed with the free-node store.
+#[cfg(loom)]
 impl Drop for Table {
     fn drop(&mut self) {
         // The never-published twins of orphaned reply nodes still linked: an orphan is a
@@ -869,10 +1070,10 @@ mod tests {
     }
 
     /// Inserts a fresh UDP connection for `key(i)`; returns it.
-    fn insert_udp<'g>(t: &'g Table, i: u16, g: &'g Guard) -> *const Conn {
+    fn insert_udp<'g>(t: &'g Table, nodes: &mut NodeCache, i: u16, g: &'g Guard) -> *const Conn {
         let k = key(i);
         t.insert(
-            Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7),
+            nodes.alloc(Conn::value(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7)),
             t.hash(&k),
             g,
         )
@@ -895,7 +1096,7 @@ mod tests {
             let g = pin();
             let mut batch = RetireBatch::default();
             for i in 0..10 {
-                let c = insert_udp(&t, i, &g);
+                let c = insert_udp(&t, &mut cache, i, &g);
                 // SAFETY: single remover (this thread), each node unlinked once, batch retired
                 // in this table.
                 assert!(unsafe { t.unlink(c, &g, &mut batch) });
@@ -926,6 +1127,68 @@ mod tests {
     }
 
     #[test]
+    fn fresh_nodes_are_carved_from_growing_slabs_and_the_rest_is_recycled() {
+        let t = Table::new(16, 5);
+        let mut cache = t.node_cache();
+        // Enough nodes for slabs of SLAB_MIN, 2 * SLAB_MIN, ... up to the first of SLAB_MAX.
+        let mut slabs = 0;
+        let mut carved = 0;
+        let mut len = SLAB_MIN;
+        while len < SLAB_MAX {
+            carved += len;
+            slabs += 1;
+            len = (len * 2).min(SLAB_MAX);
+        }
+        carved += 1;
+        let mut seen = std::collections::HashSet::new();
+        let mut prev: Option<*const Conn> = None;
+        let mut steps = 0;
+        for i in 0..carved {
+            let n = cache.alloc(Conn::value(
+                key(i as u16),
+                true,
+                Kind::Udp,
+                0,
+                0,
+                TcpConn::default(),
+                i as u64,
+            ));
+            assert_eq!(n.expires(), i as u64);
+            let p = &*n as *const Conn;
+            assert_eq!(p as usize % 64, 0, "aligned");
+            assert!(seen.insert(p as usize), "each fresh node is new");
+            // Forgotten: its memory stays in its slab.
+            drop(n);
+            if prev.is_some_and(|q| q.wrapping_add(1) != p) {
+                steps += 1;
+            }
+            prev = Some(p);
+        }
+        let held = t.free.slabs.lock().unwrap();
+        assert_eq!(held.len(), slabs + 1, "one slab more than the filled ones");
+        assert_eq!(steps, slabs, "nodes of a slab are consecutive");
+        let last = held.last().unwrap();
+        assert_eq!(last.len, SLAB_MAX);
+        #[cfg(target_os = "linux")]
+        {
+            assert!(last.map.is_some(), "the largest slabs are mapped");
+            assert_eq!(last.ptr.as_ptr() as usize % (2 << 20), 0, "2 MiB aligned");
+        }
+        drop(held);
+        drop(cache);
+        // The uncarved rest of the last slab went to the free-node queue.
+        let mut rest = 0;
+        while let Some(v) = t.free.q.pop() {
+            assert!(v.len() <= RECYCLE_CHUNK);
+            for p in v {
+                assert!(seen.insert(p), "an uncarved node was not handed out");
+                rest += 1;
+            }
+        }
+        assert_eq!(rest, SLAB_MAX - 1);
+    }
+
+    #[test]
     fn large_bucket_arrays_are_mapped_aligned_and_null() {
         // 2 MiB of buckets: a huge-page mapping on Linux.
         let n = (2 << 20) / std::mem::size_of::<AtomicPtr<Conn>>();
@@ -939,8 +1202,9 @@ mod tests {
         assert!(t.buckets.iter().all(|b| b.load(Ordering::Relaxed).is_null()));
         let g = pin();
         let mut ptrs = Vec::new();
+        let mut nodes = t.node_cache();
         for i in 0..1000 {
-            ptrs.push(insert_udp(&t, i, &g));
+            ptrs.push(insert_udp(&t, &mut nodes, i, &g));
         }
         for i in 0..1000 {
             assert!(t.lookup(&key(i), t.hash(&key(i)), &g).is_some());
@@ -960,22 +1224,38 @@ mod tests {
     fn insert_lookup_duplicate_remove_in_one_chain() {
         let t = Table::new(1, 5);
         let g = pin();
+        let mut nodes = t.node_cache();
         let mut ptrs = Vec::new();
         for i in 0..100 {
             let k = key(i);
             let h = t.hash(&k);
             let c = t
-                .insert(Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7), h, &g)
+                .insert(
+                    nodes.alloc(Conn::value(k, true, Kind::Udp, 0, 0, TcpConn::default(), 7)),
+                    h,
+                    &g,
+                )
                 .ok()
                 .unwrap();
             ptrs.push(c as *const Conn);
         }
         let k = key(5);
         let h = t.hash(&k);
-        let (_back, existing) = t
-            .insert(Conn::new(k, true, Kind::Udp, 0, 0, TcpConn::default(), 9), h, &g)
+        let (back, existing) = t
+            .insert(
+                nodes.alloc(Conn::value(k, true, Kind::Udp, 0, 0, TcpConn::default(), 9)),
+                h,
+                &g,
+            )
             .err()
             .unwrap();
+        let back_at = &*back as *const Conn;
+        nodes.free(back);
+        let again = nodes.alloc(Conn::value(key(200), true, Kind::Udp, 0, 0, TcpConn::default(), 9));
+        assert_eq!(
+            &*again as *const Conn, back_at,
+            "a node handed back is the next one out"
+        );
         assert_eq!(
             existing.expires(),
             7,
