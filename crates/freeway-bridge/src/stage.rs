@@ -36,7 +36,7 @@ use freeway_sync::{CachePadded, Counter, Published, Tick, TokenBucket};
 use crate::fdb::{Fdb, FdbWriter, LearnRequest};
 use crate::layout::{Layout, Padded};
 use crate::mdb::{self, McastFrame, Mdb, MdbRequest, PortSet};
-use crate::table::{key, Guard, Node, Table};
+use crate::table::{addr_words, key_of_word, unkey, Guard, Node, Table, GROUP_BIT};
 use crate::vlan::PortVlan;
 
 /// Where the stage sends packets. Implemented by the worker's per-port transmit batches.
@@ -870,14 +870,13 @@ impl<'g, 'w, 'l, L: Layout> Pass<'g, 'w, 'l, L> {
     #[inline(always)]
     fn frame(&mut self, i: usize, p: &mut Packet, ing: &mut Option<Ingress<'g>>) -> u16 {
         let c = self.c;
-        // One bounds check for both addresses.
-        let Some(&[d0, d1, d2, d3, d4, d5, s0, s1, s2, s3, s4, s5]) = p.data().first_chunk::<12>() else {
+        // One bounds check for both addresses, each read as one word (see `addr_words`).
+        let Some(head) = p.data().first_chunk::<12>() else {
             c.drop_bad_port.inc();
             return DROP;
         };
-        let dst = [d0, d1, d2, d3, d4, d5];
-        let src = [s0, s1, s2, s3, s4, s5];
-        if src[0] & 1 != 0 {
+        let (dst_w, src_w) = addr_words(head);
+        if src_w & GROUP_BIT != 0 {
             c.drop_src_multicast.inc();
             return DROP;
         }
@@ -905,13 +904,13 @@ impl<'g, 'w, 'l, L: Layout> Pass<'g, 'w, 'l, L> {
             return DROP;
         };
         if cur.learn {
-            let sk = key(src, vid);
+            let sk = key_of_word(src_w, vid);
             if sk != self.learned {
                 self.learn_source(in_port, sk);
             }
         }
-        if dst[0] & 1 == 0 {
-            let dk = key(dst, vid);
+        if dst_w & GROUP_BIT == 0 {
+            let dk = key_of_word(dst_w, vid);
             if dk == self.known.0 {
                 let (_, o, tagged) = self.known;
                 return self.send_known(p, o, tagged, vid, tag);
@@ -920,7 +919,11 @@ impl<'g, 'w, 'l, L: Layout> Pass<'g, 'w, 'l, L> {
                 return f;
             }
             c.unknown_unicast.inc();
-        } else if is_link_local(&dst) && !Bridge::<L>::forwards_link_local(cur.bp.group_fwd, dst[5]) {
+        }
+        // A group or unknown destination: its bytes, for the rarer paths below.
+        let dst = unkey(dst_w).0;
+        if dst_w & GROUP_BIT != 0 && is_link_local(&dst) && !Bridge::<L>::forwards_link_local(cur.bp.group_fwd, dst[5])
+        {
             self.link_local(cur, dst[5]);
             return DROP;
         }
