@@ -17,8 +17,15 @@ pub(super) fn icmp4(s: &mut String, f: &Frame, l4: usize, len: usize) {
         s.push_str("ICMP [|icmp]");
         return;
     };
-    // A timestamp reply cut before its transmit time: tcpdump names nothing, not even ICMP.
-    if t == 14 && f.u32(l4 + 16).is_none() {
+    // A timestamp reply or router advertisement cut short (by the capture or by its own
+    // datagram's length): tcpdump names nothing, not even ICMP.
+    let cut = |n: usize| n > len || l4 + n > f.b.len();
+    let complete = match t {
+        9 => !cut(8) && (f.u8(l4 + 5) != Some(2) || !cut(8 + 8 * usize::from(f.u8(l4 + 4).unwrap_or(0)))),
+        14 => !cut(20),
+        _ => true,
+    };
+    if !complete {
         s.push_str(" [|icmp]");
         return;
     }
@@ -54,6 +61,7 @@ pub(super) fn icmp4(s: &mut String, f: &Frame, l4: usize, len: usize) {
             0 => write!(s, "parameter problem - octet {}", f.u8(l4 + 4).unwrap_or(0)),
             c => write!(s, "parameter problem - code {c}"),
         },
+        9 => router_advertisement(s, f, l4),
         13 => write!(s, "time stamp query id {id} seq {seq}"),
         14 => {
             let ts = |at: usize| tstamp(f.u32(at).unwrap_or(0));
@@ -74,6 +82,29 @@ pub(super) fn icmp4(s: &mut String, f: &Frame, l4: usize, len: usize) {
         t => write!(s, "type-#{t}"),
     };
     let _ = write!(s, ", length {len}");
+}
+
+/// The rest of an ICMP router advertisement at `l4` (complete: checked by the caller): its
+/// lifetime, and its addresses with their preferences when each entry is 2 words long.
+fn router_advertisement(s: &mut String, f: &Frame, l4: usize) -> std::fmt::Result {
+    let life = u32::from(f.u16(l4 + 6).unwrap_or(0));
+    let n = f.u8(l4 + 4).unwrap_or(0);
+    let size = f.u8(l4 + 5).unwrap_or(0);
+    s.push_str("router advertisement lifetime ");
+    let _ = match life {
+        0..=59 => write!(s, "{life}"),
+        60..=3599 => write!(s, "{}:{:02}", life / 60, life % 60),
+        _ => write!(s, "{}:{:02}:{:02}", life / 3600, life % 3600 / 60, life % 60),
+    };
+    let _ = write!(s, " {n}:");
+    if size != 2 {
+        return write!(s, " [size {size}]");
+    }
+    for e in (0..usize::from(n)).map(|i| l4 + 8 + 8 * i) {
+        let addr = f.v4(e).map(|a| a.to_string()).unwrap_or_default();
+        let _ = write!(s, " {{{addr} {}}}", f.u32(e + 4).unwrap_or(0));
+    }
+    Ok(())
 }
 
 /// A timestamp (milliseconds since midnight UT) as tcpdump prints it: `hh:mm:ss.mmm`, the
