@@ -1,6 +1,8 @@
 """Hand-made frames for the decoder's corpus (crates/freeway/tests/decode/synthetic.pcap):
-what real traffic between two hosts rarely shows (ICMP errors of every kind, VLAN and QinQ
-tags, IPv6 extension headers and fragments, IGMP, MLD, STP, malformed and cut frames).
+what real traffic between two hosts rarely shows (ICMP errors of every kind and codes tcpdump
+does not name, ICMP timestamp replies and router advertisements, Mobile IPv6 and router
+renumbering, VLAN and QinQ tags, IPv6 extension headers and fragments, IGMP, MLD, STP,
+malformed and cut frames).
 Usage: python3 scripts/decode-corpus.py OUT.pcap"""
 import struct, sys
 
@@ -96,6 +98,24 @@ frames.append(eth('01:80:c2:00:00:00', A, 0x0026, bytes([0x42, 0x42, 0x03]) + by
 frames.append(eth(B, A, 0x0806, bytes(28)))
 frames.append(eth(B, A, 0x86dd, ip6('fd09::1', 'fd09::2', 59, b'')))
 
+# ICMPv6 destination unreachables of codes tcpdump does not name (it dumps the message, and
+# gives no length), router renumbering results, Mobile IPv6's home agent discovery and mobile
+# prefix messages; ICMP timestamp replies, whole and cut short.
+for c in (5, 6, 200):
+    frames.append(eth(B, A, 0x86dd, ip6('fd09::fe', 'fd09::1', 58, icmp6(1, c, b'\0'*4, inner6))))
+for c in (1, 2, 255):
+    frames.append(eth(B, A, 0x86dd, ip6('fd09::fe', 'fd09::1', 58, icmp6(138, c, struct.pack('!I', 7), bytes(8)))))
+for t in (144, 145, 146, 147):
+    frames.append(eth(B, A, 0x86dd, ip6('fd09::fe', 'fd09::1', 58, icmp6(t, 0, struct.pack('!HH', 0x1234, 0), bytes(8)))))
+for times in (struct.pack('!III', 86399999, 0, 3600000), struct.pack('!II', 1, 2)):
+    frames.append(eth(B, A, 0x0800, ip4('10.9.0.1', '10.9.0.2', 1, icmp(14, 0, struct.pack('!HH', 3, 9), times))))
+# A timestamp reply whose datagram ends before its times, in a padded frame.
+frames.append(eth(B, A, 0x0800, ip4('10.9.0.1', '10.9.0.2', 1, icmp(14, 0, struct.pack('!HH', 3, 9), bytes(4))) + bytes(12)))
+# ICMP router advertisements: two addresses (a preference of -5), entries of 3 words, one
+# address short of the count.
+ra = struct.pack('!4sI', bytes([10, 9, 0, 1]), 0) + struct.pack('!4si', bytes([10, 9, 0, 2]), -5)
+for n, size, life in ((2, 2, 7200), (1, 3, 61), (3, 2, 1800)):
+    frames.append(eth('01:00:5e:00:00:01', A, 0x0800, ip4('10.9.0.1', '224.0.0.1', 1, icmp(9, 0, struct.pack('!BBH', n, size, life), ra), ttl=1)))
 out = open(sys.argv[1], 'wb')
 out.write(struct.pack('<IHHiIII', 0xa1b2c3d4, 2, 4, 0, 0, 262144, 1))
 for i, f in enumerate(frames):

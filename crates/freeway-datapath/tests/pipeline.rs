@@ -465,10 +465,11 @@ fn arp_requests_for_the_router_are_answered_and_flooded() {
 #[test]
 fn packets_wait_for_arp_resolution_and_then_go_out() {
     let d = TempDir::new("pipeline-resolve");
-    const N: u16 = 3; // the pending queue keeps 3 per neighbour
+    // As many as the pending queue keeps per neighbour: all of them wait, then go out.
+    let n = u16::try_from(freeway_l3::stage::L3Config::default().pending_per_neigh).unwrap();
     let target = Ipv4Addr::new(10, 0, 20, 8);
     let target_mac = [0x02, 0, 0, 0, 0x20, 0x08];
-    let input: Vec<Vec<u8>> = (0..N).map(|i| udp4(from_lan(target), 1024, 5001, 64, i)).collect();
+    let input: Vec<Vec<u8>> = (0..n).map(|i| udp4(from_lan(target), 1024, 5001, 64, i)).collect();
     // The neighbour's answer, read from wan after lan's first batch (lan is port 0).
     let body = arp_body(2, target_mac, target, ROUTER, Ipv4Addr::new(10, 0, 20, 1));
     let reply = eth(ROUTER, target_mac, 0x0806, &body);
@@ -478,7 +479,7 @@ fn packets_wait_for_arp_resolution_and_then_go_out() {
     let res = run_lan_wan([Some(&lan_in), None], [Some(&wan_in), Some(&wan_out)], "");
 
     let out = read_pcap(&wan_out);
-    assert_eq!(out.len(), 1 + usize::from(N), "{out:02x?}");
+    assert_eq!(out.len(), 1 + usize::from(n), "{out:02x?}");
     // First the broadcast request, from the wan interface's address.
     let req = arp_body(1, ROUTER, Ipv4Addr::new(10, 0, 20, 1), [0; 6], target);
     assert_eq!(out[0][0..6], BCAST);
@@ -492,9 +493,9 @@ fn packets_wait_for_arp_resolution_and_then_go_out() {
     let s = l3(&res);
     assert_eq!(s.arp_requests_tx, 1, "{s:?}");
     assert_eq!(s.arp_replies_rx, 1, "{s:?}");
-    assert_eq!(s.pending_queued, u64::from(N), "{s:?}");
-    assert_eq!(s.pending_sent, u64::from(N), "{s:?}");
-    assert_eq!(s.forwarded_v4, u64::from(N), "{s:?}");
+    assert_eq!(s.pending_queued, u64::from(n), "{s:?}");
+    assert_eq!(s.pending_sent, u64::from(n), "{s:?}");
+    assert_eq!(s.forwarded_v4, u64::from(n), "{s:?}");
     assert_neigh_line(&res, "10.0.20.8 dev wan lladdr 02:00:00:00:20:08 REACHABLE");
 }
 

@@ -75,7 +75,11 @@ pub struct L3Config {
     pub icmp_rate: u32,
     /// ICMP error burst per worker.
     pub icmp_burst: u32,
-    /// Packets kept per unresolved neighbour (the oldest is dropped beyond).
+    /// Packets kept per unresolved neighbour (the oldest is dropped beyond). The default, 16,
+    /// holds a stream of 50 packets a second through 320 ms of resolution (the request, the
+    /// answer, the neighbour writer's publication, the worker's next poll: 110 ms measured on
+    /// two cores at a load average of 30). Linux's `unres_qlen_bytes` holds about 100 full
+    /// frames; 3, Linux's count before 3.3, lost such a stream's packets on a loaded host.
     pub pending_per_neigh: usize,
     /// Packets kept in all (new ones are dropped beyond); also the most neighbours resolved at
     /// once by one worker.
@@ -94,7 +98,7 @@ impl Default for L3Config {
         L3Config {
             icmp_rate: 100,
             icmp_burst: 50,
-            pending_per_neigh: 3,
+            pending_per_neigh: 16,
             pending_total: 64,
             pending_timeout_ms: 3_000,
             retrans_ms: 1_000,

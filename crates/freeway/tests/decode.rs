@@ -3,7 +3,8 @@
 //! ARP, ping and a fragmented ping, IPv6 neighbour discovery and MLD, TCP over IPv4 and IPv6
 //! with their options, UDP, port unreachables, a reset, a fragmented UDP datagram; recorded by
 //! `scripts/decode-corpus.sh`) and `tests/decode/synthetic.pcap` (every ICMP and ICMPv6
-//! error, VLAN and QinQ tags, IPv6 extension headers and fragments, IGMP, MLD, STP, cut and
+//! error, codes tcpdump does not name, timestamp replies, router advertisements, Mobile
+//! IPv6's and router renumbering's messages, VLAN and QinQ tags, IPv6 extension headers and fragments, IGMP, MLD, STP, cut and
 //! malformed frames; written by `scripts/decode-corpus.py`).
 //!
 //! Needs tcpdump: without it each test prints a loud SKIPPED line, and fails under CI.

@@ -113,7 +113,8 @@ fn route_and_fdb_changes_through_ctl_while_traffic_flows() {
     need_root!();
     let mut bed = Bed::up("ctl");
     // h1 in 10.1.0.0/24 (VLAN 10); h2 and h3 in 10.2.0.0/24 (VLAN 20). Both h2 and h3 own the
-    // service address 10.9.0.1; the route to 10.9.0.0/24 decides which one answers.
+    // service address 10.9.0.1; the route to 10.9.0.0/24 decides which one answers. h3 answers
+    // with a TTL of 32 (h2 with Linux's 64), so each reply that ping prints names its host.
     for (h, cmd) in [
         ("h1", "ip addr flush dev eth0 && ip addr add 10.1.0.2/24 dev eth0 && ip route add default via 10.1.0.1"),
         (
@@ -122,7 +123,8 @@ fn route_and_fdb_changes_through_ctl_while_traffic_flows() {
         ),
         (
             "h3",
-            "ip addr flush dev eth0 && ip addr add 10.2.0.3/24 dev eth0 && ip route add default via 10.2.0.1 && ip addr add 10.9.0.1/32 dev lo",
+            "ip addr flush dev eth0 && ip addr add 10.2.0.3/24 dev eth0 && ip route add default via 10.2.0.1 && ip addr add 10.9.0.1/32 dev lo \
+             && sysctl -qw net.ipv4.ip_default_ttl=32",
         ),
     ] {
         bed.sh_ok(h, cmd);
@@ -146,20 +148,27 @@ via = "10.2.0.2"
         "h1 reaches 10.9.0.1 (h2) through the router"
     );
 
-    // A steady ping stream; halfway through, the route moves to h3.
+    // A steady ping stream; once h2 has answered 25 of it, the route moves to h3, whose
+    // address nobody has resolved yet: the pings meanwhile wait in the router's pending queue.
+    // The move waits for h2's answers (frames the datapath received from h2), not for a time,
+    // so a slow start of ping on a loaded host leaves as many pings after it. Which host
+    // answered is read from each reply's TTL (63 from h2, 31 from h3, one hop routed), not
+    // from the frames the datapath sent each host: those also count what the bridge floods
+    // to both while it has yet to learn h3's MAC (learning is the FDB writer's, a moment
+    // after h3's ARP reply).
+    let h2_0 = bed.rx("h2");
     let stream = Command::new("ip")
         .args(["netns", "exec", &format!("fw-h1{}", bed.suffix)])
-        .args(["ping", "-q", "-i", "0.02", "-c", "150", "-W", "1", "10.9.0.1"])
+        .args(["ping", "-n", "-i", "0.02", "-c", "150", "-W", "1", "10.9.0.1"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1200));
-    let h2_a = bed.tx("h2");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while bed.rx("h2") - h2_0 < 25 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     bed.ctl(&["route", "replace", "10.9.0.0/24", "via", "10.2.0.3"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let (h2_b, h3_b) = (bed.tx("h2"), bed.tx("h3"));
     let out = stream.wait_with_output().unwrap();
-    let (h2_c, h3_c) = (bed.tx("h2"), bed.tx("h3"));
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let received: u64 = text
         .split(", ")
@@ -170,12 +179,33 @@ via = "10.2.0.2"
         "at most a few of 150 pings lost across the route change: {text}\ndrops: {}",
         bed.ctl(&["stats"])["data"]["drops"]
     );
-    assert!(h2_a > 20, "h2 answered before the change: {h2_a}");
-    assert!(
-        h3_c - h3_b >= 40,
-        "after the change the pings go to h3: {h3_b} -> {h3_c}"
+    // (icmp_seq, ttl) of every reply.
+    let replies: Vec<(u64, u64)> = text
+        .lines()
+        .filter(|l| l.contains(" bytes from 10.9.0.1: "))
+        .map(|l| {
+            let field = |k: &str| -> u64 {
+                l.split(' ')
+                    .find_map(|w| w.strip_prefix(k))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("{k} in {l:?}"))
+            };
+            (field("icmp_seq="), field("ttl="))
+        })
+        .collect();
+    let from = |ttl: u64| -> Vec<u64> { replies.iter().filter(|r| r.1 == ttl).map(|r| r.0).collect() };
+    let (by_h2, by_h3) = (from(63), from(31));
+    assert_eq!(
+        by_h2.len() + by_h3.len(),
+        replies.len(),
+        "every reply is h2's or h3's: {text}"
     );
-    assert!(h2_c - h2_b <= 3, "and no more to h2 (ARP at most): {h2_b} -> {h2_c}");
+    assert!(by_h2.len() >= 20, "h2 answered before the change: {text}");
+    assert!(by_h3.len() >= 40, "after the change the pings go to h3: {text}");
+    assert!(
+        by_h2.iter().max() < by_h3.iter().min(),
+        "and no more to h2: the route moved once, between two pings: {text}"
+    );
 
     // Delete the route: unreachable (and counted); add it back: reachable again.
     bed.ctl(&["route", "del", "10.9.0.0/24"]);

@@ -17,6 +17,18 @@ pub(super) fn icmp4(s: &mut String, f: &Frame, l4: usize, len: usize) {
         s.push_str("ICMP [|icmp]");
         return;
     };
+    // A timestamp reply or router advertisement cut short (by the capture or by its own
+    // datagram's length): tcpdump names nothing, not even ICMP.
+    let cut = |n: usize| n > len || l4 + n > f.b.len();
+    let complete = match t {
+        9 => !cut(8) && (f.u8(l4 + 5) != Some(2) || !cut(8 + 8 * usize::from(f.u8(l4 + 4).unwrap_or(0)))),
+        14 => !cut(20),
+        _ => true,
+    };
+    if !complete {
+        s.push_str(" [|icmp]");
+        return;
+    }
     s.push_str("ICMP ");
     let q = l4 + 8;
     let inner = quoted_v4(f, q);
@@ -49,7 +61,18 @@ pub(super) fn icmp4(s: &mut String, f: &Frame, l4: usize, len: usize) {
             0 => write!(s, "parameter problem - octet {}", f.u8(l4 + 4).unwrap_or(0)),
             c => write!(s, "parameter problem - code {c}"),
         },
+        9 => router_advertisement(s, f, l4),
         13 => write!(s, "time stamp query id {id} seq {seq}"),
+        14 => {
+            let ts = |at: usize| tstamp(f.u32(at).unwrap_or(0));
+            write!(
+                s,
+                "time stamp reply id {id} seq {seq}: org {}, recv {}, xmit {}",
+                ts(l4 + 8),
+                ts(l4 + 12),
+                ts(l4 + 16)
+            )
+        }
         18 => write!(s, "address mask is 0x{:08x}", f.u32(l4 + 8).unwrap_or(0)),
         4 => write!(s, "source quench"),
         10 => write!(s, "router solicitation"),
@@ -59,6 +82,36 @@ pub(super) fn icmp4(s: &mut String, f: &Frame, l4: usize, len: usize) {
         t => write!(s, "type-#{t}"),
     };
     let _ = write!(s, ", length {len}");
+}
+
+/// The rest of an ICMP router advertisement at `l4` (complete: checked by the caller): its
+/// lifetime, and its addresses with their preferences when each entry is 2 words long.
+fn router_advertisement(s: &mut String, f: &Frame, l4: usize) -> std::fmt::Result {
+    let life = u32::from(f.u16(l4 + 6).unwrap_or(0));
+    let n = f.u8(l4 + 4).unwrap_or(0);
+    let size = f.u8(l4 + 5).unwrap_or(0);
+    s.push_str("router advertisement lifetime ");
+    let _ = match life {
+        0..=59 => write!(s, "{life}"),
+        60..=3599 => write!(s, "{}:{:02}", life / 60, life % 60),
+        _ => write!(s, "{}:{:02}:{:02}", life / 3600, life % 3600 / 60, life % 60),
+    };
+    let _ = write!(s, " {n}:");
+    if size != 2 {
+        return write!(s, " [size {size}]");
+    }
+    for e in (0..usize::from(n)).map(|i| l4 + 8 + 8 * i) {
+        let addr = f.v4(e).map(|a| a.to_string()).unwrap_or_default();
+        let _ = write!(s, " {{{addr} {}}}", f.u32(e + 4).unwrap_or(0));
+    }
+    Ok(())
+}
+
+/// A timestamp (milliseconds since midnight UT) as tcpdump prints it: `hh:mm:ss.mmm`, the
+/// hours not wrapped at 24.
+fn tstamp(ms: u32) -> String {
+    let (h, m, sec, milli) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    format!("{h:02}:{m:02}:{sec:02}.{milli:03}")
 }
 
 /// An ICMP destination unreachable of code `c` at `l4`, about the quoted packet `inner`.
@@ -125,6 +178,10 @@ const ICMP6_NAMES: &[(u8, &str)] = &[
     (141, "inverse neighbor solicitation"),
     (142, "inverse neighbor advertisement"),
     (143, "multicast listener report v2"),
+    (144, "ha discovery request"),
+    (145, "ha discovery reply"),
+    (146, "mobile router solicitation"),
+    (147, "mobile router advertisement"),
     (200, "mtrace response"),
     (201, "mtrace message"),
 ];
@@ -152,6 +209,12 @@ pub(super) fn icmp6(s: &mut String, f: &Frame, l4: usize, len: usize) {
     };
     let _ = write!(s, "ICMP6, {name}");
     let _ = match t {
+        1 if c > 4 => {
+            // No length after an unknown code: tcpdump dumps the message instead.
+            let _ = write!(s, ", unknown unreach code ({c})");
+            dump(s, f, l4, len);
+            return;
+        }
         1 => icmp6_unreach(s, f, c, l4 + 8),
         2 => write!(s, ", mtu {}", f.u32(l4 + 4).unwrap_or(0)),
         3 => match c {
@@ -195,7 +258,22 @@ pub(super) fn icmp6(s: &mut String, f: &Frame, l4: usize, len: usize) {
                 write!(s, ", {} group record(s)", f.u16(l4 + 6).unwrap_or(0))
             }
         }
-        133 | 134 | 138..=142 => Ok(()),
+        138 => match c {
+            // A command's match-prefix and use-prefix parts are not decoded: it stays
+            // `router renumbering, length N`.
+            0 => Ok(()),
+            c => {
+                let _ = match c {
+                    1 => write!(s, ", result"),
+                    255 => write!(s, ", sequence number reset"),
+                    c => write!(s, ", code-#{c}"),
+                };
+                write!(s, ", seq={}", f.u32(l4 + 4).unwrap_or(0))
+            }
+        },
+        // Home agent discovery and mobile prefix solicitation carry an identifier.
+        144 | 146 => write!(s, ", id 0x{:04x}", f.u16(l4 + 4).unwrap_or(0)),
+        133 | 134 | 139..=142 | 145 | 147 => Ok(()),
         _ => {
             let _ = write!(s, ", length {len}");
             dump(s, f, l4, len);
@@ -205,7 +283,8 @@ pub(super) fn icmp6(s: &mut String, f: &Frame, l4: usize, len: usize) {
     let _ = write!(s, ", length {len}");
 }
 
-/// The rest of an ICMPv6 destination unreachable of code `c`, whose quoted packet is at `q`.
+/// The rest of an ICMPv6 destination unreachable of code `c` (0 to 4: the caller prints the
+/// others), whose quoted packet is at `q`.
 fn icmp6_unreach(s: &mut String, f: &Frame, c: u8, q: usize) -> std::fmt::Result {
     let qdst = v6_text(f, q + 24);
     match c {
@@ -213,7 +292,7 @@ fn icmp6_unreach(s: &mut String, f: &Frame, c: u8, q: usize) -> std::fmt::Result
         1 => write!(s, ",  unreachable prohibited {qdst}"),
         2 => write!(s, ", beyond scope {qdst}, source address {}", v6_text(f, q + 8)),
         3 => write!(s, ", unreachable address {qdst}"),
-        4 => match (f.u8(q + 6), f.u16(q + 40 + 2)) {
+        _ => match (f.u8(q + 6), f.u16(q + 40 + 2)) {
             (Some(6), Some(p)) => write!(s, ", unreachable port, {qdst} tcp port {p}"),
             (Some(17), Some(p)) => write!(s, ", unreachable port, {qdst} udp port {p}"),
             (pr, p) => write!(
@@ -223,7 +302,6 @@ fn icmp6_unreach(s: &mut String, f: &Frame, c: u8, q: usize) -> std::fmt::Result
                 p.unwrap_or(0)
             ),
         },
-        c => write!(s, ", unknown unreach code ({c})"),
     }
 }
 
