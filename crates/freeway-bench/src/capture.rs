@@ -35,7 +35,7 @@ use freeway_bridge::Padded;
 use freeway_capture::{Direction, Filter, LockedTaps, TapRegistry, TapSpec, TapStats, TapWriter, Taps, WriterOptions};
 use serde::Serialize;
 
-use crate::{bridge_config, check_runs, median, run_sampled, two_host_router, window, WARMUP};
+use crate::{bridge_config, check_runs, median, run_sampled, runs_text, two_host_router, window, WARMUP};
 use freeway_datapath::config;
 
 /// The scenarios, in the order they run.
@@ -404,7 +404,7 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             })
             .collect();
         let med = |f: fn(&CaptureRun) -> f64| median(&pick.iter().map(|x| f(x)).collect::<Vec<_>>());
-        let rs: Vec<String> = row.runs.iter().map(|x| format!("{x:.2}")).collect();
+        let rs = runs_text(row.runs.iter().copied(), 2);
         println!(
             "{:<8} {:<8} {:<9} {:>7} {:>12.2} {:>9} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8.0}  {}",
             row.topology,
@@ -419,7 +419,7 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             med(|x| x.written as f64),
             med(|x| x.dropped as f64),
             med(|x| x.swaps_per_sec),
-            rs.join(" ")
+            rs
         );
     }
     for t in &a.topology {

@@ -172,15 +172,8 @@ pub fn refcount(a: RefcountArgs) -> Result<(), String> {
     );
     let mut rows = Vec::new();
     for (k, t, m, r) in &results {
-        let runs: Vec<String> = m.iter().map(|x| format!("{x:.1}")).collect();
-        println!(
-            "{:<6} {:>7} {:>16.2} {:>14.3}  {}",
-            k,
-            t,
-            median(m),
-            median(r),
-            runs.join(" ")
-        );
+        let runs = runs_text(m.iter().copied(), 1);
+        println!("{:<6} {:>7} {:>16.2} {:>14.3}  {}", k, t, median(m), median(r), runs);
         rows.push(serde_json::json!({"kind": k, "threads": t, "median_mpairs_per_thread": median(m), "runs": m, "median_cas_retries_per_get": median(r)}));
     }
     for &t in &a.threads {
@@ -256,6 +249,13 @@ pub struct BridgeRow {
     pub runs_mpps_per_worker: Vec<f64>,
     /// Median per-worker rate relative to the same layout at the smallest worker count.
     pub scaling: f64,
+}
+
+/// Each run's value with `decimals` digits after the point, separated by spaces (the
+/// `runs` column of the benches' tables).
+pub(crate) fn runs_text(runs: impl IntoIterator<Item = f64>, decimals: usize) -> String {
+    let runs: Vec<String> = runs.into_iter().map(|x| format!("{x:.decimals$}")).collect();
+    runs.join(" ")
 }
 
 pub(crate) fn median(v: &[f64]) -> f64 {
@@ -493,14 +493,14 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
         "layout", "workers", "Mpps/worker", "scaling"
     );
     for r in &rows {
-        let rs: Vec<String> = r.runs_mpps_per_worker.iter().map(|x| format!("{x:.2}")).collect();
+        let rs = runs_text(r.runs_mpps_per_worker.iter().copied(), 2);
         println!(
             "{:<8} {:>7} {:>12.2} {:>8.0}%  {}",
             r.layout,
             r.workers,
             r.median_mpps_per_worker,
             r.scaling * 100.0,
-            rs.join(" ")
+            rs
         );
     }
     let mut ratios = Vec::new();
@@ -588,6 +588,13 @@ pub(crate) fn write_report(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn runs_text_rounds_each_run_and_separates_them_by_spaces() {
+        assert_eq!(super::runs_text([1.0, 2.345, 10.0], 2), "1.00 2.35 10.00");
+        assert_eq!(super::runs_text([1.4, 2.6], 0), "1 3");
+        assert_eq!(super::runs_text([], 1), "");
+    }
+
     #[test]
     fn a_report_carries_its_name_the_command_the_machine_and_its_fields() {
         let path = std::env::temp_dir().join(format!("freeway-bench-report-{}.json", std::process::id()));

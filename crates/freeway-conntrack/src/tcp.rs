@@ -23,6 +23,8 @@
 //! Threads: the tracker state of a connection ([`TcpConn`]) is only touched under that
 //! connection's own lock (see `table`); these functions are pure.
 
+use freeway_packet::build::tcp_flags::{ACK, FIN, PSH, RST, SYN, URG};
+
 use crate::extract::TcpSeg;
 use crate::InvalidReason;
 
@@ -67,13 +69,6 @@ use state::*;
 
 const IV: u8 = 10; // invalid
 const IG: u8 = 11; // ignore
-
-const FIN: u8 = 0x01;
-const SYN: u8 = 0x02;
-const RST: u8 = 0x04;
-const PSH: u8 = 0x08;
-const ACK: u8 = 0x10;
-const URG: u8 = 0x20;
 
 /// Segment kinds (rows of the transition table).
 const I_SYN: usize = 0;

@@ -162,14 +162,11 @@ fn unresolved_v6_gateway_is_resolved_by_ns_then_na() {
 
 #[test]
 fn pending_queue_is_bounded_and_times_out() {
-    let mut r = Rig::with(
-        L3Config {
-            pending_per_neigh: 3,
-            pending_total: 5,
-            ..Default::default()
-        },
-        NeighConfig::default(),
-    );
+    let mut r = Rig::with_l3(L3Config {
+        pending_per_neigh: 3,
+        pending_total: 5,
+        ..Default::default()
+    });
     r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 60), 4);
     assert_eq!(r.w.pending_len(), 3);
     assert_eq!(r.out.dropped, vec![L3Drop::PendingOverflow], "oldest made room");

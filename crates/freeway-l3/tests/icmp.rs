@@ -139,14 +139,11 @@ fn hop_limit_1_gets_time_exceeded_v6() {
 
 #[test]
 fn errors_are_rate_limited_with_a_burst() {
-    let mut r = Rig::with(
-        L3Config {
-            icmp_rate: 10,
-            icmp_burst: 5,
-            ..Default::default()
-        },
-        Default::default(),
-    );
+    let mut r = Rig::with_l3(L3Config {
+        icmp_rate: 10,
+        icmp_burst: 5,
+        ..Default::default()
+    });
     r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 1, 60), 20);
     let s = r.stats();
     assert_eq!((s.icmp_errors_tx, s.icmp_rate_limited), (5, 15));

@@ -64,7 +64,7 @@ fn fragmentation_needed_is_rate_limited_and_every_packet_counted() {
         icmp_burst: 2,
         ..L3Config::default()
     };
-    let mut r = Rig::with(cfg, Default::default());
+    let mut r = Rig::with_l3(cfg);
     with_statics(&mut r);
     r.rx_times(1, &udp_v4(1600, true), 5);
     let s = r.stats();

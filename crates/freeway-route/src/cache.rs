@@ -151,56 +151,44 @@ trait Family {
 struct V4;
 struct V6;
 
-impl Family for V4 {
-    type Addr = Ipv4Addr;
-    type Key = u32;
-    #[inline(always)]
-    fn key(a: Ipv4Addr) -> u32 {
-        u32::from(a)
-    }
-    #[inline(always)]
-    fn idx(key: u32, bits: u32) -> usize {
-        (key.wrapping_mul(0x9e37_79b1) >> (32 - bits)) as usize
-    }
-    #[inline(always)]
-    fn slots(c: &RouteCache) -> &[Slot<u32>] {
-        &c.v4
-    }
-    #[inline(always)]
-    fn slots_mut(c: &mut RouteCache) -> &mut [Slot<u32>] {
-        &mut c.v4
-    }
-    #[inline(always)]
-    fn fib_lookup<'g>(fib: &'g Fib, a: Ipv4Addr, guard: &'g Guard) -> Option<&'g NhGroup> {
-        fib.lookup_v4(a, guard)
-    }
+/// `impl Family` for a family: its marker, address and key types, the cache's slot field,
+/// the FIB lookup and the slot index of a key (`|key, bits| index`).
+macro_rules! family {
+    ($fam:ident, $addr:ty, $key:ty, $slots:ident, $lookup:ident, |$k:ident, $bits:ident| $idx:expr) => {
+        impl Family for $fam {
+            type Addr = $addr;
+            type Key = $key;
+            #[inline(always)]
+            fn key(a: $addr) -> $key {
+                <$key>::from(a)
+            }
+            #[inline(always)]
+            fn idx($k: $key, $bits: u32) -> usize {
+                $idx
+            }
+            #[inline(always)]
+            fn slots(c: &RouteCache) -> &[Slot<$key>] {
+                &c.$slots
+            }
+            #[inline(always)]
+            fn slots_mut(c: &mut RouteCache) -> &mut [Slot<$key>] {
+                &mut c.$slots
+            }
+            #[inline(always)]
+            fn fib_lookup<'g>(fib: &'g Fib, a: $addr, guard: &'g Guard) -> Option<&'g NhGroup> {
+                fib.$lookup(a, guard)
+            }
+        }
+    };
 }
 
-impl Family for V6 {
-    type Addr = Ipv6Addr;
-    type Key = u128;
-    #[inline(always)]
-    fn key(a: Ipv6Addr) -> u128 {
-        u128::from(a)
-    }
-    #[inline(always)]
-    fn idx(key: u128, bits: u32) -> usize {
-        let f = (key as u64) ^ ((key >> 64) as u64).rotate_left(29);
-        (f.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
-    }
-    #[inline(always)]
-    fn slots(c: &RouteCache) -> &[Slot<u128>] {
-        &c.v6
-    }
-    #[inline(always)]
-    fn slots_mut(c: &mut RouteCache) -> &mut [Slot<u128>] {
-        &mut c.v6
-    }
-    #[inline(always)]
-    fn fib_lookup<'g>(fib: &'g Fib, a: Ipv6Addr, guard: &'g Guard) -> Option<&'g NhGroup> {
-        fib.lookup_v6(a, guard)
-    }
-}
+family!(V4, Ipv4Addr, u32, v4, lookup_v4, |key, bits| {
+    (key.wrapping_mul(0x9e37_79b1) >> (32 - bits)) as usize
+});
+family!(V6, Ipv6Addr, u128, v6, lookup_v6, |key, bits| {
+    let f = (key as u64) ^ ((key >> 64) as u64).rotate_left(29);
+    (f.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+});
 
 impl RouteCache {
     /// A cache of `entries` slots per family (rounded up to a power of two, 16 ..= 2^20).

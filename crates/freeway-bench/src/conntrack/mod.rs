@@ -10,7 +10,7 @@ pub mod workload;
 
 use workload::{churn, large_table, ovs_workload, Teardown, Variant};
 
-use crate::{median, write_json};
+use crate::{median, runs_text, write_json};
 
 /// Which table runs the OVS workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -108,14 +108,10 @@ pub fn ovs(a: ConntrackArgs) -> Result<(), String> {
     );
     println!("variant      N   median ms  ns/packet/worker  runs");
     for r in &rows {
-        let runs: Vec<String> = r.runs_ms.iter().map(|m| format!("{m:.0}")).collect();
+        let runs = runs_text(r.runs_ms.iter().copied(), 0);
         println!(
             "{:<11} {:>2}  {:>10.1}  {:>16.1}  {}",
-            r.variant,
-            r.threads,
-            r.median_ms,
-            r.ns_per_packet,
-            runs.join(" ")
+            r.variant, r.threads, r.median_ms, r.ns_per_packet, runs
         );
     }
     write_json(a.json.as_deref(), &rows)
@@ -167,8 +163,8 @@ pub fn churn_cmd(a: ChurnArgs) -> Result<(), String> {
             per.push(r.conns_per_sec.iter().cloned().fold(f64::INFINITY, f64::min));
             all.push(r);
         }
-        let runs: Vec<String> = per.iter().map(|v| format!("{:.2}", v / 1e6)).collect();
-        println!("{n:>7}  {:>22.2} M  {}", median(&per) / 1e6, runs.join(" "));
+        let runs = runs_text(per.iter().map(|v| v / 1e6), 2);
+        println!("{n:>7}  {:>22.2} M  {}", median(&per) / 1e6, runs);
     }
     write_json(a.json.as_deref(), &all)
 }
@@ -216,13 +212,8 @@ pub fn table_cmd(a: TableArgs) -> Result<(), String> {
             pre.push(r.preload_ms);
             all.push(r);
         }
-        let runs: Vec<String> = per.iter().map(|v| format!("{:.2}", v / 1e6)).collect();
-        println!(
-            "{n:>7}  {:>18.2}  {:>10.0}  {}",
-            median(&per) / 1e6,
-            median(&pre),
-            runs.join(" ")
-        );
+        let runs = runs_text(per.iter().map(|v| v / 1e6), 2);
+        println!("{n:>7}  {:>18.2}  {:>10.0}  {}", median(&per) / 1e6, median(&pre), runs);
     }
     write_json(a.json.as_deref(), &all)
 }

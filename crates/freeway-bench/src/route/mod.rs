@@ -12,7 +12,7 @@ pub mod lookup;
 use bgp::BgpConfig;
 use lookup::{build, run_lookups, Family, LookupConfig, LookupResult, Pattern};
 
-use crate::{median, write_json};
+use crate::{median, runs_text, write_json};
 
 /// `bench route`.
 #[derive(Args, Clone)]
@@ -114,11 +114,11 @@ pub fn route(a: RouteArgs) -> Result<(), String> {
                     "-".into()
                 };
                 medians.push((name, threads, mode, m));
-                let runs: Vec<String> = per.iter().map(|v| format!("{v:.1}")).collect();
+                let runs = runs_text(per.iter().copied(), 1);
                 println!(
                     "{name:<10} {threads:>7}  {mode:<10}  {m:>18.1}  {:>9.1}  {hits:>10}  {}",
                     1e3 / m,
-                    runs.join(" ")
+                    runs
                 );
             }
         }

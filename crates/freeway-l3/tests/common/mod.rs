@@ -139,7 +139,12 @@ impl Rig {
     }
 
     pub fn new() -> Rig {
-        Rig::with(L3Config::default(), NeighConfig::default())
+        Rig::with_l3(L3Config::default())
+    }
+
+    /// A rig whose router has `cfg`, with the default neighbour table.
+    pub fn with_l3(cfg: L3Config) -> Rig {
+        Rig::with(cfg, NeighConfig::default())
     }
 
     pub fn with(cfg: L3Config, ncfg: NeighConfig) -> Rig {
