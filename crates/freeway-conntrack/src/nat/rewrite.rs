@@ -167,6 +167,20 @@ fn words(x: u32) -> u32 {
     (x >> 16) + (x & 0xffff)
 }
 
+/// The fixed-size view of the IPv4 header at `l3` of `f`, when a transport header of `N` bytes
+/// lies whole after it at `l4` (as parsing makes it), before the datagram's end; `None`
+/// otherwise. The one bounds check of the fast rewrites.
+#[inline(always)]
+fn ipv4_view<const N: usize>(f: &mut [u8], l3: usize, l4: usize) -> Option<&mut [u8; 20]> {
+    let len = f.len();
+    let ip: &mut [u8; 20] = f.get_mut(l3..)?.first_chunk_mut()?;
+    let end = (l3 + usize::from(u16::from_be_bytes([ip[2], ip[3]]))).min(len);
+    if l4 < l3 + 20 || l4 > end || end - l4 < N {
+        return None;
+    }
+    Some(ip)
+}
+
 /// [`rewrite_packet`] for the common case, a whole TCP (`N` = 18: its header up to the
 /// checksum) or UDP (`N` = 8, `udp`) header over IPv4, on 32-bit words of fixed-size views
 /// (one bounds check per header) instead of byte arrays: the same checks, the same checksums
@@ -181,13 +195,7 @@ fn rewrite_v4_ports<const N: usize>(
     from: &Tuple,
     to: &Tuple,
 ) -> Option<bool> {
-    let len = f.len();
-    let ip: &mut [u8; 20] = f.get_mut(l3..)?.first_chunk_mut()?;
-    let end = (l3 + usize::from(u16::from_be_bytes([ip[2], ip[3]]))).min(len);
-    // The transport header after the IP header (as parsing makes it), whole before `end`.
-    if l4 < l3 + 20 || l4 > end || end - l4 < N {
-        return None;
-    }
+    let ip = ipv4_view::<N>(f, l3, l4)?;
     let rd = |b: &[u8; 20], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let (os, od, ns, nd) = (from.src as u32, from.dst as u32, to.src as u32, to.dst as u32);
     // The packet must carry `from`: a stale plan (or a forged quote) changes nothing.
@@ -384,13 +392,7 @@ fn rewrite4_l4<const N: usize>(f: &mut [u8], l3: usize, l4: usize, rw: &Rewrite4
         Half::Dst => (false, true),
         Half::Both => (true, true),
     };
-    let len = f.len();
-    let ip: &mut [u8; 20] = f.get_mut(l3..)?.first_chunk_mut()?;
-    let end = (l3 + usize::from(u16::from_be_bytes([ip[2], ip[3]]))).min(len);
-    // The transport header after the IP header (as parsing makes it), whole before `end`.
-    if l4 < l3 + 20 || l4 > end || end - l4 < N {
-        return None;
-    }
+    let ip = ipv4_view::<N>(f, l3, l4)?;
     let rd = |b: &[u8; 20], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     // The packet must carry the tuple this half starts from (the destination half is done
     // first): a stale plan (or a forged packet) changes nothing.
