@@ -15,7 +15,8 @@ use freeway_packet::Packet;
 
 use crate::filter::Filter;
 use crate::tap::{
-    Common, Detach, Direction, Entry, Offer, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, WorkerClaim,
+    registry_handle, tap_point_via_offer, Common, Detach, Direction, Entry, Offer, TapError, TapId, TapPoint,
+    TapReader, TapRegistry, TapSpec, WorkerClaim,
 };
 
 #[derive(Debug)]
@@ -38,16 +39,9 @@ impl Detach for Inner {
     }
 }
 
-/// The `RwLock` tap registry (benchmark baseline).
-#[derive(Clone)]
-pub struct LockedTaps {
-    inner: Arc<Inner>,
-}
-
-impl fmt::Debug for LockedTaps {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockedTaps").field("active", &self.active()).finish()
-    }
+registry_handle! {
+    /// The `RwLock` tap registry (benchmark baseline).
+    LockedTaps
 }
 
 /// A worker's handle on [`LockedTaps`].
@@ -73,23 +67,10 @@ impl LockedTapWorker {
 }
 
 impl TapPoint for LockedTapWorker {
-    #[inline]
-    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
-        self.offer(port, dir, pkts, ts_ns);
-    }
-
-    #[inline]
-    fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
-        self.offer(port, dir, frames, ts_ns);
-    }
+    tap_point_via_offer!();
 
     fn any(&self) -> bool {
         self.inner.common.any.load(Ordering::Relaxed) != 0
-    }
-
-    #[inline]
-    fn progress(&mut self, ts_ns: u64) {
-        self.claim.progress(ts_ns);
     }
 }
 

@@ -24,7 +24,8 @@ use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use freeway_packet::Packet;
 
 use super::{
-    Common, Detach, Direction, Entry, Offer, TapError, TapId, TapPoint, TapReader, TapRegistry, TapSpec, WorkerClaim,
+    registry_handle, tap_point_via_offer, Common, Detach, Direction, Entry, Offer, TapError, TapId, TapPoint,
+    TapReader, TapRegistry, TapSpec, WorkerClaim,
 };
 use crate::filter::Filter;
 use crate::ring::ProducerKey;
@@ -144,17 +145,10 @@ impl Detach for Inner {
     }
 }
 
-/// The tap registry with an epoch-published tap list: attach, detach and filter
-/// replacement never block a worker. Cheap to clone (shared).
-#[derive(Clone)]
-pub struct Taps {
-    inner: Arc<Inner>,
-}
-
-impl fmt::Debug for Taps {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Taps").field("active", &self.active()).finish()
-    }
+registry_handle! {
+    /// The tap registry with an epoch-published tap list: attach, detach and filter
+    /// replacement never block a worker. Cheap to clone (shared).
+    Taps
 }
 
 impl Taps {
@@ -230,15 +224,7 @@ impl TapWorker {
 }
 
 impl TapPoint for TapWorker {
-    #[inline]
-    fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
-        self.offer(port, dir, pkts, ts_ns);
-    }
-
-    #[inline]
-    fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
-        self.offer(port, dir, frames, ts_ns);
-    }
+    tap_point_via_offer!();
 
     /// True while a tap is attached, and while this worker still holds a list with taps
     /// (so that the next `tap` call, or [`TapPoint::idle`], lets go of it after the last
@@ -250,11 +236,6 @@ impl TapPoint for TapWorker {
 
     fn idle(&mut self) {
         self.revalidate();
-    }
-
-    #[inline]
-    fn progress(&mut self, ts_ns: u64) {
-        self.claim.progress(ts_ns);
     }
 }
 

@@ -172,6 +172,49 @@ pub trait TapPoint: Send {
     fn progress(&mut self, ts_ns: u64);
 }
 
+/// The [`TapPoint`] methods the two worker handles share, for inside their `impl TapPoint`:
+/// `tap` and `tap_frames` hand the batch to the handle's own generic
+/// `offer(port, dir, batch, ts)`, and `progress` goes to its [`WorkerClaim`] (field `claim`).
+macro_rules! tap_point_via_offer {
+    () => {
+        #[inline]
+        fn tap(&mut self, port: u16, dir: Direction, pkts: &[Packet], ts_ns: u64) {
+            self.offer(port, dir, pkts, ts_ns);
+        }
+
+        #[inline]
+        fn tap_frames(&mut self, port: u16, dir: Direction, frames: &[&[u8]], ts_ns: u64) {
+            self.offer(port, dir, frames, ts_ns);
+        }
+
+        #[inline]
+        fn progress(&mut self, ts_ns: u64) {
+            self.claim.progress(ts_ns);
+        }
+    };
+}
+pub(crate) use tap_point_via_offer;
+
+/// Declares a registry's public handle: a cheap clone of its `Arc<Inner>` (the calling
+/// module's `Inner`), whose `Debug` shows the number of attached taps and nothing of the
+/// lists and rings behind it.
+macro_rules! registry_handle {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[derive(Clone)]
+        pub struct $name {
+            inner: Arc<Inner>,
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name)).field("active", &self.active()).finish()
+            }
+        }
+    };
+}
+pub(crate) use registry_handle;
+
 /// The control-plane API, implemented by the epoch variant ([`Taps`]) and the `RwLock`
 /// variant ([`crate::locked::LockedTaps`]), so the runtime can be instantiated with either.
 pub trait TapRegistry: Clone + Send + Sync + 'static {
