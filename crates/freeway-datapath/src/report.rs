@@ -22,6 +22,57 @@ pub fn si(v: f64) -> String {
     }
 }
 
+/// A column of the text tables: its heading and its width (cells are right-aligned).
+type Col = (&'static str, usize);
+
+/// The live table's port columns (after the name).
+const LIVE_PORT_COLS: [Col; 5] = [
+    ("rx pps", 10),
+    ("tx pps", 10),
+    ("rx total", 10),
+    ("tx total", 10),
+    ("tx drop", 9),
+];
+/// The live table's worker columns.
+const LIVE_WORKER_COLS: [Col; 3] = [("rx pps", 10), ("batch avg", 10), ("core", 6)];
+/// The summary's port columns.
+const SUMMARY_PORT_COLS: [Col; 7] = [
+    ("rx packets", 12),
+    ("rx bytes", 12),
+    ("tx packets", 12),
+    ("tx bytes", 12),
+    ("tx drop", 9),
+    ("rx pps", 10),
+    ("tx pps", 10),
+];
+/// The summary's worker columns.
+const SUMMARY_WORKER_COLS: [Col; 4] = [("packets", 12), ("batches", 12), ("avg pps", 10), ("core", 6)];
+
+/// One line of a text table: `name` left-aligned in 12 columns, then each cell right-aligned
+/// in its column's width, one space before each.
+fn table_row<S: std::fmt::Display>(
+    name: &dyn std::fmt::Display,
+    cols: &[Col],
+    cells: impl IntoIterator<Item = S>,
+) -> String {
+    use std::fmt::Write;
+    let mut line = format!("{name:<12}");
+    for (&(_, width), cell) in cols.iter().zip(cells) {
+        let _ = write!(line, " {cell:>width$}");
+    }
+    line
+}
+
+/// The heading line of a text table whose first column is headed `name`.
+fn table_head(name: &str, cols: &[Col]) -> String {
+    table_row(&name, cols, cols.iter().map(|c| c.0))
+}
+
+/// A worker's core, or `-` when it is not pinned.
+fn core_text(core: Option<usize>) -> String {
+    core.map_or_else(|| "-".into(), |c| c.to_string())
+}
+
 /// Prints a table every time it is given a snapshot, with rates since the previous one.
 #[derive(Default)]
 pub struct LivePrinter {
@@ -37,49 +88,33 @@ impl LivePrinter {
         };
         let dt = dt.max(1e-9);
         outln!();
-        outln!(
-            "[{:6.1}s] {:<12} {:>10} {:>10} {:>10} {:>10} {:>9}",
-            s.elapsed_s,
-            "port",
-            "rx pps",
-            "tx pps",
-            "rx total",
-            "tx total",
-            "tx drop"
-        );
+        outln!("[{:6.1}s] {}", s.elapsed_s, table_head("port", &LIVE_PORT_COLS));
         for (i, p) in s.ports.iter().enumerate() {
             let q = prev.map(|x| x.ports[i].clone()).unwrap_or_default();
-            outln!(
-                "          {:<12} {:>10} {:>10} {:>10} {:>10} {:>9}",
-                p.name,
+            let cells = [
                 si((p.rx_packets - q.rx_packets) as f64 / dt),
                 si((p.tx_packets - q.tx_packets) as f64 / dt),
                 si(p.rx_packets as f64),
                 si(p.tx_packets as f64),
-                p.tx_dropped
-            );
+                p.tx_dropped.to_string(),
+            ];
+            outln!("          {}", table_row(&p.name, &LIVE_PORT_COLS, cells));
         }
-        outln!(
-            "          {:<12} {:>10} {:>10} {:>6}",
-            "worker",
-            "rx pps",
-            "batch avg",
-            "core"
-        );
+        outln!("          {}", table_head("worker", &LIVE_WORKER_COLS));
         for (i, w) in s.workers.iter().enumerate() {
             let q = prev.map(|x| x.workers[i].clone()).unwrap_or_default();
             let b = w.batches - q.batches;
-            outln!(
-                "          {:<12} {:>10} {:>10.1} {:>6}",
-                w.id,
+            let avg = if b > 0 {
+                (w.packets - q.packets) as f64 / b as f64
+            } else {
+                0.0
+            };
+            let cells = [
                 si((w.packets - q.packets) as f64 / dt),
-                if b > 0 {
-                    (w.packets - q.packets) as f64 / b as f64
-                } else {
-                    0.0
-                },
-                w.core.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
-            );
+                format!("{avg:.1}"),
+                core_text(w.core),
+            ];
+            outln!("          {}", table_row(&w.id, &LIVE_WORKER_COLS, cells));
         }
         outln!(
             "          fdb {} entries, {} learned, flooded {}, forwarded {}",
@@ -96,56 +131,41 @@ impl LivePrinter {
 pub fn write_summary(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(out, "summary after {:.2} s", s.elapsed_s)?;
-    summary_ports(out, s)?;
-    summary_workers(out, s)?;
+    summary_tables(out, s)?;
     summary_lan(out, s)?;
     summary_stages(out, s)?;
     summary_drops(out, s)
 }
 
-/// The summary's table of ports: totals and average rates.
-fn summary_ports(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
-    let t = s.elapsed_s.max(1e-9);
-    writeln!(
-        out,
-        "  {:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
-        "port", "rx packets", "rx bytes", "tx packets", "tx bytes", "tx drop", "rx pps", "tx pps"
-    )?;
-    for p in &s.ports {
-        writeln!(
-            out,
-            "  {:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
-            p.name,
-            p.rx_packets,
-            p.rx_bytes,
-            p.tx_packets,
-            p.tx_bytes,
-            p.tx_dropped,
-            si(p.rx_packets as f64 / t),
-            si(p.tx_packets as f64 / t)
-        )?;
-    }
-    Ok(())
+/// The summary's tables of ports (totals and average rates) and of workers (packets,
+/// batches, average rate and core).
+fn summary_tables(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
+    let rate = |n: u64| si(n as f64 / s.elapsed_s.max(1e-9));
+    let ports = s.ports.iter().map(|p| {
+        let counts = [p.rx_packets, p.rx_bytes, p.tx_packets, p.tx_bytes, p.tx_dropped];
+        let cells = counts
+            .iter()
+            .map(u64::to_string)
+            .chain([rate(p.rx_packets), rate(p.tx_packets)]);
+        table_row(&p.name, &SUMMARY_PORT_COLS, cells)
+    });
+    write_table(out, table_head("port", &SUMMARY_PORT_COLS), ports)?;
+    let workers = s.workers.iter().map(|w| {
+        let cells = [
+            w.packets.to_string(),
+            w.batches.to_string(),
+            rate(w.packets),
+            core_text(w.core),
+        ];
+        table_row(&w.id, &SUMMARY_WORKER_COLS, cells)
+    });
+    write_table(out, table_head("worker", &SUMMARY_WORKER_COLS), workers)
 }
 
-/// The summary's table of workers: packets, batches, average rate and core.
-fn summary_workers(out: &mut dyn std::io::Write, s: &Snapshot) -> std::io::Result<()> {
-    let t = s.elapsed_s.max(1e-9);
-    writeln!(
-        out,
-        "  {:<12} {:>12} {:>12} {:>10} {:>6}",
-        "worker", "packets", "batches", "avg pps", "core"
-    )?;
-    for w in &s.workers {
-        writeln!(
-            out,
-            "  {:<12} {:>12} {:>12} {:>10} {:>6}",
-            w.id,
-            w.packets,
-            w.batches,
-            si(w.packets as f64 / t),
-            w.core.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
-        )?;
+/// Writes a summary table: its heading line and its rows, two spaces in.
+fn write_table(out: &mut dyn std::io::Write, head: String, rows: impl Iterator<Item = String>) -> std::io::Result<()> {
+    for line in std::iter::once(head).chain(rows) {
+        writeln!(out, "  {line}")?;
     }
     Ok(())
 }
@@ -385,4 +405,30 @@ pub fn print_capture(taps: &[TapResult], s: &Snapshot) {
         "freeway: {rx} packets received, {fwd} transmitted in {:.2} s",
         s.elapsed_s
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_rows_align_as_the_format_strings_did() {
+        assert_eq!(
+            table_head("port", &SUMMARY_PORT_COLS),
+            format!(
+                "{:<12} {:>12} {:>12} {:>12} {:>12} {:>9} {:>10} {:>10}",
+                "port", "rx packets", "rx bytes", "tx packets", "tx bytes", "tx drop", "rx pps", "tx pps"
+            )
+        );
+        let cells = ["1".to_string(), "2.5".into(), core_text(Some(3))];
+        assert_eq!(
+            table_row(&7usize, &LIVE_WORKER_COLS, cells),
+            format!("{:<12} {:>10} {:>10.1} {:>6}", 7, 1, 2.5, 3)
+        );
+        assert_eq!(core_text(None), "-");
+        assert_eq!(
+            table_row(&"lan", &LIVE_PORT_COLS, ["1.5k", "2", "3", "4", "5"]),
+            format!("{:<12} {:>10} {:>10} {:>10} {:>10} {:>9}", "lan", "1.5k", 2, 3, 4, 5)
+        );
+    }
 }
