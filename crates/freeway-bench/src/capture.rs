@@ -35,7 +35,7 @@ use freeway_bridge::Padded;
 use freeway_capture::{Direction, Filter, LockedTaps, TapRegistry, TapSpec, TapStats, TapWriter, Taps, WriterOptions};
 use serde::Serialize;
 
-use crate::{bridge_config, check_runs, median, run_sampled, runs_text, two_host_router, window, WARMUP};
+use crate::{bridge_config, check_runs, median, run_sampled, runs_text, two_host_router, window, Sweep, WARMUP};
 use freeway_datapath::config;
 
 /// The scenarios, in the order they run.
@@ -47,9 +47,9 @@ const IDLE_PORT: u16 = 63;
 /// `bench capture` options.
 #[derive(Args, Clone)]
 pub struct CaptureArgs {
-    /// Worker counts to measure, e.g. 1,2.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub workers: Vec<usize>,
+    /// Worker counts, runs and the JSON file.
+    #[command(flatten)]
+    pub sweep: Sweep,
     /// Scenarios: none, idle, nomatch, matchall, taps8, swap.
     #[arg(long, value_delimiter = ',', default_value = "none,nomatch,matchall,taps8,swap")]
     pub scenarios: Vec<String>,
@@ -72,23 +72,17 @@ pub struct CaptureArgs {
     /// Measured seconds per run (after a 0.5 s warm-up).
     #[arg(long, default_value_t = 2.0, value_parser = freeway_datapath::config::parse_seconds)]
     pub seconds: f64,
-    /// Runs per configuration; the table shows the median.
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
     /// Where the `matchall` tap writes its pcap (deleted after each run).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Do not pin workers to cores.
     #[arg(long)]
     pub no_pin: bool,
-    /// Write results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
 }
 
-/// One measured run.
-#[derive(Clone, Debug, Serialize)]
-pub struct CaptureRun {
+/// A configuration measured: what forwards, which registry, which taps, how many workers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Case {
     /// `bridge` or `router`.
     pub topology: String,
     /// `epoch` or `rwlock`.
@@ -97,6 +91,34 @@ pub struct CaptureRun {
     pub scenario: String,
     /// Workers.
     pub workers: usize,
+}
+
+impl Case {
+    /// The case of `topology`, `registry`, `scenario` and `workers`.
+    fn new(topology: &str, registry: &str, scenario: &str, workers: usize) -> Case {
+        Case {
+            topology: topology.into(),
+            registry: registry.into(),
+            scenario: scenario.into(),
+            workers,
+        }
+    }
+
+    /// The same case with another scenario (its `none` baseline, say).
+    fn with_scenario(&self, scenario: &str) -> Case {
+        Case {
+            scenario: scenario.into(),
+            ..self.clone()
+        }
+    }
+}
+
+/// One measured run.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaptureRun {
+    /// What ran.
+    #[serde(flatten)]
+    pub case: Case,
     /// Which round of the interleaved runs (0-based): runs of one round ran back to back.
     pub round: usize,
     /// Mean Mpps per worker over the window.
@@ -114,14 +136,9 @@ pub struct CaptureRun {
 /// A summary row.
 #[derive(Clone, Debug, Serialize)]
 pub struct CaptureRow {
-    /// `bridge` or `router`.
-    pub topology: String,
-    /// `epoch` or `rwlock`.
-    pub registry: String,
-    /// Scenario.
-    pub scenario: String,
-    /// Workers.
-    pub workers: usize,
+    /// What ran.
+    #[serde(flatten)]
+    pub case: Case,
     /// Median Mpps per worker.
     pub median_mpps_per_worker: f64,
     /// Each run's Mpps per worker.
@@ -198,14 +215,8 @@ pub fn router_config(workers: usize, pin: bool, secs: f64, route_cache: bool) ->
     )
 }
 
-fn measure<R: TapRegistry>(
-    a: &CaptureArgs,
-    topology: &str,
-    name: &str,
-    scenario: &str,
-    workers: usize,
-    round: usize,
-) -> Result<CaptureRun, String> {
+fn measure<R: TapRegistry>(a: &CaptureArgs, case: &Case, round: usize) -> Result<CaptureRun, String> {
+    let (topology, scenario, workers) = (case.topology.as_str(), case.scenario.as_str(), case.workers);
     let secs = WARMUP + a.seconds + 0.3;
     let text = if topology == "router" {
         router_config(workers, !a.no_pin, secs, !a.no_route_cache)
@@ -261,10 +272,7 @@ fn measure<R: TapRegistry>(
     let snaps = res?;
     let (_, _, per) = window(&snaps, a.seconds)?;
     Ok(CaptureRun {
-        topology: topology.into(),
-        registry: name.into(),
-        scenario: scenario.into(),
-        workers,
+        case: case.clone(),
         round,
         mpps_per_worker: per.iter().sum::<f64>() / per.len().max(1) as f64,
         matched: sum.matched,
@@ -276,7 +284,7 @@ fn measure<R: TapRegistry>(
 
 /// Runs `bench capture`.
 pub fn capture(a: CaptureArgs) -> Result<(), String> {
-    check_runs(&a.workers, a.runs, a.seconds)?;
+    check_runs(&a.sweep, a.seconds)?;
     for s in &a.scenarios {
         if !SCENARIOS.contains(&s.as_str()) {
             return Err(format!(
@@ -295,41 +303,36 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             return Err(format!("--topology: unknown topology {t:?} (bridge or router)"));
         }
     }
-    let total = (a.topology.len() * a.registry.len() * a.scenarios.len() * a.workers.len() * a.runs) as u64;
-    let bar = indicatif::ProgressBar::new(total);
-    let mut runs = Vec::new();
-    // Interleave everything run by run, so slow drift on a noisy machine hits all alike.
-    for round in 0..a.runs {
-        for t in &a.topology {
-            for &w in &a.workers {
-                for s in &a.scenarios {
-                    for r in &a.registry {
-                        let run = match r.as_str() {
-                            "epoch" => measure::<Taps>(&a, t, r, s, w, round)?,
-                            _ => measure::<LockedTaps>(&a, t, r, s, w, round)?,
-                        };
-                        runs.push(run);
-                        bar.inc(1);
-                    }
-                }
+    // Each round runs the registries back to back, then the scenarios, worker counts and
+    // topologies.
+    let mut cases = Vec::new();
+    for t in &a.topology {
+        for &w in &a.sweep.workers {
+            for s in &a.scenarios {
+                cases.extend(a.registry.iter().map(|r| Case::new(t, r, s, w)));
             }
         }
     }
-    bar.finish_and_clear();
+    let runs = a.sweep.interleaved(
+        &cases,
+        |c| format!("{} {} {}, {} workers", c.topology, c.registry, c.scenario, c.workers),
+        |c, round| match c.registry.as_str() {
+            "epoch" => measure::<Taps>(&a, c, round),
+            _ => measure::<LockedTaps>(&a, c, round),
+        },
+    )?;
     let mut rows: Vec<CaptureRow> = Vec::new();
     for (t, r) in a.topology.iter().flat_map(|t| a.registry.iter().map(move |r| (t, r))) {
-        for &w in &a.workers {
+        for &w in &a.sweep.workers {
             for s in &a.scenarios {
+                let case = Case::new(t, r, s, w);
                 let v: Vec<f64> = runs
                     .iter()
-                    .filter(|x| &x.topology == t && &x.registry == r && x.workers == w && &x.scenario == s)
+                    .filter(|x| x.case == case)
                     .map(|x| x.mpps_per_worker)
                     .collect();
                 rows.push(CaptureRow {
-                    topology: t.clone(),
-                    registry: r.clone(),
-                    scenario: s.clone(),
-                    workers: w,
+                    case,
                     median_mpps_per_worker: median(&v),
                     runs: v,
                     vs_no_tap: None,
@@ -338,38 +341,25 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             }
         }
     }
-    let base: Vec<(String, String, usize, f64)> = rows
+    let base: Vec<(Case, f64)> = rows
         .iter()
-        .filter(|r| r.scenario == "none")
-        .map(|r| {
-            (
-                r.topology.clone(),
-                r.registry.clone(),
-                r.workers,
-                r.median_mpps_per_worker,
-            )
-        })
+        .filter(|r| r.case.scenario == "none")
+        .map(|r| (r.case.clone(), r.median_mpps_per_worker))
         .collect();
     for row in &mut rows {
-        let same =
-            |x: &CaptureRun| x.topology == row.topology && x.registry == row.registry && x.workers == row.workers;
+        let none = row.case.with_scenario("none");
         let ratios: Vec<f64> = runs
             .iter()
-            .filter(|x| same(x) && x.scenario == row.scenario)
+            .filter(|x| x.case == row.case)
             .filter_map(|x| {
-                let b = runs
-                    .iter()
-                    .find(|y| same(y) && y.scenario == "none" && y.round == x.round)?;
+                let b = runs.iter().find(|y| y.case == none && y.round == x.round)?;
                 (b.mpps_per_worker > 0.0).then(|| x.mpps_per_worker / b.mpps_per_worker)
             })
             .collect();
         if !ratios.is_empty() {
             row.paired_vs_no_tap = Some(median(&ratios));
         }
-        if let Some((_, _, _, b)) = base
-            .iter()
-            .find(|(t, g, w, _)| *t == row.topology && *g == row.registry && *w == row.workers)
-        {
+        if let Some((_, b)) = base.iter().find(|(c, _)| *c == none) {
             if *b > 0.0 {
                 row.vs_no_tap = Some(row.median_mpps_per_worker / b);
             }
@@ -377,7 +367,7 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
     }
     println!(
         "bench capture: 64-byte frames, taps on port h0 (both directions), {} s x {} runs, median Mpps per worker",
-        a.seconds, a.runs
+        a.seconds, a.sweep.runs
     );
     println!(
         "{:<8} {:<8} {:<9} {:>7} {:>12} {:>9} {:>8} {:>10} {:>10} {:>10} {:>8}  runs",
@@ -394,23 +384,15 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
         "swaps/s"
     );
     for row in &rows {
-        let pick: Vec<&CaptureRun> = runs
-            .iter()
-            .filter(|x| {
-                x.topology == row.topology
-                    && x.registry == row.registry
-                    && x.workers == row.workers
-                    && x.scenario == row.scenario
-            })
-            .collect();
+        let pick: Vec<&CaptureRun> = runs.iter().filter(|x| x.case == row.case).collect();
         let med = |f: fn(&CaptureRun) -> f64| median(&pick.iter().map(|x| f(x)).collect::<Vec<_>>());
         let rs = runs_text(row.runs.iter().copied(), 2);
         println!(
             "{:<8} {:<8} {:<9} {:>7} {:>12.2} {:>9} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8.0}  {}",
-            row.topology,
-            row.registry,
-            row.scenario,
-            row.workers,
+            row.case.topology,
+            row.case.registry,
+            row.case.scenario,
+            row.case.workers,
             row.median_mpps_per_worker,
             row.vs_no_tap.map_or("-".into(), |v| format!("{:.1}%", v * 100.0)),
             row.paired_vs_no_tap
@@ -423,11 +405,16 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
         );
     }
     for t in &a.topology {
-        for &w in &a.workers {
+        for &w in &a.sweep.workers {
             for s in &a.scenarios {
                 let get = |g: &str| {
                     rows.iter()
-                        .find(|r| &r.topology == t && r.registry == g && r.workers == w && &r.scenario == s)
+                        .find(|r| {
+                            r.case.topology == *t
+                                && r.case.registry == g
+                                && r.case.workers == w
+                                && r.case.scenario == *s
+                        })
                         .map(|r| r.median_mpps_per_worker)
                 };
                 if let (Some(e), Some(l)) = (get("epoch"), get("rwlock")) {
@@ -438,7 +425,7 @@ pub fn capture(a: CaptureArgs) -> Result<(), String> {
             }
         }
     }
-    if let Some(path) = &a.json {
+    if let Some(path) = &a.sweep.json {
         let v = serde_json::json!({
             "seconds": a.seconds,
             "swap_rate": a.swap_rate,

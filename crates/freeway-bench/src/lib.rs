@@ -193,9 +193,9 @@ pub fn refcount(a: RefcountArgs) -> Result<(), String> {
 /// `bench bridge` options.
 #[derive(Args, Clone)]
 pub struct BridgeArgs {
-    /// Worker counts to measure, e.g. 1,2,4.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub workers: Vec<usize>,
+    /// Worker counts, runs and the JSON file.
+    #[command(flatten)]
+    pub sweep: Sweep,
     /// FDB entries (hosts, one per port).
     #[arg(long, default_value_t = 3)]
     pub entries: usize,
@@ -207,18 +207,57 @@ pub struct BridgeArgs {
     /// Measured seconds per run (after a warm-up).
     #[arg(long, default_value_t = 2.0, value_parser = freeway_datapath::config::parse_seconds)]
     pub seconds: f64,
-    /// Runs per configuration; the table shows the median.
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
     /// Frame size in bytes on the wire, FCS included (64 = the smallest Ethernet frame).
     #[arg(long, default_value_t = 64)]
     pub frame_size: usize,
     /// Do not pin workers to cores.
     #[arg(long)]
     pub no_pin: bool,
+}
+
+/// What every benchmark that measures a list of worker counts takes: the counts, the runs
+/// of each configuration and where its results go as JSON.
+#[derive(Args, Clone, Debug)]
+pub struct Sweep {
+    /// Worker counts to measure, e.g. 1,2.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub workers: Vec<usize>,
+    /// Runs per configuration; the table shows the median.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
     /// Write results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+}
+
+impl Sweep {
+    /// Measures every configuration of `configs` once a round for `runs` rounds, interleaved
+    /// so that slow drift on a noisy machine hits them all alike, under a progress bar that
+    /// names the configuration running (`describe`). `measure` gets the configuration and
+    /// the round; the results come back in the order they were measured.
+    pub(crate) fn interleaved<C, R>(
+        &self,
+        configs: &[C],
+        describe: impl Fn(&C) -> String,
+        mut measure: impl FnMut(&C, usize) -> Result<R, String>,
+    ) -> Result<Vec<R>, String> {
+        let bar = indicatif::ProgressBar::new((configs.len() * self.runs) as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {msg} (eta {eta})")
+                .expect("template")
+                .progress_chars("=> "),
+        );
+        let mut runs = Vec::with_capacity(configs.len() * self.runs);
+        for round in 0..self.runs {
+            for c in configs {
+                bar.set_message(format!("{}, run {}", describe(c), round + 1));
+                runs.push(measure(c, round)?);
+                bar.inc(1);
+            }
+        }
+        bar.finish_and_clear();
+        Ok(runs)
+    }
 }
 
 /// One measured run.
@@ -312,14 +351,15 @@ pub fn bridge_config(entries: usize, workers: usize, frame_size: usize, pin: boo
 }
 
 /// Checks the worker counts, runs and seconds of a forwarding benchmark.
-pub(crate) fn check_runs(workers: &[usize], runs: usize, seconds: f64) -> Result<(), String> {
+pub(crate) fn check_runs(sweep: &Sweep, seconds: f64) -> Result<(), String> {
+    let Sweep { workers, runs, .. } = sweep;
     if workers.is_empty() || workers.iter().any(|w| *w == 0 || *w > config::MAX_WORKERS) {
         return Err(format!(
             "--workers must list counts between 1 and {}",
             config::MAX_WORKERS
         ));
     }
-    if runs == 0 || seconds.is_nan() || seconds <= 0.0 {
+    if *runs == 0 || seconds.is_nan() || seconds <= 0.0 {
         return Err("--runs and --seconds must be positive".into());
     }
     Ok(())
@@ -427,7 +467,7 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
     if a.entries < 2 || a.entries > 250 {
         return Err(format!("--entries must be between 2 and 250 (got {})", a.entries));
     }
-    check_runs(&a.workers, a.runs, a.seconds)?;
+    check_runs(&a.sweep, a.seconds)?;
     if !(60..=1514).contains(&a.frame_size) {
         return Err(format!(
             "--frame-size must be between 60 and 1514 (got {})",
@@ -439,35 +479,23 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
             return Err(format!("--layout: unknown layout {l:?} (padded, naive or lan)"));
         }
     }
-    let total = (a.layout.len() * a.workers.len() * a.runs) as u64;
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {msg} (eta {eta})")
-            .expect("template")
-            .progress_chars("=> "),
-    );
-    let mut runs = Vec::new();
-    // Interleave layouts run by run so slow drift on a noisy machine hits both alike.
-    for r in 0..a.runs {
-        for &w in &a.workers {
-            for l in &a.layout {
-                bar.set_message(format!("{l} layout, {w} workers, run {}", r + 1));
-                let run = match l.as_str() {
-                    "padded" => measure::<Padded>(&a, w, false)?,
-                    "lan" => measure::<Padded>(&a, w, true)?,
-                    _ => measure::<Naive>(&a, w, false)?,
-                };
-                runs.push(run);
-                bar.inc(1);
-            }
-        }
-    }
-    bar.finish_and_clear();
+    let configs: Vec<(usize, &str)> = (a.sweep.workers.iter())
+        .flat_map(|&w| a.layout.iter().map(move |l| (w, l.as_str())))
+        .collect();
+    let runs = a.sweep.interleaved(
+        &configs,
+        |(w, l)| format!("{l} layout, {w} workers"),
+        |&(w, l), _| match l {
+            "padded" => measure::<Padded>(&a, w, false),
+            "lan" => measure::<Padded>(&a, w, true),
+            _ => measure::<Naive>(&a, w, false),
+        },
+    )?;
 
     let mut rows: Vec<BridgeRow> = Vec::new();
     for l in &a.layout {
         let mut base = None;
-        for &w in &a.workers {
+        for &w in &a.sweep.workers {
             let per: Vec<f64> = runs
                 .iter()
                 .filter(|r| &r.layout == l && r.workers == w)
@@ -486,7 +514,7 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
     }
     println!(
         "bench bridge: {} FDB entries, {}-byte frames, {} s x {} runs, median Mpps per worker",
-        a.entries, a.frame_size, a.seconds, a.runs
+        a.entries, a.frame_size, a.seconds, a.sweep.runs
     );
     println!(
         "{:<8} {:>7} {:>12} {:>9}  runs",
@@ -504,7 +532,7 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
         );
     }
     let mut ratios = Vec::new();
-    for &w in &a.workers {
+    for &w in &a.sweep.workers {
         let get = |l: &str| {
             rows.iter()
                 .find(|r| r.layout == l && r.workers == w)
@@ -527,7 +555,7 @@ pub fn bridge(a: BridgeArgs) -> Result<(), String> {
     if low > 0 {
         println!("warning: {low} runs forwarded less than 99% of frames by FDB hit (learning not settled?)");
     }
-    if let Some(path) = &a.json {
+    if let Some(path) = &a.sweep.json {
         let v = serde_json::json!({
             "entries": a.entries,
             "frame_size": a.frame_size,

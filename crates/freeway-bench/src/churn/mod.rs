@@ -124,26 +124,37 @@ pub use oracle::History;
 use oracle::{Book, Shared};
 pub use ports::ChurnPort;
 
-/// Settings of a churn run.
-#[derive(Clone, Debug)]
+/// Settings of a churn run (`freeway stress churn` takes them as its flags).
+#[derive(Clone, Debug, clap::Args)]
 pub struct ChurnOptions {
-    /// How long traffic and churn go on (at least).
+    /// How long traffic and churn go on, at least (e.g. 300s, 5m).
+    #[arg(short, long, default_value = "60s", value_parser = freeway_datapath::config::parse_duration)]
     pub duration: Duration,
-    /// Go on past `duration` until this many control operations are done (so a short run on
-    /// a slow machine still changes every table; the run ends early if the control side
-    /// fails).
+    /// Go on past the duration until this many control operations are done (so that a short
+    /// run on a slow machine still changes every table; the run ends early if the control
+    /// side fails).
+    #[arg(long, default_value_t = 0)]
     pub min_ops: u64,
     /// Worker threads.
+    #[arg(short, long, default_value_t = 2)]
     pub workers: usize,
-    /// Seed of the traffic and operation choices.
+    /// Seed of the traffic and of the operations.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Targets' FDB statics, IPv4 routes and `blocked` changed only by reloads ([`Reloaded`]).
+    /// Change the targets' static FDB entries, the IPv4 routes and the firewall's `blocked`
+    /// set by reloading a new configuration file (`ctl reload`) instead of one request each.
+    #[arg(long)]
     pub reload: bool,
-    /// Time after which the resident set is taken as the baseline for growth.
+    /// Resident set baseline taken after this long.
+    #[arg(long, default_value = "5s", value_parser = freeway_datapath::config::parse_duration)]
     pub warmup: Duration,
-    /// Fail when the resident set grows by more than this many KiB after the warm-up.
+    /// Fail when the resident set grows by more than this many KiB after the warm-up (the
+    /// command line gives it in MiB: [`ChurnArgs::rss_limit_mib`]).
+    #[arg(skip)]
     pub rss_limit_kib: Option<u64>,
-    /// Print a progress line this often (to standard error).
+    /// Print a progress line this often, to standard error (the command line: every 10 s
+    /// unless [`ChurnArgs::quiet`]).
+    #[arg(skip)]
     pub progress: Option<Duration>,
 }
 
@@ -678,52 +689,31 @@ pub enum StressCmd {
 /// Arguments of `freeway stress churn`.
 #[derive(clap::Args, Debug)]
 pub struct ChurnArgs {
-    /// How long (e.g. 300s, 5m).
-    #[arg(short, long, default_value = "60s", value_parser = freeway_datapath::config::parse_duration)]
-    pub duration: Duration,
-    /// Worker threads.
-    #[arg(short, long, default_value_t = 2)]
-    pub workers: usize,
-    /// Seed of the traffic and of the operations.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Resident set baseline taken after this long.
-    #[arg(long, default_value = "5s", value_parser = freeway_datapath::config::parse_duration)]
-    pub warmup: Duration,
+    /// The run's settings.
+    #[command(flatten)]
+    pub opts: ChurnOptions,
     /// Fail if the resident set grows by more than this many MiB after the warm-up (0: no
     /// limit, e.g. under valgrind).
     #[arg(long, default_value_t = 32)]
     pub rss_limit_mib: u64,
-    /// Go on past the duration until this many control operations are done.
-    #[arg(long, default_value_t = 0)]
-    pub min_ops: u64,
     /// Print the report as JSON.
     #[arg(short = 'j', long)]
     pub json: bool,
     /// No progress lines.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Change the targets' static FDB entries, the IPv4 routes and the firewall's `blocked`
-    /// set by reloading a new configuration file (`ctl reload`) instead of one request each.
-    #[arg(long)]
-    pub reload: bool,
 }
 
 /// Runs a `freeway stress` command; `Err` when it could not run or found a violation.
 pub fn main(cmd: StressCmd) -> Result<(), String> {
     let StressCmd::Churn(a) = cmd;
-    if a.workers == 0 {
+    if a.opts.workers == 0 {
         return Err("--workers must be at least 1".into());
     }
     let opts = ChurnOptions {
-        duration: a.duration,
-        min_ops: a.min_ops,
-        workers: a.workers,
-        seed: a.seed,
-        warmup: a.warmup,
         rss_limit_kib: (a.rss_limit_mib > 0).then_some(a.rss_limit_mib * 1024),
         progress: (!a.quiet).then_some(Duration::from_secs(10)),
-        reload: a.reload,
+        ..a.opts
     };
     let r = run(&opts).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout().lock();

@@ -10,7 +10,7 @@ pub mod workload;
 
 use workload::{churn, large_table, ovs_workload, Teardown, Variant};
 
-use crate::{median, runs_text, write_json};
+use crate::{median, runs_text, write_json, Sweep};
 
 /// Which table runs the OVS workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -120,26 +120,20 @@ pub fn ovs(a: ConntrackArgs) -> Result<(), String> {
 /// `bench conntrack-churn`.
 #[derive(Args, Clone)]
 pub struct ChurnArgs {
-    /// Worker counts, e.g. 1,2.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub workers: Vec<usize>,
     /// Connections opened and closed per worker.
     #[arg(long, default_value_t = 1_000_000)]
     pub conns: usize,
     /// How connections end: fin (7 packets each) or rst (4).
     #[arg(long, default_value = "fin", value_parser = ["fin", "rst"])]
     pub teardown: String,
-    /// Runs per configuration.
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
-    /// Write results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    /// Worker counts, runs and the JSON file.
+    #[command(flatten)]
+    pub sweep: Sweep,
 }
 
 /// Runs `bench conntrack-churn`.
 pub fn churn_cmd(a: ChurnArgs) -> Result<(), String> {
-    if a.workers.iter().any(|&n| n == 0 || n > 1024) || a.conns == 0 {
+    if a.sweep.workers.iter().any(|&n| n == 0 || n > 1024) || a.conns == 0 {
         return Err("need workers 1..=1024 and conns >= 1".into());
     }
     let td = if a.teardown == "rst" {
@@ -147,73 +141,91 @@ pub fn churn_cmd(a: ChurnArgs) -> Result<(), String> {
     } else {
         Teardown::Fin
     };
-    let mut all = Vec::new();
     println!(
         "bench conntrack-churn: TCP handshake + {} teardown, expiry thread running",
         a.teardown
     );
     println!("workers  median new conns/s/worker  runs (M/s/worker, per run the slowest worker)");
-    for &n in &a.workers {
-        let mut per = Vec::new();
-        for _ in 0..a.runs.max(1) {
+    let all = each_run(
+        &a.sweep,
+        |n| {
             let r = churn(n, a.conns, td, 65_536);
             if r.unexpected > 0 {
                 return Err(format!("churn: {} packets were not tracked as expected", r.unexpected));
             }
-            per.push(r.conns_per_sec.iter().cloned().fold(f64::INFINITY, f64::min));
-            all.push(r);
+            Ok(r)
+        },
+        |n, rs| {
+            let per: Vec<f64> = rs.iter().map(|r| slowest(&r.conns_per_sec)).collect();
+            let runs = runs_text(per.iter().map(|v| v / 1e6), 2);
+            println!("{n:>7}  {:>22.2} M  {}", median(&per) / 1e6, runs);
+        },
+    )?;
+    write_json(a.sweep.json.as_deref(), &all)
+}
+
+/// Runs `run(n)` `sweep.runs` times (once at least) for each worker count `n` of `sweep`, and
+/// `line(n, results)` with that count's results after them; returns every result in order.
+fn each_run<R>(
+    sweep: &Sweep,
+    mut run: impl FnMut(usize) -> Result<R, String>,
+    mut line: impl FnMut(usize, &[R]),
+) -> Result<Vec<R>, String> {
+    let mut all = Vec::new();
+    for &n in &sweep.workers {
+        let first = all.len();
+        for _ in 0..sweep.runs.max(1) {
+            all.push(run(n)?);
         }
-        let runs = runs_text(per.iter().map(|v| v / 1e6), 2);
-        println!("{n:>7}  {:>22.2} M  {}", median(&per) / 1e6, runs);
+        line(n, &all[first..]);
     }
-    write_json(a.json.as_deref(), &all)
+    Ok(all)
+}
+
+/// The slowest worker's rate of a run.
+fn slowest(per_worker: &[f64]) -> f64 {
+    per_worker.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 /// `bench conntrack-table`.
 #[derive(Args, Clone)]
 pub struct TableArgs {
-    /// Worker counts, e.g. 1,2.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub workers: Vec<usize>,
     /// Established connections preloaded.
     #[arg(long, default_value_t = 1_000_000)]
     pub conns: usize,
     /// Packets per worker.
     #[arg(long, default_value_t = 5_000_000)]
     pub packets: usize,
-    /// Runs per configuration.
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
-    /// Write results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    /// Worker counts, runs and the JSON file.
+    #[command(flatten)]
+    pub sweep: Sweep,
 }
 
 /// Runs `bench conntrack-table`.
 pub fn table_cmd(a: TableArgs) -> Result<(), String> {
-    if a.workers.iter().any(|&n| n == 0 || n > 1024) || a.conns == 0 || a.packets == 0 {
+    if a.sweep.workers.iter().any(|&n| n == 0 || n > 1024) || a.conns == 0 || a.packets == 0 {
         return Err("need workers 1..=1024, conns >= 1, packets >= 1".into());
     }
-    let mut all = Vec::new();
     println!(
         "bench conntrack-table: {} established connections, random access",
         a.conns
     );
     println!("workers  median Mpps/worker  preload ms  runs");
-    for &n in &a.workers {
-        let mut per = Vec::new();
-        let mut pre = Vec::new();
-        for _ in 0..a.runs.max(1) {
+    let all = each_run(
+        &a.sweep,
+        |n| {
             let r = large_table(n, a.conns, a.packets);
             if r.unexpected > 0 {
                 return Err(format!("table: {} packets did not find their connection", r.unexpected));
             }
-            per.push(r.pps.iter().cloned().fold(f64::INFINITY, f64::min));
-            pre.push(r.preload_ms);
-            all.push(r);
-        }
-        let runs = runs_text(per.iter().map(|v| v / 1e6), 2);
-        println!("{n:>7}  {:>18.2}  {:>10.0}  {}", median(&per) / 1e6, median(&pre), runs);
-    }
-    write_json(a.json.as_deref(), &all)
+            Ok(r)
+        },
+        |n, rs| {
+            let per: Vec<f64> = rs.iter().map(|r| slowest(&r.pps)).collect();
+            let pre: Vec<f64> = rs.iter().map(|r| r.preload_ms).collect();
+            let runs = runs_text(per.iter().map(|v| v / 1e6), 2);
+            println!("{n:>7}  {:>18.2}  {:>10.0}  {}", median(&per) / 1e6, median(&pre), runs);
+        },
+    )?;
+    write_json(a.sweep.json.as_deref(), &all)
 }
