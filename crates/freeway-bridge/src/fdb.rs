@@ -534,13 +534,17 @@ mod tests {
         Mac([0x02, 0, b[0], b[1], b[2], b[3]])
     }
 
+    /// A padded table and its writer under `cfg`, with the tests' hash seed.
+    fn seeded(cfg: FdbConfig) -> (Fdb<Padded>, FdbWriter<Padded>) {
+        new_seeded(cfg, 7)
+    }
+
     #[test]
     fn learn_limit_is_enforced_and_counted() {
-        let cfg = FdbConfig {
+        let (fdb, mut w) = seeded(FdbConfig {
             learn_limit: 10,
             ..Default::default()
-        };
-        let (fdb, mut w) = new_seeded::<Padded>(cfg, 7);
+        });
         for i in 0..25 {
             w.learn(key(mac(i).0, 1), 1, 0);
         }
@@ -553,12 +557,11 @@ mod tests {
 
     #[test]
     fn ageing_runs_in_chunks_no_more_than_every_10ms() {
-        let cfg = FdbConfig {
+        let (fdb, mut w) = seeded(FdbConfig {
             ageing_ms: 1_000,
             age_chunk_buckets: 1 << 20,
             ..Default::default()
-        };
-        let (fdb, mut w) = new_seeded::<Padded>(cfg, 7);
+        });
         for i in 0..100 {
             w.learn(key(mac(i).0, 1), 1, 0);
         }
@@ -579,7 +582,7 @@ mod tests {
 
     #[test]
     fn a_retired_port_loses_its_entries_and_learns_nothing_more() {
-        let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 7);
+        let (fdb, mut w) = seeded(FdbConfig::default());
         w.learn(key(mac(1).0, 1), 4, 0);
         w.learn(key(mac(2).0, 1), 5, 0);
         w.add_static(mac(3), 1, 4, 0).unwrap();
@@ -599,11 +602,10 @@ mod tests {
 
     #[test]
     fn queue_is_bounded_and_drained() {
-        let cfg = FdbConfig {
+        let (fdb, mut w) = seeded(FdbConfig {
             learn_queue: 4,
             ..Default::default()
-        };
-        let (fdb, mut w) = new_seeded::<Padded>(cfg, 7);
+        });
         let ok = (0..10)
             .filter(|i| {
                 fdb.request_learn(LearnRequest {
@@ -624,7 +626,7 @@ mod tests {
         // between and flood a frame to ports that were valid in neither version.
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
         use std::sync::Arc;
-        let (fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 7);
+        let (fdb, mut w) = seeded(FdbConfig::default());
         let k = key(mac(1).0, 1);
         w.add_static(mac(1), 1, 1, 0).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
@@ -671,7 +673,7 @@ mod tests {
 
     #[test]
     fn static_entries_refuse_bad_input() {
-        let (_fdb, mut w) = new_seeded::<Padded>(FdbConfig::default(), 7);
+        let (_fdb, mut w) = seeded(FdbConfig::default());
         assert_eq!(
             w.add_static(Mac::BROADCAST, 1, 1, 0),
             Err(FdbError::MulticastAddress(Mac::BROADCAST))
