@@ -297,3 +297,44 @@ fn multicast_snooping_settings_are_read_and_checked() {
         &["multicast_membership_interval_ms"],
     );
 }
+
+#[test]
+fn pin_workers_takes_true_false_or_auto() {
+    use config::PinWorkers;
+    let pin = |v: &str| {
+        config::parse(&format!("pin_workers = {v}\n{PORT}"), "t.toml", None)
+            .unwrap()
+            .pin_workers
+    };
+    assert_eq!(pin("true"), PinWorkers::On);
+    assert_eq!(pin("false"), PinWorkers::Off);
+    assert_eq!(pin("\"auto\""), PinWorkers::Auto);
+    let absent = config::parse(PORT, "t.toml", None).unwrap().pin_workers;
+    assert_eq!(absent, PinWorkers::Auto);
+    refused(&format!("pin_workers = \"yes\"\n{PORT}"), Some(1), &["auto"]);
+    refused(&format!("pin_workers = 1\n{PORT}"), Some(1), &["auto"]);
+}
+
+#[test]
+fn auto_pins_only_with_a_core_to_spare_for_the_kernel() {
+    use config::PinWorkers;
+    let sinks = config::parse(PORT, "t.toml", None).unwrap().ports;
+    let live = config::parse(
+        "[[port]]\nname = \"a\"\nkind = \"afpacket\"\nafpacket = { iface = \"lo\" }\n",
+        "t.toml",
+        None,
+    )
+    .unwrap()
+    .ports;
+    // In-process ports: as many cores as workers are enough.
+    assert!(PinWorkers::Auto.resolve(2, 2, &sinks));
+    assert!(!PinWorkers::Auto.resolve(3, 2, &sinks));
+    // A port on a Linux interface: a core left over for its softirq work.
+    assert!(!PinWorkers::Auto.resolve(2, 2, &live));
+    assert!(PinWorkers::Auto.resolve(2, 3, &live));
+    assert!(PinWorkers::Auto.resolve(1, 2, &live));
+    // Explicit values keep their meaning.
+    assert!(PinWorkers::On.resolve(2, 2, &live));
+    assert!(PinWorkers::On.resolve(4, 2, &sinks));
+    assert!(!PinWorkers::Off.resolve(1, 8, &sinks));
+}

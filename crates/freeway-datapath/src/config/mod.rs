@@ -8,6 +8,7 @@
 //! ```toml
 //! workers = 2
 //! duration_secs = 5
+//! pin_workers = "auto"                 # true | false | "auto": pin when a core is spare (PinWorkers)
 //!
 //! [[port]]
 //! name = "gen0"
@@ -68,9 +69,9 @@ pub struct Config {
     /// ends).
     #[serde(default)]
     pub duration_secs: Option<Spanned<DurationValue>>,
-    /// Pin workers to cores (default true when there are enough cores).
+    /// Pin workers to cores: `true`, `false` or `"auto"` (the default; see [`PinWorkers`]).
     #[serde(default)]
-    pub pin_workers: Option<bool>,
+    pub pin_workers: Option<PinWorkers>,
     /// Ports, in order; a port's index is its position.
     #[serde(default, rename = "port")]
     pub ports: Vec<PortConfig>,
@@ -101,6 +102,65 @@ pub struct Config {
     /// The Linux control plane (kernel route mirror).
     #[serde(default)]
     pub linux: linux::LinuxConfig,
+}
+
+/// `pin_workers`: whether worker `i` runs only on core `i`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PinWorkers {
+    /// `true`: always pinned (as many cores as workers or not: worker `i` on core `i % cores`).
+    On,
+    /// `false`: never pinned; the scheduler places the workers.
+    Off,
+    /// `"auto"`, the default: pinned when a core is left over for what is not a worker (see
+    /// [`PinWorkers::resolve`]).
+    #[default]
+    Auto,
+}
+
+impl PinWorkers {
+    /// Whether `workers` workers are pinned on a machine of `cores` cores whose ports are
+    /// `ports`. `"auto"` pins when there are more cores than workers; with every port
+    /// in-process (`gen`, `pcap`, `sink`) as many cores as workers are enough. A port on a
+    /// Linux interface (`afpacket`, `afxdp`) has the kernel receive and transmit its frames in
+    /// softirq on whichever core the sender or the interrupt ran on: a worker pinned to that
+    /// core waits for it, where an unpinned one moves to a free core. On 2 cores with 2 workers
+    /// bridging two veths (quiet run of 16d1ea0, benchmarks/HISTORY.md), pinned workers
+    /// forwarded 522 k 64-byte frames/s on AF_XDP against 1.31 M unpinned, and a ping took
+    /// 0.048 ms against 0.028.
+    pub fn resolve(self, workers: usize, cores: usize, ports: &[PortSpec]) -> bool {
+        match self {
+            PinWorkers::On => true,
+            PinWorkers::Off => false,
+            PinWorkers::Auto => {
+                let in_process = ports
+                    .iter()
+                    .all(|p| matches!(p.kind, PortKind::Gen | PortKind::Pcap | PortKind::Sink));
+                workers < cores || (in_process && workers <= cores)
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PinWorkers {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = PinWorkers;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<PinWorkers, E> {
+                Ok(if v { PinWorkers::On } else { PinWorkers::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PinWorkers, E> {
+                match v {
+                    "auto" => Ok(PinWorkers::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Kinds of port.
@@ -325,8 +385,9 @@ pub struct Checked {
     pub workers: usize,
     /// Run time limit.
     pub duration_secs: Option<f64>,
-    /// Pin workers to cores.
-    pub pin_workers: bool,
+    /// Pin workers to cores: resolved when the workers start ([`PinWorkers::resolve`], with
+    /// the run's worker count and the cores the process may use).
+    pub pin_workers: PinWorkers,
     /// Ports by index.
     pub ports: Vec<PortSpec>,
     /// FDB settings.
@@ -421,7 +482,7 @@ pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, Conf
         taps,
         workers,
         duration_secs,
-        pin_workers: cfg.pin_workers.unwrap_or(workers <= cores),
+        pin_workers: cfg.pin_workers.unwrap_or_default(),
         ports,
         fdb,
         mdb,

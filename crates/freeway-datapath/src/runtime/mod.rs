@@ -2,14 +2,14 @@
 //!
 //! # Threads
 //!
-//! * **Workers** (`fw-worker-N`, pinned to cores when there are enough): each owns a set of
-//!   receive queues (queue `i` of every port goes to worker `i % workers`) and one transmit
-//!   queue per port. A worker polls a batch, runs it to completion and moves on:
-//!   ingress taps → parse → conntrack and firewall (when configured) → bridge → router (for
-//!   what the bridge delivered to the router port; its output is bridged again) → egress
-//!   taps → transmit batches per port. Everything a worker needs is in its `Worker`
-//!   context, passed explicitly down the pipeline; it shares nothing writable with other
-//!   workers except the FDB entries and connections its packets' own flows touch.
+//! * **Workers** (`fw-worker-N`, pinned to cores as `pin_workers` says: `config::PinWorkers`): each
+//!   owns a set of receive queues (queue `i` of every port goes to worker `i % workers`) and one
+//!   transmit queue per port. A worker polls a batch, runs it to completion and moves on: ingress
+//!   taps → parse → conntrack and firewall (when configured) → bridge → router (for what the bridge
+//!   delivered to the router port; its output is bridged again) → egress taps → transmit batches
+//!   per port. Everything a worker needs is in its `Worker` context, passed explicitly down the
+//!   pipeline; it shares nothing writable with other workers except the FDB entries and connections
+//!   its packets' own flows touch.
 //! * **Clock** (`fw-clock`): advances the coarse tick every millisecond.
 //! * **FDB writer** (`fw-fdb`): applies learn requests and ages the FDB in chunks. In offline
 //!   runs (one worker, a pcap input) the worker owns the writer instead and learns inline, so

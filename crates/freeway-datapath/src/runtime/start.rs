@@ -801,7 +801,8 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
 ) -> Result<Built<L, R>, RunError> {
     let nports = cfg.ports.len();
     let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let pin = cfg.pin_workers && !cores.is_empty();
+    let pin = !cores.is_empty() && cfg.pin_workers.resolve(rx_of.len(), cores.len(), &cfg.ports);
+    tracing::info!(pinned = pin, pin_workers = ?cfg.pin_workers, cores = cores.len(), "worker placement");
     let next: Box<[Next]> = (0..nports)
         .map(|_| Next::Tx)
         .chain(tables.router.as_ref().map(|_| Next::Router))

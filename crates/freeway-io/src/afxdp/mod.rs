@@ -56,14 +56,15 @@
 //! (`afxdp_kernel_rx_fill_ring_empty`), its batches being full (32 frames per kick).
 //! A sender on AF_PACKET (Freeway's generator in `scripts/e2e-bench.sh`) transmits on the
 //! TX queue numbered like its CPU (`cpu % queues`), and the runtime hands RX queue `q` to
-//! worker `q`, pinned to core `q` when there are as many cores as workers: the generator on
+//! worker `q`: with `pin_workers = true` and as many cores as workers, the generator on
 //! CPU 0 reaches worker 0 on core 0, so the sender, the XDP copy in its softirq and the one
 //! busy worker share one core while the other worker idles (counted: every frame on the
-//! worker of the generator's CPU, whichever CPU that is). That, not the rings, is the likely
-//! reason the 64-byte rate of that bench is below AF_PACKET's on a 2-core machine. Keeping
-//! the busy worker off that core (`rx_worker = "other"`, or `pin_workers = false`) did not
-//! raise the rate on a loaded 2-vCPU VM, where the worker waits for a core wherever it is
-//! pinned (journal, 2026-11-25 10:30); not yet measured on a quiet one. The
+//! worker of the generator's CPU, whichever CPU that is). On a quiet 2-vCPU VM that held the
+//! AF_XDP bridge at 0.70x the Linux bridge's 64-byte rate, and unpinned workers reached 1.74x
+//! (journal, 2026-11-25 11:43), which is why `pin_workers = "auto"`, the default, does not
+//! pin when a port is on a Linux interface and no core is left over. Keeping the pinned busy
+//! worker off that core instead (`rx_worker = "other"`) did not raise the rate on a loaded
+//! 2-vCPU VM (journal, 2026-11-25 10:30). The
 //! rings themselves cost little: no syscall on receive (in copy mode the kernel never asks
 //! for a FILL wake-up), one `sendto` per transmitted batch.
 //!

@@ -392,7 +392,7 @@ impl Live {
             .as_ref()
             .map(|r| format!("{} {} {} {}", r.route_cache, r.neigh_limit, r.icmp_rate, r.icmp_burst));
         live.rest = vec![
-            ("workers", format!("{} {}", c.workers, c.pin_workers)),
+            ("workers", format!("{} {:?}", c.workers, c.pin_workers)),
             ("the FDB's settings", format!("{:?}", c.fdb)),
             (
                 "the router (added or removed, its route cache, neighbour limit or ICMP rate)",
