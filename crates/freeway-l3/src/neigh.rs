@@ -7,7 +7,12 @@
 //!   requests and replies, NS/NA link-layer options) and what they need resolved go to the
 //!   writer as [`NeighUpdate`]s on a bounded lock-free queue (`crossbeam_queue::ArrayQueue`); a
 //!   full queue is counted by the worker and the update dropped (the next ARP/ND frame, or the
-//!   worker's retransmission, asks again). Workers never wait.
+//!   worker's retransmission, asks again). Workers never wait. A queued update also rings the
+//!   writer's doorbell ([`NeighWriter::doorbell`], a one-slot channel): the writer's thread
+//!   waits on it between rounds, so an answer or a resolution request is applied at once
+//!   instead of after the thread's nap. Ringing a bell already rung is a few loads and a
+//!   fence, no shared write; the futex wake-up happens only when the writer is asleep on it, at most once per
+//!   nap, never once per packet.
 //! * **The neighbour writer** ([`NeighWriter`], exactly one, not `Clone`) is the only thread
 //!   that changes the table: it applies updates (enforcing the bound, counting refusals),
 //!   adds and deletes static entries, flushes, and ages entries in bounded chunks at least
@@ -492,6 +497,8 @@ struct Shared {
     table: Table,
     queue: ArrayQueue<NeighUpdate>,
     stats: NeighStats,
+    /// The doorbell: holds one `()` from the first queued update until the writer takes it.
+    bell: (crossbeam_channel::Sender<()>, crossbeam_channel::Receiver<()>),
 }
 
 /// The read side, handed to workers and dumps. Cheap to clone.
@@ -525,6 +532,7 @@ pub fn new_seeded(cfg: NeighConfig, seed: u64) -> (Neigh, NeighWriter) {
         table: Table::new(cfg.limit + cfg.static_limit, seed),
         queue: ArrayQueue::new(cfg.queue.max(1)),
         stats: NeighStats::default(),
+        bell: crossbeam_channel::bounded(1),
     });
     (
         Neigh { shared: shared.clone() },
@@ -562,10 +570,25 @@ impl Neigh {
         (mix(ip, iface, t.seed) as usize) & t.mask
     }
 
-    /// Hands an update to the writer. Never blocks; `false` if the queue is full.
+    /// Hands an update to the writer and rings its doorbell. Never blocks; `false` if the
+    /// queue is full.
     #[inline]
     pub fn request(&self, u: NeighUpdate) -> bool {
-        self.shared.queue.push(u).is_ok()
+        let queued = self.shared.queue.push(u).is_ok();
+        if queued {
+            self.wake_writer();
+        }
+        queued
+    }
+
+    /// Rings the writer's doorbell (a queued update does it; a caller that set the writer
+    /// thread's stop flag does it too, so the thread sees the flag at once). A bell already
+    /// rung stays as it is: a full one-slot channel refuses the send without writing.
+    #[inline]
+    pub fn wake_writer(&self) {
+        // Full: rung already and not yet taken. The receiver lives in `Shared` as long as
+        // this sender, so the channel is never disconnected.
+        let _ = self.shared.bell.0.try_send(());
     }
 
     /// Updates waiting for the writer.
@@ -648,6 +671,14 @@ impl NeighWriter {
     /// The settings.
     pub fn config(&self) -> &NeighConfig {
         &self.cfg
+    }
+
+    /// The doorbell: holds a message when a worker queued an update (or
+    /// [`Neigh::wake_writer`] was called) since the writer last took it. The writer's thread
+    /// waits on it between rounds, and takes the message *before* it drains the queue, so
+    /// that an update queued after the drain rings again.
+    pub fn doorbell(&self) -> &crossbeam_channel::Receiver<()> {
+        &self.shared.bell.1
     }
 
     /// Dynamic entries currently in the table.

@@ -2,14 +2,16 @@
 //! `tcpdump -r` does: each packet the filter accepts is printed as a line (see [`Decoder`])
 //! or written to a pcap file, up to a count.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use freeway_io::pcap::MAX_RECORD;
+use pcap_file::pcap::{PcapHeader, PcapReader, PcapWriter, RawPcapPacket};
 use pcap_file::pcapng::{Block, PcapNgReader};
-use pcap_file::DataLink;
+use pcap_file::{DataLink, TsResolution};
 
 use super::{timestamp, Decoder, Options};
 
@@ -44,9 +46,37 @@ pub struct ReadSummary {
 
 /// One packet of a file: time, captured bytes and length on the wire.
 struct Rec {
-    ts: Duration,
+    /// Seconds of the timestamp.
+    secs: u64,
+    /// Microseconds of the timestamp, as libpcap hands them to tcpdump: a classic pcap
+    /// record's field is kept as it is, even when it is 1,000,000 or more (tcpdump prints
+    /// such a record's time as `hh:mm:ss.1500000`, and `-w` writes the field back unchanged).
+    micros: u32,
     data: Vec<u8>,
     wire: u32,
+}
+
+impl Rec {
+    fn at(ts: Duration, data: Vec<u8>, wire: u32) -> Rec {
+        Rec {
+            secs: ts.as_secs(),
+            micros: ts.subsec_micros(),
+            data,
+            wire,
+        }
+    }
+}
+
+/// The microseconds of a classic pcap record's fraction field, as libpcap gives them to
+/// tcpdump: as written for a microsecond file; for a nanosecond file, the field read as
+/// libpcap's signed 32-bit `tv_usec` divided by 1000 (so tcpdump and this print the same
+/// digits even for a field of 2^31 or more).
+fn record_micros(frac: u32, nanos: bool) -> u32 {
+    if nanos {
+        ((frac as i32) / 1000) as u32
+    } else {
+        frac
+    }
 }
 
 /// Reads `path` (pcap or pcapng, Ethernet link type), filters it and sends the matches to
@@ -83,7 +113,7 @@ pub fn read_file(path: &Path, req: &ReadRequest, out: ReadOutput) -> Result<Read
         }
         sum.matched += 1;
         if let Some(w) = text.as_mut() {
-            let mut line = timestamp(r.ts.as_secs(), r.ts.subsec_micros());
+            let mut line = timestamp(r.secs, r.micros);
             line.push_str(&dec.line(&r.data, r.wire as usize));
             line.push('\n');
             match w.write_all(line.as_bytes()) {
@@ -95,8 +125,15 @@ pub fn read_file(path: &Path, req: &ReadRequest, out: ReadOutput) -> Result<Read
         }
         if let Some(w) = pcap.as_mut() {
             let keep = r.data.len().min(req.snaplen as usize);
-            w.write_packet(&PcapPacket::new(r.ts, r.wire, &r.data[..keep]))
-                .map_err(|e| format!("-w: {e}"))?;
+            let ts_sec = u32::try_from(r.secs).map_err(|_| format!("-w: timestamp {} s is past 2106", r.secs))?;
+            let raw = RawPcapPacket {
+                ts_sec,
+                ts_frac: r.micros,
+                incl_len: keep as u32,
+                orig_len: r.wire.max(keep as u32),
+                data: Cow::Borrowed(&r.data[..keep]),
+            };
+            w.write_raw_packet(&raw).map_err(|e| format!("-w: {e}"))?;
         }
         Ok(req.count.is_none_or(|c| sum.matched < c))
     };
@@ -113,17 +150,9 @@ pub fn read_file(path: &Path, req: &ReadRequest, out: ReadOutput) -> Result<Read
                             "{name}: only Ethernet captures can be read (link type {link:?})"
                         ));
                     }
-                    Rec {
-                        ts: p.timestamp,
-                        wire: p.original_len,
-                        data: p.data.into_owned(),
-                    }
+                    Rec::at(p.timestamp, p.data.into_owned(), p.original_len)
                 }
-                Block::SimplePacket(p) => Rec {
-                    ts: Duration::ZERO,
-                    wire: p.original_len,
-                    data: p.data.into_owned(),
-                },
+                Block::SimplePacket(p) => Rec::at(Duration::ZERO, p.data.into_owned(), p.original_len),
                 _ => continue,
             };
             if !each(rec)? {
@@ -138,12 +167,33 @@ pub fn read_file(path: &Path, req: &ReadRequest, out: ReadOutput) -> Result<Read
                 r.header().datalink
             ));
         }
-        while let Some(p) = r.next_packet() {
+        // Records are taken raw and read as libpcap reads them (pcap-file's checked packets
+        // refuse a fraction of a second or more, and an original length above the snap
+        // length, both of which tcpdump reads): a captured length above the largest snap
+        // length is an error; one above the file's snap length is cut to it.
+        let header = r.header();
+        let nanos = header.ts_resolution == TsResolution::NanoSecond;
+        let snaplen = match header.snaplen {
+            0 => MAX_RECORD,
+            s => s.min(MAX_RECORD),
+        };
+        let mut n = 0u64;
+        while let Some(p) = r.next_raw_packet() {
             let p = p.map_err(bad)?;
+            n += 1;
+            if p.incl_len > MAX_RECORD {
+                return Err(format!(
+                    "{name}: record {n}: captured length {} too large (max {MAX_RECORD})",
+                    p.incl_len
+                ));
+            }
+            let mut data = p.data.into_owned();
+            data.truncate(snaplen as usize);
             let rec = Rec {
-                ts: p.timestamp,
-                wire: p.orig_len,
-                data: p.data.into_owned(),
+                secs: u64::from(p.ts_sec),
+                micros: record_micros(p.ts_frac, nanos),
+                wire: p.orig_len.max(data.len() as u32),
+                data,
             };
             if !each(rec)? {
                 break;

@@ -70,3 +70,114 @@ fn a_pcap_stream_becomes_lines_whatever_the_chunking() {
     }
     assert!(PcapText::new(Vec::new()).write_all(&[0u8; 40]).is_err());
 }
+
+/// A classic pcap file built by hand: the header (`magic` gives byte order and resolution)
+/// and records of (seconds, fraction field, frame, original length).
+fn hand_pcap(magic: u32, snaplen: u32, recs: &[(u32, u32, &[u8], u32)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for w in [magic, 0x0004_0002, 0, 0, snaplen, 1] {
+        b.extend_from_slice(&w.to_le_bytes());
+    }
+    // Version 2.4 is two 16-bit fields: rewrite them in order.
+    b[4..8].copy_from_slice(&[2, 0, 4, 0]);
+    for (sec, frac, data, orig) in recs {
+        for w in [*sec, *frac, data.len() as u32, *orig] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(data);
+    }
+    b
+}
+
+/// `bytes` read as `freeway capture -r FILE` reads them; with `tcpdump`, the lines are also
+/// checked against what tcpdump itself prints for the file (where it is installed).
+fn read_text(bytes: &[u8], tag: &str, tcpdump: bool) -> Result<String, String> {
+    let path = std::env::temp_dir().join(format!("freeway-read-{tag}-{}.pcap", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let req = ReadRequest {
+        filter: "",
+        count: None,
+        snaplen: 65535,
+        opts: Options::default(),
+    };
+    let mut out = Vec::new();
+    let r = read_file(&path, &req, ReadOutput::Text(&mut out)).map(|_| String::from_utf8(out).unwrap());
+    let want = if tcpdump {
+        freeway_testkit::tcpdump(&path, &["-n"])
+    } else {
+        None
+    };
+    let _ = std::fs::remove_file(&path);
+    if let (Some(want), Ok(got)) = (want, &r) {
+        assert_eq!(got, &want, "{tag}: the lines tcpdump prints");
+    }
+    r
+}
+
+#[test]
+fn a_record_of_a_million_microseconds_or_more_reads_as_tcpdump_reads_it() {
+    let f = build_frame(&FrameSpec::default());
+    let udp = "IP 10.0.0.1.1024 > 10.0.0.2.80: UDP, length 18";
+    let len = f.len() as u32;
+    let micro = hand_pcap(
+        0xa1b2_c3d4,
+        65535,
+        &[
+            (1000, 999_999, &f, len),
+            (1000, 1_000_000, &f, len),
+            (1000, 1_500_000, &f, len),
+            (1001, 5, &f, len),
+        ],
+    );
+    // What `tcpdump -n -r` (4.99.3, libpcap 1.10.3) prints for this file: the field as it is.
+    assert_eq!(
+        read_text(&micro, "us", true).unwrap(),
+        format!("00:16:40.999999 {udp}\n00:16:40.1000000 {udp}\n00:16:40.1500000 {udp}\n00:16:41.000005 {udp}\n")
+    );
+    let nano = hand_pcap(
+        0xa1b2_3c4d,
+        65535,
+        &[
+            (1000, 999_999_999, &f, len),
+            (1000, 1_000_000_000, &f, len),
+            (1000, 2_500_000_001, &f, len),
+        ],
+    );
+    assert_eq!(
+        read_text(&nano, "ns", true).unwrap(),
+        format!("00:16:40.999999 {udp}\n00:16:40.1000000 {udp}\n00:16:40.4293172329 {udp}\n")
+    );
+}
+
+#[test]
+fn records_longer_than_the_snap_length_read_as_libpcap_reads_them() {
+    let f = build_frame(&FrameSpec::default());
+    // Cut at 20 bytes by a snap length of 20, the original length 1500: tcpdump reads it.
+    let cut = hand_pcap(0xa1b2_c3d4, 20, &[(0, 1, &f[..20], 1500), (0, 2, &f, f.len() as u32)]);
+    let text = read_text(&cut, "snap", true).unwrap();
+    assert_eq!(text, "00:00:00.000001 IP  [|ip]\n00:00:00.000002 IP  [|ip]\n");
+    let huge = hand_pcap(0xa1b2_c3d4, 65535, &[(0, 1, &vec![0u8; 262_145], 262_145)]);
+    let err = read_text(&huge, "huge", false).unwrap_err();
+    assert!(err.contains("record 1: captured length 262145 too large"), "{err}");
+}
+
+#[test]
+fn matches_written_with_w_keep_the_records_time_fields() {
+    let f = build_frame(&FrameSpec::default());
+    let file = hand_pcap(0xa1b2_c3d4, 65535, &[(7, 1_500_000, &f, f.len() as u32)]);
+    let path = std::env::temp_dir().join(format!("freeway-read-w-{}.pcap", std::process::id()));
+    std::fs::write(&path, &file).unwrap();
+    let req = ReadRequest {
+        filter: "udp",
+        count: None,
+        snaplen: 65535,
+        opts: Options::default(),
+    };
+    let mut out = Vec::new();
+    let sum = read_file(&path, &req, ReadOutput::Pcap(&mut out)).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!((sum.read, sum.matched), (1, 1));
+    let word = |i: usize| u32::from_ne_bytes(out[i..i + 4].try_into().unwrap());
+    assert_eq!((word(24), word(28), word(32)), (7, 1_500_000, f.len() as u32));
+    assert_eq!(&out[40..], &f[..]);
+}

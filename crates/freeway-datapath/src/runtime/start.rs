@@ -49,46 +49,83 @@ pub(crate) fn open_port(spec: &crate::config::PortSpec) -> Result<Box<dyn Port>,
     })
 }
 
-/// The longest a table's writer thread (`fw-fdb`, `fw-neigh`) naps while nothing comes: the
-/// workers' queues (learn requests, neighbour updates) wait that long at most; the control
-/// socket's changes wake it at once ([`nap_on_ops`]). About 30 wake-ups a second while idle,
-/// where 8 ms gave 125; right after work it naps 1 ms, doubling.
-const SERVICE_NAP_MAX: Duration = Duration::from_millis(32);
+/// How a table's writer thread (`fw-fdb`, `fw-neigh`) naps between rounds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Naps {
+    /// After a round that found work: the thread naps this long without listening to its
+    /// doorbell, so a flood of updates wakes it at most once per nap (the control socket's
+    /// changes still wake it).
+    pub(crate) after_work: Duration,
+    /// The first nap after an idle round; each further idle round doubles it...
+    pub(crate) idle_first: Duration,
+    /// ...up to this. Idle naps end early when the doorbell rings or a control change comes.
+    pub(crate) idle_max: Duration,
+}
 
-/// Naps `nap`, or less when a control change arrives on `ops` (it is left there for the
-/// service to take).
-fn nap_on_ops<T>(ops: &Receiver<T>, nap: Duration) {
+/// The writers' naps. While idle, the workers' queues (learn requests, neighbour updates)
+/// wait `idle_max` at most where no doorbell rings (the FDB's learn queue); the neighbour
+/// writer's doorbell and the control socket's changes wake the thread at once. About 30
+/// wake-ups a second while idle, where 8 ms gave 125; right after work it naps 1 ms.
+pub(crate) const SERVICE_NAPS: Naps = Naps {
+    after_work: Duration::from_millis(1),
+    idle_first: Duration::from_millis(2),
+    idle_max: Duration::from_millis(32),
+};
+
+/// Naps `nap`, or less when a control change arrives on `ops` or `bell` rings (what came
+/// is left there for the service to take).
+fn nap_on<T>(ops: &Receiver<T>, bell: Option<&Receiver<()>>, nap: Duration) {
+    let deadline = Instant::now() + nap;
     let mut sel = crossbeam_channel::Select::new();
     sel.recv(ops);
-    // A disconnected channel reads as ready at once: then nap the whole time.
-    if sel.ready_timeout(nap).is_ok() && ops.is_empty() {
-        std::thread::sleep(nap);
+    if let Some(b) = bell {
+        sel.recv(b);
+    }
+    if sel.ready_deadline(deadline).is_err() || !ops.is_empty() || bell.is_some_and(|b| !b.is_empty()) {
+        return;
+    }
+    // Ready with nothing there: `ops` is disconnected (it reads as ready at once). Nap the
+    // rest of the time, still woken by the bell.
+    match bell {
+        Some(b) => {
+            let _ = b.recv_deadline(deadline);
+        }
+        None => std::thread::sleep(deadline.saturating_duration_since(Instant::now())),
     }
 }
 
 /// Runs a background service (`f` once per round, returning how much work it found) until
 /// `stop` is set, backing off while idle: every wake-up preempts a worker on a busy
-/// machine, but the latency of the service is the sleep while work arrives.
-/// Its state is a table's writer and the control socket's changes for it, which wake it.
+/// machine, but the latency of the service is the sleep while work arrives, unless the
+/// workers ring `bell` (see [`Naps`]). Its state is a table's writer and the control
+/// socket's changes for it, which wake it.
 pub(crate) fn spawn_service<W: Send + 'static, T: Send + 'static>(
     name: &str,
     clock: Clock,
     stop: Arc<AtomicBool>,
+    naps: Naps,
+    bell: Option<Receiver<()>>,
     mut s: (W, Receiver<T>),
     f: fn(&mut (W, Receiver<T>), Tick) -> usize,
 ) -> Result<std::thread::JoinHandle<(W, Receiver<T>)>, RunError> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
-            let mut nap = Duration::from_millis(1);
+            let mut idle = naps.idle_first;
             while !stop.load(Ordering::Relaxed) {
+                // Taken before the round looks at the queue: an update queued after it
+                // rings again.
+                if let Some(b) = &bell {
+                    let _ = b.try_recv();
+                }
                 // Up to date even while the ticker naps (all workers asleep).
                 if f(&mut s, clock.refresh()) == 0 {
-                    nap = (nap * 2).min(SERVICE_NAP_MAX);
+                    nap_on(&s.1, bell.as_ref(), idle);
+                    idle = idle.saturating_mul(2).min(naps.idle_max);
                 } else {
-                    nap = Duration::from_millis(1);
+                    nap_on(&s.1, None, naps.after_work);
+                    idle = naps.idle_first;
                 }
-                nap_on_ops(&s.1, nap);
             }
             f(&mut s, clock.now());
             s
@@ -914,6 +951,8 @@ pub(crate) struct Writers<L: Layout> {
     pub(crate) neigh_ops: Option<Sender<Op<NeighOp>>>,
     fdb: Option<WriterThread<FdbWriter<L>, FdbOp>>,
     neigh: Option<WriterThread<NeighWriter, NeighOp>>,
+    /// Rings the neighbour writer's doorbell once its stop flag is set.
+    neigh_wake: Option<freeway_l3::neigh::Neigh>,
 }
 
 impl<L: Layout> Writers<L> {
@@ -924,6 +963,7 @@ impl<L: Layout> Writers<L> {
             neigh_ops: None,
             fdb: None,
             neigh: None,
+            neigh_wake: None,
         }
     }
 }
@@ -941,25 +981,47 @@ pub(crate) fn spawn_writers<L: Layout>(
         "fw-fdb",
         clock.clone(),
         stop.clone(),
+        SERVICE_NAPS,
+        None,
         (fdb_w, fdb_rx),
         |(w, rx), now| w.service(now) + control::apply_fdb(w, rx, now),
     )?;
-    let (neigh_ops, neigh) = match neigh_w {
+    let (neigh_ops, neigh, neigh_wake) = match neigh_w {
         Some(w) => {
             let (tx, rx) = crossbeam_channel::bounded::<Op<NeighOp>>(64);
-            let h = spawn_service("fw-neigh", clock.clone(), stop.clone(), (w, rx), |(w, rx), now| {
-                w.service(now) + control::apply_neigh(w, rx, now)
-            })?;
-            (Some(tx), Some(h))
+            let (bell, wake) = (w.doorbell().clone(), w.reader());
+            let h = spawn_neigh_service(clock, stop, SERVICE_NAPS, bell, (w, rx))?;
+            (Some(tx), Some(h), Some(wake))
         }
-        None => (None, None),
+        None => (None, None, None),
     };
     Ok(Writers {
         fdb_ops: Some(fdb_ops),
         neigh_ops,
         fdb: Some(fdb),
         neigh,
+        neigh_wake,
     })
+}
+
+/// The neighbour writer's thread (`fw-neigh`): the workers' updates, ageing and the control
+/// socket's changes, woken by the table's doorbell.
+pub(crate) fn spawn_neigh_service(
+    clock: &Clock,
+    stop: &Arc<AtomicBool>,
+    naps: Naps,
+    bell: Receiver<()>,
+    s: (NeighWriter, Receiver<Op<NeighOp>>),
+) -> Result<WriterThread<NeighWriter, NeighOp>, RunError> {
+    spawn_service(
+        "fw-neigh",
+        clock.clone(),
+        stop.clone(),
+        naps,
+        Some(bell),
+        s,
+        |(w, rx), now| w.service(now) + control::apply_neigh(w, rx, now),
+    )
 }
 
 /// Starts the Prometheus endpoint's thread (`fw-metrics`).
@@ -1128,6 +1190,9 @@ pub(crate) fn stop_and_collect<L: Layout>(t: Threads<L>) -> Result<Collected<L>,
     }
     let elapsed = t.start.elapsed();
     t.writer_stop.store(true, Ordering::Relaxed);
+    if let Some(n) = &t.writers.neigh_wake {
+        n.wake_writer();
+    }
     if let Some(h) = t.writers.fdb {
         h.join().map_err(|_| RunError("the FDB thread panicked".into()))?;
     }
@@ -1148,4 +1213,68 @@ pub(crate) fn stop_and_collect<L: Layout>(t: Threads<L>) -> Result<Collected<L>,
         rib = c.rib.map(|(r, _, _)| r);
     }
     Ok((elapsed, inline_back, neigh_w, rib))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use freeway_l3::neigh::{self, NeighConfig, NeighState, NeighUpdate};
+    use std::net::IpAddr;
+
+    /// Polls `done` until it holds. The bound (a minute) is not a timing check: the writer in
+    /// play naps an hour, so only its doorbell can make `done` hold before it.
+    fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(
+                Instant::now() < give_up,
+                "{what}: still waiting for the writer's nap to end"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn the_neighbour_writer_wakes_for_workers_updates_not_at_the_end_of_its_nap() {
+        let (clock, _ticker) = Clock::start();
+        let (reader, w) = neigh::new(NeighConfig::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let hour = Duration::from_secs(3600);
+        // No nap after work: the round after each applied update finds nothing, and the
+        // writer is back in its hour-long idle nap, where only the doorbell can reach it.
+        let naps = Naps {
+            after_work: Duration::ZERO,
+            idle_first: hour,
+            idle_max: hour,
+        };
+        let (_ops, rx) = crossbeam_channel::bounded(1);
+        let bell = w.doorbell().clone();
+        let h = spawn_neigh_service(&clock, &stop, naps, bell, (w, rx)).unwrap();
+        let ip: IpAddr = "10.0.0.9".parse().unwrap();
+        let state = || {
+            let g = reader.pin();
+            reader.lookup(ip, 1, &g).map(|v| v.state)
+        };
+        // A worker with packets for an unknown neighbour asks for its resolution...
+        assert!(reader.request(NeighUpdate::Resolve { ip, iface: 1 }));
+        eventually("the resolution request", || state() == Some(NeighState::Incomplete));
+        // ...and one that receives the neighbour's answer passes it on.
+        let mac = [2, 0, 0, 0, 0, 9];
+        assert!(reader.request(NeighUpdate::Learn {
+            ip,
+            iface: 1,
+            mac,
+            create: false,
+        }));
+        eventually("the answer", || state() == Some(NeighState::Reachable));
+        let g = reader.pin();
+        assert_eq!(reader.lookup(ip, 1, &g).map(|v| v.mac), Some(mac));
+        drop(g);
+        // Stopping rings the bell too.
+        stop.store(true, Ordering::Relaxed);
+        reader.wake_writer();
+        eventually("the stop", || h.is_finished());
+        let (w, _) = h.join().unwrap();
+        assert_eq!(w.dynamic_len(), 1);
+    }
 }
