@@ -265,6 +265,9 @@ neigh_stats! {
     deleted,
     /// Static entries refused because `static_limit` was reached.
     static_limit_reached,
+    /// Updates from workers about an interface already removed ([`NeighWriter::retire`]),
+    /// ignored.
+    retired_ignored,
 }
 
 /// One entry as shown by dumps (`ip neigh` style with [`fmt::Display`], JSON with serde).
@@ -515,6 +518,8 @@ pub struct NeighWriter {
     statics: usize,
     cursor: usize,
     last_age: Option<Tick>,
+    /// Interfaces removed for good ([`NeighWriter::retire`]); interface ids are never reused.
+    retired: Vec<u16>,
 }
 
 /// Creates a neighbour table: the shared read side and its single writer.
@@ -543,6 +548,7 @@ pub fn new_seeded(cfg: NeighConfig, seed: u64) -> (Neigh, NeighWriter) {
             statics: 0,
             cursor: 0,
             last_age: None,
+            retired: Vec::new(),
         },
     )
 }
@@ -746,6 +752,11 @@ impl NeighWriter {
 
     /// Applies one update from a worker.
     pub fn apply(&mut self, u: NeighUpdate, now: Tick) {
+        let (NeighUpdate::Learn { iface, .. } | NeighUpdate::Resolve { iface, .. }) = u;
+        if self.retired.contains(&iface) {
+            self.shared.stats.retired_ignored.inc();
+            return;
+        }
         match u {
             NeighUpdate::Learn { ip, iface, mac, create } => {
                 self.learn(ip, iface, mac, create, now);
@@ -835,6 +846,18 @@ impl NeighWriter {
         self.dynamic -= d;
         self.shared.stats.deleted.add((s + d) as u64);
         s + d
+    }
+
+    /// Deletes every entry of interface `iface` (static ones too) and ignores from now on the
+    /// workers' updates about it: a worker still routing with the interfaces of before its
+    /// removal, or an update queued before it, would otherwise create an `INCOMPLETE` entry on
+    /// an interface that no longer exists. For interfaces removed for good (their ids are not
+    /// reused). Returns how many entries were deleted.
+    pub fn retire(&mut self, iface: u16) -> usize {
+        if !self.retired.contains(&iface) {
+            self.retired.push(iface);
+        }
+        self.flush(Some(iface), true)
     }
 
     /// Runs one ageing chunk if at least `age_interval_ms` passed since the last: scans the

@@ -211,3 +211,33 @@ fn workers_read_consistent_entries_while_the_writer_churns() {
         r.join().unwrap();
     }
 }
+
+#[test]
+fn a_retired_interface_gets_no_entries_from_late_worker_updates() {
+    let (n, mut w) = new_seeded(NeighConfig::default(), 5);
+    w.add_static(host(1), 1, mac(1), 0).unwrap();
+    w.apply(NeighUpdate::Resolve { ip: host(2), iface: 1 }, 0);
+    w.apply(NeighUpdate::Resolve { ip: host(3), iface: 2 }, 0);
+    assert_eq!(n.len(), 3);
+    // Interface 1 removed: its entries go, static ones too.
+    assert_eq!(w.retire(1), 2);
+    assert_eq!(n.len(), 1);
+    // An update a worker queued before the removal, or made while it still routed with the
+    // interfaces of before, creates nothing on it; other interfaces are unaffected.
+    w.apply(NeighUpdate::Resolve { ip: host(2), iface: 1 }, 0);
+    w.apply(
+        NeighUpdate::Learn {
+            ip: host(4),
+            iface: 1,
+            mac: mac(4),
+            create: true,
+        },
+        0,
+    );
+    assert_eq!(n.len(), 1);
+    assert_eq!(n.stats().retired_ignored.get(), 2);
+    w.apply(NeighUpdate::Resolve { ip: host(5), iface: 2 }, 0);
+    assert_eq!(n.len(), 2);
+    // Retiring twice deletes nothing more.
+    assert_eq!(w.retire(1), 0);
+}

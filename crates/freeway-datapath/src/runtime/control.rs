@@ -91,7 +91,8 @@ pub(crate) enum NeighOp {
     Del(IpAddr, u16),
     /// Delete the dynamic entries (of one interface).
     Flush(Option<u16>),
-    /// Delete every entry of one interface, permanent ones included (a reload removed it).
+    /// Delete every entry of one interface, permanent ones included, and ignore the workers'
+    /// later updates about it (a reload removed it).
     Purge(u16),
 }
 
@@ -154,7 +155,7 @@ pub(crate) fn apply_neigh(w: &mut NeighWriter, rx: &Receiver<Op<NeighOp>>, now: 
         NeighOp::Del(ip, iface) if w.delete(ip, iface) => Ok(String::new()),
         NeighOp::Del(ip, _) => Err(CtlError::NotFound(format!("no neighbour {ip} on that interface"))),
         NeighOp::Flush(iface) => Ok(format!("{} entries flushed\n", w.flush(iface, false))),
-        NeighOp::Purge(iface) => Ok(format!("{} entries deleted\n", w.flush(Some(iface), true))),
+        NeighOp::Purge(iface) => Ok(format!("{} entries deleted\n", w.retire(iface))),
     })
 }
 
