@@ -159,6 +159,53 @@ pub enum CtState {
     Untracked,
 }
 
+impl CtState {
+    /// Number of per-state packet counters: the state's byte is below it (`STATE_BYTES`).
+    pub(crate) const COUNTERS: usize = InvalidReason::COUNT + 5;
+
+    /// The index of this state's packet counter, below [`CtState::COUNTERS`]: the state's
+    /// own byte. The compiler stores an invalid reason's value in it and the other states in
+    /// values after the reasons' (new, established, related and untracked in 13, 14, 15 and
+    /// 17 today: the variant's index plus 13); `STATE_BYTES` checks at compile time that the
+    /// states' bytes are distinct and below [`CtState::COUNTERS`]. (A `match` giving each
+    /// state an index compiles to a jump table: LLVM does not see the identity on the byte.)
+    #[inline(always)]
+    pub(crate) const fn counter(self) -> usize {
+        // SAFETY: `CtState` is one byte (checked by `STATE_BYTES`) and every byte of a valid
+        // `CtState` is initialised, so it is a valid `u8`.
+        (unsafe { std::mem::transmute::<CtState, u8>(self) }) as usize
+    }
+
+    /// Every state: the invalid reasons in their order, then new, established, related and
+    /// untracked.
+    pub(crate) const ALL: [CtState; InvalidReason::COUNT + 4] = {
+        let mut all = [CtState::New; InvalidReason::COUNT + 4];
+        let mut i = 0;
+        while i < InvalidReason::COUNT {
+            all[i] = CtState::Invalid(InvalidReason::ALL[i]);
+            i += 1;
+        }
+        all[InvalidReason::COUNT + 1] = CtState::Established;
+        all[InvalidReason::COUNT + 2] = CtState::Related;
+        all[InvalidReason::COUNT + 3] = CtState::Untracked;
+        all
+    };
+}
+
+/// Every state has its own counter ([`CtState::counter`]), below [`CtState::COUNTERS`].
+const STATE_BYTES: () = {
+    assert!(std::mem::size_of::<CtState>() == 1);
+    let mut used = [false; CtState::COUNTERS];
+    let mut i = 0;
+    while i < CtState::ALL.len() {
+        let c = CtState::ALL[i].counter();
+        assert!(c < CtState::COUNTERS && !used[c]);
+        used[c] = true;
+        i += 1;
+    }
+};
+const _: () = STATE_BYTES;
+
 /// The result of tracking one packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CtResult {
@@ -204,5 +251,22 @@ impl CtResult {
     #[inline]
     pub fn over_limit(&self) -> bool {
         matches!(self.state, CtState::Invalid(r) if r.is_limit())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_has_its_own_counter() {
+        let mut seen = [false; CtState::COUNTERS];
+        for s in CtState::ALL {
+            let i = s.counter();
+            assert!(i < CtState::COUNTERS, "{s:?} -> {i}");
+            assert!(!seen[i], "{s:?} shares counter {i}");
+            seen[i] = true;
+        }
+        assert_eq!(seen.iter().filter(|&&b| b).count(), InvalidReason::COUNT + 4);
     }
 }

@@ -15,7 +15,7 @@ use freeway_sync::{CachePadded, Clock, Counter};
 
 use crate::table::{ConnPtr, Table};
 use crate::timeout::{LiveTimeouts, Timeouts};
-use crate::InvalidReason;
+use crate::CtState;
 
 /// Number of zones.
 pub const ZONES: usize = 1 << 16;
@@ -36,12 +36,10 @@ pub(crate) struct WorkerStats {
     /// Its spare credits of one zone: `zone << 32 | places`.
     pub(crate) spare_zone: AtomicU64,
     // No per-packet total: every packet lands in exactly one state counter, and
-    // `Conntrack::stats` sums them (one counter write per packet instead of two).
-    pub(crate) new: Counter,
-    pub(crate) established: Counter,
-    pub(crate) related: Counter,
-    pub(crate) untracked: Counter,
-    pub(crate) invalid: [Counter; InvalidReason::COUNT],
+    // `Conntrack::stats` sums them (one counter write per packet instead of two). One array
+    // indexed by `CtState::counter`, the state's own byte (one slot stays unused), so picking
+    // the counter is an index rather than a jump table.
+    pub(crate) states: [Counter; CtState::COUNTERS],
     pub(crate) created: Counter,
     pub(crate) races: Counter,
     pub(crate) reopened: Counter,

@@ -297,9 +297,13 @@ impl Conn {
     /// the state).
     #[inline(always)]
     pub fn primary(&self) -> &Conn {
-        match self.twin() {
-            Some(t) if self.reply_node => t,
-            _ => self,
+        // `reply_node` first: one byte next to `orig_lo`, which the lookup's caller reads
+        // anyway; the twin pointer is loaded only for a reply node (which always has one:
+        // `Conn::pair` sets both).
+        if self.reply_node {
+            self.twin().unwrap_or(self)
+        } else {
+            self
         }
     }
 

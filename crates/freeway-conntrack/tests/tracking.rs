@@ -615,7 +615,12 @@ fn icmp_echo_and_errors_are_related() {
     let l4 = usize::from(ns.meta.l4_off);
     ns.data_mut()[l4] = 135;
     assert_eq!(go(&mut w, &ns, 0).0, CtState::Untracked);
-    assert_eq!(ct.stats().related, 4);
+    // Each packet counted once, under its state.
+    let st = ct.stats();
+    assert_eq!((st.new, st.established, st.related, st.untracked), (3, 1, 4, 1));
+    assert_eq!((st.invalid, st.invalid_by_reason["no_connection"]), (3, 3));
+    assert_eq!(st.invalid_by_reason.len(), 1);
+    assert_eq!(st.packets, 12);
 }
 
 #[test]
@@ -647,6 +652,17 @@ fn malformed_packets_are_invalid() {
     freeway_packet::parse(&mut arp).unwrap();
     assert_eq!(go(&mut w, &arp, 0).0, CtState::Untracked);
     assert_eq!(ct.len(), 1);
+    let st = ct.stats();
+    assert_eq!((st.new, st.established, st.related, st.untracked), (1, 0, 0, 1));
+    assert_eq!(
+        (
+            st.invalid,
+            st.invalid_by_reason["ip_checksum"],
+            st.invalid_by_reason["l4_length"]
+        ),
+        (2, 1, 1)
+    );
+    assert_eq!(st.packets, 4);
 }
 
 #[test]
