@@ -13,7 +13,7 @@
 //! * **Established packets**: `flows` connections per worker are created first, then each
 //!   worker sends packets of them in turn (original direction), either tracked (`track`) or
 //!   tracked and translated as the datapath does (`track_nat`, whose one lookup gives the
-//!   translated connection's node too, then the rewrite from it, `nat::apply_hit`).
+//!   connection's translation too, then the rewrite).
 //!   Each packet is first copied from its template in both variants, so the copy cancels out.
 //!
 //! Nothing here asserts timings; debug builds say nothing about speed.
@@ -26,7 +26,7 @@ use std::time::Instant;
 use clap::Args;
 use freeway_conntrack::frames;
 use freeway_conntrack::nat::{self, NatPorts, SrcNat};
-use freeway_conntrack::{extract, Conntrack, CtConfig, CtState, TrackFlags};
+use freeway_conntrack::{extract, Conntrack, CtConfig, CtState, NatPlan, TrackFlags};
 use freeway_packet::bytes::{wr16, wr32};
 use freeway_packet::{meta_flags, Packet};
 use freeway_sync::Clock;
@@ -240,9 +240,14 @@ fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> 
                 p.data_mut().copy_from_slice(tpl.data());
                 p.meta = tpl.meta;
                 if translate {
-                    let (r, hit) = b.w.track_nat(&g, p.data(), &p.meta, 0, b.flags);
+                    let (r, plan) = b.w.track_nat(&g, p.data(), &p.meta, 0, b.flags);
                     bad += u64::from(r.state != CtState::Established);
-                    bad += u64::from(!hit.is_some_and(|h| nat::apply_hit(&mut p, &h)));
+                    match plan {
+                        Some(plan @ (NatPlan::Packet { .. } | NatPlan::Packet4(_))) => {
+                            bad += u64::from(!nat::apply(&mut p, &plan));
+                        }
+                        _ => bad += 1,
+                    }
                 } else {
                     let r = b.w.track(&g, p.data(), &p.meta, 0, b.flags);
                     bad += u64::from(r.state != CtState::Established);

@@ -662,94 +662,88 @@ impl CtWorker {
         self.track_class::<false>(g, class, zone, flags.commit).0
     }
 
-    /// Tracks one packet as [`CtWorker::track`] does and, from the same lookup, gives the node
-    /// of its connection when that is translated ([`NatHit`]: how the packet is rewritten,
-    /// what [`CtWorker::nat_of`] says, without looking the connection up a second time). An
-    /// ICMP error about a translated connection gets its quoted packet's node.
+    /// Tracks one packet as [`CtWorker::track`] does and, from the same lookup, says how it
+    /// is rewritten when its connection is translated (what [`CtWorker::nat_of`] says, without
+    /// looking the connection up a second time). An ICMP error about a translated connection
+    /// gets its plan too.
     #[inline]
-    pub fn track_nat<'a>(
-        &'a mut self,
-        g: &'a Guard,
+    pub fn track_nat(
+        &mut self,
+        g: &Guard,
         frame: &[u8],
         meta: &Meta,
         zone: u16,
         flags: TrackFlags,
-    ) -> (CtResult, Option<NatHit<'a>>) {
+    ) -> (CtResult, Option<NatPlan>) {
         let class = walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified);
         self.track_class::<true>(g, class, zone, flags.commit)
     }
 
     /// Tracks a packet as its headers classify it and counts its state; with `NAT`, gives
-    /// the node of the packet's connection too when that is translated (the plain variant
-    /// compiles without it: no work added to untranslated tracking).
+    /// the translation plan of the packet's connection too (the plain variant compiles
+    /// without it: no work added to untranslated tracking).
     #[inline(always)]
-    fn track_class<'a, const NAT: bool>(
-        &'a mut self,
-        g: &'a Guard,
+    fn track_class<const NAT: bool>(
+        &mut self,
+        g: &Guard,
         class: Class<(Key, bool)>,
         zone: u16,
         commit: bool,
-    ) -> (CtResult, Option<NatHit<'a>>) {
-        let this: &'a CtWorker = self;
-        let (r, hit) = match class {
+    ) -> (CtResult, Option<NatPlan>) {
+        let (r, plan) = match class {
             Class::Track((mut key, src_lo), l4) => {
                 key.set_zone(zone);
-                this.track_key::<NAT>(g, key, src_lo, l4, zone, commit)
+                self.track_key::<NAT>(g, key, src_lo, l4, zone, commit)
             }
             Class::IcmpError(t) => {
-                let (r, hit) = this.related(g, &t, zone);
-                (r, if NAT { hit } else { None })
+                let r = self.related(g, &t, zone);
+                let plan = if NAT && r.state == CtState::Related {
+                    nat_target(&self.s, g, &t, zone, true).map(|to| NatPlan::IcmpError { from: t, to })
+                } else {
+                    None
+                };
+                (r, plan)
             }
             Class::Untracked => (CtResult::orig(CtState::Untracked), None),
             Class::Invalid(r) => (invalid(r, false), None),
         };
         let c = match r.state {
-            CtState::New => &this.stats.new,
-            CtState::Established => &this.stats.established,
-            CtState::Related => &this.stats.related,
-            CtState::Untracked => &this.stats.untracked,
-            CtState::Invalid(r) => &this.stats.invalid[r as usize],
+            CtState::New => &self.stats.new,
+            CtState::Established => &self.stats.established,
+            CtState::Related => &self.stats.related,
+            CtState::Untracked => &self.stats.untracked,
+            CtState::Invalid(r) => &self.stats.invalid[r as usize],
         };
         c.inc();
-        (r, hit)
+        (r, plan)
     }
 
     /// Tracks a packet already reduced to its key (in `zone`) and L4 information; with `NAT`,
-    /// the node of a packet of a translated connection too.
+    /// the translation plan of a packet of a translated connection too.
     #[inline(always)]
-    fn track_key<'a, const NAT: bool>(
-        &'a self,
-        g: &'a Guard,
+    fn track_key<const NAT: bool>(
+        &self,
+        g: &Guard,
         key: Key,
         src_lo: bool,
         l4: L4Info,
         zone: u16,
         commit: bool,
-    ) -> (CtResult, Option<NatHit<'a>>) {
+    ) -> (CtResult, Option<NatPlan>) {
         let h = self.s.table.hash(&key);
         let s = &self.s;
         let _global = s.global.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(c) = s.table.lookup(&key, h, g) {
             let reply = src_lo != c.orig_lo();
             let r = self.update(c.primary(), reply, &l4, zone, commit);
-            let hit = if NAT && c.twin().is_some() {
-                Some(NatHit {
-                    node: c,
-                    src_lo,
-                    reply,
-                    quoted: false,
-                })
-            } else {
-                None
-            };
-            return (r, hit);
+            let plan = if NAT { packet_plan(c, &key, src_lo, reply) } else { None };
+            return (r, plan);
         }
         (self.create(g, key, h, src_lo, l4, zone, commit), None)
     }
 
-    /// An ICMP error about the packet with tuple `inner`, and the node of that packet's
-    /// connection when it is translated.
-    fn related<'a>(&'a self, g: &'a Guard, inner: &Tuple, zone: u16) -> (CtResult, Option<NatHit<'a>>) {
+    /// An ICMP error about the packet with tuple `inner`.
+    fn related(&self, g: &Guard, inner: &Tuple, zone: u16) -> CtResult {
         let (key, src_lo) = Key::new(inner, zone);
         let h = self.s.table.hash(&key);
         let _global = self
@@ -758,23 +752,13 @@ impl CtWorker {
             .as_ref()
             .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
         match self.s.table.lookup(&key, h, g) {
-            Some(c) => {
+            Some(c) => CtResult {
+                state: CtState::Related,
                 // The error travels against the embedded packet.
-                let reply = src_lo == c.orig_lo();
-                let r = CtResult {
-                    state: CtState::Related,
-                    reply,
-                    uncommitted: false,
-                };
-                let hit = c.twin().map(|_| NatHit {
-                    node: c,
-                    src_lo,
-                    reply: !reply,
-                    quoted: true,
-                });
-                (r, hit)
-            }
-            None => (invalid(InvalidReason::NoConnection, false), None),
+                reply: src_lo == c.orig_lo(),
+                uncommitted: false,
+            },
+            None => invalid(InvalidReason::NoConnection, false),
         }
     }
 
@@ -925,72 +909,27 @@ impl CtWorker {
     }
 }
 
-/// What [`CtWorker::track_nat`]'s lookup found of a translated connection: the node its
-/// packet (an ICMP error: the quoted packet) was found under, valid while the guard is held,
-/// and the packet's direction. [`NatHit::plan`] is what [`CtWorker::nat_of`] says of the
-/// packet; [`NatHit::rewrite4`], an IPv4 packet's rewrite, reads only what tracking the
-/// packet read (the node's key, its primary's hot line) plus, for a reply, its primary's
-/// key. A pointer and three flags: handed on in registers, where a [`NatPlan`] (two tuples)
-/// is copied through memory.
-#[derive(Clone, Copy)]
-pub struct NatHit<'a> {
-    /// The node whose key is the packet's (the quoted packet's).
-    node: &'a Conn,
-    /// The packet's source is the key's low endpoint.
-    src_lo: bool,
-    /// The packet travels in the reply direction of its node.
-    reply: bool,
-    /// An ICMP error's quoted packet.
-    quoted: bool,
-}
-
-impl std::fmt::Debug for NatHit<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NatHit")
-            .field("key", self.node.key())
-            .field("src_lo", &self.src_lo)
-            .field("reply", &self.reply)
-            .field("quoted", &self.quoted)
-            .finish()
-    }
-}
-
-impl NatHit<'_> {
-    /// The rewrite of an IPv4 packet (not an ICMP error) of the connection, with the
-    /// checksum changes the connection keeps; `None` for anything else (see
-    /// [`NatHit::plan`]) and for a packet that needs no rewrite. An original-direction
-    /// packet's is on its primary's hot line; a reply's is the original direction's
-    /// [`Rewrite4::reversed`].
-    #[inline(always)]
-    pub fn rewrite4(&self) -> Option<Rewrite4> {
-        let c = self.node;
-        if self.quoted {
-            return None;
-        }
-        match (c.is_reply_node(), self.reply) {
-            (false, false) => c.nat4(c.key(), self.src_lo),
+/// The plan of a packet with key `key` (its source the key's low endpoint: `src_lo`) found
+/// under node `c` (`reply`: it travels in the reply direction). A translated IPv4
+/// connection's rewrite is on its primary's hot line, which the packet's update read: an
+/// original-direction packet reads no other line, a reply reads its primary's key (the
+/// original tuple) besides.
+#[inline(always)]
+fn packet_plan(c: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<NatPlan> {
+    if !key.is_v6() {
+        let rw = match (c.is_reply_node(), reply) {
+            (false, false) => c.nat4(key, src_lo),
             (true, true) => c.twin().and_then(|p| Some(p.nat4(p.key(), p.orig_lo())?.reversed())),
             _ => None,
-        }
-    }
-
-    /// How the packet is rewritten ([`CtWorker::nat_of`]'s answer): an IPv4 packet's
-    /// [`NatPlan::Packet4`], an IPv6 packet's tuples, an ICMP error's mapping; `None` when
-    /// the packet needs no rewrite (it is translated already).
-    #[inline]
-    pub fn plan(&self) -> Option<NatPlan> {
-        if let Some(rw) = self.rewrite4() {
+        };
+        if let Some(rw) = rw {
             return Some(NatPlan::Packet4(rw));
         }
-        let (c, src_lo) = (self.node, self.src_lo);
-        let to = node_target(c, src_lo, self.quoted)?;
-        let from = c.key().tuple(src_lo);
-        Some(if self.quoted {
-            NatPlan::IcmpError { from, to }
-        } else {
-            NatPlan::Packet { from, to }
-        })
     }
+    node_target(c, src_lo, false).map(|to| NatPlan::Packet {
+        from: key.tuple(src_lo),
+        to,
+    })
 }
 
 /// What [`CtWorker::commit_nat`] did.
@@ -1003,8 +942,7 @@ pub enum NatCommit {
     Taken,
 }
 
-/// How a packet of a translated connection is rewritten ([`CtWorker::nat_of`],
-/// [`NatHit::plan`]).
+/// How a packet of a translated connection is rewritten ([`CtWorker::nat_of`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NatPlan {
     /// The packet's tuple `from` becomes `to`.
@@ -1015,7 +953,7 @@ pub enum NatPlan {
         to: Tuple,
     },
     /// An IPv4 packet's rewrite with the checksum changes its connection keeps
-    /// ([`Rewrite4`]): what [`NatHit::plan`] gives for a packet of a translated IPv4
+    /// ([`Rewrite4`]): what [`CtWorker::track_nat`] gives for a packet of a translated IPv4
     /// connection (the same rewrite as `Packet` of [`Rewrite4::tuples`]).
     Packet4(Rewrite4),
     /// An ICMP error about a packet of a translated connection: the quoted packet's tuple

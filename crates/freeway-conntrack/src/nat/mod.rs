@@ -15,7 +15,7 @@ use crate::ct::CtWorker;
 use crate::extract::L4Info;
 use crate::key::{Key, Tuple};
 use crate::table::Guard;
-use crate::{CtResult, NatHit, NatPlan};
+use crate::{CtResult, NatPlan};
 
 /// A source translation for a new connection: the addresses to pick from (one, chosen by
 /// the original source, so a host keeps its external address), and the ports (`None`: keep
@@ -75,21 +75,6 @@ pub fn apply(pkt: &mut Packet, plan: &NatPlan) -> bool {
         NatPlan::Packet4(rw) => rewrite4(pkt.data_mut(), l3, l4, rw, Half::Both),
         NatPlan::Packet { from, to } => rewrite_pkt(pkt, from, to),
         NatPlan::IcmpError { from, to } => rewrite_icmp_error(pkt.data_mut(), l3, l4, from, to),
-    }
-}
-
-/// Rewrites `pkt` as the whole of the plan of `hit` says ([`apply`] of [`NatHit::plan`]),
-/// an IPv4 packet straight from its connection's stored rewrite ([`NatHit::rewrite4`]),
-/// without a [`NatPlan`] in between. `false` if the packet needs no rewrite or could not be
-/// rewritten.
-#[inline]
-pub fn apply_hit(pkt: &mut Packet, hit: &NatHit<'_>) -> bool {
-    match hit.rewrite4() {
-        Some(rw) => {
-            let (l3, l4) = (usize::from(pkt.meta.l3_off), usize::from(pkt.meta.l4_off));
-            rewrite4(pkt.data_mut(), l3, l4, &rw, Half::Both)
-        }
-        None => hit.plan().is_some_and(|plan| apply(pkt, &plan)),
     }
 }
 

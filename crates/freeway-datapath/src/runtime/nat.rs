@@ -47,7 +47,7 @@ use std::sync::Arc;
 
 use freeway_conntrack::extract::L4Info;
 use freeway_conntrack::nat::{self, Half, NatFail, NatPorts, PortRange, Rewrite4, SrcNat};
-use freeway_conntrack::{extract, CtState, CtWorker, NatHit, NatPlan, Tuple};
+use freeway_conntrack::{extract, CtState, CtWorker, NatPlan, Tuple};
 use freeway_firewall::ast::{Hook, NatKind};
 use freeway_firewall::{Action, Firewall, FwState, NatChoice};
 use freeway_l3::{Interfaces, L3Drop};
@@ -157,17 +157,10 @@ fn get_tuple(b: &[u8]) -> Tuple {
 }
 
 /// Leaves in `pkt`'s headroom what its connection's ingress lookup found of its translation
-/// (`None`: not translated): its [`NatHit::plan`], as [`put_plan`] leaves it.
+/// (`None`: not translated) and marks it ([`meta_flags::NAT_NOTE`]). Without room for the
+/// note, nothing is marked (prerouting looks the connection up).
 #[inline]
-pub(crate) fn put_note(pkt: &mut Packet, hit: Option<NatHit<'_>>) {
-    put_plan(pkt, hit.and_then(|h| h.plan()));
-}
-
-/// Leaves `plan` (`None`: not translated) in `pkt`'s headroom and marks it
-/// ([`meta_flags::NAT_NOTE`]). Without room for the note, nothing is marked (prerouting
-/// looks the connection up).
-#[inline]
-pub(crate) fn put_plan(pkt: &mut Packet, plan: Option<NatPlan>) {
+pub(crate) fn put_note(pkt: &mut Packet, plan: Option<NatPlan>) {
     let h = pkt.headroom();
     if h < NOTE_AT + NOTE_LEN {
         return;
@@ -514,7 +507,7 @@ mod tests {
                 proto: 17,
             })),
         ] {
-            put_plan(&mut p, plan);
+            put_note(&mut p, plan);
             assert_ne!(p.meta.flags & meta_flags::NAT_NOTE, 0);
             assert_eq!(p.data(), &frame[..], "the frame is untouched");
             assert_eq!(take_note(&mut p), Some(plan));
@@ -523,7 +516,7 @@ mod tests {
         // A frame whose headers grew into the note's bytes has none.
         let h = p.headroom();
         assert!(p.push_front(h - NOTE_AT - NOTE_LEN + 1).is_some());
-        put_plan(&mut p, None);
+        put_note(&mut p, None);
         assert_eq!(take_note(&mut p), None);
     }
 }

@@ -199,10 +199,10 @@ fn record_with_nat(ct: &mut CtWorker, g: &freeway_conntrack::Guard, zones: &[u16
             commit: false,
             l3_csum_verified: p.meta.flags & meta_flags::IPV4_CSUM_OK != 0,
         };
-        let (r, hit) = ct.track_nat(g, p.data(), &p.meta, zone, flags);
+        let (r, plan) = ct.track_nat(g, p.data(), &p.meta, zone, flags);
         record(p, &r);
         if !r.uncommitted && matches!(r.state, CtState::New | CtState::Established | CtState::Related) {
-            super::nat::put_note(p, hit);
+            super::nat::put_note(p, plan);
         }
     }
 }
