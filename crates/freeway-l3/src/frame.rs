@@ -71,6 +71,21 @@ pub fn finish_frame(pkt: &mut Packet) {
 /// `false` if a tag had to be pushed and there is no headroom.
 #[inline]
 pub fn set_egress_tag(pkt: &mut Packet, vlan: Option<u16>) -> bool {
+    match egress_tag_frame(pkt, vlan) {
+        Some(v) => {
+            pkt.meta.vlan = v;
+            true
+        }
+        None => false,
+    }
+}
+
+/// [`set_egress_tag`] but for `meta.vlan`, whose value it returns for the caller to store
+/// (`None`: no headroom for a tag). The one store left to the caller lets it write the field
+/// after the packet has been moved rather than before: a narrow store into a packet that is
+/// copied right after stalls the copy's loads (store-to-load forwarding fails).
+#[inline]
+pub fn egress_tag_frame(pkt: &mut Packet, vlan: Option<u16>) -> Option<u16> {
     let cur = outer_vid(pkt.data());
     match (cur, vlan) {
         (None, None) => {}
@@ -88,12 +103,11 @@ pub fn set_egress_tag(pkt: &mut Packet, vlan: Option<u16>) -> bool {
         }
         (None, Some(v)) => {
             if !vlan_push(pkt, v) {
-                return false;
+                return None;
             }
         }
     }
-    pkt.meta.vlan = vlan.map_or(NO_VLAN, |v| v & VID_MASK);
-    true
+    Some(vlan.map_or(NO_VLAN, |v| v & VID_MASK))
 }
 
 #[cfg(test)]
@@ -121,5 +135,33 @@ mod tests {
         assert!(set_egress_tag(&mut p, Some(30)));
         assert_eq!(outer_vid(p.data()), Some(30));
         assert_eq!(p.meta.vlan, 30);
+    }
+
+    #[test]
+    fn egress_tag_frame_tags_the_frame_and_returns_the_vlan_for_meta() {
+        let mut p = Packet::new();
+        let l2 = L2 {
+            dst: BROADCAST,
+            src: [2, 0, 0, 0, 0, 1],
+            vlan: Some(10),
+        };
+        start_frame(&mut p, l2, 0x0800, 28).unwrap();
+        p.meta.vlan = 10;
+        // Retag: the frame says 20 (PCP/DEI kept), `meta.vlan` is the caller's to store.
+        p.data_mut()[14] |= 0xa0;
+        assert_eq!(egress_tag_frame(&mut p, Some(20)), Some(20));
+        assert_eq!(outer_vid(p.data()), Some(20));
+        assert_eq!(p.data()[14] & 0xf0, 0xa0);
+        assert_eq!(p.meta.vlan, 10);
+        // Pop: untagged, NO_VLAN.
+        assert_eq!(egress_tag_frame(&mut p, None), Some(NO_VLAN));
+        assert_eq!(outer_vid(p.data()), None);
+        assert_eq!(&p.data()[12..14], &[0x08, 0x00]);
+        // Push with no headroom left (the frame grown over all of it): `None`, no change.
+        let h = p.headroom();
+        assert!(p.push_front(h).is_some());
+        let before = p.data().to_vec();
+        assert_eq!(egress_tag_frame(&mut p, Some(30)), None);
+        assert_eq!(p.data(), &before[..]);
     }
 }

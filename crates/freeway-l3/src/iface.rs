@@ -558,7 +558,14 @@ impl Interfaces {
     /// another way (e.g. by the classified VLAN of an SVI) use [`Interfaces::wants_on`].
     #[inline]
     pub fn wants(&self, pkt: &Packet) -> Wants {
-        match self.ingress(pkt) {
+        self.wants_at(pkt.meta.in_port, pkt)
+    }
+
+    /// [`Interfaces::wants`] of a frame as if `meta.in_port` were `port` (a caller that
+    /// sets that field afterwards).
+    #[inline]
+    pub fn wants_at(&self, port: u16, pkt: &Packet) -> Wants {
+        match self.by_port_vlan(port, outer_vid(pkt.data())) {
             Some(i) => self.wants_on(i, pkt),
             None => Wants::NotOurs,
         }

@@ -59,7 +59,7 @@ use freeway_sync::{CachePadded, Counter, Tick};
 use serde::{Deserialize, Serialize};
 
 use crate::filter::{build_tcp_reset, FilterHook, FilterVerdict, NatHook, Reject};
-use crate::frame::{is_group, set_egress_tag};
+use crate::frame::{egress_tag_frame, is_group};
 use crate::icmp::{
     self, addr6, v4, v4_error_allowed, v4_unicast_source, v6, v6_error_allowed, v6_upper, TokenBucket, L2,
 };
@@ -114,6 +114,16 @@ pub trait L3Out {
     /// Queues `pkt` for transmission on `port`. Its tagging is already the egress interface's
     /// and `meta.vlan` is that VLAN (or `NO_VLAN`).
     fn emit(&mut self, port: u16, pkt: Packet);
+    /// [`L3Out::emit`] of a packet whose `meta.vlan` is still to be set to `vlan` (the egress
+    /// interface's VLAN, or `NO_VLAN`): the forwarding path's transmit. The default stores it
+    /// and emits; an implementation that queues the packet in memory should store the field
+    /// into its queued copy instead, after the move, so that the move does not read a field
+    /// written just before it (a load that spans a pending narrower store waits for it).
+    #[inline(always)]
+    fn emit_on_vlan(&mut self, port: u16, mut pkt: Packet, vlan: u16) {
+        pkt.meta.vlan = vlan;
+        self.emit(port, pkt);
+    }
     /// A packet ends here (already counted by the stage under `reason`). The default returns
     /// the buffer to the pool.
     fn drop(&mut self, pkt: Packet, reason: L3Drop) {
@@ -670,8 +680,11 @@ impl State {
             return self.drop(out, pkt, why);
         }
         let f = pkt.data();
-        let src = Ipv4Addr::new(f[l3 + 12], f[l3 + 13], f[l3 + 14], f[l3 + 15]);
-        let dst = Ipv4Addr::new(f[l3 + 16], f[l3 + 17], f[l3 + 18], f[l3 + 19]);
+        // Each address read as one 32-bit word: built byte by byte, LLVM kept it on the stack
+        // in four byte stores and read it back whole, a load that cannot be forwarded from
+        // the stores.
+        let src = Ipv4Addr::from(rd32(f, l3 + 12));
+        let dst = Ipv4Addr::from(rd32(f, l3 + 16));
         if !v4_unicast_source(src) {
             return self.drop(out, pkt, L3Drop::Martian);
         }
@@ -684,9 +697,9 @@ impl State {
                 return self.drop(out, pkt, L3Drop::LocalFragment);
             }
             let echo = proto == IPPROTO_ICMP && f.get(l3 + hl) == Some(&v4::ECHO_REQUEST);
-            let Some(mut pkt) = self.hook(cx, FilterHook::Input, pkt, iif, iif, out) else {
-                return;
-            };
+            if !self.admit(cx, FilterHook::Input, &pkt, iif, iif, out) {
+                return self.drop(out, pkt, L3Drop::Filtered);
+            }
             if echo {
                 if icmp::echo_reply_v4(&mut pkt, l3, it.mac) {
                     self.c.echo_replies_v4.inc();
@@ -707,7 +720,11 @@ impl State {
         {
             return self.drop(out, pkt, L3Drop::NotForwardable);
         }
-        let (hop, oif) = match self.route(cx, &pkt, iif, ttl, || routes.lookup_v4(dst, pkt.meta.flow_hash), out) {
+        if let Err(r) = self.hop_left(cx, &pkt, iif, ttl, out) {
+            return self.drop(out, pkt, r);
+        }
+        let hop = routes.lookup_v4(dst, pkt.meta.flow_hash);
+        let (hop, oif) = match self.next_hop(cx, &pkt, iif, hop, out) {
             Ok(r) => r,
             Err(r) => return self.drop(out, pkt, r),
         };
@@ -753,16 +770,16 @@ impl State {
     fn forward_fragmented(
         &mut self,
         cx: &Ctx,
-        pkt: Packet,
+        mut pkt: Packet,
         iif: u16,
         oif: u16,
         nh: IpAddr,
         mtu: u16,
         out: &mut impl L3Out,
     ) {
-        let Some(mut pkt) = self.hook(cx, FilterHook::Forward, pkt, iif, oif, out) else {
-            return;
-        };
+        if !self.admit(cx, FilterHook::Forward, &pkt, iif, oif, out) {
+            return self.drop(out, pkt, L3Drop::Filtered);
+        }
         if let Err(why) = out.nat(NatHook::Postrouting, &mut pkt, iif, oif) {
             return self.drop(out, pkt, why);
         }
@@ -781,24 +798,33 @@ impl State {
         self.frags = frags;
     }
 
-    /// The forwarding decision both families share: a packet whose TTL (hop limit) would
-    /// expire gets Time Exceeded, one without a route Destination Unreachable (the lookup
-    /// runs only for a packet that may be forwarded); `Err` is the drop reason.
+    /// The first half of the forwarding decision both families share: a packet whose TTL
+    /// (hop limit) would expire gets Time Exceeded and `Err(TtlExpired)`; the route lookup
+    /// runs only for a packet that may be forwarded, and its result goes to
+    /// [`State::next_hop`]. (The lookup is the caller's own call rather than a closure handed
+    /// in here: a closure compiled apart returned its `NextHop` through the stack, and the
+    /// copy that followed stalled on store-to-load forwarding.)
     #[inline(always)]
-    fn route<'c>(
-        &mut self,
-        cx: &Ctx<'c>,
-        pkt: &Packet,
-        iif: u16,
-        ttl: u8,
-        lookup: impl FnOnce() -> Option<NextHop>,
-        out: &mut impl L3Out,
-    ) -> Result<(NextHop, &'c Interface), L3Drop> {
+    fn hop_left(&mut self, cx: &Ctx, pkt: &Packet, iif: u16, ttl: u8, out: &mut impl L3Out) -> Result<(), L3Drop> {
         if ttl <= 1 {
             self.icmp_error(cx, pkt, iif, IcmpErr::TimeExceeded, out);
             return Err(L3Drop::TtlExpired);
         }
-        let Some(hop) = lookup() else {
+        Ok(())
+    }
+
+    /// The second half: no route gets Destination Unreachable and `Err(NoRoute)`; otherwise
+    /// the egress interface.
+    #[inline(always)]
+    fn next_hop<'c>(
+        &mut self,
+        cx: &Ctx<'c>,
+        pkt: &Packet,
+        iif: u16,
+        hop: Option<NextHop>,
+        out: &mut impl L3Out,
+    ) -> Result<(NextHop, &'c Interface), L3Drop> {
+        let Some(hop) = hop else {
             self.icmp_error(cx, pkt, iif, IcmpErr::NoRoute, out);
             return Err(L3Drop::NoRoute);
         };
@@ -844,14 +870,11 @@ impl State {
         {
             return self.drop(out, pkt, L3Drop::NotForwardable);
         }
-        let (hop, _) = match self.route(
-            cx,
-            &pkt,
-            iif,
-            hop_limit,
-            || routes.lookup_v6(dst, pkt.meta.flow_hash),
-            out,
-        ) {
+        if let Err(r) = self.hop_left(cx, &pkt, iif, hop_limit, out) {
+            return self.drop(out, pkt, r);
+        }
+        let hop = routes.lookup_v6(dst, pkt.meta.flow_hash);
+        let (hop, _) = match self.next_hop(cx, &pkt, iif, hop, out) {
             Ok(r) => r,
             Err(r) => return self.drop(out, pkt, r),
         };
@@ -870,7 +893,7 @@ impl State {
     fn local_v6(
         &mut self,
         cx: &Ctx,
-        pkt: Packet,
+        mut pkt: Packet,
         iif: u16,
         l3: usize,
         end: usize,
@@ -885,9 +908,9 @@ impl State {
         if up.fragment {
             return self.drop(out, pkt, L3Drop::LocalFragment);
         }
-        let Some(mut pkt) = self.hook(cx, FilterHook::Input, pkt, iif, iif, out) else {
-            return;
-        };
+        if !self.admit(cx, FilterHook::Input, &pkt, iif, iif, out) {
+            return self.drop(out, pkt, L3Drop::Filtered);
+        }
         if up.proto != IPPROTO_ICMPV6 {
             return self.punt(out, pkt, iif, L3Drop::Local);
         }
@@ -1016,10 +1039,10 @@ impl State {
         self.deliver(cx, pkt, iif, hop.iface, nh, out);
     }
 
-    fn forward(&mut self, cx: &Ctx, pkt: Packet, iif: u16, oif: u16, nh: IpAddr, out: &mut impl L3Out) {
-        let Some(mut pkt) = self.hook(cx, FilterHook::Forward, pkt, iif, oif, out) else {
-            return;
-        };
+    fn forward(&mut self, cx: &Ctx, mut pkt: Packet, iif: u16, oif: u16, nh: IpAddr, out: &mut impl L3Out) {
+        if !self.admit(cx, FilterHook::Forward, &pkt, iif, oif, out) {
+            return self.drop(out, pkt, L3Drop::Filtered);
+        }
         if let Err(why) = out.nat(NatHook::Postrouting, &mut pkt, iif, oif) {
             return self.drop(out, pkt, why);
         }
@@ -1051,9 +1074,9 @@ impl State {
         let Some(it) = cx.ifaces.get(oif) else {
             return self.drop(out, pkt, L3Drop::BadNextHop);
         };
-        if !set_egress_tag(&mut pkt, it.vlan) {
+        let Some(vlan) = egress_tag_frame(&mut pkt, it.vlan) else {
             return self.drop(out, pkt, L3Drop::NoHeadroom);
-        }
+        };
         let f = pkt.data_mut();
         f[0..6].copy_from_slice(&mac);
         f[6..12].copy_from_slice(&it.mac);
@@ -1062,7 +1085,7 @@ impl State {
         } else {
             self.c.forwarded_v6.inc();
         }
-        out.emit(it.port, pkt);
+        out.emit_on_vlan(it.port, pkt, vlan);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1209,29 +1232,22 @@ impl State {
         self.solicit(cx, oif, ip, Some(mac), out);
     }
 
-    /// Asks the firewall about `pkt` at `hook`: gives it back if accepted; otherwise drops it
-    /// (counted as `filtered`), after answering its sender for a reject.
+    /// Asks the firewall about `pkt` at `hook`: `true` if accepted; otherwise, after answering
+    /// its sender for a reject, `false`, and the caller drops it as `filtered`. The packet
+    /// stays where it is (a verdict, not a move: copying the packet out and back right after
+    /// the stage's narrow stores to it stalls on store-to-load forwarding).
     #[inline(always)]
-    fn hook(
-        &mut self,
-        cx: &Ctx,
-        hook: FilterHook,
-        pkt: Packet,
-        iif: u16,
-        oif: u16,
-        out: &mut impl L3Out,
-    ) -> Option<Packet> {
-        match out.filter(hook, &pkt, iif, oif) {
-            FilterVerdict::Accept => return Some(pkt),
+    fn admit(&mut self, cx: &Ctx, hook: FilterHook, pkt: &Packet, iif: u16, oif: u16, out: &mut impl L3Out) -> bool {
+        match out.filter(hook, pkt, iif, oif) {
+            FilterVerdict::Accept => return true,
             FilterVerdict::Drop => {}
             FilterVerdict::Reject(Reject::Unreachable { v4, v6 }) => {
                 let local = hook == FilterHook::Input;
-                self.icmp_error(cx, &pkt, iif, IcmpErr::Rejected(v4, v6, local), out)
+                self.icmp_error(cx, pkt, iif, IcmpErr::Rejected(v4, v6, local), out)
             }
-            FilterVerdict::Reject(Reject::TcpReset) => self.tcp_reset(cx, &pkt, iif, hook == FilterHook::Input, out),
+            FilterVerdict::Reject(Reject::TcpReset) => self.tcp_reset(cx, pkt, iif, hook == FilterHook::Input, out),
         }
-        self.drop(out, pkt, L3Drop::Filtered);
-        None
+        false
     }
 
     /// The interface `orig` arrived on and the framing of a reply to it (back to the frame's

@@ -172,6 +172,15 @@ impl L3Out for ToBridge<'_> {
         self.out.push(pkt);
     }
 
+    #[inline]
+    fn emit_on_vlan(&mut self, _port: u16, pkt: Packet, vlan: u16) {
+        // The field is stored into the queued copy, after the move (see the trait's doc).
+        self.out.push(pkt);
+        if let Some(p) = self.out.last_mut() {
+            p.meta.vlan = vlan;
+        }
+    }
+
     fn punt(&mut self, iif: u16, pkt: &Packet) -> Punt {
         let Some(t) = self.twins else {
             return Punt::NoTwin;
@@ -367,15 +376,17 @@ impl RouterWorker {
         let mut it = inbox.drain(..);
         loop {
             for p in it.by_ref() {
-                let mut p = p;
-                p.meta.in_port = self.port;
-                if self.ifaces.wants(&p) == Wants::NotOurs {
+                if self.ifaces.wants_at(self.port, &p) == Wants::NotOurs {
                     // A flooded frame for someone else: not the router's business.
                     pool.put(p);
                     continue;
                 }
                 // Cannot fail: the batch is drained below whenever it is full.
                 let _ = self.batch.push(p);
+                // `in_port` is stored into the batch's copy, after the move: a narrow store
+                // into the packet right before moving it stalls the move's loads
+                // (store-to-load forwarding fails).
+                set_in_port(&mut self.batch, self.port);
                 if self.batch.is_full() {
                     break;
                 }
@@ -417,10 +428,19 @@ impl RouterWorker {
                         continue;
                     }
                 }
-                p.meta.in_port = self.port;
                 let _ = self.batch.push(p);
+                set_in_port(&mut self.batch, self.port);
             }
             br.bridge(&mut self.batch, now);
         }
+    }
+}
+
+/// Stores `port` as the `in_port` of the packet last pushed to `batch`: the field is written
+/// in the batch after the move, not in the packet before it (see `RouterWorker::route`).
+#[inline(always)]
+fn set_in_port(batch: &mut Batch, port: u16) {
+    if let Some(p) = batch.as_mut_slice().last_mut() {
+        p.meta.in_port = port;
     }
 }
