@@ -596,7 +596,8 @@ impl NodeCache {
     }
 
     /// Places the two nodes of a translated connection, `c` and `reply`, as two
-    /// [`NodeCache::alloc`]s would, built in place (no call, no copy of the values).
+    /// [`NodeCache::alloc`]s would, inlined (no call per node with its value passed on the
+    /// stack).
     #[inline(always)]
     pub fn alloc_pair(&mut self, c: Conn, reply: Conn) -> (NodeBox, NodeBox) {
         (self.place(c), self.place(reply))
