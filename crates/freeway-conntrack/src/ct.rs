@@ -1123,12 +1123,10 @@ impl CtWorker {
         if let Err(r) = self.admit(zone) {
             return Ok(Some(r));
         }
-        let (mut p, mut a) = {
-            let mut nodes = self.nodes.borrow_mut();
-            let p = nodes.alloc(Conn::value(okey, o_lo, kind, state, 0, tcp, self.now + to.ms(class)));
-            let a = nodes.alloc(Conn::value(rkey, r_lo, kind, 0, 0, TcpConn::default(), Tick::MAX));
-            (p, a)
-        };
+        let (mut p, mut a) = self.nodes.borrow_mut().alloc_pair(
+            Conn::value(okey, o_lo, kind, state, 0, tcp, self.now + to.ms(class)),
+            Conn::value(rkey, r_lo, kind, 0, 0, TcpConn::default(), Tick::MAX),
+        );
         Conn::pair(&mut p, &mut a);
         let a = loop {
             match s.table.insert(a, rh, g) {

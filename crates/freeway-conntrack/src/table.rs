@@ -596,17 +596,37 @@ impl NodeCache {
     /// from the worker's slab.
     #[inline]
     pub fn alloc(&mut self, c: Conn) -> NodeBox {
+        self.place(c)
+    }
+
+    /// Places the two nodes of a translated connection, `c` and `reply`, as two
+    /// [`NodeCache::alloc`]s would, inlined (no call per node with its value passed on the
+    /// stack).
+    #[inline(always)]
+    pub fn alloc_pair(&mut self, c: Conn, reply: Conn) -> (NodeBox, NodeBox) {
+        (self.place(c), self.place(reply))
+    }
+
+    /// Takes a chunk of free nodes from the shared queue, if it has one.
+    #[cfg(not(loom))]
+    #[cold]
+    #[inline(never)]
+    fn refill(&mut self) {
+        if let Some(v) = self.shared.q.pop() {
+            self.free = v;
+        }
+    }
+
+    /// [`NodeCache::alloc`], inlined.
+    #[inline(always)]
+    fn place(&mut self, c: Conn) -> NodeBox {
         #[cfg(not(loom))]
         {
-            if self.free.is_empty() {
-                // An empty queue is seen by two loads (a failed pop costs several times that):
-                // a worker creating connections faster than the remover frees them asks the
-                // queue on every node.
-                if !self.shared.q.is_empty() {
-                    if let Some(v) = self.shared.q.pop() {
-                        self.free = v;
-                    }
-                }
+            // An empty queue is seen by two loads (a failed pop costs several times that): a
+            // worker creating connections faster than the remover frees them asks the queue
+            // on every node.
+            if self.free.is_empty() && !self.shared.q.is_empty() {
+                self.refill();
             }
             let p = match self.free.pop() {
                 Some(p) => {

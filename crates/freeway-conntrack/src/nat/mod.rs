@@ -39,9 +39,19 @@ pub enum NatFail {
 }
 
 /// The value of `range` that `h` picks (a stable choice per original source).
+#[inline]
 pub fn pick(range: (u128, u128), h: u64) -> u128 {
     let (lo, hi) = range;
-    match (hi - lo).checked_add(1) {
+    let span = hi - lo;
+    if span == 0 {
+        return lo;
+    }
+    // The common ranges (any IPv4 range) without a 128-bit division (a call of the
+    // compiler's runtime): the same value, since `h < 2^64`.
+    if span < u128::from(u64::MAX) {
+        return lo + u128::from(h % (span as u64 + 1));
+    }
+    match span.checked_add(1) {
         Some(n) => lo + u128::from(h) % n,
         None => lo.wrapping_add(u128::from(h)),
     }
@@ -139,6 +149,36 @@ pub fn commit_new(
         None => {
             ct.note_nat_exhausted();
             Err(NatFail::Exhausted)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pick_takes_the_remainder_of_the_hash_in_the_range() {
+        let hs = [0u64, 1, 2, 0x9e37_79b9, u64::MAX - 1, u64::MAX];
+        let ranges = [
+            (5u128, 5u128),
+            (10, 11),
+            (0xc000_0200, 0xc000_02ff),
+            (0, u128::from(u64::MAX) - 1),
+            (7, u128::from(u64::MAX) + 7),
+            (1 << 100, (1 << 100) + (1 << 80)),
+            (0, u128::MAX),
+        ];
+        for &(lo, hi) in &ranges {
+            for &h in &hs {
+                let want = match (hi - lo).checked_add(1) {
+                    Some(n) => lo + u128::from(h) % n,
+                    None => lo.wrapping_add(u128::from(h)),
+                };
+                let got = pick((lo, hi), h);
+                assert_eq!(got, want, "range {lo:#x}-{hi:#x}, hash {h:#x}");
+                assert!((lo..=hi).contains(&got));
+            }
         }
     }
 }
