@@ -137,68 +137,81 @@ pub fn read_file(path: &Path, req: &ReadRequest, out: ReadOutput) -> Result<Read
         }
         Ok(req.count.is_none_or(|c| sum.matched < c))
     };
-    let bad = |e: pcap_file::PcapError| format!("{name}: {e}");
     if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
-        let mut r = PcapNgReader::new(chained).map_err(bad)?;
-        while let Some(block) = r.next_block() {
-            let block = block.map_err(bad)?.into_owned();
-            let rec = match block {
-                Block::EnhancedPacket(p) => {
-                    let link = r.interfaces().get(p.interface_id as usize).map(|i| i.linktype);
-                    if link != Some(DataLink::ETHERNET) {
-                        return Err(format!(
-                            "{name}: only Ethernet captures can be read (link type {link:?})"
-                        ));
-                    }
-                    Rec::at(p.timestamp, p.data.into_owned(), p.original_len)
-                }
-                Block::SimplePacket(p) => Rec::at(Duration::ZERO, p.data.into_owned(), p.original_len),
-                _ => continue,
-            };
-            if !each(rec)? {
-                break;
-            }
-        }
+        read_pcapng(chained, &name.to_string(), &mut each)?;
     } else {
-        let mut r = PcapReader::new(chained).map_err(bad)?;
-        if r.header().datalink != DataLink::ETHERNET {
-            return Err(format!(
-                "{name}: only Ethernet captures can be read (link type {:?})",
-                r.header().datalink
-            ));
-        }
-        // Records are taken raw and read as libpcap reads them (pcap-file's checked packets
-        // refuse a fraction of a second or more, and an original length above the snap
-        // length, both of which tcpdump reads): a captured length above the largest snap
-        // length is an error; one above the file's snap length is cut to it.
-        let header = r.header();
-        let nanos = header.ts_resolution == TsResolution::NanoSecond;
-        let snaplen = match header.snaplen {
-            0 => MAX_RECORD,
-            s => s.min(MAX_RECORD),
-        };
-        let mut n = 0u64;
-        while let Some(p) = r.next_raw_packet() {
-            let p = p.map_err(bad)?;
-            n += 1;
-            if p.incl_len > MAX_RECORD {
-                return Err(format!(
-                    "{name}: record {n}: captured length {} too large (max {MAX_RECORD})",
-                    p.incl_len
-                ));
-            }
-            let mut data = p.data.into_owned();
-            data.truncate(snaplen as usize);
-            let rec = Rec {
-                secs: u64::from(p.ts_sec),
-                micros: record_micros(p.ts_frac, nanos),
-                wire: p.orig_len.max(data.len() as u32),
-                data,
-            };
-            if !each(rec)? {
-                break;
-            }
-        }
+        read_pcap(chained, &name.to_string(), &mut each)?;
     }
     Ok(sum)
+}
+
+/// Hands each packet record of a pcapng file to `each` until it answers `false`.
+fn read_pcapng(file: impl Read, name: &str, each: &mut impl FnMut(Rec) -> Result<bool, String>) -> Result<(), String> {
+    let bad = |e: pcap_file::PcapError| format!("{name}: {e}");
+    let mut r = PcapNgReader::new(file).map_err(bad)?;
+    while let Some(block) = r.next_block() {
+        let block = block.map_err(bad)?.into_owned();
+        let rec = match block {
+            Block::EnhancedPacket(p) => {
+                let link = r.interfaces().get(p.interface_id as usize).map(|i| i.linktype);
+                if link != Some(DataLink::ETHERNET) {
+                    return Err(format!(
+                        "{name}: only Ethernet captures can be read (link type {link:?})"
+                    ));
+                }
+                Rec::at(p.timestamp, p.data.into_owned(), p.original_len)
+            }
+            Block::SimplePacket(p) => Rec::at(Duration::ZERO, p.data.into_owned(), p.original_len),
+            _ => continue,
+        };
+        if !each(rec)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Hands each record of a classic pcap file to `each` until it answers `false`.
+fn read_pcap(file: impl Read, name: &str, each: &mut impl FnMut(Rec) -> Result<bool, String>) -> Result<(), String> {
+    let bad = |e: pcap_file::PcapError| format!("{name}: {e}");
+    let mut r = PcapReader::new(file).map_err(bad)?;
+    if r.header().datalink != DataLink::ETHERNET {
+        return Err(format!(
+            "{name}: only Ethernet captures can be read (link type {:?})",
+            r.header().datalink
+        ));
+    }
+    // Records are taken raw and read as libpcap reads them (pcap-file's checked packets
+    // refuse a fraction of a second or more, and an original length above the snap
+    // length, both of which tcpdump reads): a captured length above the largest snap
+    // length is an error; one above the file's snap length is cut to it.
+    let header = r.header();
+    let nanos = header.ts_resolution == TsResolution::NanoSecond;
+    let snaplen = match header.snaplen {
+        0 => MAX_RECORD,
+        s => s.min(MAX_RECORD),
+    };
+    let mut n = 0u64;
+    while let Some(p) = r.next_raw_packet() {
+        let p = p.map_err(bad)?;
+        n += 1;
+        if p.incl_len > MAX_RECORD {
+            return Err(format!(
+                "{name}: record {n}: captured length {} too large (max {MAX_RECORD})",
+                p.incl_len
+            ));
+        }
+        let mut data = p.data.into_owned();
+        data.truncate(snaplen as usize);
+        let rec = Rec {
+            secs: u64::from(p.ts_sec),
+            micros: record_micros(p.ts_frac, nanos),
+            wire: p.orig_len.max(data.len() as u32),
+            data,
+        };
+        if !each(rec)? {
+            break;
+        }
+    }
+    Ok(())
 }
