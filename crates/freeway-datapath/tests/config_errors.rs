@@ -20,11 +20,17 @@ fn refused(text: &str, line: Option<usize>, names: &[&str]) {
     }
 }
 
+/// `text` parsed; a refusal fails the test with the text and the error.
+#[track_caller]
+fn accepted(text: &str) -> config::Checked {
+    config::parse(text, "t.toml", None).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
 const PORT: &str = "[[port]]\nname = \"a\"\nkind = \"sink\"\n";
 
 #[test]
 fn default_config_is_valid() {
-    let c = config::parse(config::DEFAULT_CONFIG, "default", None).unwrap();
+    let c = accepted(config::DEFAULT_CONFIG);
     assert_eq!(c.ports.len(), 4);
 }
 
@@ -93,12 +99,9 @@ fn port_tables_must_match_the_kind() {
 #[test]
 fn afxdp_ports_take_an_afxdp_table_and_bad_values_name_the_port() {
     let port = |table: &str| format!("[[port]]\nname = \"x0\"\nkind = \"afxdp\"\n{table}\n");
-    let ok = config::parse(
-        &port(r#"afxdp = { iface = "eth0", queues = 2, mode = "auto", zerocopy = "auto" }"#),
-        "t.toml",
-        None,
-    )
-    .unwrap();
+    let ok = accepted(&port(
+        r#"afxdp = { iface = "eth0", queues = 2, mode = "auto", zerocopy = "auto" }"#,
+    ));
     let a = ok.ports[0].afxdp.as_ref().unwrap();
     assert_eq!((a.iface.as_str(), a.queues), ("eth0", Some(2)));
     refused(
@@ -140,11 +143,7 @@ fn afxdp_ports_take_an_afxdp_table_and_bad_values_name_the_port() {
 
 #[test]
 fn durations_take_the_command_line_syntax_and_out_of_range_ones_are_refused_clearly() {
-    let secs = |v: &str| {
-        config::parse(&format!("duration_secs = {v}\n{PORT}"), "t.toml", None)
-            .unwrap_or_else(|e| panic!("duration_secs = {v}: {e}"))
-            .duration_secs
-    };
+    let secs = |v: &str| accepted(&format!("duration_secs = {v}\n{PORT}")).duration_secs;
     assert_eq!(secs("5"), Some(5.0));
     assert_eq!(secs("0.25"), Some(0.25));
     assert_eq!(secs("\"5m\""), Some(300.0));
@@ -178,7 +177,7 @@ fn durations_take_the_command_line_syntax_and_out_of_range_ones_are_refused_clea
 /// or LACP: such a mask is refused at its line.
 #[test]
 fn group_fwd_mask_cannot_open_stp_pause_or_lacp() {
-    let ok = config::parse(&format!("{PORT}group_fwd_mask = 0x4008\n"), "t", None).unwrap();
+    let ok = accepted(&format!("{PORT}group_fwd_mask = 0x4008\n"));
     assert_eq!(ok.ports[0].group_fwd_mask, 0x4008);
     refused(
         &format!("{PORT}group_fwd_mask = 0x0001\n"),
@@ -240,12 +239,9 @@ fn a_ruleset_file_is_read_relative_to_the_config() {
 /// refused at its line.
 #[test]
 fn bpdu_guard_and_storm_control_are_port_settings() {
-    let c = config::parse(
-        &format!("{PORT}bpdu_guard = true\nstorm_control = {{ broadcast = 100, unknown_unicast = 50 }}\n"),
-        "t",
-        None,
-    )
-    .unwrap();
+    let c = accepted(&format!(
+        "{PORT}bpdu_guard = true\nstorm_control = {{ broadcast = 100, unknown_unicast = 50 }}\n"
+    ));
     assert!(c.ports[0].flags.bpdu_guard);
     assert_eq!(
         c.ports[0].storm,
@@ -267,17 +263,12 @@ fn bpdu_guard_and_storm_control_are_port_settings() {
 /// refused at their line, naming the key.
 #[test]
 fn multicast_snooping_settings_are_read_and_checked() {
-    let c = config::parse(PORT, "t", None).unwrap();
+    let c = accepted(PORT);
     assert!(c.mdb.multicast_snooping);
     assert_eq!(c.ports[0].mcast, (freeway_bridge::McastRouter::Learn, false));
-    let c = config::parse(
-        &format!(
-            "{PORT}multicast_router = 2\nmulticast_fast_leave = true\n[bridge]\nmulticast_snooping = false\nmulticast_hash_max = 64\n"
-        ),
-        "t",
-        None,
-    )
-    .unwrap();
+    let c = accepted(&format!(
+        "{PORT}multicast_router = 2\nmulticast_fast_leave = true\n[bridge]\nmulticast_snooping = false\nmulticast_hash_max = 64\n"
+    ));
     assert!(!c.mdb.multicast_snooping);
     assert_eq!(c.mdb.multicast_hash_max, 64);
     assert_eq!(c.ports[0].mcast, (freeway_bridge::McastRouter::Permanent, true));
@@ -301,15 +292,11 @@ fn multicast_snooping_settings_are_read_and_checked() {
 #[test]
 fn pin_workers_takes_true_false_or_auto() {
     use config::PinWorkers;
-    let pin = |v: &str| {
-        config::parse(&format!("pin_workers = {v}\n{PORT}"), "t.toml", None)
-            .unwrap()
-            .pin_workers
-    };
+    let pin = |v: &str| accepted(&format!("pin_workers = {v}\n{PORT}")).pin_workers;
     assert_eq!(pin("true"), PinWorkers::On);
     assert_eq!(pin("false"), PinWorkers::Off);
     assert_eq!(pin("\"auto\""), PinWorkers::Auto);
-    let absent = config::parse(PORT, "t.toml", None).unwrap().pin_workers;
+    let absent = accepted(PORT).pin_workers;
     assert_eq!(absent, PinWorkers::Auto);
     refused(&format!("pin_workers = \"yes\"\n{PORT}"), Some(1), &["auto"]);
     refused(&format!("pin_workers = 1\n{PORT}"), Some(1), &["auto"]);
@@ -318,14 +305,8 @@ fn pin_workers_takes_true_false_or_auto() {
 #[test]
 fn auto_pins_only_with_a_core_to_spare_for_the_kernel() {
     use config::PinWorkers;
-    let sinks = config::parse(PORT, "t.toml", None).unwrap().ports;
-    let live = config::parse(
-        "[[port]]\nname = \"a\"\nkind = \"afpacket\"\nafpacket = { iface = \"lo\" }\n",
-        "t.toml",
-        None,
-    )
-    .unwrap()
-    .ports;
+    let sinks = accepted(PORT).ports;
+    let live = accepted("[[port]]\nname = \"a\"\nkind = \"afpacket\"\nafpacket = { iface = \"lo\" }\n").ports;
     // In-process ports: as many cores as workers are enough.
     assert!(PinWorkers::Auto.resolve(2, 2, &sinks));
     assert!(!PinWorkers::Auto.resolve(3, 2, &sinks));
