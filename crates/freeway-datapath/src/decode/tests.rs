@@ -89,25 +89,33 @@ fn hand_pcap(magic: u32, snaplen: u32, recs: &[(u32, u32, &[u8], u32)]) -> Vec<u
     b
 }
 
-/// `bytes` read as `freeway capture -r FILE` reads them; with `tcpdump`, the lines are also
-/// checked against what tcpdump itself prints for the file (where it is installed).
-fn read_text(bytes: &[u8], tag: &str, tcpdump: bool) -> Result<String, String> {
+/// `bytes` written to a temporary pcap file named after `tag`, given to `read`, and removed.
+fn with_file<R>(bytes: &[u8], tag: &str, read: impl FnOnce(&std::path::Path) -> R) -> R {
     let path = std::env::temp_dir().join(format!("freeway-read-{tag}-{}.pcap", std::process::id()));
     std::fs::write(&path, bytes).unwrap();
-    let req = ReadRequest {
-        filter: "",
+    let r = read(&path);
+    let _ = std::fs::remove_file(&path);
+    r
+}
+
+/// `freeway capture -r FILE [FILTER]` with the defaults.
+fn request(filter: &str) -> ReadRequest<'_> {
+    ReadRequest {
+        filter,
         count: None,
         snaplen: 65535,
         opts: Options::default(),
-    };
-    let mut out = Vec::new();
-    let r = read_file(&path, &req, ReadOutput::Text(&mut out)).map(|_| String::from_utf8(out).unwrap());
-    let want = if tcpdump {
-        freeway_testkit::tcpdump(&path, &["-n"])
-    } else {
-        None
-    };
-    let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// `bytes` read as `freeway capture -r FILE` reads them; with `tcpdump`, the lines are also
+/// checked against what tcpdump itself prints for the file (where it is installed).
+fn read_text(bytes: &[u8], tag: &str, tcpdump: bool) -> Result<String, String> {
+    let (r, want) = with_file(bytes, tag, |path| {
+        let mut out = Vec::new();
+        let r = read_file(path, &request(""), ReadOutput::Text(&mut out)).map(|_| String::from_utf8(out).unwrap());
+        (r, tcpdump.then(|| freeway_testkit::tcpdump(path, &["-n"])).flatten())
+    });
     if let (Some(want), Ok(got)) = (want, &r) {
         assert_eq!(got, &want, "{tag}: the lines tcpdump prints");
     }
@@ -118,35 +126,36 @@ fn read_text(bytes: &[u8], tag: &str, tcpdump: bool) -> Result<String, String> {
 fn a_record_of_a_million_microseconds_or_more_reads_as_tcpdump_reads_it() {
     let f = build_frame(&FrameSpec::default());
     let udp = "IP 10.0.0.1.1024 > 10.0.0.2.80: UDP, length 18";
-    let len = f.len() as u32;
-    let micro = hand_pcap(
-        0xa1b2_c3d4,
-        65535,
-        &[
-            (1000, 999_999, &f, len),
-            (1000, 1_000_000, &f, len),
-            (1000, 1_500_000, &f, len),
-            (1001, 5, &f, len),
-        ],
-    );
-    // What `tcpdump -n -r` (4.99.3, libpcap 1.10.3) prints for this file: the field as it is.
-    assert_eq!(
-        read_text(&micro, "us", true).unwrap(),
-        format!("00:16:40.999999 {udp}\n00:16:40.1000000 {udp}\n00:16:40.1500000 {udp}\n00:16:41.000005 {udp}\n")
-    );
-    let nano = hand_pcap(
-        0xa1b2_3c4d,
-        65535,
-        &[
-            (1000, 999_999_999, &f, len),
-            (1000, 1_000_000_000, &f, len),
-            (1000, 2_500_000_001, &f, len),
-        ],
-    );
-    assert_eq!(
-        read_text(&nano, "ns", true).unwrap(),
-        format!("00:16:40.999999 {udp}\n00:16:40.1000000 {udp}\n00:16:40.4293172329 {udp}\n")
-    );
+    // Per file: its magic (microsecond or nanosecond stamps), the records' seconds and
+    // fractions, and what `tcpdump -n -r` (4.99.3, libpcap 1.10.3) prints for them: the
+    // field as it is.
+    let files = [
+        (
+            0xa1b2_c3d4,
+            "us",
+            &[(1000, 999_999), (1000, 1_000_000), (1000, 1_500_000), (1001, 5)][..],
+            &[
+                "00:16:40.999999",
+                "00:16:40.1000000",
+                "00:16:40.1500000",
+                "00:16:41.000005",
+            ][..],
+        ),
+        (
+            0xa1b2_3c4d,
+            "ns",
+            &[(1000, 999_999_999), (1000, 1_000_000_000), (1000, 2_500_000_001)][..],
+            &["00:16:40.999999", "00:16:40.1000000", "00:16:40.4293172329"][..],
+        ),
+    ];
+    for (magic, tag, stamps, want) in files {
+        let recs: Vec<_> = stamps
+            .iter()
+            .map(|&(sec, frac)| (sec, frac, &f[..], f.len() as u32))
+            .collect();
+        let want: String = want.iter().map(|t| format!("{t} {udp}\n")).collect();
+        assert_eq!(read_text(&hand_pcap(magic, 65535, &recs), tag, true).unwrap(), want);
+    }
 }
 
 #[test]
@@ -165,17 +174,11 @@ fn records_longer_than_the_snap_length_read_as_libpcap_reads_them() {
 fn matches_written_with_w_keep_the_records_time_fields() {
     let f = build_frame(&FrameSpec::default());
     let file = hand_pcap(0xa1b2_c3d4, 65535, &[(7, 1_500_000, &f, f.len() as u32)]);
-    let path = std::env::temp_dir().join(format!("freeway-read-w-{}.pcap", std::process::id()));
-    std::fs::write(&path, &file).unwrap();
-    let req = ReadRequest {
-        filter: "udp",
-        count: None,
-        snaplen: 65535,
-        opts: Options::default(),
-    };
     let mut out = Vec::new();
-    let sum = read_file(&path, &req, ReadOutput::Pcap(&mut out)).unwrap();
-    let _ = std::fs::remove_file(&path);
+    let sum = with_file(&file, "w", |path| {
+        read_file(path, &request("udp"), ReadOutput::Pcap(&mut out))
+    })
+    .unwrap();
     assert_eq!((sum.read, sum.matched), (1, 1));
     let word = |i: usize| u32::from_ne_bytes(out[i..i + 4].try_into().unwrap());
     assert_eq!((word(24), word(28), word(32)), (7, 1_500_000, f.len() as u32));
