@@ -238,34 +238,29 @@ pub enum FdbCmd {
     Show,
     /// A static entry: `fdb add MAC dev PORT [vlan N] [master] [static|permanent]` (default
     /// VLAN: the port's access or native VLAN).
-    Add {
-        /// The (unicast) MAC address.
-        mac: Mac,
-        /// `dev PORT` (required) and `vlan N`, in either order; bridge(8)'s `master`,
-        /// `static` and `permanent` are accepted (every entry added here is one).
-        #[arg(
-            value_name = "dev PORT | vlan N",
-            trailing_var_arg = true,
-            allow_hyphen_values = true
-        )]
-        words: Vec<String>,
-    },
+    Add(FdbEntryArgs),
     /// Deletes an entry: `fdb del MAC dev PORT [vlan N]` or `fdb del MAC vlan N` (the default
     /// VLAN is the port's, as for `add`).
     #[command(alias = "delete")]
-    Del {
-        /// The MAC address.
-        mac: Mac,
-        /// `dev PORT` and `vlan N`, in either order (one of the two at least); `master`.
-        #[arg(
-            value_name = "dev PORT | vlan N",
-            trailing_var_arg = true,
-            allow_hyphen_values = true
-        )]
-        words: Vec<String>,
-    },
+    Del(FdbEntryArgs),
     /// Deletes the learned entries.
     Flush,
+}
+
+/// `MAC WORDS...` of `fdb add` and `fdb del`.
+#[derive(Args, Clone, Debug)]
+pub struct FdbEntryArgs {
+    /// The MAC address (a unicast one for `add`).
+    mac: Mac,
+    /// `dev PORT` and `vlan N`, in either order (`add` needs `dev`, `del` one of the two at
+    /// least); bridge(8)'s `master`, `static` and `permanent` are accepted (every entry added
+    /// here is one).
+    #[arg(
+        value_name = "dev PORT | vlan N",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    words: Vec<String>,
 }
 
 /// The `dev PORT` and `vlan N` of an `fdb add` or `fdb del`, in either order, with bridge(8)'s
@@ -620,12 +615,12 @@ impl FdbCmd {
     fn request(&self) -> Result<Request, CtlError> {
         Ok(match self {
             FdbCmd::Show => Request::FdbShow,
-            FdbCmd::Add { mac, words } => {
+            FdbCmd::Add(FdbEntryArgs { mac, words }) => {
                 let (port, vlan) = fdb_words(words)?;
                 let port = port.ok_or_else(|| CtlError::Usage("fdb add MAC dev PORT [vlan N]: which port?".into()))?;
                 Request::FdbAdd { mac: *mac, port, vlan }
             }
-            FdbCmd::Del { mac, words } => {
+            FdbCmd::Del(FdbEntryArgs { mac, words }) => {
                 let (port, vlan) = fdb_words(words)?;
                 if port.is_none() && vlan.is_none() {
                     return Err(CtlError::Usage(
