@@ -114,15 +114,22 @@ pub fn egress_tag_frame(pkt: &mut Packet, vlan: Option<u16>) -> Option<u16> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn start_frame_pads_and_tags() {
+    /// A frame of `l3_len` bytes of ethertype `ethertype` begun in a new packet, broadcast in
+    /// VLAN 10; with where its L3 header starts.
+    fn started(ethertype: u16, l3_len: usize) -> (Packet, usize) {
         let mut p = Packet::new();
         let l2 = L2 {
             dst: BROADCAST,
             src: [2, 0, 0, 0, 0, 1],
             vlan: Some(10),
         };
-        let l3 = start_frame(&mut p, l2, 0x0806, 28).unwrap();
+        let l3 = start_frame(&mut p, l2, ethertype, l3_len).unwrap();
+        (p, l3)
+    }
+
+    #[test]
+    fn start_frame_pads_and_tags() {
+        let (mut p, l3) = started(0x0806, 28);
         assert_eq!(l3, 18);
         assert_eq!(p.len(), 60);
         assert_eq!(outer_vid(p.data()), Some(10));
@@ -139,13 +146,7 @@ mod tests {
 
     #[test]
     fn egress_tag_frame_tags_the_frame_and_returns_the_vlan_for_meta() {
-        let mut p = Packet::new();
-        let l2 = L2 {
-            dst: BROADCAST,
-            src: [2, 0, 0, 0, 0, 1],
-            vlan: Some(10),
-        };
-        start_frame(&mut p, l2, 0x0800, 28).unwrap();
+        let (mut p, _) = started(0x0800, 28);
         p.meta.vlan = 10;
         // Retag: the frame says 20 (PCP/DEI kept), `meta.vlan` is the caller's to store.
         p.data_mut()[14] |= 0xa0;
