@@ -207,13 +207,7 @@ impl Control {
             *slot = mask;
             let gws: Vec<String> = (0..NG)
                 .filter(|a| mask & (1 << a) != 0)
-                .map(|a| {
-                    if v6 {
-                        gw_ip6(a).to_string()
-                    } else {
-                        gw_ip(a).to_string()
-                    }
-                })
+                .map(|a| GWS.addr(a, v6).to_string())
                 .collect();
             let w = Self::words(&format!("route replace {prefix} via {}", gws.join(",")));
             self.op(&[(key, mask)], |c| c.ctl(&w))?;
@@ -228,12 +222,8 @@ impl Control {
 
     /// Points gateway `a`'s neighbour entry (IPv4 or IPv6) at pool MAC `m`.
     fn neigh_set(&mut self, v6: bool, a: usize, m: usize) -> Result<(), String> {
-        let ip = if v6 {
-            gw_ip6(a).to_string()
-        } else {
-            gw_ip(a).to_string()
-        };
-        let w = Self::words(&format!("neigh add {ip} lladdr {} dev wan", mac_text(gw_mac(m))));
+        let ip = GWS.addr(a, v6);
+        let w = Self::words(&format!("neigh add {ip} lladdr {} dev wan", mac_text(GWS.mac(m))));
         let slot = &mut self.neigh[usize::from(v6)][a];
         if *slot == NONE {
             self.ops.neigh_add += 1;
@@ -250,11 +240,7 @@ impl Control {
         let a = self.rng.below(NG);
         if self.neigh[usize::from(v6)][a] != NONE && self.rng.below(3) == 0 {
             self.neigh[usize::from(v6)][a] = NONE;
-            let ip = if v6 {
-                gw_ip6(a).to_string()
-            } else {
-                gw_ip(a).to_string()
-            };
+            let ip = GWS.addr(a, v6);
             let w = Self::words(&format!("neigh del {ip} dev wan"));
             self.op(&[(key_n(a, v6), NONE)], |c| c.ctl(&w))?;
             self.ops.neigh_del += 1;
@@ -386,7 +372,7 @@ impl Control {
             }
             5..=7 => {
                 let m = self.rng.below(NM);
-                self.churn_fdb(key_m(m), gw_mac(m), 20, &V20_PORTS, 3)?;
+                self.churn_fdb(key_m(m), GWS.mac(m), 20, &V20_PORTS, 3)?;
             }
             8..=10 => {
                 let j = self.rng.below(NX);
@@ -404,7 +390,7 @@ impl Control {
             18 => {
                 // A learned host entry: absent if not learned yet, which is no error.
                 let h = self.rng.below(NHOSTS);
-                let w = Self::words(&format!("fdb del {} vlan 10", mac_text(host_mac(h))));
+                let w = Self::words(&format!("fdb del {} vlan 10", mac_text(HOSTS.mac(h))));
                 self.op(&[], |c| {
                     let _ = c.ctl(&w);
                     Ok(())

@@ -292,7 +292,7 @@ pub(super) fn config_text(workers: usize, r: &Reloaded) -> String {
     for m in 0..NM {
         t += &format!(
             "{{ mac = \"{}\", vlan = 20, port = \"{}\" }},",
-            mac_text(gw_mac(m)),
+            mac_text(GWS.mac(m)),
             PORT_NAMES[usize::from(control::init_m_port(m))]
         );
     }
@@ -306,13 +306,13 @@ pub(super) fn config_text(workers: usize, r: &Reloaded) -> String {
     for (j, &mask) in r.routes.iter().enumerate().filter(|(_, m)| **m != 0) {
         let gws: Vec<String> = (0..NG)
             .filter(|a| mask & (1 << a) != 0)
-            .map(|a| format!("\"{}\"", gw_ip(a)))
+            .map(|a| format!("\"{}\"", GWS.ip(a)))
             .collect();
         t += &format!("[[route]]\ndst = \"10.100.{j}.0/24\"\nvia = [{}]\n", gws.join(", "));
     }
     for j in 0..NX6 {
         let a = usize::from(control::init_route(j).trailing_zeros() as u8);
-        t += &format!("[[route]]\ndst = \"{}\"\nvia = \"{}\"\n", prefix6(j), gw_ip6(a));
+        t += &format!("[[route]]\ndst = \"{}\"\nvia = \"{}\"\n", prefix6(j), GWS.ip6(a));
     }
     let neigh = |ip: String, mac: [u8; 6], dev: &str| {
         format!(
@@ -321,13 +321,13 @@ pub(super) fn config_text(workers: usize, r: &Reloaded) -> String {
         )
     };
     for h in 0..NHOSTS {
-        t += &neigh(host_ip(h).to_string(), host_mac(h), "lan");
-        t += &neigh(host_ip6(h).to_string(), host_mac(h), "lan");
+        t += &neigh(HOSTS.ip(h).to_string(), HOSTS.mac(h), "lan");
+        t += &neigh(HOSTS.ip6(h).to_string(), HOSTS.mac(h), "lan");
     }
     // Gateway `a` starts at pool MAC `a`.
     for a in 0..NG {
-        t += &neigh(gw_ip(a).to_string(), gw_mac(a), "wan");
-        t += &neigh(gw_ip6(a).to_string(), gw_mac(a), "wan");
+        t += &neigh(GWS.ip(a).to_string(), GWS.mac(a), "wan");
+        t += &neigh(GWS.ip6(a).to_string(), GWS.mac(a), "wan");
     }
     // The traffic has a few thousand flows at most: a small table (quick to set up, also
     // under valgrind).

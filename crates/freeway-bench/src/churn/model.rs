@@ -2,7 +2,7 @@
 //! the versioned history, the tag every generated frame carries, and how frames are read
 //! back.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// LAN access ports (VLAN 10), by index.
 pub(super) const LAN: [u16; 3] = [0, 1, 2];
@@ -41,30 +41,60 @@ const MAGIC: &[u8; 4] = b"CHRN";
 /// Value of a key with no entry (FDB: no entry; neighbour: none usable).
 pub(super) const NONE: u8 = 0xff;
 
-pub(super) fn host_mac(h: usize) -> [u8; 6] {
-    [2, 0, 0, 1, 0, h as u8]
+/// A numbered pool of stations, each with a MAC and an IPv4 and an IPv6 address.
+pub(super) struct Pool {
+    /// Station `i`'s MAC is `02:00:00:MAC:00:i`.
+    mac: u8,
+    /// Station `i`'s IPv4 address is `10.0.NET.(BASE + i)`.
+    net: u8,
+    base: u8,
+    /// Station `i`'s IPv6 address is `2001:db8:NET6::(BASE6 + i)`.
+    net6: u16,
+    base6: u16,
 }
-pub(super) fn host_ip(h: usize) -> Ipv4Addr {
-    Ipv4Addr::new(10, 0, 10, 10 + h as u8)
+
+impl Pool {
+    pub(super) fn mac(&self, i: usize) -> [u8; 6] {
+        [2, 0, 0, self.mac, 0, i as u8]
+    }
+    pub(super) fn ip(&self, i: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 0, self.net, self.base + i as u8)
+    }
+    pub(super) fn ip6(&self, i: usize) -> Ipv6Addr {
+        Ipv6Addr::new(0x2001, 0xdb8, self.net6, 0, 0, 0, 0, self.base6 + i as u16)
+    }
+    /// Station `i`'s IPv6 or IPv4 address.
+    pub(super) fn addr(&self, i: usize, v6: bool) -> IpAddr {
+        if v6 {
+            IpAddr::V6(self.ip6(i))
+        } else {
+            IpAddr::V4(self.ip(i))
+        }
+    }
 }
-pub(super) fn host_ip6(h: usize) -> Ipv6Addr {
-    Ipv6Addr::new(0x2001, 0xdb8, 0x10, 0, 0, 0, 0, 0x10 + h as u16)
-}
+
+/// The LAN hosts (VLAN 10).
+pub(super) const HOSTS: Pool = Pool {
+    mac: 0x01,
+    net: 10,
+    base: 10,
+    net6: 0x10,
+    base6: 0x10,
+};
+/// The WAN gateways' addresses (VLAN 20), and the pool of MACs their neighbour entries
+/// point at.
+pub(super) const GWS: Pool = Pool {
+    mac: 0x0b,
+    net: 20,
+    base: 100,
+    net6: 0x20,
+    base6: 0x100,
+};
 pub(super) fn host_port(h: usize) -> u16 {
     V10_PORTS[h / HOSTS_PER_PORT]
 }
 pub(super) fn t_mac(t: usize) -> [u8; 6] {
     [2, 0, 0, 0x0a, 0, t as u8]
-}
-/// MAC `m` of the gateways' pool.
-pub(super) fn gw_mac(m: usize) -> [u8; 6] {
-    [2, 0, 0, 0x0b, 0, m as u8]
-}
-pub(super) fn gw_ip(a: usize) -> Ipv4Addr {
-    Ipv4Addr::new(10, 0, 20, 100 + a as u8)
-}
-pub(super) fn gw_ip6(a: usize) -> Ipv6Addr {
-    Ipv6Addr::new(0x2001, 0xdb8, 0x20, 0, 0, 0, 0, 0x100 + a as u16)
 }
 /// The router's IPv4 address on the WAN side (source of its ARP requests).
 pub(super) const WAN_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 20, 1);
@@ -320,7 +350,7 @@ pub(super) fn solicitation(f: &[u8]) -> Result<(usize, bool, Option<u16>), Strin
                 ));
             }
             let g = (0..NG)
-                .find(|&g| a[24..28] == gw_ip(g).octets())
+                .find(|&g| a[24..28] == GWS.ip(g).octets())
                 .ok_or_else(|| format!("ARP request for {:?}, no gateway", &a[24..28]))?;
             Ok((g, false, vid))
         }
@@ -333,9 +363,9 @@ pub(super) fn solicitation(f: &[u8]) -> Result<(usize, bool, Option<u16>), Strin
                 ));
             }
             let g = (0..NG)
-                .find(|&g| ip[48..64] == gw_ip6(g).octets())
+                .find(|&g| ip[48..64] == GWS.ip6(g).octets())
                 .ok_or("NS for no gateway")?;
-            let t = gw_ip6(g).octets();
+            let t = GWS.ip6(g).octets();
             if f[0..6] != [0x33, 0x33, 0xff, t[13], t[14], t[15]] {
                 return Err("NS not to the target's solicited-node group".into());
             }

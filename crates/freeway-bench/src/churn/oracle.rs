@@ -220,7 +220,7 @@ impl Shared {
             }
             Class::L2H => {
                 let d = usize::from(tag.a);
-                if dst != host_mac(d) || ttl != 64 {
+                if dst != HOSTS.mac(d) || ttl != 64 {
                     return Err(format!("L2H frame rewritten: dst {} ttl {ttl}", mac_text(dst)));
                 }
                 if port != host_port(d) && flood_in & pbit == 0 {
@@ -242,7 +242,7 @@ impl Shared {
                         ));
                     }
                 }
-                let Some(m) = (0..NM).find(|&m| gw_mac(m) == dst) else {
+                let Some(m) = (0..NM).find(|&m| GWS.mac(m) == dst) else {
                     return Err(format!("routed to {}, no gateway's MAC", mac_text(dst)));
                 };
                 if *mac != NONE && usize::from(*mac) != m {
@@ -276,7 +276,7 @@ impl Shared {
             }
             Class::Reply | Class::Reply6 => {
                 let (hh, j) = (usize::from(tag.b), usize::from(tag.a));
-                if !routed_ok || dst != host_mac(hh) {
+                if !routed_ok || dst != HOSTS.mac(hh) {
                     return Err(format!(
                         "reply badly rewritten: {} -> {} ttl {ttl}",
                         mac_text(src),
@@ -558,9 +558,9 @@ mod tests {
         let v6 = class.v6() || class == Class::Fwd6;
         let (len, off) = frame_layout(vlan, v6);
         let (s, d) = if v6 {
-            (IpAddr::V6(host_ip6(0)), IpAddr::V6(remote_ip6(usize::from(a))))
+            (IpAddr::V6(HOSTS.ip6(0)), IpAddr::V6(remote_ip6(usize::from(a))))
         } else {
-            (IpAddr::V4(host_ip(0)), IpAddr::V4(remote_ip(usize::from(a))))
+            (IpAddr::V4(HOSTS.ip(0)), IpAddr::V4(remote_ip(usize::from(a))))
         };
         let spec = FrameSpec {
             src_mac: src,
@@ -624,7 +624,7 @@ mod tests {
         let mut init = vec![NONE; NKEYS];
         init[key_t(0)] = 1;
         let s = Shared::new(&init, 1);
-        let (tag, f) = frame(Class::L2T, 0, 0, 0, None, host_mac(0), t_mac(0), 64);
+        let (tag, f) = frame(Class::L2T, 0, 0, 0, None, HOSTS.mac(0), t_mac(0), 64);
         assert_eq!(check(&s, &tag, &f, 1, 0), Ok(true));
         assert!(check(&s, &tag, &f, 2, 0).is_err(), "port 2 never held target 0");
         let h = s.hist.read().unwrap();
@@ -651,11 +651,11 @@ mod tests {
         let mut init = vec![NONE; NKEYS];
         init[key_t(0)] = TRUNK as u8;
         let s = Shared::new(&init, 1);
-        let (tag, f) = frame(Class::L2T, 0, 0, 0, Some(10), host_mac(0), t_mac(0), 64);
+        let (tag, f) = frame(Class::L2T, 0, 0, 0, Some(10), HOSTS.mac(0), t_mac(0), 64);
         assert_eq!(check(&s, &tag, &f, TRUNK, 0), Ok(true));
-        let (_, untagged) = frame(Class::L2T, 0, 0, 0, None, host_mac(0), t_mac(0), 64);
+        let (_, untagged) = frame(Class::L2T, 0, 0, 0, None, HOSTS.mac(0), t_mac(0), 64);
         assert!(check(&s, &tag, &untagged, TRUNK, 0).unwrap_err().contains("VID"));
-        let (_, wrong) = frame(Class::L2T, 0, 0, 0, Some(20), host_mac(0), t_mac(0), 64);
+        let (_, wrong) = frame(Class::L2T, 0, 0, 0, Some(20), HOSTS.mac(0), t_mac(0), 64);
         assert!(check(&s, &tag, &wrong, TRUNK, 0).is_err(), "VLAN 10 frame with VID 20");
         s.hist.write().unwrap().set(key_t(0), 1, NONE);
         assert!(
@@ -675,12 +675,12 @@ mod tests {
         init[key_m(1)] = 3;
         init[key_m(2)] = TRUNK as u8;
         let s = Shared::new(&init, 1);
-        let (tag, f) = frame(Class::Fwd6, 5, 0, 0, None, RMAC, gw_mac(1), 63);
+        let (tag, f) = frame(Class::Fwd6, 5, 0, 0, None, RMAC, GWS.mac(1), 63);
         assert_eq!(check(&s, &tag, &f, 3, 0), Ok(true));
-        let (_, ttl) = frame(Class::Fwd6, 5, 0, 0, None, RMAC, gw_mac(1), 64);
+        let (_, ttl) = frame(Class::Fwd6, 5, 0, 0, None, RMAC, GWS.mac(1), 64);
         assert!(check(&s, &tag, &ttl, 3, 0).is_err(), "hop limit not decremented");
         // MAC 2 is gateway 1's IPv4 neighbour, not its IPv6 one.
-        let (_, m2) = frame(Class::Fwd6, 5, 0, 0, Some(20), RMAC, gw_mac(2), 63);
+        let (_, m2) = frame(Class::Fwd6, 5, 0, 0, Some(20), RMAC, GWS.mac(2), 63);
         assert!(check(&s, &tag, &m2, TRUNK, 0).unwrap_err().contains("no version"));
         // Once the IPv6 entry is replaced by MAC 2, a frame of the window may carry either.
         s.hist.write().unwrap().set(key_n(1, true), 1, 2);
@@ -708,13 +708,13 @@ mod tests {
             RMAC,
             None,
             WAN_ADDR,
-            gw_ip(1),
+            GWS.ip(1),
             None
         ));
         assert!(s.check_solicit(&h, arp.data(), 3, 0, 2).is_err());
         let mut ns = freeway_packet::Packet::default();
         let src = "2001:db8:20::1".parse().unwrap();
-        assert!(freeway_l3::nd::build_ns(&mut ns, RMAC, Some(20), src, gw_ip6(1), None));
+        assert!(freeway_l3::nd::build_ns(&mut ns, RMAC, Some(20), src, GWS.ip6(1), None));
         assert_eq!(s.check_solicit(&h, ns.data(), TRUNK, 0, 2), Ok(true));
         assert!(
             s.check_solicit(&h, ns.data(), 3, 0, 2).is_err(),

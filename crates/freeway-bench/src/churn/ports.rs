@@ -75,8 +75,8 @@ fn pick(book: &mut Book, s: &Shared, port: u16) -> (Class, u8, u8, FrameSpec) {
         let pi = V10_PORTS.iter().position(|p| *p == port).expect("a VLAN 10 port");
         let h = pi * HOSTS_PER_PORT + book.rng.below(HOSTS_PER_PORT);
         spec.vlan = (port == TRUNK).then_some(10);
-        spec.src_mac = host_mac(h);
-        spec.src_ip = IpAddr::V4(host_ip(h));
+        spec.src_mac = HOSTS.mac(h);
+        spec.src_ip = IpAddr::V4(HOSTS.ip(h));
         let (class, a) = match book.rng.below(4) {
             0 => {
                 let t = book.rng.below(NT);
@@ -88,8 +88,8 @@ fn pick(book: &mut Book, s: &Shared, port: u16) -> (Class, u8, u8, FrameSpec) {
                 // A host on another VLAN 10 port.
                 let other = (pi + 1 + book.rng.below(V10_PORTS.len() - 1)) % V10_PORTS.len();
                 let d = other * HOSTS_PER_PORT + book.rng.below(HOSTS_PER_PORT);
-                spec.dst_mac = host_mac(d);
-                spec.dst_ip = IpAddr::V4(host_ip(d));
+                spec.dst_mac = HOSTS.mac(d);
+                spec.dst_ip = IpAddr::V4(HOSTS.ip(d));
                 (Class::L2H, d)
             }
             2 => {
@@ -105,7 +105,7 @@ fn pick(book: &mut Book, s: &Shared, port: u16) -> (Class, u8, u8, FrameSpec) {
                 let j = book.rng.below(NX6);
                 s.fwd6_seen[h * NX6 + j].store(true, SeqCst);
                 spec.dst_mac = RMAC;
-                spec.src_ip = IpAddr::V6(host_ip6(h));
+                spec.src_ip = IpAddr::V6(HOSTS.ip6(h));
                 spec.dst_ip = IpAddr::V6(remote_ip6(j));
                 spec.src_port = flow_port(h, j);
                 spec.dst_port = 7001;
@@ -122,9 +122,9 @@ fn pick(book: &mut Book, s: &Shared, port: u16) -> (Class, u8, u8, FrameSpec) {
     spec.src_mac = wan_mac(q);
     spec.dst_mac = RMAC;
     (spec.src_ip, spec.dst_ip) = if v6 {
-        (IpAddr::V6(remote_ip6(j)), IpAddr::V6(host_ip6(h)))
+        (IpAddr::V6(remote_ip6(j)), IpAddr::V6(HOSTS.ip6(h)))
     } else {
-        (IpAddr::V4(remote_ip(j)), IpAddr::V4(host_ip(h)))
+        (IpAddr::V4(remote_ip(j)), IpAddr::V4(HOSTS.ip(h)))
     };
     // The firewall lets connections start from the trunk (its VLAN 10 hosts start flows):
     // unsolicited traffic comes from the WAN access ports only.
