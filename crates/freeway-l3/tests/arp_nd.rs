@@ -226,7 +226,7 @@ fn classifier_tells_the_bridge_what_is_ours() {
         parse(&mut p).unwrap();
         p
     };
-    let to_router = udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 60);
+    let to_router = h1_to_h2(64, 60);
     assert_eq!(ifs.wants(&mk(&to_router, 1)), Wants::Ours);
     assert_eq!(ifs.wants(&mk(&to_router, 3)), Wants::NotOurs, "not a router port");
     let to_host = udp(H1, H2, None, "10.0.1.5", "10.0.2.7", 64, 60);

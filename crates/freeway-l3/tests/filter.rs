@@ -32,7 +32,7 @@ fn tcp_syn(src: &str, dst: &str) -> Vec<u8> {
 #[test]
 fn forward_is_asked_with_both_interfaces_and_input_with_the_ingress_one() {
     let mut r = ready();
-    r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 100));
+    r.rx(1, &h1_to_h2(64, 100));
     r.sent(1);
     r.rx(1, &ping(H1, R1, None, "10.0.1.5", "10.0.1.1", 64));
     r.sent(1);
@@ -52,7 +52,7 @@ fn forward_is_asked_with_both_interfaces_and_input_with_the_ingress_one() {
 fn a_dropped_packet_is_counted_as_filtered_and_nothing_answers() {
     let mut r = ready();
     r.out.filter = Some(|_, _| FilterVerdict::Drop);
-    r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 100));
+    r.rx(1, &h1_to_h2(64, 100));
     r.rx(1, &ping(H1, R1, None, "10.0.1.5", "10.0.1.1", 64));
     r.sent(0);
     assert_eq!(r.out.dropped, vec![L3Drop::Filtered, L3Drop::Filtered]);
@@ -63,7 +63,7 @@ fn a_dropped_packet_is_counted_as_filtered_and_nothing_answers() {
 fn reject_sends_the_unreachable_code_asked_for_in_both_families() {
     let mut r = ready();
     r.out.filter = Some(|_, _| FilterVerdict::Reject(Reject::Unreachable { v4: 13, v6: 1 }));
-    r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 100));
+    r.rx(1, &h1_to_h2(64, 100));
     r.rx(1, &udp(H1, R1, None, "2001:db8:1::5", "2001:db8:2::7", 64, 100));
     let sent = r.sent(2);
     let ip4 = Ipv4Packet::new_checked(&sent[0].1.data()[14..]).unwrap();
@@ -90,7 +90,7 @@ fn tcp_reset_answers_tcp_from_the_destination_and_anything_else_with_port_unreac
     assert_eq!((ip4.src_addr(), ip4.dst_addr()), (v4("10.0.2.7"), v4("10.0.1.5")));
     assert_eq!(ip4.payload()[13], 0x14, "RST|ACK");
     assert_eq!(r.stats().tcp_resets_tx, 1);
-    r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 100));
+    r.rx(1, &h1_to_h2(64, 100));
     let (_, p): (u16, Packet) = r.sent(1).pop().unwrap();
     let ip4 = Ipv4Packet::new_checked(&p.data()[14..]).unwrap();
     let icmp = Icmpv4Packet::new_checked(ip4.payload()).unwrap();

@@ -87,7 +87,7 @@ proptest! {
 #[test]
 fn unresolved_neighbour_is_resolved_by_arp_then_the_packet_goes_out() {
     let mut r = Rig::new();
-    let f = udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 100);
+    let f = h1_to_h2(64, 100);
     r.rx(1, &f);
     let sent = r.out.take();
     assert_eq!(sent.len(), 1, "only the ARP request");
@@ -167,7 +167,7 @@ fn pending_queue_is_bounded_and_times_out() {
         pending_total: 5,
         ..Default::default()
     });
-    r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 60), 4);
+    r.rx_times(1, &h1_to_h2(64, 60), 4);
     assert_eq!(r.w.pending_len(), 3);
     assert_eq!(r.out.dropped, vec![L3Drop::PendingOverflow], "oldest made room");
     r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.8", 64, 60), 3);
@@ -204,7 +204,7 @@ fn failed_neighbour_gets_host_unreachable_and_stale_is_probed() {
     };
     let mut r = Rig::with(L3Config::default(), ncfg.clone());
     // Resolution fails: the writer marks the entry FAILED after incomplete_ms.
-    r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 60));
+    r.rx(1, &h1_to_h2(64, 60));
     r.service();
     r.out.take();
     r.now += ncfg.incomplete_ms;
@@ -212,7 +212,7 @@ fn failed_neighbour_gets_host_unreachable_and_stale_is_probed() {
     r.w.poll(r.now, &mut r.out);
     assert_eq!(r.stats().drop_count(L3Drop::HostUnreachable), 1);
     r.out.take();
-    r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 60));
+    r.rx(1, &h1_to_h2(64, 60));
     assert_eq!(r.stats().drop_count(L3Drop::HostUnreachable), 2, "FAILED drops at once");
     assert_eq!(r.out.take().len(), 1, "the ICMP error");
     // A learned neighbour goes STALE; using it sends one unicast probe per retrans_ms.
@@ -231,7 +231,7 @@ fn failed_neighbour_gets_host_unreachable_and_stale_is_probed() {
 #[test]
 fn packets_pending_on_an_interface_removed_are_dropped_and_counted() {
     let mut r = Rig::new();
-    r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, 60), 2);
+    r.rx_times(1, &h1_to_h2(64, 60), 2);
     assert_eq!(r.w.pending_len(), 2, "waiting for 10.0.2.7 on p2");
     r.out.take();
     // A reload removes p2 (id 1): the worker takes the new version between batches.

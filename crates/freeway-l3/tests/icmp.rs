@@ -89,7 +89,7 @@ fn echo_v6_is_answered_with_a_valid_checksum() {
 #[test]
 fn ttl_1_gets_time_exceeded_quoting_the_original() {
     let mut r = Rig::new();
-    let orig = udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 1, 200);
+    let orig = h1_to_h2(1, 200);
     let (port, p) = &r.answer(1, &orig);
     assert_eq!(*port, 1, "back out of the ingress interface");
     assert_eq!(&p.data()[0..12], &[H1, R1].concat()[..], "to the previous hop");
@@ -104,7 +104,7 @@ fn ttl_1_gets_time_exceeded_quoting_the_original() {
     assert_eq!(icmp.data(), &orig[14..]);
     assert_eq!(r.out.dropped, vec![L3Drop::TtlExpired]);
     // A big one is cut so that the error fits 576 bytes.
-    r.rx(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 0, 1400));
+    r.rx(1, &h1_to_h2(0, 1400));
     let sent = r.out.take();
     let ip = ipv4_of(&sent[0].1);
     assert_eq!(ip.total_len(), 576);
@@ -144,7 +144,7 @@ fn errors_are_rate_limited_with_a_burst() {
         icmp_burst: 5,
         ..Default::default()
     });
-    r.rx_times(1, &udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 1, 60), 20);
+    r.rx_times(1, &h1_to_h2(1, 60), 20);
     let s = r.stats();
     assert_eq!((s.icmp_errors_tx, s.icmp_rate_limited), (5, 15));
     assert_eq!(s.drop_count(L3Drop::TtlExpired), 20, "every packet is still dropped");
@@ -194,7 +194,7 @@ fn never_an_error_about_an_error_a_group_or_a_fragment() {
     f[14 + 10..14 + 12].copy_from_slice(&c.to_be_bytes());
     r.rx(1, &f);
     // A non-first fragment with TTL 1.
-    let mut frag = udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 1, 60);
+    let mut frag = h1_to_h2(1, 60);
     frag[14 + 6] = 0x00;
     frag[14 + 7] = 0x20;
     frag[14 + 10] = 0;

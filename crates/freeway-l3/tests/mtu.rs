@@ -19,7 +19,7 @@ fn with_statics(r: &mut Rig) {
 /// H1's UDP frame of `len` bytes to 10.0.2.7 (out of p2, VLAN 20), with DF as `df` says and
 /// a payload that counts.
 fn udp_v4(len: usize, df: bool) -> Vec<u8> {
-    let mut f = udp(H1, R1, None, "10.0.1.5", "10.0.2.7", 64, len);
+    let mut f = h1_to_h2(64, len);
     wr16(&mut f, 14 + 6, if df { IPV4_DF } else { 0 });
     for (i, b) in f[14 + 28..].iter_mut().enumerate() {
         *b = i as u8;

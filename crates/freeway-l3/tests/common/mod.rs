@@ -203,6 +203,12 @@ pub fn udp(
     })
 }
 
+/// A UDP frame of `len` bytes from H1 (10.0.1.5, untagged) to 10.0.2.7 behind R1, with `ttl`:
+/// the datagram most tests route.
+pub fn h1_to_h2(ttl: u8, len: usize) -> Vec<u8> {
+    udp(H1, R1, None, "10.0.1.5", "10.0.2.7", ttl, len)
+}
+
 /// A UDP (port 1234 to 53) frame's description, with a checksum; `len` left at 0.
 fn udp_spec(src_mac: [u8; 6], dst_mac: [u8; 6], vlan: Option<u16>, src: &str, dst: &str, ttl: u8) -> FrameSpec {
     FrameSpec {
