@@ -1,6 +1,9 @@
 //! IPv4 and IPv6, with TCP and UDP, in tcpdump's words.
 
 use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+
+use freeway_packet::bytes::{rd16, rd32};
 
 use super::{icmp, Decoder, Frame, TCP_CONVERSATIONS};
 
@@ -14,17 +17,13 @@ pub(crate) struct TcpConv {
 
 /// An IPv4 packet at `off` (after `IP ` or the ethertype).
 pub(super) fn v4(d: &mut Decoder, s: &mut String, f: &Frame, off: usize) {
-    let (Some(vhl), Some(total), Some(fo), Some(proto), Some(src), Some(dst)) = (
-        f.u8(off),
-        f.u16(off + 2),
-        f.u16(off + 6),
-        f.u8(off + 9),
-        f.v4(off + 12),
-        f.v4(off + 16),
-    ) else {
+    // The fixed header, its length checked once.
+    let Some(h) = f.b.get(off..off + 20) else {
         s.push_str(" [|ip]");
         return;
     };
+    let (vhl, total, fo, proto) = (h[0], rd16(h, 2), rd16(h, 6), h[9]);
+    let (src, dst) = (Ipv4Addr::from(rd32(h, 12)), Ipv4Addr::from(rd32(h, 16)));
     let ihl = usize::from(vhl & 0x0f) * 4;
     let total = usize::from(total);
     if vhl >> 4 != 4 {
@@ -207,17 +206,13 @@ fn tcp(
         return;
     };
     ports(s, addrs, sp, dp);
-    let (Some(seq), Some(ack), Some(offb), Some(flags), Some(win), Some(urp)) = (
-        f.u32(l4 + 4),
-        f.u32(l4 + 8),
-        f.u8(l4 + 12),
-        f.u8(l4 + 13),
-        f.u16(l4 + 14),
-        f.u16(l4 + 18),
-    ) else {
+    // The fixed header, its length checked once.
+    let Some(h) = f.b.get(l4..l4 + 20) else {
         s.push_str("[|tcp]");
         return;
     };
+    let (seq, ack, offb, flags) = (rd32(h, 4), rd32(h, 8), h[12], h[13]);
+    let (win, urp) = (rd16(h, 14), rd16(h, 18));
     let hlen = usize::from(offb >> 4) * 4;
     if hlen < 20 {
         let _ = write!(

@@ -38,6 +38,11 @@ fn summaries_read_like_tcpdump() {
     });
     assert!(summary(&echo6).starts_with("IP6 fd00::1 > fd00::2: ICMP6, echo request, id 7, seq 3"));
     assert_eq!(summary(&udp[..20]), "IP  [|ip]");
+    // Cut inside the TCP header (18 bytes of Ethernet and tag, 20 of IPv4, 19 of TCP's 20).
+    assert_eq!(
+        summary(&syn[..18 + 20 + 19]),
+        "IP truncated-ip - 3 bytes missing! 10.0.0.1.1024 > 10.0.0.2.80: [|tcp]"
+    );
 }
 
 #[test]
