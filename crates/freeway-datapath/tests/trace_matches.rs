@@ -123,6 +123,16 @@ fn udp(src: [u8; 6], dst: [u8; 6], vlan: Option<u16>, sip: &str, dip: &str, ttl:
     })
 }
 
+/// A UDP frame from host h1 (untagged, 10.0.10.5) to `dst` at `dip`.
+fn from_h1(dst: [u8; 6], dip: &str) -> Vec<u8> {
+    udp(H1, dst, None, "10.0.10.5", dip, 64)
+}
+
+/// A UDP frame from the trunk's host (10.0.10.33) to `dst` at `dip`, tagged `vid`.
+fn from_trunk(dst: [u8; 6], vid: u16, dip: &str) -> Vec<u8> {
+    udp(T1, dst, Some(vid), "10.0.10.33", dip, 64)
+}
+
 /// `f` with its 802.1Q tag's type changed to 802.1ad (0x88a8).
 fn s_tagged(mut f: Vec<u8>) -> Vec<u8> {
     assert_eq!(f[12..14], [0x81, 0x00]);
@@ -159,57 +169,34 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let bcast = [0xff; 6];
     let unknown = [0x02, 0, 0, 0, 0x99, 0x99];
     vec![
-        (
-            "bridged to a known host",
-            "h1",
-            udp(H1, T1, None, "10.0.10.5", "10.0.10.33", 64),
-        ),
-        (
-            "flooded (unknown destination)",
-            "h1",
-            udp(H1, unknown, None, "10.0.10.5", "10.0.10.9", 64),
-        ),
-        (
-            "flooded (broadcast)",
-            "trunk",
-            udp(T1, bcast, Some(10), "10.0.10.33", "10.0.10.255", 64),
-        ),
+        ("bridged to a known host", "h1", from_h1(T1, "10.0.10.33")),
+        ("flooded (unknown destination)", "h1", from_h1(unknown, "10.0.10.9")),
+        ("flooded (broadcast)", "trunk", from_trunk(bcast, 10, "10.0.10.255")),
         (
             "STP BPDU group (a link-local group, never forwarded)",
             "h1",
-            udp(H1, [0x01, 0x80, 0xc2, 0, 0, 0], None, "10.0.10.5", "10.0.10.9", 64),
+            from_h1([0x01, 0x80, 0xc2, 0, 0, 0], "10.0.10.9"),
         ),
         (
             "LLDP group on the trunk (not in its group_fwd_mask)",
             "trunk",
-            udp(
-                T1,
-                [0x01, 0x80, 0xc2, 0, 0, 0x0e],
-                Some(10),
-                "10.0.10.33",
-                "10.0.10.9",
-                64,
-            ),
+            from_trunk([0x01, 0x80, 0xc2, 0, 0, 0x0e], 10, "10.0.10.9"),
         ),
         (
             "802.1ad tag on the trunk",
             "trunk",
-            s_tagged(udp(T1, H1, Some(10), "10.0.10.33", "10.0.10.5", 64)),
+            s_tagged(from_trunk(H1, 10, "10.0.10.5")),
         ),
-        (
-            "QinQ on the trunk",
-            "trunk",
-            qinq(udp(T1, H1, Some(10), "10.0.10.33", "10.0.10.5", 64), 77),
-        ),
+        ("QinQ on the trunk", "trunk", qinq(from_trunk(H1, 10, "10.0.10.5"), 77)),
         (
             "VLAN-filtered (20 not on the trunk)",
             "trunk",
-            udp(T1, H1, Some(20), "10.0.10.33", "10.0.10.5", 64),
+            from_trunk(H1, 20, "10.0.10.5"),
         ),
         (
             "VLAN-filtered 802.1ad",
             "trunk",
-            s_tagged(udp(T1, H1, Some(20), "10.0.10.33", "10.0.10.5", 64)),
+            s_tagged(from_trunk(H1, 20, "10.0.10.5")),
         ),
         (
             "tagged on an access port",
@@ -236,23 +223,15 @@ fn cases() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             "intruder",
             udp([0x02, 0, 0, 0, 0x20, 0x66], H2, None, "10.0.20.66", "10.0.20.7", 64),
         ),
-        (
-            "routed LAN to WAN",
-            "h1",
-            udp(H1, ROUTER, None, "10.0.10.5", "10.0.20.7", 64),
-        ),
-        (
-            "routed from the trunk",
-            "trunk",
-            udp(T1, ROUTER, Some(10), "10.0.10.33", "10.0.20.7", 64),
-        ),
+        ("routed LAN to WAN", "h1", from_h1(ROUTER, "10.0.20.7")),
+        ("routed from the trunk", "trunk", from_trunk(ROUTER, 10, "10.0.20.7")),
         (
             "routed 802.1ad from the trunk",
             "trunk",
-            s_tagged(udp(T1, ROUTER, Some(10), "10.0.10.33", "10.0.20.7", 64)),
+            s_tagged(from_trunk(ROUTER, 10, "10.0.20.7")),
         ),
         ("TTL expired", "h1", udp(H1, ROUTER, None, "10.0.10.5", "10.0.20.7", 1)),
-        ("no route", "h1", udp(H1, ROUTER, None, "10.0.10.5", "192.0.2.1", 64)),
+        ("no route", "h1", from_h1(ROUTER, "192.0.2.1")),
         (
             "firewall: new from the WAN",
             "intruder",
