@@ -139,6 +139,10 @@ rx_packets() { # host: packets its eth0 received so far
 
 # 64-byte frames per second that reach h2, sent by Freeway's own generator bridged onto
 # h1's eth0 through AF_PACKET (one worker pinned to CPU 0), counted by h2's kernel.
+# The worker is pinned by `pin_workers`, not the process by `taskset`: the generator's
+# control thread, which ends the run after `duration_secs`, must be free to run on another
+# core, or a worker spinning at real-time priority (the script run under `chrt -f`) starves
+# it on CPU 0 and the run never ends. `timeout` stops a generator that overstays anyway.
 gen_pps() { # destination address, destination MAC
     local cfg=$TMP/gen.toml before after
     cat >"$cfg" <<EOF
@@ -154,7 +158,7 @@ name = "eth0"
 kind = "afpacket"
 afpacket = { iface = "eth0" }
 EOF
-    in_ns h1 taskset -c 0 "$FW" run -q --config "$cfg" >/dev/null 2>"$TMP/gen.err" &
+    in_ns h1 timeout -s INT -k 5 $((SECS + 15)) "$FW" run -q --config "$cfg" >/dev/null 2>"$TMP/gen.err" &
     local g=$!
     sleep 1
     before=$(rx_packets h2)

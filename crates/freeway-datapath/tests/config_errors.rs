@@ -319,3 +319,21 @@ fn auto_pins_only_with_a_core_to_spare_for_the_kernel() {
     assert!(PinWorkers::On.resolve(4, 2, &sinks));
     assert!(!PinWorkers::Off.resolve(1, 8, &sinks));
 }
+
+#[test]
+fn auto_pins_to_the_last_cores_true_from_the_first() {
+    use config::PinWorkers;
+    // "auto" with cores to spare: the last ones, the first left over.
+    assert_eq!(PinWorkers::Auto.core_index(0, 1, 2), 1);
+    assert_eq!(
+        (0..2).map(|w| PinWorkers::Auto.core_index(w, 2, 8)).collect::<Vec<_>>(),
+        [6, 7]
+    );
+    assert_eq!(PinWorkers::Auto.core_index(1, 2, 2), 1);
+    // `true`: worker i on core i, wrapping when there are more workers than cores.
+    assert_eq!(PinWorkers::On.core_index(0, 1, 2), 0);
+    assert_eq!(
+        (0..4).map(|w| PinWorkers::On.core_index(w, 4, 2)).collect::<Vec<_>>(),
+        [0, 1, 0, 1]
+    );
+}

@@ -104,10 +104,11 @@ pub struct Config {
     pub linux: linux::LinuxConfig,
 }
 
-/// `pin_workers`: whether worker `i` runs only on core `i`.
+/// `pin_workers`: whether each worker runs only on a core of its own ([`PinWorkers::core_index`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum PinWorkers {
-    /// `true`: always pinned (as many cores as workers or not: worker `i` on core `i % cores`).
+    /// `true`: always pinned (as many cores as workers or not: worker `i` on the process's
+    /// core `i % cores`).
     On,
     /// `false`: never pinned; the scheduler places the workers.
     Off,
@@ -137,6 +138,22 @@ impl PinWorkers {
                     .all(|p| matches!(p.kind, PortKind::Gen | PortKind::Pcap | PortKind::Sink));
                 workers < cores || (in_process && workers <= cores)
             }
+        }
+    }
+
+    /// The index, among the `cores` cores the process may use, of the core that pinned worker
+    /// `worker` of `workers` runs on. `true`: worker `i` on core `i % cores`. `"auto"`: the
+    /// last `workers` cores, worker `i` on core `cores - workers + i`, so that the cores left
+    /// over are the first ones, where a program started with `taskset -c 0` (a sender, a
+    /// generator), the boot CPU's housekeeping and interrupts left at their default affinity
+    /// run: a worker sharing core 0 with a sender waits for it (and for the sender's softirq,
+    /// where the kernel receives the frames of a veth), one on a spare core does not. With as
+    /// many cores as workers the two are the same.
+    pub fn core_index(self, worker: usize, workers: usize, cores: usize) -> usize {
+        debug_assert!(cores > 0 && worker < workers);
+        match self {
+            PinWorkers::Auto if workers <= cores => cores - workers + worker,
+            _ => worker % cores,
         }
     }
 }

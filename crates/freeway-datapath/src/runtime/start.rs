@@ -838,7 +838,8 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
 ) -> Result<Built<L, R>, RunError> {
     let nports = cfg.ports.len();
     let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let pin = !cores.is_empty() && cfg.pin_workers.resolve(rx_of.len(), cores.len(), &cfg.ports);
+    let nworkers = rx_of.len();
+    let pin = !cores.is_empty() && cfg.pin_workers.resolve(nworkers, cores.len(), &cfg.ports);
     tracing::info!(pinned = pin, pin_workers = ?cfg.pin_workers, cores = cores.len(), "worker placement");
     let next: Box<[Next]> = (0..nports)
         .map(|_| Next::Tx)
@@ -877,7 +878,7 @@ pub(crate) fn build_workers<L: Layout, R: TapRegistry>(
             .ok_or_else(|| RunError(format!("tap registry has no worker handle {id}")))?;
         workers.push(Worker {
             id,
-            core: if pin { Some(cores[id % cores.len()]) } else { None },
+            core: pin.then(|| cores[cfg.pin_workers.core_index(id, nworkers, cores.len())]),
             rx,
             tx: Tx {
                 queues: txq,
