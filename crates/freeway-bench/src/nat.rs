@@ -2,14 +2,18 @@
 //!
 //! * **New connections**: each worker creates connections from its own clients (UDP, one
 //!   packet each, to one server; each client's source port is its own, spread over Linux's
-//!   ephemeral range as real clients' are, [`client_port`]), either plainly (`track` with commit: one lookup, one insert)
-//!   or translated as the datapath's postrouting does (`nat::commit_new`, on the
-//!   packet's one classification, with a source
-//!   translation to one public address: the client's own port when no other connection to
-//!   the same server uses it, else a candidate from a pseudo-random point of the worker's
-//!   blocks (seeded: every run the same), the rewrite, two inserts, the first of which tests
-//!   the candidate). The two variants alternate, each in
-//!   a fresh table, at every worker count; the ratio is NAT over plain.
+//!   ephemeral range as real clients' are, [`client_port`]), doing per packet what the
+//!   datapath does for a new connection's first packet under an nftables ruleset (NAT needs
+//!   one): the ingress lookup without commit (`runtime/stateful.rs`), then either plainly the
+//!   commit that the accepting filter hook makes (`track` again, with commit: a second
+//!   lookup, one insert; `runtime/firewall.rs`) or, translated as postrouting does
+//!   (`runtime/nat.rs`), the packet classified once more (prerouting's tuple) and
+//!   `nat::commit_new` with a source translation to one public address: the client's own
+//!   port when no other connection to the same server uses it, else a candidate from a
+//!   pseudo-random point of the worker's blocks (seeded: every run the same), the rewrite,
+//!   two inserts, the first of which tests the candidate. The ruleset's own judging is left
+//!   out of both. The two variants alternate, each in a fresh table, at every worker count;
+//!   the ratio is NAT over plain.
 //! * **Established packets**: `flows` connections per worker are created first, then each
 //!   worker sends packets of them in turn (original direction), either tracked (`track`) or
 //!   tracked and translated as the datapath does (`track_nat`, whose one lookup gives the
@@ -178,20 +182,32 @@ fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, u64) {
         let mut p = template();
         p.meta.flags |= meta_flags::IPV4_CSUM_OK;
         let mut bad = 0u64;
+        let ingress = TrackFlags {
+            commit: false,
+            ..b.flags
+        };
         barrier.wait();
         let t0 = Instant::now();
         for start in (0..conns).step_by(32) {
             let g = b.w.pin();
             for i in start..(start + 32).min(conns) {
                 set_client(&mut p, client(id, i), client_port(id, i), i);
+                // The ingress lookup, which finds no connection and creates none. (The
+                // datapath's under nat chains is `track_nat`, which on a miss does what
+                // `track` does: its translation part reads a node found. A second call site
+                // of `track_nat` here would take its inlining away from the established
+                // phase below.)
+                let r = b.w.track(&g, p.data(), &p.meta, 0, ingress);
+                bad += u64::from(!r.uncommitted);
                 let r = if translate {
-                    // Classified once, as the datapath's prerouting does.
+                    // Prerouting's classification, postrouting's creation.
                     let (orig, l4) = tracked_of(&p);
                     nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, l4, Some(b.snat))
                 } else {
+                    // The accepting filter hook's commit.
                     Ok(b.w.track(&g, p.data(), &p.meta, 0, b.flags))
                 };
-                bad += u64::from(r.map_or(true, |r| r.state != CtState::New));
+                bad += u64::from(r.map_or(true, |r| r.state != CtState::New || r.uncommitted));
             }
         }
         (conns as f64 / t0.elapsed().as_secs_f64(), bad)

@@ -108,8 +108,11 @@ pub fn commit_new(
     l4: L4Info,
     snat: Option<SrcNat>,
 ) -> Result<CtResult, NatFail> {
-    // The candidates: one tuple, or one per candidate port.
-    let (mut one, mut many) = (None, None);
+    // The candidates: one tuple (untranslated, or translated with the connection's own
+    // port), then, only when that one is taken, the worker's ports: the walk of
+    // `NatPorts::candidates` is not set up for a connection that keeps its port.
+    let mut one = None;
+    let mut walk = None;
     match snat {
         None => one = Some(cur),
         Some(s) => {
@@ -118,24 +121,42 @@ pub fn commit_new(
             if matches!(cur.proto, 6 | 17) || echo {
                 // An echo request's identifier is its tuple's source port.
                 let range = s.ports.unwrap_or(PortRange::default_for(cur.sport, echo));
-                many = Some((addr, ports.candidates(range, cur.sport)));
+                if range.contains(cur.sport) {
+                    one = Some(Tuple { src: addr, ..cur });
+                }
+                walk = Some((addr, range));
             } else {
                 one = Some(Tuple { src: addr, ..cur });
             }
         }
     }
+    let mut ports = Some(ports);
+    let mut cands = None;
     let mut at = cur;
     let next = || -> Result<Option<(Key, bool)>, NatFail> {
         let t = match one.take() {
             Some(t) => t,
-            None => match many.as_mut().and_then(|(addr, c)| Some((*addr, c.next()?))) {
-                Some((addr, p)) => Tuple {
-                    src: addr,
-                    sport: p,
-                    ..cur
-                },
-                None => return Ok(None),
-            },
+            None => {
+                let Some((addr, range)) = walk else {
+                    return Ok(None);
+                };
+                if let Some(ports) = ports.take() {
+                    let mut c = ports.candidates(range, cur.sport);
+                    if range.contains(cur.sport) {
+                        // The own port, tried first above: it counts as one of the tries.
+                        let _ = c.next();
+                    }
+                    cands = Some(c);
+                }
+                match cands.as_mut().and_then(Iterator::next) {
+                    Some(p) => Tuple {
+                        src: addr,
+                        sport: p,
+                        ..cur
+                    },
+                    None => return Ok(None),
+                }
+            }
         };
         if !rewrite_pkt(pkt, &at, &t) {
             return Err(NatFail::Malformed);
