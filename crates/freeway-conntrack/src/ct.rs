@@ -498,6 +498,29 @@ impl std::fmt::Debug for CtWorker {
     }
 }
 
+/// How many packets [`CtWorker::track_each`] classifies and prefetches ahead of their
+/// lookups: a datapath batch.
+const AHEAD: usize = freeway_packet::MAX_BATCH;
+
+/// A packet classified ahead of its lookup ([`CtWorker::track_each`]): its class (a tracked
+/// packet's key in its zone already), the key's hash, its zone and whether it may create.
+#[derive(Clone, Copy)]
+struct Ahead {
+    class: Class<(Key, bool)>,
+    hash: u64,
+    zone: u16,
+    commit: bool,
+}
+
+impl Ahead {
+    const EMPTY: Ahead = Ahead {
+        class: Class::Untracked,
+        hash: 0,
+        zone: 0,
+        commit: false,
+    };
+}
+
 #[inline(always)]
 fn tcp_class(st: u8) -> TimeoutClass {
     match st {
@@ -640,19 +663,108 @@ impl CtWorker {
         )
     }
 
-    /// Tracks a batch: one clock read and one epoch pin for all of it. `zone_of` gives each
-    /// packet's zone; results are appended to `out`.
+    /// Tracks a batch: one clock read and one epoch pin for all of it, the packets' lookups
+    /// prefetched as [`CtWorker::track_each`] does. `zone_of` gives each packet's zone;
+    /// results are appended to `out`.
     pub fn track_batch(
         &mut self,
-        pkts: &[Packet],
+        pkts: &mut [Packet],
         zone_of: impl Fn(&Packet) -> u16,
         commit: bool,
         out: &mut Vec<CtResult>,
     ) {
         let g = self.pin();
-        for p in pkts {
-            let z = zone_of(p);
-            out.push(self.track_packet(&g, p, z, commit));
+        self.track_each(
+            &g,
+            pkts,
+            |_, p| {
+                let flags = TrackFlags {
+                    commit,
+                    l3_csum_verified: p.meta.flags & meta_flags::IPV4_CSUM_OK != 0,
+                };
+                (zone_of(p), flags)
+            },
+            |_, _, r| out.push(r),
+        );
+    }
+
+    /// Tracks the packets of a batch in order, each exactly as [`CtWorker::track`] would
+    /// (a packet sees every connection the packets before it created), with the memory
+    /// misses of their lookups overlapped: for each group of up to [`MAX_BATCH`] packets it
+    /// first classifies every packet, hashes its key and prefetches its bucket, then
+    /// prefetches each bucket's first node, then does the lookups and updates one by one
+    /// (the prefetches are only hints; the lookup is the ordinary one). A table much larger
+    /// than the cache pays a miss on a packet's bucket and another on its node: one after
+    /// the other packet by packet, but together across the group here (as VPP's graph nodes
+    /// and DPDK's bulk hash lookups prefetch a vector's buckets).
+    ///
+    /// `args(i, p)` gives packet `i`'s zone and flags; it is called for every packet of a
+    /// group before `done` is called for the first of them. `done(i, p, r)` gets packet `i`
+    /// (mutable: to record the result in it) and its result, in order.
+    ///
+    /// [`MAX_BATCH`]: freeway_packet::MAX_BATCH
+    #[inline(always)]
+    pub fn track_each(
+        &mut self,
+        g: &Guard,
+        pkts: &mut [Packet],
+        args: impl FnMut(usize, &Packet) -> (u16, TrackFlags),
+        mut done: impl FnMut(usize, &mut Packet, CtResult),
+    ) {
+        self.track_ahead::<false>(g, pkts, args, |i, p, r, _| done(i, p, r));
+    }
+
+    /// [`CtWorker::track_each`] with what [`CtWorker::track_nat`] gives: each packet's
+    /// result and, from the same lookup, its translation plan.
+    #[inline]
+    pub fn track_nat_each(
+        &mut self,
+        g: &Guard,
+        pkts: &mut [Packet],
+        args: impl FnMut(usize, &Packet) -> (u16, TrackFlags),
+        done: impl FnMut(usize, &mut Packet, CtResult, Option<NatPlan>),
+    ) {
+        self.track_ahead::<true>(g, pkts, args, done);
+    }
+
+    /// The three passes of [`CtWorker::track_each`] over groups of up to [`AHEAD`] packets.
+    #[inline(always)]
+    fn track_ahead<const NAT: bool>(
+        &mut self,
+        g: &Guard,
+        pkts: &mut [Packet],
+        mut args: impl FnMut(usize, &Packet) -> (u16, TrackFlags),
+        mut done: impl FnMut(usize, &mut Packet, CtResult, Option<NatPlan>),
+    ) {
+        let mut base = 0;
+        for group in pkts.chunks_mut(AHEAD) {
+            let mut ahead = [Ahead::EMPTY; AHEAD];
+            for (i, (p, a)) in group.iter().zip(ahead.iter_mut()).enumerate() {
+                let (zone, flags) = args(base + i, p);
+                let mut class = walk::<(Key, bool)>(p.data(), &p.meta, flags.l3_csum_verified);
+                let mut hash = 0;
+                if let Class::Track((key, _), _) = &mut class {
+                    key.set_zone(zone);
+                    hash = self.s.table.hash(key);
+                    self.s.table.prefetch(hash);
+                }
+                *a = Ahead {
+                    class,
+                    hash,
+                    zone,
+                    commit: flags.commit,
+                };
+            }
+            for a in &ahead[..group.len()] {
+                if let Class::Track(..) = a.class {
+                    self.s.table.prefetch_first(a.hash, g);
+                }
+            }
+            for (i, (p, a)) in group.iter_mut().zip(ahead.iter()).enumerate() {
+                let (r, plan) = self.track_hashed::<NAT>(g, a.class, a.hash, a.zone, a.commit);
+                done(base + i, p, r, plan);
+            }
+            base += group.len();
         }
     }
 
@@ -703,15 +815,28 @@ impl CtWorker {
                 key.set_zone(zone);
                 self.track_key::<NAT>(g, key, src_lo, l4, zone, commit)
             }
-            Class::IcmpError(t) => {
-                let r = self.related(g, &t, zone);
-                let plan = if NAT && r.state == CtState::Related {
-                    nat_target(&self.s, g, &t, zone, true).map(|to| NatPlan::IcmpError { from: t, to })
-                } else {
-                    None
-                };
-                (r, plan)
-            }
+            Class::IcmpError(t) => self.icmp_error::<NAT>(g, &t, zone),
+            Class::Untracked => (CtResult::orig(CtState::Untracked), None),
+            Class::Invalid(r) => (invalid(r, false), None),
+        };
+        self.stats.states[r.state.counter()].inc();
+        (r, plan)
+    }
+
+    /// [`CtWorker::track_class`] of a packet classified ahead: a tracked packet's key is in
+    /// `zone` already and `hash` is its hash.
+    #[inline(always)]
+    fn track_hashed<const NAT: bool>(
+        &mut self,
+        g: &Guard,
+        class: Class<(Key, bool)>,
+        hash: u64,
+        zone: u16,
+        commit: bool,
+    ) -> (CtResult, Option<NatPlan>) {
+        let (r, plan) = match class {
+            Class::Track((key, src_lo), l4) => self.track_key_hashed::<NAT>(g, key, hash, src_lo, l4, zone, commit),
+            Class::IcmpError(t) => self.icmp_error::<NAT>(g, &t, zone),
             Class::Untracked => (CtResult::orig(CtState::Untracked), None),
             Class::Invalid(r) => (invalid(r, false), None),
         };
@@ -732,6 +857,22 @@ impl CtWorker {
         commit: bool,
     ) -> (CtResult, Option<NatPlan>) {
         let h = self.s.table.hash(&key);
+        self.track_key_hashed::<NAT>(g, key, h, src_lo, l4, zone, commit)
+    }
+
+    /// [`CtWorker::track_key`] of a key whose hash `h` is known.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn track_key_hashed<const NAT: bool>(
+        &self,
+        g: &Guard,
+        key: Key,
+        h: u64,
+        src_lo: bool,
+        l4: L4Info,
+        zone: u16,
+        commit: bool,
+    ) -> (CtResult, Option<NatPlan>) {
         let s = &self.s;
         let _global = s.global.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(c) = s.table.lookup(&key, h, g) {
@@ -741,6 +882,18 @@ impl CtWorker {
             return (r, plan);
         }
         (self.create(g, key, h, src_lo, l4, zone, commit), None)
+    }
+
+    /// Tracks an ICMP error about the packet with tuple `inner`; with `NAT`, its plan too.
+    #[inline(always)]
+    fn icmp_error<const NAT: bool>(&self, g: &Guard, inner: &Tuple, zone: u16) -> (CtResult, Option<NatPlan>) {
+        let r = self.related(g, inner, zone);
+        let plan = if NAT && r.state == CtState::Related {
+            nat_target(&self.s, g, inner, zone, true).map(|to| NatPlan::IcmpError { from: *inner, to })
+        } else {
+            None
+        };
+        (r, plan)
     }
 
     /// An ICMP error about the packet with tuple `inner`.
