@@ -805,12 +805,36 @@ fn mixed_batch() -> Vec<(Packet, u16, TrackFlags)> {
     v
 }
 
+/// Fills a table with `n` answered UDP connections of their own addresses.
+fn preload(w: &mut CtWorker, n: u32) {
+    let g = w.pin();
+    let flags = TrackFlags {
+        commit: true,
+        l3_csum_verified: false,
+    };
+    for i in 0..n {
+        let a = IpAddr::from(std::net::Ipv4Addr::from(0x0a80_0000 | i));
+        let b = ip("10.255.0.1");
+        for p in [frames::udp(a, b, 5000, 53, 0), frames::udp(b, a, 53, 5000, 0)] {
+            w.track(&g, p.data(), &p.meta, 0, flags);
+        }
+    }
+}
+
 #[test]
 fn a_batch_is_tracked_as_its_packets_one_by_one() {
+    // A small table (tracked packet by packet) and a larger one (prefetched).
+    for n in [0, 3000] {
+        batch_as_one_by_one(n);
+    }
+}
+
+fn batch_as_one_by_one(preloaded: u32) {
     let batch = mixed_batch();
     assert!(batch.len() > 32, "two prefetch groups");
     // One by one.
     let (ct1, mut w1, _c1) = setup(CtConfig::default());
+    preload(&mut w1, preloaded);
     let g = w1.pin();
     let one: Vec<_> = batch
         .iter()
@@ -820,6 +844,7 @@ fn a_batch_is_tracked_as_its_packets_one_by_one() {
     // As a batch, plain and with NAT plans.
     for nat in [false, true] {
         let (ct2, mut w2, _c2) = setup(CtConfig::default());
+        preload(&mut w2, preloaded);
         let mut pkts: Vec<Packet> = batch.iter().map(|(p, _, _)| p.clone()).collect();
         let mut got = Vec::new();
         let g = w2.pin();
