@@ -915,6 +915,33 @@ impl Table {
         let _ = hash;
     }
 
+    /// Hints the CPU to fetch the first node of the bucket of `hash` (its key line for
+    /// reading, its hot line for writing), once [`Table::prefetch`] of that bucket has had
+    /// time to arrive. Only a hint: it reads the bucket head (any value will do: a node it
+    /// names stays allocated under the pinned guard `_g`) and writes nothing. Loom builds
+    /// leave it out (the model has no caches, and the load would be one more step to explore).
+    #[inline(always)]
+    pub fn prefetch_first(&self, hash: u64, _g: &Guard) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            let p = self.bucket(hash).load(Ordering::Relaxed);
+            if !p.is_null() {
+                // SAFETY: prefetches read and write no memory and cannot fault whatever the
+                // address; they touch no register but their address operand and no flags.
+                unsafe {
+                    std::arch::asm!(
+                        "prefetcht0 [{p}]",
+                        "prefetchw [{p} + 64]",
+                        p = in(reg) p,
+                        options(nostack, preserves_flags, readonly),
+                    );
+                }
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = hash;
+    }
+
     /// Looks a key up (`hash` from [`Table::hash`]). Lock-free.
     #[inline(always)]
     pub fn lookup<'g>(&'g self, key: &Key, hash: u64, g: &'g Guard) -> Option<&'g Conn> {

@@ -747,3 +747,132 @@ fn icmp_queries_and_sctp_starts_as_linux_tracks_them() {
     assert_eq!(go(&mut w, &sctp(1, 4001), 0).0, NEW, "INIT");
     assert_eq!(go(&mut w, &sctp(0, 4001), 0).0, NEW, "then DATA of that association");
 }
+
+/// A mixed batch longer than one prefetch group (32): connections created and then answered
+/// inside the batch, in the same group and across groups, a TCP handshake, ICMP, an ICMP
+/// error, a bad checksum, a non-IP frame, two zones, packets that may not create.
+fn mixed_batch() -> Vec<(Packet, u16, TrackFlags)> {
+    let (a, b, c6, d6) = (ip("10.0.0.1"), ip("10.0.0.2"), ip("2001:db8::1"), ip("2001:db8::2"));
+    let commit = TrackFlags {
+        commit: true,
+        l3_csum_verified: false,
+    };
+    let probe = TrackFlags {
+        commit: false,
+        l3_csum_verified: false,
+    };
+    let mut bad = frames::udp(a, b, 7, 7, 0);
+    let l3 = usize::from(bad.meta.l3_off);
+    bad.data_mut()[l3 + 10] ^= 0xff;
+    let mut arp = Packet::from_frame(&freeway_packet::build::build_arp_request(
+        [2, 0, 0, 0, 0, 1],
+        None,
+        "10.0.0.1".parse().unwrap(),
+        "10.0.0.2".parse().unwrap(),
+    ))
+    .unwrap();
+    freeway_packet::parse(&mut arp).unwrap();
+    let quoted = frames::udp(a, b, 1000, 53, 0);
+    let mut v = vec![
+        (frames::tcp(a, b, 40000, 80, Seg::new(SYN, 100, 0)), 0, commit),
+        (frames::udp(a, b, 1000, 53, 0), 0, commit),
+        (frames::udp(b, a, 53, 1000, 0), 0, commit),
+        (frames::tcp(b, a, 80, 40000, Seg::new(SYN | ACK, 500, 101)), 0, commit),
+        (frames::udp(a, b, 1000, 53, 0), 1, probe),
+        (frames::udp(a, b, 1000, 53, 0), 1, commit),
+        (frames::tcp(a, b, 40000, 80, Seg::new(ACK, 101, 501)), 0, commit),
+        (frames::echo(a, b, 9, 1, true), 0, commit),
+        (frames::echo(b, a, 9, 1, false), 0, commit),
+        (frames::echo(b, a, 10, 1, false), 0, commit),
+        (frames::icmp_error(b, a, 3, 3, &quoted), 0, commit),
+        (bad, 0, commit),
+        (arp, 0, commit),
+        (frames::udp(c6, d6, 5, 6, 0), 0, commit),
+        (frames::udp(d6, c6, 6, 5, 0), 0, commit),
+    ];
+    // Connections opened at the end of the first group and answered in the second.
+    for i in 0..20u16 {
+        v.push((frames::udp(a, b, 2000 + i, 53, 0), i % 2, commit));
+    }
+    for i in 0..20u16 {
+        v.push((frames::udp(b, a, 53, 2000 + i, 0), i % 2, commit));
+    }
+    v.push((
+        frames::tcp(a, b, 40000, 80, Seg::new(ACK, 101, 501).data(10)),
+        0,
+        commit,
+    ));
+    v
+}
+
+/// Fills a table with `n` answered UDP connections of their own addresses.
+fn preload(w: &mut CtWorker, n: u32) {
+    let g = w.pin();
+    let flags = TrackFlags {
+        commit: true,
+        l3_csum_verified: false,
+    };
+    for i in 0..n {
+        let a = IpAddr::from(std::net::Ipv4Addr::from(0x0a80_0000 | i));
+        let b = ip("10.255.0.1");
+        for p in [frames::udp(a, b, 5000, 53, 0), frames::udp(b, a, 53, 5000, 0)] {
+            w.track(&g, p.data(), &p.meta, 0, flags);
+        }
+    }
+}
+
+#[test]
+fn a_batch_is_tracked_as_its_packets_one_by_one() {
+    // A small table (tracked packet by packet) and a larger one (prefetched).
+    for n in [0, 3000] {
+        batch_as_one_by_one(n);
+    }
+}
+
+fn batch_as_one_by_one(preloaded: u32) {
+    let batch = mixed_batch();
+    assert!(batch.len() > 32, "two prefetch groups");
+    // One by one.
+    let (ct1, mut w1, _c1) = setup(CtConfig::default());
+    preload(&mut w1, preloaded);
+    let g = w1.pin();
+    let one: Vec<_> = batch
+        .iter()
+        .map(|(p, z, f)| w1.track(&g, p.data(), &p.meta, *z, *f))
+        .collect();
+    drop(g);
+    // As a batch, plain and with NAT plans.
+    for nat in [false, true] {
+        let (ct2, mut w2, _c2) = setup(CtConfig::default());
+        preload(&mut w2, preloaded);
+        let mut pkts: Vec<Packet> = batch.iter().map(|(p, _, _)| p.clone()).collect();
+        let mut got = Vec::new();
+        let g = w2.pin();
+        let args = |i: usize, p: &Packet| {
+            assert_eq!(p.data(), batch[i].0.data());
+            (batch[i].1, batch[i].2)
+        };
+        if nat {
+            w2.track_nat_each(&g, &mut pkts, args, |i, _, r, plan| {
+                assert_eq!(plan, None, "no connection is translated");
+                got.push((i, r));
+            });
+        } else {
+            w2.track_each(&g, &mut pkts, args, |i, _, r| got.push((i, r)));
+        }
+        drop(g);
+        let idx: Vec<_> = got.iter().map(|x| x.0).collect();
+        assert_eq!(idx, (0..batch.len()).collect::<Vec<_>>(), "in order, each once");
+        let res: Vec<_> = got.iter().map(|x| x.1).collect();
+        assert_eq!(res, one);
+        assert_eq!(ct2.len(), ct1.len());
+        assert_eq!(ct2.stats(), ct1.stats());
+        assert_eq!(ct2.state_counts(), ct1.state_counts());
+    }
+    // The batch saw its own connections: answers established, the error related.
+    assert_eq!(one[2].state, EST);
+    assert_eq!(one[3].state, EST);
+    assert_eq!(one[8].state, EST);
+    assert_eq!(one[10].state, CtState::Related);
+    assert!(one[35..55].iter().all(|r| r.state == EST && r.reply));
+}

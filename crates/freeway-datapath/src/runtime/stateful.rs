@@ -36,7 +36,7 @@ use freeway_conntrack::{
 };
 use freeway_frag::{Limits, Reassembler};
 use freeway_packet::wire::ETHERTYPE_IPV4;
-use freeway_packet::{meta_flags, Batch, Packet, PacketPool};
+use freeway_packet::{meta_flags, Batch, Packet, PacketPool, MAX_BATCH};
 use freeway_sync::{Clock, Tick};
 
 use super::RunError;
@@ -167,44 +167,74 @@ impl CtStage {
                 record_with_nat(ct, &g, zones, batch);
                 return;
             }
-            for p in batch.as_mut_slice() {
-                let zone = zones.get(usize::from(p.meta.in_port)).copied().unwrap_or(0);
-                let r = ct.track_packet(&g, p, zone, false);
-                record(p, &r);
-            }
+            ct.track_each(
+                &g,
+                batch.as_mut_slice(),
+                |_, p| args(zones, p, false),
+                |_, p, r| record(p, &r),
+            );
             return;
         }
         let CtStage { ct, fw, zones, .. } = self;
+        // Tracked first, the whole batch (its lookups overlapped), then judged in order.
+        let mut res = [CtResult::orig(CtState::Untracked); MAX_BATCH];
+        ct.track_each(
+            &g,
+            batch.as_mut_slice(),
+            |_, p| {
+                let (zone, flags) = args(zones, p, true);
+                let commit = fw.as_ref().is_none_or(|f| f.allows_new(p.meta.in_port, zone));
+                (zone, TrackFlags { commit, ..flags })
+            },
+            |i, p, r| {
+                // The router trusts the checksum mark and does not verify the header again.
+                record(p, &r);
+                // A batch holds at most `MAX_BATCH` packets.
+                res[i] = r;
+            },
+        );
+        let mut i = 0;
         batch.retain_or_recycle(pool, |p| {
-            let port = p.meta.in_port;
-            let zone = zones.get(usize::from(port)).copied().unwrap_or(0);
-            let r = ct.track_packet(&g, p, zone, fw.as_ref().is_none_or(|f| f.allows_new(port, zone)));
-            // The router trusts the checksum mark and does not verify the header again.
-            record(p, &r);
+            let r = res[i];
+            i += 1;
             match fw {
-                Some(f) => f.verdict(port, zone, &r) == Verdict::Accept,
+                Some(f) => {
+                    let port = p.meta.in_port;
+                    let zone = zones.get(usize::from(port)).copied().unwrap_or(0);
+                    f.verdict(port, zone, &r) == Verdict::Accept
+                }
                 None => !r.over_limit(),
             }
         });
     }
 }
 
+/// A packet's zone (its port's) and its tracking flags.
+#[inline(always)]
+fn args(zones: &[u16], p: &Packet, commit: bool) -> (u16, TrackFlags) {
+    let zone = zones.get(usize::from(p.meta.in_port)).copied().unwrap_or(0);
+    let flags = TrackFlags {
+        commit,
+        l3_csum_verified: p.meta.flags & meta_flags::IPV4_CSUM_OK != 0,
+    };
+    (zone, flags)
+}
+
 /// Tracking that only records, with nat chains in the ruleset: the same lookup also leaves
 /// each packet's translation for the NAT hooks (`runtime/nat.rs`, "One lookup per packet").
 #[inline(never)]
 fn record_with_nat(ct: &mut CtWorker, g: &freeway_conntrack::Guard, zones: &[u16], batch: &mut Batch) {
-    for p in batch.as_mut_slice() {
-        let zone = zones.get(usize::from(p.meta.in_port)).copied().unwrap_or(0);
-        let flags = TrackFlags {
-            commit: false,
-            l3_csum_verified: p.meta.flags & meta_flags::IPV4_CSUM_OK != 0,
-        };
-        let (r, plan) = ct.track_nat(g, p.data(), &p.meta, zone, flags);
-        record(p, &r);
-        if !r.uncommitted && matches!(r.state, CtState::New | CtState::Established | CtState::Related) {
-            super::nat::put_note(p, plan);
-        }
-    }
+    ct.track_nat_each(
+        g,
+        batch.as_mut_slice(),
+        |_, p| args(zones, p, false),
+        |_, p, r, plan| {
+            record(p, &r);
+            if !r.uncommitted && matches!(r.state, CtState::New | CtState::Established | CtState::Related) {
+                super::nat::put_note(p, plan);
+            }
+        },
+    );
 }
 
 /// Takes the fragments out of `batch` into `r`, putting back in their place the datagrams
