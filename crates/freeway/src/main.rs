@@ -542,13 +542,21 @@ fn capture_live(a: &CaptureArgs, sock: &std::path::Path) -> Result<(), String> {
 fn capture_read(a: &CaptureArgs, file: &std::path::Path) -> Result<(), String> {
     use freeway_datapath::decode::{read_file, Options, ReadOutput, ReadRequest};
     let filter = a.tap.expression.join(" ");
+    // tcpdump's line, once the file has been read as one: a file it cannot read gets only
+    // the error.
+    let opened = |snaplen: u32| {
+        eprintln!(
+            "reading from file {}, link-type EN10MB (Ethernet), snapshot length {snaplen}",
+            file.display()
+        )
+    };
     let req = ReadRequest {
         filter: &filter,
         count: a.tap.count,
         snaplen: if a.tap.snaplen == 0 { 262_144 } else { a.tap.snaplen },
         opts: Options { link: a.link },
+        opened: Some(&opened),
     };
-    eprintln!("reading from file {}, link-type EN10MB (Ethernet)", file.display());
     let stdout = std::io::stdout();
     match a.write.as_deref() {
         None => read_file(file, &req, ReadOutput::Text(&mut stdout.lock()))?,
