@@ -40,13 +40,23 @@ pub(crate) fn open_port(spec: &crate::config::PortSpec) -> Result<Box<dyn Port>,
         PortKind::Sink => Box::new(freeway_io::sink::SinkPort::new()),
         PortKind::Afpacket => Box::new(
             freeway_io::afpacket::AfPacketPort::new(spec.afpacket.clone().expect("checked by config"))
-                .map_err(|x| e(x.to_string()))?,
+                .map_err(|x| e(open_error(spec.kind, &x)))?,
         ),
         PortKind::Afxdp => Box::new(
             freeway_io::afxdp::AfXdpPort::new(spec.afxdp.clone().expect("checked by config"))
                 .map_err(|x| e(x.to_string()))?,
         ),
     })
+}
+
+/// A port's opening error; an AF_PACKET port's refused permission says what it asks for
+/// (tcpdump says it too: the user may not capture on that device).
+pub(crate) fn open_error(kind: PortKind, x: &std::io::Error) -> String {
+    if kind == PortKind::Afpacket && x.kind() == std::io::ErrorKind::PermissionDenied {
+        format!("{x} (an afpacket port needs root or the CAP_NET_RAW capability)")
+    } else {
+        x.to_string()
+    }
 }
 
 /// How a table's writer thread (`fw-fdb`, `fw-neigh`) naps between rounds.
@@ -800,9 +810,13 @@ pub(crate) fn open_ports(cfg: &Checked, given: Vec<Box<dyn Port>>, nworkers: usi
             Some(p) => p,
             None => open_port(spec)?,
         };
-        let PortQueues { rx, tx } = port
-            .open(nworkers)
-            .map_err(|e| RunError(format!("port {:?}: cannot open: {e}", spec.name)))?;
+        let PortQueues { rx, tx } = port.open(nworkers).map_err(|e| {
+            RunError(format!(
+                "port {:?}: cannot open: {}",
+                spec.name,
+                open_error(spec.kind, &e)
+            ))
+        })?;
         if tx.len() != nworkers {
             return Err(RunError(format!(
                 "port {:?} gave {} transmit queues for {nworkers} workers",
@@ -1252,6 +1266,21 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    #[test]
+    fn an_afpacket_port_refused_for_permission_names_the_capability() {
+        let denied = std::io::Error::from_raw_os_error(1);
+        assert_eq!(
+            open_error(PortKind::Afpacket, &denied),
+            "Operation not permitted (os error 1) (an afpacket port needs root or the CAP_NET_RAW capability)"
+        );
+        let absent = std::io::Error::from_raw_os_error(19);
+        assert_eq!(open_error(PortKind::Afpacket, &absent), "No such device (os error 19)");
+        assert_eq!(
+            open_error(PortKind::Pcap, &denied),
+            "Operation not permitted (os error 1)"
+        );
     }
 
     #[test]
