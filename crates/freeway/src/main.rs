@@ -445,11 +445,7 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "the built-in demo configuration".into());
-        outln!(
-            "freeway: bridging {} ports with {} workers, from {src} (Ctrl-C stops)",
-            cfg.ports.len(),
-            args.workers.unwrap_or(cfg.workers)
-        );
+        outln!("{}", banner(cfg.ports.len(), args.workers.unwrap_or(cfg.workers), &src));
     }
     let res = runtime::run::<Padded>(&cfg, opts).map_err(|e| e.to_string())?;
     if show == Show::Fdb {
@@ -756,9 +752,31 @@ fn main() -> ExitCode {
     }
 }
 
+/// The line a run starts with: what it bridges, from where.
+fn banner(ports: usize, workers: usize, src: &str) -> String {
+    let s = |n: usize| if n == 1 { "" } else { "s" };
+    format!(
+        "freeway: bridging {ports} port{} with {workers} worker{}, from {src} (Ctrl-C stops)",
+        s(ports),
+        s(workers)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+
+    #[test]
+    fn the_banner_counts_one_port_and_one_worker_in_the_singular() {
+        assert_eq!(
+            super::banner(1, 1, "a.toml"),
+            "freeway: bridging 1 port with 1 worker, from a.toml (Ctrl-C stops)"
+        );
+        assert_eq!(
+            super::banner(3, 2, "a.toml"),
+            "freeway: bridging 3 ports with 2 workers, from a.toml (Ctrl-C stops)"
+        );
+    }
 
     #[test]
     fn the_command_line_is_well_formed() {
