@@ -676,13 +676,8 @@ fn check_cmd(path: PathBuf) -> Result<(), String> {
     if let Some(c) = &cfg.conntrack {
         outln!("  conntrack: max {}, {} zone limits", c.max, c.zone_limits.len());
     }
-    if let Some(f) = &cfg.firewall {
-        let from: Vec<&str> = f
-            .allow_new_from
-            .iter()
-            .map(|p| cfg.ports[usize::from(*p)].name.as_str())
-            .collect();
-        outln!("  firewall: new connections allowed from {}", from.join(", "));
+    for line in firewall_lines(&cfg) {
+        outln!("  {line}");
     }
     for t in &cfg.taps {
         outln!(
@@ -752,6 +747,38 @@ fn main() -> ExitCode {
     }
 }
 
+/// What `freeway check` says of `[firewall]`: the ports new connections may start from
+/// (when the config names any, or has no ruleset), and the nftables ruleset's size.
+fn firewall_lines(cfg: &config::Checked) -> Vec<String> {
+    let Some(f) = &cfg.firewall else { return Vec::new() };
+    let mut lines = Vec::new();
+    if !f.allow_new_from.is_empty() || f.ruleset.is_none() {
+        let from: Vec<&str> = f
+            .allow_new_from
+            .iter()
+            .map(|p| cfg.ports[usize::from(*p)].name.as_str())
+            .collect();
+        let from = if from.is_empty() {
+            "no port".to_string()
+        } else {
+            from.join(", ")
+        };
+        lines.push(format!("firewall: new connections allowed from {from}"));
+    }
+    if let Some((src, rs)) = &f.ruleset {
+        let n = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let chains = rs.tables.iter().flat_map(|t| &t.chains);
+        let rules = chains.clone().map(|c| c.rules.len()).sum();
+        lines.push(format!(
+            "firewall: nftables ruleset from {src}: {}, {}, {}",
+            n(rs.tables.len(), "table"),
+            n(chains.count(), "chain"),
+            n(rules, "rule")
+        ));
+    }
+    lines
+}
+
 /// The line a run starts with: what it bridges, from where.
 fn banner(ports: usize, workers: usize, src: &str) -> String {
     let s = |n: usize| if n == 1 { "" } else { "s" };
@@ -765,6 +792,28 @@ fn banner(ports: usize, workers: usize, src: &str) -> String {
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+
+    #[test]
+    fn check_names_the_firewalls_ruleset_not_an_empty_list_of_ports() {
+        use freeway_datapath::config;
+        let demo = config::ROUTER_CONFIG;
+        let cfg = config::parse(demo, "r.toml", None).unwrap();
+        assert_eq!(
+            super::firewall_lines(&cfg),
+            ["firewall: new connections allowed from lan"]
+        );
+        let with_rules = demo.replace(
+            "allow_new_from = [\"lan\"]",
+            "rules = \"table inet f { chain fwd { type filter hook forward priority 0; policy drop; \
+             ct state established accept; iifname lan accept; } }\"",
+        );
+        assert_ne!(with_rules, demo);
+        let cfg = config::parse(&with_rules, "r.toml", None).unwrap();
+        assert_eq!(
+            super::firewall_lines(&cfg),
+            ["firewall: nftables ruleset from inline rules: 1 table, 1 chain, 2 rules"]
+        );
+    }
 
     #[test]
     fn the_banner_counts_one_port_and_one_worker_in_the_singular() {
