@@ -6,7 +6,12 @@
 //!   lock-free, refresh timestamps at most once per tick, apply MAC moves in place, and ask
 //!   for new addresses to be learned by pushing a [`LearnRequest`] onto a bounded lock-free
 //!   queue. A full queue is counted (`learn_queue_full`) and the request dropped: the next frame
-//!   from that host asks again. Workers never wait.
+//!   from that host asks again. Workers never wait. A queued request also rings the writer's
+//!   doorbell ([`FdbWriter::doorbell`], a one-slot channel): the writer's thread waits on it
+//!   between rounds, so a new address is learned at once instead of after the thread's nap
+//!   (its frames to it are flooded until then). Ringing a bell already rung is a few loads
+//!   and a fence, no shared write; the futex wake-up happens only when the writer is asleep
+//!   on it, at most once per nap, never once per frame.
 //! * **The FDB writer** ([`FdbWriter`], exactly one, not `Clone`) is the only thread that
 //!   changes the table's shape: it drains learn requests (enforcing the learning limit, counting
 //!   refusals), adds and deletes configured entries, flushes, and ages learned entries in
@@ -180,6 +185,8 @@ struct Shared<L: Layout> {
     table: Table<L>,
     queue: ArrayQueue<LearnRequest>,
     stats: FdbStats,
+    /// The doorbell: holds one `()` from the first queued request until the writer takes it.
+    bell: (crossbeam_channel::Sender<()>, crossbeam_channel::Receiver<()>),
 }
 
 /// The read side of the FDB, handed to workers and dumps. Cheap to clone.
@@ -226,6 +233,7 @@ pub fn new_seeded<L: Layout>(cfg: FdbConfig, seed: u64) -> (Fdb<L>, FdbWriter<L>
         table: Table::new(buckets, seed),
         queue: ArrayQueue::new(cfg.learn_queue.max(1)),
         stats: FdbStats::default(),
+        bell: crossbeam_channel::bounded(1),
     });
     (
         Fdb { shared: shared.clone() },
@@ -261,10 +269,25 @@ impl<L: Layout> Fdb<L> {
         self.shared.table.lookup(key(mac.0, vlan), guard)
     }
 
-    /// Asks the writer to learn an address. Never blocks; `false` if the queue is full.
+    /// Asks the writer to learn an address and rings its doorbell. Never blocks; `false` if
+    /// the queue is full.
     #[inline]
     pub fn request_learn(&self, req: LearnRequest) -> bool {
-        self.shared.queue.push(req).is_ok()
+        let queued = self.shared.queue.push(req).is_ok();
+        if queued {
+            self.wake_writer();
+        }
+        queued
+    }
+
+    /// Rings the writer's doorbell (a queued learn request does it; a caller that set the
+    /// writer thread's stop flag does it too, so the thread sees the flag at once). A bell
+    /// already rung stays as it is: a full one-slot channel refuses the send without writing.
+    #[inline]
+    pub fn wake_writer(&self) {
+        // Full: rung already and not yet taken. The receiver lives in `Shared` as long as
+        // this sender, so the channel is never disconnected.
+        let _ = self.shared.bell.0.try_send(());
     }
 
     /// Requests waiting for the writer.
@@ -335,6 +358,14 @@ impl<L: Layout> FdbWriter<L> {
     /// The settings.
     pub fn config(&self) -> &FdbConfig {
         &self.cfg
+    }
+
+    /// The doorbell: holds a message when a worker queued a learn request (or
+    /// [`Fdb::wake_writer`] was called) since the writer last took it. The writer's thread
+    /// waits on it between rounds, and takes the message *before* it drains the queue, so
+    /// that a request queued after the drain rings again.
+    pub fn doorbell(&self) -> &crossbeam_channel::Receiver<()> {
+        &self.shared.bell.1
     }
 
     /// Learned entries currently in the table.
@@ -617,6 +648,37 @@ mod tests {
         assert_eq!(ok, 4);
         assert_eq!(w.drain_learn_queue(0, 100), 4);
         assert_eq!(fdb.len(), 4);
+    }
+
+    #[test]
+    fn a_queued_request_rings_the_doorbell_which_holds_one_ring_until_taken() {
+        let (fdb, mut w) = seeded(FdbConfig {
+            learn_queue: 2,
+            ..Default::default()
+        });
+        let req = |i| LearnRequest {
+            key: key(mac(i).0, 1),
+            port: 1,
+        };
+        assert!(w.doorbell().is_empty());
+        assert!(fdb.request_learn(req(1)));
+        assert!(fdb.request_learn(req(2)));
+        // Rung twice, one ring waits.
+        assert_eq!(w.doorbell().len(), 1);
+        assert!(w.doorbell().try_recv().is_ok());
+        // A request refused by a full queue does not ring: the writer has nothing new to do.
+        assert!(!fdb.request_learn(req(3)));
+        assert!(w.doorbell().is_empty());
+        assert_eq!(w.drain_learn_queue(0, 10), 2);
+        // A request queued after the writer took the ring rings again.
+        assert!(fdb.request_learn(req(4)));
+        assert_eq!(w.doorbell().len(), 1);
+        // So does a caller that wants the writer's thread to look at its stop flag.
+        assert!(w.doorbell().try_recv().is_ok());
+        fdb.wake_writer();
+        assert_eq!(w.doorbell().len(), 1);
+        assert_eq!(w.drain_learn_queue(0, 10), 1);
+        assert_eq!(fdb.len(), 3);
     }
 
     #[test]

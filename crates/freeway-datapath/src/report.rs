@@ -388,9 +388,10 @@ pub fn print_capture(taps: &[TapResult], s: &Snapshot) {
                 // tcpdump's shape: captured (written), received by filter (every packet the
                 // filter saw, matched or not), dropped (its "by kernel": a full ring).
                 eprintln!("freeway capture on {} ({dir}) to {}:", t.tap.port, t.tap.write);
-                eprintln!("{} packets captured", st.written);
-                eprintln!("{} packets received by filter", st.seen);
-                eprintln!("{} packets dropped (ring full)", st.dropped);
+                let n = |v: u64| crate::runtime::control::stream::packets(Some(v));
+                eprintln!("{} captured", n(st.written));
+                eprintln!("{} received by filter", n(st.seen));
+                eprintln!("{} dropped (ring full)", n(st.dropped));
                 if st.discarded != 0 {
                     eprintln!("{} packets discarded at stop", st.discarded);
                 }

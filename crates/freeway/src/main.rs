@@ -445,11 +445,7 @@ fn run_loaded(args: RunArgs, mut cfg: Checked, show: Show) -> Result<(), String>
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "the built-in demo configuration".into());
-        outln!(
-            "freeway: bridging {} ports with {} workers, from {src} (Ctrl-C stops)",
-            cfg.ports.len(),
-            args.workers.unwrap_or(cfg.workers)
-        );
+        outln!("{}", banner(cfg.ports.len(), args.workers.unwrap_or(cfg.workers), &src));
     }
     let res = runtime::run::<Padded>(&cfg, opts).map_err(|e| e.to_string())?;
     if show == Show::Fdb {
@@ -542,13 +538,21 @@ fn capture_live(a: &CaptureArgs, sock: &std::path::Path) -> Result<(), String> {
 fn capture_read(a: &CaptureArgs, file: &std::path::Path) -> Result<(), String> {
     use freeway_datapath::decode::{read_file, Options, ReadOutput, ReadRequest};
     let filter = a.tap.expression.join(" ");
+    // tcpdump's line, once the file has been read as one: a file it cannot read gets only
+    // the error.
+    let opened = |snaplen: u32| {
+        eprintln!(
+            "reading from file {}, link-type EN10MB (Ethernet), snapshot length {snaplen}",
+            file.display()
+        )
+    };
     let req = ReadRequest {
         filter: &filter,
         count: a.tap.count,
         snaplen: if a.tap.snaplen == 0 { 262_144 } else { a.tap.snaplen },
         opts: Options { link: a.link },
+        opened: Some(&opened),
     };
-    eprintln!("reading from file {}, link-type EN10MB (Ethernet)", file.display());
     let stdout = std::io::stdout();
     match a.write.as_deref() {
         None => read_file(file, &req, ReadOutput::Text(&mut stdout.lock()))?,
@@ -672,13 +676,8 @@ fn check_cmd(path: PathBuf) -> Result<(), String> {
     if let Some(c) = &cfg.conntrack {
         outln!("  conntrack: max {}, {} zone limits", c.max, c.zone_limits.len());
     }
-    if let Some(f) = &cfg.firewall {
-        let from: Vec<&str> = f
-            .allow_new_from
-            .iter()
-            .map(|p| cfg.ports[usize::from(*p)].name.as_str())
-            .collect();
-        outln!("  firewall: new connections allowed from {}", from.join(", "));
+    for line in firewall_lines(&cfg) {
+        outln!("  {line}");
     }
     for t in &cfg.taps {
         outln!(
@@ -748,9 +747,85 @@ fn main() -> ExitCode {
     }
 }
 
+/// What `freeway check` says of `[firewall]`: the ports new connections may start from
+/// (when the config names any, or has no ruleset), and the nftables ruleset's size.
+fn firewall_lines(cfg: &config::Checked) -> Vec<String> {
+    let Some(f) = &cfg.firewall else { return Vec::new() };
+    let mut lines = Vec::new();
+    if !f.allow_new_from.is_empty() || f.ruleset.is_none() {
+        let from: Vec<&str> = f
+            .allow_new_from
+            .iter()
+            .map(|p| cfg.ports[usize::from(*p)].name.as_str())
+            .collect();
+        let from = if from.is_empty() {
+            "no port".to_string()
+        } else {
+            from.join(", ")
+        };
+        lines.push(format!("firewall: new connections allowed from {from}"));
+    }
+    if let Some((src, rs)) = &f.ruleset {
+        let n = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let chains = rs.tables.iter().flat_map(|t| &t.chains);
+        let rules = chains.clone().map(|c| c.rules.len()).sum();
+        lines.push(format!(
+            "firewall: nftables ruleset from {src}: {}, {}, {}",
+            n(rs.tables.len(), "table"),
+            n(chains.count(), "chain"),
+            n(rules, "rule")
+        ));
+    }
+    lines
+}
+
+/// The line a run starts with: what it bridges, from where.
+fn banner(ports: usize, workers: usize, src: &str) -> String {
+    let s = |n: usize| if n == 1 { "" } else { "s" };
+    format!(
+        "freeway: bridging {ports} port{} with {workers} worker{}, from {src} (Ctrl-C stops)",
+        s(ports),
+        s(workers)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+
+    #[test]
+    fn check_names_the_firewalls_ruleset_not_an_empty_list_of_ports() {
+        use freeway_datapath::config;
+        let demo = config::ROUTER_CONFIG;
+        let cfg = config::parse(demo, "r.toml", None).unwrap();
+        assert_eq!(
+            super::firewall_lines(&cfg),
+            ["firewall: new connections allowed from lan"]
+        );
+        let with_rules = demo.replace(
+            "allow_new_from = [\"lan\"]",
+            "rules = \"table inet f { chain fwd { type filter hook forward priority 0; policy drop; \
+             ct state established accept; iifname lan accept; } }\"",
+        );
+        assert_ne!(with_rules, demo);
+        let cfg = config::parse(&with_rules, "r.toml", None).unwrap();
+        assert_eq!(
+            super::firewall_lines(&cfg),
+            ["firewall: nftables ruleset from inline rules: 1 table, 1 chain, 2 rules"]
+        );
+    }
+
+    #[test]
+    fn the_banner_counts_one_port_and_one_worker_in_the_singular() {
+        assert_eq!(
+            super::banner(1, 1, "a.toml"),
+            "freeway: bridging 1 port with 1 worker, from a.toml (Ctrl-C stops)"
+        );
+        assert_eq!(
+            super::banner(3, 2, "a.toml"),
+            "freeway: bridging 3 ports with 2 workers, from a.toml (Ctrl-C stops)"
+        );
+    }
 
     #[test]
     fn the_command_line_is_well_formed() {

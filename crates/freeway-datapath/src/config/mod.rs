@@ -431,6 +431,37 @@ pub const MAX_PORTS: usize = 256;
 /// Most workers.
 pub const MAX_WORKERS: usize = 128;
 
+/// A TOML error's words with the Rust type serde names (`invalid type: string "two",
+/// expected usize`) said as the value a user writes (`expected a whole number of 0 or more`).
+fn plain_types(msg: &str) -> String {
+    const NAMES: [(&str, &str); 10] = [
+        ("usize", "a whole number of 0 or more"),
+        ("u64", "a whole number of 0 or more"),
+        ("u32", "a whole number from 0 to 4294967295"),
+        ("u16", "a whole number from 0 to 65535"),
+        ("u8", "a whole number from 0 to 255"),
+        ("isize", "a whole number"),
+        ("i64", "a whole number"),
+        ("i32", "a whole number"),
+        ("f64", "a number"),
+        ("f32", "a number"),
+    ];
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(i) = rest.find("expected ") {
+        let (head, tail) = rest.split_at(i + "expected ".len());
+        out.push_str(head);
+        rest = tail;
+        let word = tail.split(|c: char| !c.is_ascii_alphanumeric()).next().unwrap_or("");
+        if let Some((name, plain)) = NAMES.iter().find(|(n, _)| *n == word) {
+            out.push_str(plain);
+            rest = &tail[name.len()..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn line_of(src: &str, offset: usize) -> usize {
     src[..offset.min(src.len())].bytes().filter(|b| *b == b'\n').count() + 1
 }
@@ -449,7 +480,7 @@ pub fn load(path: &Path) -> Result<Checked, ConfigError> {
 /// relative to `base` when given.
 pub fn parse(src: &str, file: &str, base: Option<&Path>) -> Result<Checked, ConfigError> {
     let at = Locator { src, file };
-    let cfg: Config = toml::from_str(src).map_err(|e| at.err(e.span(), e.message().trim().to_string()))?;
+    let cfg: Config = toml::from_str(src).map_err(|e| at.err(e.span(), plain_types(e.message().trim())))?;
 
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let workers = check_workers(&at, cfg.workers.as_ref(), cores)?;
@@ -835,4 +866,33 @@ fn check_statics(
         out.push((e.mac, e.vlan, port as u16));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The error `text` gets, after one sink port.
+    fn error_of(text: &str) -> String {
+        let src = format!("{text}\n[[port]]\nname = \"p\"\nkind = \"sink\"\n");
+        super::parse(&src, "f.toml", None).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_named_as_a_user_writes_it_not_as_a_rust_type() {
+        assert_eq!(
+            error_of("workers = \"two\""),
+            "f.toml:1: invalid type: string \"two\", expected a whole number of 0 or more"
+        );
+        assert_eq!(
+            error_of("[bridge]\nlearn_limit = -1"),
+            "f.toml:2: invalid value: integer `-1`, expected a whole number of 0 or more"
+        );
+        // Serde's own words stay.
+        let e = error_of("[bridge]\nlearn_limit = true");
+        assert!(e.ends_with("expected a whole number of 0 or more"), "{e}");
+        assert_eq!(
+            super::plain_types("invalid value: integer `70000`, expected u16; expected a boolean"),
+            "invalid value: integer `70000`, expected a whole number from 0 to 65535; expected a boolean"
+        );
+        assert_eq!(super::plain_types("expected u8s"), "expected u8s");
+    }
 }

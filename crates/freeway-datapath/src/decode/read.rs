@@ -25,6 +25,10 @@ pub struct ReadRequest<'a> {
     pub snaplen: u32,
     /// How lines are printed.
     pub opts: Options,
+    /// Called once the file is open and its header read, before any packet, with the
+    /// file's snap length (a pcapng file's first interface's): where `tcpdump -r` prints
+    /// `reading from file ...`, never for a file it cannot read.
+    pub opened: Option<&'a dyn Fn(u32)>,
 }
 
 /// Where matching packets go.
@@ -79,6 +83,13 @@ fn record_micros(frac: u32, nanos: bool) -> u32 {
     }
 }
 
+/// A pcapng file's first four bytes (its section header block's type).
+const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+
+/// A classic pcap file's first word, read little-endian: microsecond and nanosecond files,
+/// written on either kind of machine.
+const PCAP_MAGICS: [u32; 4] = [0xa1b2_c3d4, 0xd4c3_b2a1, 0xa1b2_3c4d, 0x4d3c_b2a1];
+
 /// Reads `path` (pcap or pcapng, Ethernet link type), filters it and sends the matches to
 /// `out`. Errors name the file and what is wrong with it.
 pub fn read_file(path: &Path, req: &ReadRequest, out: ReadOutput) -> Result<ReadSummary, String> {
@@ -87,9 +98,21 @@ pub fn read_file(path: &Path, req: &ReadRequest, out: ReadOutput) -> Result<Read
         .map_err(|e| format!("filter: {e}"))?;
     let prog = freeway_capture::Program::new(&insns).map_err(|e| format!("filter: {e}"))?;
     let mut file = BufReader::new(File::open(path).map_err(|e| format!("{name}: {e}"))?);
-    let mut magic = [0u8; 4];
-    file.read_exact(&mut magic)
-        .map_err(|e| format!("{name}: not a pcap or pcapng file ({e})"))?;
+    let mut head = Vec::with_capacity(4);
+    (&mut file)
+        .take(4)
+        .read_to_end(&mut head)
+        .map_err(|e| format!("{name}: {e}"))?;
+    let Ok(magic) = <[u8; 4]>::try_from(&head[..]) else {
+        // libpcap's words, as tcpdump prints them.
+        return Err(format!(
+            "{name}: truncated dump file; tried to read 4 file header bytes, only got {}",
+            head.len()
+        ));
+    };
+    if !PCAP_MAGICS.contains(&u32::from_le_bytes(magic)) && magic != PCAPNG_MAGIC {
+        return Err(format!("{name}: unknown file format"));
+    }
     let chained = io::Cursor::new(magic).chain(file);
     let mut sum = ReadSummary::default();
     let mut dec = Decoder::new(req.opts);
@@ -137,21 +160,37 @@ pub fn read_file(path: &Path, req: &ReadRequest, out: ReadOutput) -> Result<Read
         }
         Ok(req.count.is_none_or(|c| sum.matched < c))
     };
-    if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
-        read_pcapng(chained, &name.to_string(), &mut each)?;
+    let opened = |snaplen: u32| {
+        if let Some(f) = req.opened {
+            f(snaplen)
+        }
+    };
+    if magic == PCAPNG_MAGIC {
+        read_pcapng(chained, &name.to_string(), &opened, &mut each)?;
     } else {
-        read_pcap(chained, &name.to_string(), &mut each)?;
+        read_pcap(chained, &name.to_string(), &opened, &mut each)?;
     }
     Ok(sum)
 }
 
 /// Hands each packet record of a pcapng file to `each` until it answers `false`.
-fn read_pcapng(file: impl Read, name: &str, each: &mut impl FnMut(Rec) -> Result<bool, String>) -> Result<(), String> {
+fn read_pcapng(
+    file: impl Read,
+    name: &str,
+    opened: &dyn Fn(u32),
+    each: &mut impl FnMut(Rec) -> Result<bool, String>,
+) -> Result<(), String> {
     let bad = |e: pcap_file::PcapError| format!("{name}: {e}");
     let mut r = PcapNgReader::new(file).map_err(bad)?;
+    let mut announced = false;
     while let Some(block) = r.next_block() {
         let block = block.map_err(bad)?.into_owned();
         let rec = match block {
+            Block::InterfaceDescription(i) if !announced => {
+                announced = true;
+                opened(i.snaplen);
+                continue;
+            }
             Block::EnhancedPacket(p) => {
                 let link = r.interfaces().get(p.interface_id as usize).map(|i| i.linktype);
                 if link != Some(DataLink::ETHERNET) {
@@ -172,7 +211,12 @@ fn read_pcapng(file: impl Read, name: &str, each: &mut impl FnMut(Rec) -> Result
 }
 
 /// Hands each record of a classic pcap file to `each` until it answers `false`.
-fn read_pcap(file: impl Read, name: &str, each: &mut impl FnMut(Rec) -> Result<bool, String>) -> Result<(), String> {
+fn read_pcap(
+    file: impl Read,
+    name: &str,
+    opened: &dyn Fn(u32),
+    each: &mut impl FnMut(Rec) -> Result<bool, String>,
+) -> Result<(), String> {
     let bad = |e: pcap_file::PcapError| format!("{name}: {e}");
     let mut r = PcapReader::new(file).map_err(bad)?;
     if r.header().datalink != DataLink::ETHERNET {
@@ -191,6 +235,7 @@ fn read_pcap(file: impl Read, name: &str, each: &mut impl FnMut(Rec) -> Result<b
         0 => MAX_RECORD,
         s => s.min(MAX_RECORD),
     };
+    opened(header.snaplen);
     let mut n = 0u64;
     while let Some(p) = r.next_raw_packet() {
         let p = p.map_err(bad)?;

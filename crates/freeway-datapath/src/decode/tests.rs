@@ -110,6 +110,7 @@ fn request(filter: &str) -> ReadRequest<'_> {
         count: None,
         snaplen: 65535,
         opts: Options::default(),
+        opened: None,
     }
 }
 
@@ -188,4 +189,41 @@ fn matches_written_with_w_keep_the_records_time_fields() {
     let word = |i: usize| u32::from_ne_bytes(out[i..i + 4].try_into().unwrap());
     assert_eq!((word(24), word(28), word(32)), (7, 1_500_000, f.len() as u32));
     assert_eq!(&out[40..], &f[..]);
+}
+
+#[test]
+fn a_file_that_is_not_a_capture_gets_tcpdumps_error_and_no_reading_from_line() {
+    let announced = std::cell::Cell::new(None);
+    let note = |snaplen: u32| announced.set(Some(snaplen));
+    let read = |bytes: Option<&[u8]>, tag: &str| -> Result<(), String> {
+        let path = std::env::temp_dir().join(format!("freeway-open-{tag}-{}.pcap", std::process::id()));
+        if let Some(b) = bytes {
+            std::fs::write(&path, b).unwrap();
+        }
+        let req = ReadRequest {
+            filter: "",
+            count: None,
+            snaplen: 65535,
+            opts: Options::default(),
+            opened: Some(&note),
+        };
+        let r = read_file(&path, &req, ReadOutput::Text(&mut Vec::new()));
+        let _ = std::fs::remove_file(&path);
+        r.map(|_| ())
+    };
+    let err = read(None, "missing").unwrap_err();
+    assert!(err.ends_with("No such file or directory (os error 2)"), "{err}");
+    let err = read(Some(b"workers = 2\nbogus = 1\n# a config, not a capture\n"), "toml").unwrap_err();
+    assert!(err.ends_with(".pcap: unknown file format"), "{err}");
+    let err = read(Some(b"\xd4\xc3"), "short").unwrap_err();
+    assert!(
+        err.ends_with(": truncated dump file; tried to read 4 file header bytes, only got 2"),
+        "{err}"
+    );
+    assert_eq!(announced.get(), None, "announced a file that cannot be read");
+    let f = build_frame(&FrameSpec::default());
+    for magic in [0xa1b2_c3d4, 0xa1b2_3c4d] {
+        read(Some(&hand_pcap(magic, 1500, &[(0, 1, &f, f.len() as u32)])), "ok").unwrap();
+        assert_eq!(announced.take(), Some(1500));
+    }
 }

@@ -763,13 +763,23 @@ fn client(s: UnixStream, connected: Instant, who: &Who, jobs: &Sender<Job>, stat
 
 /// `freeway ctl`'s side: connects to the datapath's socket.
 fn connect(path: &Path) -> Result<UnixStream, CtlError> {
-    UnixStream::connect(path).map_err(|e| {
-        CtlError::Unreachable(format!(
-            "cannot reach freeway at {}: {e} (is `freeway run --ctl {}` running?)",
-            path.display(),
-            path.display()
-        ))
-    })
+    UnixStream::connect(path).map_err(|e| CtlError::Unreachable(unreachable(path, &e)))
+}
+
+/// Why `freeway ctl` could not connect to `path`, with what to do about it: a refused
+/// permission means the datapath runs but this user may not talk to it, not that it is
+/// not running.
+fn unreachable(path: &Path, e: &std::io::Error) -> String {
+    let p = path.display();
+    let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+        "this user may not open it: the socket is its owner's alone (mode 0600) unless the \
+         datapath was started with --ctl-group GROUP or --ctl-read-group GROUP; run as its \
+         owner, root or a member of that group"
+            .to_string()
+    } else {
+        format!("is `freeway run --ctl {p}` running?")
+    };
+    format!("cannot reach freeway at {p}: {e} ({hint})")
 }
 
 /// How long `freeway ctl` waits for its reply.
@@ -1827,6 +1837,20 @@ trace in_port=PORT FIELD...             what the datapath does with one packet, 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_socket_refused_for_permission_is_not_called_not_running() {
+        use std::io::{Error, ErrorKind};
+        let path = std::path::Path::new("/run/freeway.sock");
+        let denied = super::unreachable(path, &Error::from(ErrorKind::PermissionDenied));
+        assert!(denied.contains("--ctl-group GROUP"), "{denied}");
+        assert!(!denied.contains("running?"), "{denied}");
+        let absent = super::unreachable(path, &Error::from(ErrorKind::NotFound));
+        assert!(
+            absent.ends_with("(is `freeway run --ctl /run/freeway.sock` running?)"),
+            "{absent}"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -172,7 +172,9 @@ impl Adder {
         mtus.add(index, spec)?;
         let mut port = super::start::open_port(spec).map_err(|e| e.0)?;
         let n = self.to_workers.len();
-        let PortQueues { rx, tx } = port.open(n).map_err(|e| format!("cannot open: {e}"))?;
+        let PortQueues { rx, tx } = port
+            .open(n)
+            .map_err(|e| format!("cannot open: {}", super::start::open_error(spec.kind, &e)))?;
         if tx.len() != n {
             return Err(format!("gave {} transmit queues for {n} workers", tx.len()));
         }

@@ -40,13 +40,23 @@ pub(crate) fn open_port(spec: &crate::config::PortSpec) -> Result<Box<dyn Port>,
         PortKind::Sink => Box::new(freeway_io::sink::SinkPort::new()),
         PortKind::Afpacket => Box::new(
             freeway_io::afpacket::AfPacketPort::new(spec.afpacket.clone().expect("checked by config"))
-                .map_err(|x| e(x.to_string()))?,
+                .map_err(|x| e(open_error(spec.kind, &x)))?,
         ),
         PortKind::Afxdp => Box::new(
             freeway_io::afxdp::AfXdpPort::new(spec.afxdp.clone().expect("checked by config"))
                 .map_err(|x| e(x.to_string()))?,
         ),
     })
+}
+
+/// A port's opening error; an AF_PACKET port's refused permission says what it asks for
+/// (tcpdump says it too: the user may not capture on that device).
+pub(crate) fn open_error(kind: PortKind, x: &std::io::Error) -> String {
+    if kind == PortKind::Afpacket && x.kind() == std::io::ErrorKind::PermissionDenied {
+        format!("{x} (an afpacket port needs root or the CAP_NET_RAW capability)")
+    } else {
+        x.to_string()
+    }
 }
 
 /// How a table's writer thread (`fw-fdb`, `fw-neigh`) naps between rounds.
@@ -63,9 +73,9 @@ pub(crate) struct Naps {
 }
 
 /// The writers' naps. While idle, the workers' queues (learn requests, neighbour updates)
-/// wait `idle_max` at most where no doorbell rings (the FDB's learn queue); the neighbour
-/// writer's doorbell and the control socket's changes wake the thread at once. About 30
-/// wake-ups a second while idle, where 8 ms gave 125; right after work it naps 1 ms.
+/// ring the writer's doorbell, which wakes the thread at once, as do the control socket's
+/// changes; without them the thread wakes every `idle_max` (ageing). About 30 wake-ups a
+/// second while idle, where 8 ms gave 125; right after work it naps 1 ms.
 pub(crate) const SERVICE_NAPS: Naps = Naps {
     after_work: Duration::from_millis(1),
     idle_first: Duration::from_millis(2),
@@ -800,9 +810,13 @@ pub(crate) fn open_ports(cfg: &Checked, given: Vec<Box<dyn Port>>, nworkers: usi
             Some(p) => p,
             None => open_port(spec)?,
         };
-        let PortQueues { rx, tx } = port
-            .open(nworkers)
-            .map_err(|e| RunError(format!("port {:?}: cannot open: {e}", spec.name)))?;
+        let PortQueues { rx, tx } = port.open(nworkers).map_err(|e| {
+            RunError(format!(
+                "port {:?}: cannot open: {}",
+                spec.name,
+                open_error(spec.kind, &e)
+            ))
+        })?;
         if tx.len() != nworkers {
             return Err(RunError(format!(
                 "port {:?} gave {} transmit queues for {nworkers} workers",
@@ -952,6 +966,8 @@ pub(crate) struct Writers<L: Layout> {
     pub(crate) neigh_ops: Option<Sender<Op<NeighOp>>>,
     fdb: Option<WriterThread<FdbWriter<L>, FdbOp>>,
     neigh: Option<WriterThread<NeighWriter, NeighOp>>,
+    /// Rings the FDB writer's doorbell once its stop flag is set.
+    fdb_wake: Option<Fdb<L>>,
     /// Rings the neighbour writer's doorbell once its stop flag is set.
     neigh_wake: Option<freeway_l3::neigh::Neigh>,
 }
@@ -964,6 +980,7 @@ impl<L: Layout> Writers<L> {
             neigh_ops: None,
             fdb: None,
             neigh: None,
+            fdb_wake: None,
             neigh_wake: None,
         }
     }
@@ -978,15 +995,8 @@ pub(crate) fn spawn_writers<L: Layout>(
     stop: &Arc<AtomicBool>,
 ) -> Result<Writers<L>, RunError> {
     let (fdb_ops, fdb_rx) = crossbeam_channel::bounded::<Op<FdbOp>>(64);
-    let fdb = spawn_service(
-        "fw-fdb",
-        clock.clone(),
-        stop.clone(),
-        SERVICE_NAPS,
-        None,
-        (fdb_w, fdb_rx),
-        |(w, rx), now| w.service(now) + control::apply_fdb(w, rx, now),
-    )?;
+    let (bell, fdb_wake) = (fdb_w.doorbell().clone(), fdb_w.reader());
+    let fdb = spawn_fdb_service(clock, stop, SERVICE_NAPS, bell, (fdb_w, fdb_rx))?;
     let (neigh_ops, neigh, neigh_wake) = match neigh_w {
         Some(w) => {
             let (tx, rx) = crossbeam_channel::bounded::<Op<NeighOp>>(64);
@@ -1001,8 +1011,29 @@ pub(crate) fn spawn_writers<L: Layout>(
         neigh_ops,
         fdb: Some(fdb),
         neigh,
+        fdb_wake: Some(fdb_wake),
         neigh_wake,
     })
+}
+
+/// The FDB writer's thread (`fw-fdb`): the workers' learn requests, ageing, the multicast
+/// database and the control socket's changes, woken by the table's doorbell.
+pub(crate) fn spawn_fdb_service<L: Layout>(
+    clock: &Clock,
+    stop: &Arc<AtomicBool>,
+    naps: Naps,
+    bell: Receiver<()>,
+    s: (FdbWriter<L>, Receiver<Op<FdbOp>>),
+) -> Result<WriterThread<FdbWriter<L>, FdbOp>, RunError> {
+    spawn_service(
+        "fw-fdb",
+        clock.clone(),
+        stop.clone(),
+        naps,
+        Some(bell),
+        s,
+        |(w, rx), now| w.service(now) + control::apply_fdb(w, rx, now),
+    )
 }
 
 /// The neighbour writer's thread (`fw-neigh`): the workers' updates, ageing and the control
@@ -1191,6 +1222,9 @@ pub(crate) fn stop_and_collect<L: Layout>(t: Threads<L>) -> Result<Collected<L>,
     }
     let elapsed = t.start.elapsed();
     t.writer_stop.store(true, Ordering::Relaxed);
+    if let Some(f) = &t.writers.fdb_wake {
+        f.wake_writer();
+    }
     if let Some(n) = &t.writers.neigh_wake {
         n.wake_writer();
     }
@@ -1236,6 +1270,21 @@ mod tests {
     }
 
     #[test]
+    fn an_afpacket_port_refused_for_permission_names_the_capability() {
+        let denied = std::io::Error::from_raw_os_error(1);
+        assert_eq!(
+            open_error(PortKind::Afpacket, &denied),
+            "Operation not permitted (os error 1) (an afpacket port needs root or the CAP_NET_RAW capability)"
+        );
+        let absent = std::io::Error::from_raw_os_error(19);
+        assert_eq!(open_error(PortKind::Afpacket, &absent), "No such device (os error 19)");
+        assert_eq!(
+            open_error(PortKind::Pcap, &denied),
+            "Operation not permitted (os error 1)"
+        );
+    }
+
+    #[test]
     fn the_neighbour_writer_wakes_for_workers_updates_not_at_the_end_of_its_nap() {
         let (clock, _ticker) = Clock::start();
         let (reader, w) = neigh::new(NeighConfig::default());
@@ -1277,5 +1326,54 @@ mod tests {
         eventually("the stop", || h.is_finished());
         let (w, _) = h.join().unwrap();
         assert_eq!(w.dynamic_len(), 1);
+    }
+
+    #[test]
+    fn the_fdb_writer_wakes_for_learn_requests_not_at_the_end_of_its_nap() {
+        use freeway_bridge::fdb::{FdbConfig, LearnRequest};
+        use freeway_bridge::table::key;
+        use freeway_bridge::{Mac, Padded};
+        let (clock, _ticker) = Clock::start();
+        let (fdb, w) = fdb::new::<Padded>(FdbConfig::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let hour = Duration::from_secs(3600);
+        // No nap after work: the round after each applied request finds nothing, and the
+        // writer is back in its hour-long idle nap, where only the doorbell can reach it.
+        let naps = Naps {
+            after_work: Duration::ZERO,
+            idle_first: hour,
+            idle_max: hour,
+        };
+        let (_ops, rx) = crossbeam_channel::bounded(1);
+        let bell = w.doorbell().clone();
+        let h = spawn_fdb_service(&clock, &stop, naps, bell, (w, rx)).unwrap();
+        let port_of = |i: u8| {
+            let g = fdb.pin();
+            fdb.lookup(Mac([2, 0, 0, 0, 0, i]), 1, &g).map(|n| n.port())
+        };
+        // Workers see frames from three new stations in turn (each one learned before the
+        // next comes, so the writer is asleep again each time)...
+        for i in 1..=3u8 {
+            assert!(fdb.request_learn(LearnRequest {
+                key: key([2, 0, 0, 0, 0, i], 1),
+                port: u16::from(i),
+            }));
+            eventually("the learn request", || port_of(i) == Some(u16::from(i)));
+        }
+        // ...and the first one moves to another port.
+        assert!(fdb.request_learn(LearnRequest {
+            key: key([2, 0, 0, 0, 0, 1], 1),
+            port: 7,
+        }));
+        eventually("the move", || port_of(1) == Some(7));
+        // Stopping rings the bell too.
+        stop.store(true, Ordering::Relaxed);
+        fdb.wake_writer();
+        eventually("the stop", || h.is_finished());
+        let (w, _) = h.join().unwrap();
+        assert_eq!(
+            (w.learned_len(), fdb.stats().learned.get(), fdb.stats().moved.get()),
+            (3, 3, 1)
+        );
     }
 }

@@ -210,15 +210,24 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// The summary as tcpdump prints it at the end of a capture.
+    /// The summary as tcpdump prints it at the end of a capture ("1 packet captured").
     pub fn lines(&self) -> String {
-        let n = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
         format!(
-            "{} packets captured\n{} packets received by filter\n{} packets dropped by tap\n",
-            self.captured,
-            n(self.seen),
-            n(self.dropped)
+            "{} captured\n{} received by filter\n{} dropped by tap\n",
+            packets(Some(self.captured)),
+            packets(self.seen),
+            packets(self.dropped)
         )
+    }
+}
+
+/// `n packets` as tcpdump counts them in its summary: "1 packet", "0 packets"; "? packets"
+/// when the datapath did not say.
+pub fn packets(n: Option<u64>) -> String {
+    match n {
+        Some(1) => "1 packet".into(),
+        Some(n) => format!("{n} packets"),
+        None => "? packets".into(),
     }
 }
 
@@ -278,6 +287,19 @@ pub fn capture(path: &Path, tap: &TapOptions, out: &mut dyn Write, stop: &Atomic
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_summary_counts_one_packet_in_the_singular_as_tcpdump_does() {
+        let s = super::Summary {
+            captured: 1,
+            seen: Some(4),
+            dropped: None,
+        };
+        assert_eq!(
+            s.lines(),
+            "1 packet captured\n4 packets received by filter\n? packets dropped by tap\n"
+        );
+    }
+
     use super::*;
 
     fn pcap(records: &[&[u8]]) -> Vec<u8> {
