@@ -186,7 +186,7 @@ struct Shared<L: Layout> {
     queue: ArrayQueue<LearnRequest>,
     stats: FdbStats,
     /// The doorbell: holds one `()` from the first queued request until the writer takes it.
-    bell: (crossbeam_channel::Sender<()>, crossbeam_channel::Receiver<()>),
+    bell: freeway_sync::Doorbell,
 }
 
 /// The read side of the FDB, handed to workers and dumps. Cheap to clone.
@@ -233,7 +233,7 @@ pub fn new_seeded<L: Layout>(cfg: FdbConfig, seed: u64) -> (Fdb<L>, FdbWriter<L>
         table: Table::new(buckets, seed),
         queue: ArrayQueue::new(cfg.learn_queue.max(1)),
         stats: FdbStats::default(),
-        bell: crossbeam_channel::bounded(1),
+        bell: freeway_sync::Doorbell::new(),
     });
     (
         Fdb { shared: shared.clone() },
@@ -280,14 +280,11 @@ impl<L: Layout> Fdb<L> {
         queued
     }
 
-    /// Rings the writer's doorbell (a queued learn request does it; a caller that set the
-    /// writer thread's stop flag does it too, so the thread sees the flag at once). A bell
-    /// already rung stays as it is: a full one-slot channel refuses the send without writing.
+    /// Rings the writer's doorbell, as each queued learn request does; a caller that set the
+    /// writer thread's stop flag rings it so that the thread sees the flag at once.
     #[inline]
     pub fn wake_writer(&self) {
-        // Full: rung already and not yet taken. The receiver lives in `Shared` as long as
-        // this sender, so the channel is never disconnected.
-        let _ = self.shared.bell.0.try_send(());
+        self.shared.bell.ring();
     }
 
     /// Requests waiting for the writer.
@@ -365,7 +362,7 @@ impl<L: Layout> FdbWriter<L> {
     /// waits on it between rounds, and takes the message *before* it drains the queue, so
     /// that a request queued after the drain rings again.
     pub fn doorbell(&self) -> &crossbeam_channel::Receiver<()> {
-        &self.shared.bell.1
+        self.shared.bell.waiter()
     }
 
     /// Learned entries currently in the table.

@@ -642,14 +642,7 @@ fn malformed_packets_are_invalid() {
     let l4 = usize::from(p.meta.l4_off);
     p.data_mut()[l4 + 4..l4 + 6].copy_from_slice(&100u16.to_be_bytes());
     assert_eq!(go(&mut w, &p, 0).0, CtState::Invalid(InvalidReason::L4Length));
-    let mut arp = Packet::from_frame(&freeway_packet::build::build_arp_request(
-        [2, 0, 0, 0, 0, 1],
-        None,
-        "10.0.0.1".parse().unwrap(),
-        "10.0.0.2".parse().unwrap(),
-    ))
-    .unwrap();
-    freeway_packet::parse(&mut arp).unwrap();
+    let arp = arp_request();
     assert_eq!(go(&mut w, &arp, 0).0, CtState::Untracked);
     assert_eq!(ct.len(), 1);
     let st = ct.stats();
@@ -764,14 +757,7 @@ fn mixed_batch() -> Vec<(Packet, u16, TrackFlags)> {
     let mut bad = frames::udp(a, b, 7, 7, 0);
     let l3 = usize::from(bad.meta.l3_off);
     bad.data_mut()[l3 + 10] ^= 0xff;
-    let mut arp = Packet::from_frame(&freeway_packet::build::build_arp_request(
-        [2, 0, 0, 0, 0, 1],
-        None,
-        "10.0.0.1".parse().unwrap(),
-        "10.0.0.2".parse().unwrap(),
-    ))
-    .unwrap();
-    freeway_packet::parse(&mut arp).unwrap();
+    let arp = arp_request();
     let quoted = frames::udp(a, b, 1000, 53, 0);
     let mut v = vec![
         (frames::tcp(a, b, 40000, 80, Seg::new(SYN, 100, 0)), 0, commit),
@@ -875,4 +861,17 @@ fn batch_as_one_by_one(preloaded: u32) {
     assert_eq!(one[8].state, EST);
     assert_eq!(one[10].state, CtState::Related);
     assert!(one[35..55].iter().all(|r| r.state == EST && r.reply));
+}
+
+/// An ARP request, parsed: a packet conntrack does not track.
+fn arp_request() -> Packet {
+    let mut arp = Packet::from_frame(&freeway_packet::build::build_arp_request(
+        [2, 0, 0, 0, 0, 1],
+        None,
+        "10.0.0.1".parse().unwrap(),
+        "10.0.0.2".parse().unwrap(),
+    ))
+    .unwrap();
+    freeway_packet::parse(&mut arp).unwrap();
+    arp
 }

@@ -501,7 +501,7 @@ struct Shared {
     queue: ArrayQueue<NeighUpdate>,
     stats: NeighStats,
     /// The doorbell: holds one `()` from the first queued update until the writer takes it.
-    bell: (crossbeam_channel::Sender<()>, crossbeam_channel::Receiver<()>),
+    bell: freeway_sync::Doorbell,
 }
 
 /// The read side, handed to workers and dumps. Cheap to clone.
@@ -537,7 +537,7 @@ pub fn new_seeded(cfg: NeighConfig, seed: u64) -> (Neigh, NeighWriter) {
         table: Table::new(cfg.limit + cfg.static_limit, seed),
         queue: ArrayQueue::new(cfg.queue.max(1)),
         stats: NeighStats::default(),
-        bell: crossbeam_channel::bounded(1),
+        bell: freeway_sync::Doorbell::new(),
     });
     (
         Neigh { shared: shared.clone() },
@@ -587,14 +587,11 @@ impl Neigh {
         queued
     }
 
-    /// Rings the writer's doorbell (a queued update does it; a caller that set the writer
-    /// thread's stop flag does it too, so the thread sees the flag at once). A bell already
-    /// rung stays as it is: a full one-slot channel refuses the send without writing.
+    /// Rings the writer's doorbell ([`freeway_sync::Doorbell`]): a queued update does it, and
+    /// so does a caller that set the writer thread's stop flag, for the thread to see it now.
     #[inline]
     pub fn wake_writer(&self) {
-        // Full: rung already and not yet taken. The receiver lives in `Shared` as long as
-        // this sender, so the channel is never disconnected.
-        let _ = self.shared.bell.0.try_send(());
+        self.shared.bell.ring();
     }
 
     /// Updates waiting for the writer.
@@ -684,7 +681,7 @@ impl NeighWriter {
     /// waits on it between rounds, and takes the message *before* it drains the queue, so
     /// that an update queued after the drain rings again.
     pub fn doorbell(&self) -> &crossbeam_channel::Receiver<()> {
-        &self.shared.bell.1
+        self.shared.bell.waiter()
     }
 
     /// Dynamic entries currently in the table.

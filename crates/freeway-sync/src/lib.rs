@@ -26,6 +26,7 @@ pub mod bucket;
 pub mod chain;
 pub mod clock;
 pub mod counter;
+pub mod doorbell;
 #[cfg(loom)]
 pub mod loom_model;
 pub mod published;
@@ -39,5 +40,6 @@ pub use counter::Counter;
 /// Pads and aligns a value to the length of a cache line (128 bytes on x86-64, covering the
 /// adjacent-line prefetcher), so that a write-heavy field does not share a line with read-mostly data.
 pub use crossbeam_utils::CachePadded;
+pub use doorbell::Doorbell;
 pub use published::Published;
 pub use refcount::{Put, RcRef};

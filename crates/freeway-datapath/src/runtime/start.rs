@@ -1284,19 +1284,24 @@ mod tests {
         );
     }
 
+    /// Naps of an hour and none after work: the round after each applied request finds
+    /// nothing, and a writer is back in its hour-long idle nap, where only its doorbell can
+    /// reach it.
+    fn hour_naps() -> Naps {
+        let hour = Duration::from_secs(3600);
+        Naps {
+            after_work: Duration::ZERO,
+            idle_first: hour,
+            idle_max: hour,
+        }
+    }
+
     #[test]
     fn the_neighbour_writer_wakes_for_workers_updates_not_at_the_end_of_its_nap() {
         let (clock, _ticker) = Clock::start();
         let (reader, w) = neigh::new(NeighConfig::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let hour = Duration::from_secs(3600);
-        // No nap after work: the round after each applied update finds nothing, and the
-        // writer is back in its hour-long idle nap, where only the doorbell can reach it.
-        let naps = Naps {
-            after_work: Duration::ZERO,
-            idle_first: hour,
-            idle_max: hour,
-        };
+        let naps = hour_naps();
         let (_ops, rx) = crossbeam_channel::bounded(1);
         let bell = w.doorbell().clone();
         let h = spawn_neigh_service(&clock, &stop, naps, bell, (w, rx)).unwrap();
@@ -1336,14 +1341,7 @@ mod tests {
         let (clock, _ticker) = Clock::start();
         let (fdb, w) = fdb::new::<Padded>(FdbConfig::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let hour = Duration::from_secs(3600);
-        // No nap after work: the round after each applied request finds nothing, and the
-        // writer is back in its hour-long idle nap, where only the doorbell can reach it.
-        let naps = Naps {
-            after_work: Duration::ZERO,
-            idle_first: hour,
-            idle_max: hour,
-        };
+        let naps = hour_naps();
         let (_ops, rx) = crossbeam_channel::bounded(1);
         let bell = w.doorbell().clone();
         let h = spawn_fdb_service(&clock, &stop, naps, bell, (w, rx)).unwrap();
