@@ -5,8 +5,8 @@
 //! * **Workers** hold an [`Fdb`] (cheap to clone). They look up sources and destinations
 //!   lock-free, refresh timestamps at most once per tick, apply MAC moves in place, and ask
 //!   for new addresses to be learned by pushing a [`LearnRequest`] onto a bounded lock-free
-//!   queue. A full queue is counted (`learn_queue_full`) and the request dropped: the next frame
-//!   from that host asks again. Workers never wait. A queued request also rings the writer's
+//!   queue ([`freeway_sync::Mailbox`]). A full queue is counted (`learn_queue_full`) and
+//!   the request dropped: the next frame from that host asks again. Workers never wait. A queued request also rings the writer's
 //!   doorbell ([`FdbWriter::doorbell`], a one-slot channel): the writer's thread waits on it
 //!   between rounds, so a new address is learned at once instead of after the thread's nap
 //!   (its frames to it are flooded until then). Ringing a bell already rung is a few loads
@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use crossbeam_queue::ArrayQueue;
+use freeway_sync::Mailbox;
 use freeway_sync::{Counter, Tick};
 use serde::{Deserialize, Serialize};
 
@@ -183,10 +183,9 @@ impl std::error::Error for FdbError {}
 
 struct Shared<L: Layout> {
     table: Table<L>,
-    queue: ArrayQueue<LearnRequest>,
+    /// Workers' requests and the writer's doorbell.
+    queue: Mailbox<LearnRequest>,
     stats: FdbStats,
-    /// The doorbell: holds one `()` from the first queued request until the writer takes it.
-    bell: freeway_sync::Doorbell,
 }
 
 /// The read side of the FDB, handed to workers and dumps. Cheap to clone.
@@ -231,9 +230,8 @@ pub fn new_seeded<L: Layout>(cfg: FdbConfig, seed: u64) -> (Fdb<L>, FdbWriter<L>
     let buckets = cfg.learn_limit + cfg.static_limit;
     let shared = Arc::new(Shared {
         table: Table::new(buckets, seed),
-        queue: ArrayQueue::new(cfg.learn_queue.max(1)),
+        queue: Mailbox::new(cfg.learn_queue),
         stats: FdbStats::default(),
-        bell: freeway_sync::Doorbell::new(),
     });
     (
         Fdb { shared: shared.clone() },
@@ -273,18 +271,14 @@ impl<L: Layout> Fdb<L> {
     /// the queue is full.
     #[inline]
     pub fn request_learn(&self, req: LearnRequest) -> bool {
-        let queued = self.shared.queue.push(req).is_ok();
-        if queued {
-            self.wake_writer();
-        }
-        queued
+        self.shared.queue.push(req)
     }
 
     /// Rings the writer's doorbell, as each queued learn request does; a caller that set the
     /// writer thread's stop flag rings it so that the thread sees the flag at once.
     #[inline]
     pub fn wake_writer(&self) {
-        self.shared.bell.ring();
+        self.shared.queue.ring();
     }
 
     /// Requests waiting for the writer.
@@ -362,7 +356,7 @@ impl<L: Layout> FdbWriter<L> {
     /// waits on it between rounds, and takes the message *before* it drains the queue, so
     /// that a request queued after the drain rings again.
     pub fn doorbell(&self) -> &crossbeam_channel::Receiver<()> {
-        self.shared.bell.waiter()
+        self.shared.queue.bell()
     }
 
     /// Learned entries currently in the table.

@@ -5,7 +5,7 @@
 //! * **Workers** hold a [`Neigh`] (cheap to clone). They look entries up lock-free under an
 //!   epoch guard pinned once per batch, and never write the table. What they learn (ARP
 //!   requests and replies, NS/NA link-layer options) and what they need resolved go to the
-//!   writer as [`NeighUpdate`]s on a bounded lock-free queue (`crossbeam_queue::ArrayQueue`); a
+//!   writer as [`NeighUpdate`]s on a bounded lock-free queue ([`freeway_sync::Mailbox`]); a
 //!   full queue is counted by the worker and the update dropped (the next ARP/ND frame, or the
 //!   worker's retransmission, asks again). Workers never wait. A queued update also rings the
 //!   writer's doorbell ([`NeighWriter::doorbell`], a one-slot channel): the writer's thread
@@ -54,8 +54,8 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crossbeam_queue::ArrayQueue;
 use freeway_sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use freeway_sync::Mailbox;
 use freeway_sync::{Counter, Tick};
 use serde::{Deserialize, Serialize};
 
@@ -498,10 +498,9 @@ impl Linked for Node {
 
 struct Shared {
     table: Table,
-    queue: ArrayQueue<NeighUpdate>,
+    /// Workers' requests and the writer's doorbell.
+    queue: Mailbox<NeighUpdate>,
     stats: NeighStats,
-    /// The doorbell: holds one `()` from the first queued update until the writer takes it.
-    bell: freeway_sync::Doorbell,
 }
 
 /// The read side, handed to workers and dumps. Cheap to clone.
@@ -535,9 +534,8 @@ pub fn new(cfg: NeighConfig) -> (Neigh, NeighWriter) {
 pub fn new_seeded(cfg: NeighConfig, seed: u64) -> (Neigh, NeighWriter) {
     let shared = Arc::new(Shared {
         table: Table::new(cfg.limit + cfg.static_limit, seed),
-        queue: ArrayQueue::new(cfg.queue.max(1)),
+        queue: Mailbox::new(cfg.queue),
         stats: NeighStats::default(),
-        bell: freeway_sync::Doorbell::new(),
     });
     (
         Neigh { shared: shared.clone() },
@@ -580,18 +578,14 @@ impl Neigh {
     /// queue is full.
     #[inline]
     pub fn request(&self, u: NeighUpdate) -> bool {
-        let queued = self.shared.queue.push(u).is_ok();
-        if queued {
-            self.wake_writer();
-        }
-        queued
+        self.shared.queue.push(u)
     }
 
-    /// Rings the writer's doorbell ([`freeway_sync::Doorbell`]): a queued update does it, and
+    /// Rings the writer's doorbell ([`freeway_sync::Mailbox::ring`]): a queued update does it, and
     /// so does a caller that set the writer thread's stop flag, for the thread to see it now.
     #[inline]
     pub fn wake_writer(&self) {
-        self.shared.bell.ring();
+        self.shared.queue.ring();
     }
 
     /// Updates waiting for the writer.
@@ -681,7 +675,7 @@ impl NeighWriter {
     /// waits on it between rounds, and takes the message *before* it drains the queue, so
     /// that an update queued after the drain rings again.
     pub fn doorbell(&self) -> &crossbeam_channel::Receiver<()> {
-        self.shared.bell.waiter()
+        self.shared.queue.bell()
     }
 
     /// Dynamic entries currently in the table.

@@ -26,9 +26,9 @@ pub mod bucket;
 pub mod chain;
 pub mod clock;
 pub mod counter;
-pub mod doorbell;
 #[cfg(loom)]
 pub mod loom_model;
+pub mod mailbox;
 pub mod published;
 pub mod reclaim;
 pub mod refcount;
@@ -40,6 +40,6 @@ pub use counter::Counter;
 /// Pads and aligns a value to the length of a cache line (128 bytes on x86-64, covering the
 /// adjacent-line prefetcher), so that a write-heavy field does not share a line with read-mostly data.
 pub use crossbeam_utils::CachePadded;
-pub use doorbell::Doorbell;
+pub use mailbox::Mailbox;
 pub use published::Published;
 pub use refcount::{Put, RcRef};
