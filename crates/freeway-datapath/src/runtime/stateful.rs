@@ -177,32 +177,31 @@ impl CtStage {
         }
         let CtStage { ct, fw, zones, .. } = self;
         // Tracked first, the whole batch (its lookups overlapped), then judged in order.
+        // Each packet's zone and result, for its verdict.
+        let mut zone_of = [0u16; MAX_BATCH];
         let mut res = [CtResult::orig(CtState::Untracked); MAX_BATCH];
         ct.track_each(
             &g,
             batch.as_mut_slice(),
-            |_, p| {
+            |i, p| {
                 let (zone, flags) = args(zones, p, true);
+                // A batch holds at most `MAX_BATCH` packets.
+                zone_of[i] = zone;
                 let commit = fw.as_ref().is_none_or(|f| f.allows_new(p.meta.in_port, zone));
                 (zone, TrackFlags { commit, ..flags })
             },
             |i, p, r| {
                 // The router trusts the checksum mark and does not verify the header again.
                 record(p, &r);
-                // A batch holds at most `MAX_BATCH` packets.
                 res[i] = r;
             },
         );
         let mut i = 0;
         batch.retain_or_recycle(pool, |p| {
-            let r = res[i];
+            let (r, zone) = (res[i], zone_of[i]);
             i += 1;
             match fw {
-                Some(f) => {
-                    let port = p.meta.in_port;
-                    let zone = zones.get(usize::from(port)).copied().unwrap_or(0);
-                    f.verdict(port, zone, &r) == Verdict::Accept
-                }
+                Some(f) => f.verdict(p.meta.in_port, zone, &r) == Verdict::Accept,
                 None => !r.over_limit(),
             }
         });
