@@ -1,5 +1,5 @@
 #!/bin/bash
-# Stop 14 capture series: base (9a7b6dc, start of the stop) and final (81b273a), one after another.
+# Capture series of 2026-11-23: base (9a7b6dc) and final (81b273a), one after another.
 cd /work/main
 log() { echo "$(date -u +%H:%M:%S) $(cat /proc/loadavg) $*"; }
 log "base series start"

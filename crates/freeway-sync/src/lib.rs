@@ -1,6 +1,7 @@
 //! Freeway's concurrency building blocks.
 //!
-//! Everything here exists so that the fast path obeys the laws in `DESIGN.md`:
+//! Everything here exists so that the fast path obeys the rules set out in the repository's
+//! `ARCHITECTURE.md` ("The rules of the fast path"):
 //!
 //! * [`clock`]: a coarse clock ("ticks") written by one background thread and read by workers
 //!   with a single relaxed load, so no worker calls the OS clock per packet.
