@@ -20,6 +20,10 @@
 //!   as the datapath does (`track_nat_each`, whose one lookup gives each packet's
 //!   translation too, then the rewrite).
 //!   Each packet is first copied from its template in both variants, so the copy cancels out.
+//! * **Fragment reassembly**: before the NAT table, the reassembly throughput of one worker
+//!   (three-fragment UDP datagrams, alone and with refragmentation, as `bench frag` measures
+//!   it), since translating a fragmented datagram first needs it whole; `--frag-seconds 0`
+//!   leaves it out.
 //!
 //! Nothing here asserts timings; debug builds say nothing about speed.
 
@@ -37,7 +41,7 @@ use freeway_packet::{meta_flags, Packet};
 use freeway_sync::Clock;
 use serde::Serialize;
 
-use crate::{median, write_json};
+use crate::{median, write_report};
 
 /// `bench nat`.
 #[derive(Args, Clone)]
@@ -57,6 +61,9 @@ pub struct NatArgs {
     /// Runs per configuration (the median is shown).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
+    /// Measured seconds of each fragment reassembly figure (0: leave reassembly out).
+    #[arg(long, default_value_t = 1.0, value_parser = freeway_datapath::config::parse_seconds)]
+    pub frag_seconds: f64,
     /// Write results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -305,6 +312,26 @@ pub fn nat_cmd(a: NatArgs) -> Result<(), String> {
     if a.conns > 1 << 20 {
         return Err("at most 1048576 new connections per worker (one client address each)".into());
     }
+    let reassembly = if a.frag_seconds > 0.0 {
+        let rep = crate::frag::run(&crate::frag::FragArgs {
+            seconds: a.frag_seconds,
+            forward_runs: 0,
+            ..Default::default()
+        })?;
+        println!(
+            "bench nat: fragment reassembly, 1 worker, 3-fragment UDP datagrams, {} in flight",
+            rep.inflight
+        );
+        for t in &rep.throughput {
+            println!(
+                "  {:<22} {:>10.0} datagrams/s {:>10.0} fragments/s  {:>6.1} ns/fragment",
+                t.work, t.datagrams_per_s, t.fragments_per_s, t.ns_per_fragment
+            );
+        }
+        rep.throughput
+    } else {
+        Vec::new()
+    };
     println!("bench nat: new connections per second per worker, and ns per established packet per worker");
     println!("workers  new plain M/s  new NAT M/s  NAT/plain   plain ns/pkt  NAT ns/pkt  NAT/plain");
     let mut rows = Vec::new();
@@ -349,5 +376,52 @@ pub fn nat_cmd(a: NatArgs) -> Result<(), String> {
         }
         rows.push(row);
     }
-    write_json(a.json.as_deref(), &rows)
+    // The rows where they always were; reassembly (one worker, alone and with
+    // refragmentation; empty with `--frag-seconds 0`) beside them.
+    match a.json.as_deref() {
+        Some(path) => write_report(
+            path,
+            None,
+            serde_json::json!({ "rows": rows, "reassembly": reassembly }),
+        ),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_run_reports_reassembly_and_both_phases_with_nothing_unexpected() {
+        let path = std::env::temp_dir().join(format!("freeway-bench-nat-{}.json", std::process::id()));
+        nat_cmd(NatArgs {
+            workers: vec![1],
+            conns: 64,
+            flows: 16,
+            packets: 256,
+            runs: 1,
+            frag_seconds: 0.01,
+            json: Some(path.clone()),
+        })
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let works: Vec<&str> = v["reassembly"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["work"].as_str().unwrap())
+            .collect();
+        assert_eq!(works, ["reassemble", "reassemble+refragment"], "{v}");
+        for r in v["reassembly"].as_array().unwrap() {
+            assert!(r["datagrams_per_s"].as_f64().unwrap() > 0.0, "{v}");
+        }
+        let rows = v["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 1, "{v}");
+        assert_eq!(rows[0]["unexpected"], 0, "{v}");
+        for k in ["new_plain", "new_nat", "ns_plain", "ns_nat"] {
+            assert!(rows[0][k].as_f64().unwrap() > 0.0, "{k}: {v}");
+        }
+    }
 }
