@@ -199,11 +199,10 @@ fn forward(enabled: bool, seconds: f64) -> Result<f64, String> {
     crate::fw_forward::measure_text(&text, seconds)
 }
 
-/// `freeway bench frag`: runs and prints.
-pub fn frag(a: FragArgs) -> Result<(), String> {
-    let rep = run(&a)?;
+/// Prints the reassembly throughput rows of `rep`, the heading behind `prefix`.
+pub(crate) fn print_throughput(prefix: &str, rep: &FragReport) {
     println!(
-        "reassembly, 1 worker, 3-fragment UDP datagrams, {} in flight:",
+        "{prefix}reassembly, 1 worker, 3-fragment UDP datagrams, {} in flight:",
         rep.inflight
     );
     for t in &rep.throughput {
@@ -212,6 +211,12 @@ pub fn frag(a: FragArgs) -> Result<(), String> {
             t.work, t.datagrams_per_s, t.fragments_per_s, t.ns_per_fragment
         );
     }
+}
+
+/// `freeway bench frag`: runs and prints.
+pub fn frag(a: FragArgs) -> Result<(), String> {
+    let rep = run(&a)?;
+    print_throughput("", &rep);
     if let Some(u) = &rep.unfragmented {
         println!(
             "unfragmented forwarding (router + conntrack, established, 1 worker): enabled {:?} Mpps, disabled {:?} Mpps, paired ratio {:.3}",

@@ -318,16 +318,7 @@ pub fn nat_cmd(a: NatArgs) -> Result<(), String> {
             forward_runs: 0,
             ..Default::default()
         })?;
-        println!(
-            "bench nat: fragment reassembly, 1 worker, 3-fragment UDP datagrams, {} in flight",
-            rep.inflight
-        );
-        for t in &rep.throughput {
-            println!(
-                "  {:<22} {:>10.0} datagrams/s {:>10.0} fragments/s  {:>6.1} ns/fragment",
-                t.work, t.datagrams_per_s, t.fragments_per_s, t.ns_per_fragment
-            );
-        }
+        crate::frag::print_throughput("bench nat: fragment ", &rep);
         rep.throughput
     } else {
         Vec::new()
