@@ -1075,19 +1075,30 @@ impl CtWorker {
 /// under node `c` (`reply`: it travels in the reply direction). A translated IPv4
 /// connection's rewrite is on its primary's hot line, which the packet's update read: an
 /// original-direction packet reads no other line, a reply reads its primary's key (the
-/// original tuple) besides.
+/// original tuple) besides. An untranslated connection (no twin, on the key's line) has no
+/// plan; the tuples' plan (IPv6, or a packet that needs no rewrite) is built out of line, so
+/// that the common one is the only value the caller merges.
 #[inline(always)]
 fn packet_plan(c: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<NatPlan> {
+    let twin = c.twin()?;
     if !key.is_v6() {
         let rw = match (c.is_reply_node(), reply) {
             (false, false) => c.nat4(key, src_lo),
-            (true, true) => c.twin().and_then(|p| Some(p.nat4(p.key(), p.orig_lo())?.reversed())),
+            (true, true) => twin.nat4(twin.key(), twin.orig_lo()).map(|rw| rw.reversed()),
             _ => None,
         };
         if let Some(rw) = rw {
             return Some(NatPlan::Packet4(rw));
         }
     }
+    tuple_plan(c, key, src_lo)
+}
+
+/// [`packet_plan`] in tuples: the plan of a packet of a translated connection that has no
+/// stored IPv4 rewrite.
+#[cold]
+#[inline(never)]
+fn tuple_plan(c: &Conn, key: &Key, src_lo: bool) -> Option<NatPlan> {
     node_target(c, src_lo, false).map(|to| NatPlan::Packet {
         from: key.tuple(src_lo),
         to,
@@ -1239,34 +1250,49 @@ impl CtWorker {
         };
         rkey.set_zone(zone);
         let (okey, o_lo) = Key::new(orig, zone);
-        let mut first = Some((rkey, r_lo));
-        match self.create_translated(g, okey, o_lo, &l4, zone, || Ok::<_, ()>(first.take())) {
+        let oh = self.hash_ahead(&okey);
+        match self.create_translated(g, okey, oh, o_lo, &l4, zone, Some((rkey, r_lo)), || Ok::<_, ()>(None)) {
             Ok(Some(r)) => NatCommit::Done(r),
             _ => NatCommit::Taken,
         }
     }
 
-    /// Creates a translated connection whose original direction is keyed `okey` (`o_lo`: its
-    /// originator is the key's low endpoint), trying the reply keys `next` gives (each with
-    /// its low endpoint's direction) until the table takes one: the reply node first, then
-    /// the primary. A reply key equal to `okey` is an untranslated connection, created as
-    /// such. `Ok(None)`: `next` ran out, every key was taken; `Err`: `next` failed. The
-    /// place and the nodes are reserved once for all the tries.
-    #[inline]
+    /// The hash of `key`, whose bucket is fetched meanwhile (a new connection's primary: its
+    /// bucket is read last, [`CtWorker::create_translated`]).
+    #[inline(always)]
+    pub(crate) fn hash_ahead(&self, key: &Key) -> u64 {
+        let h = self.s.table.hash(key);
+        self.s.table.prefetch(h);
+        h
+    }
+
+    /// Creates a translated connection whose original direction is keyed `okey` (its hash
+    /// `oh`, [`CtWorker::hash_ahead`]; `o_lo`: its originator is the key's low endpoint),
+    /// trying the reply key `first` and then those `next` gives (each with its low
+    /// endpoint's direction) until the table takes one: the reply node first, then the
+    /// primary. A reply key equal to `okey` is an untranslated connection, created as such.
+    /// `Ok(None)`: `next` ran out, every key was taken; `Err`: `next` failed. The place and
+    /// the nodes are reserved once for all the tries. Always inlined, as
+    /// [`crate::nat::commit_new`] is: its keys went through memory otherwise.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) fn create_translated<E>(
         &mut self,
         g: &Guard,
         okey: Key,
+        oh: u64,
         o_lo: bool,
         l4: &L4Info,
         zone: u16,
+        first: Option<(Key, bool)>,
         mut next: impl FnMut() -> Result<Option<(Key, bool)>, E>,
     ) -> Result<Option<CtResult>, E> {
         let s = &self.s;
-        let oh = s.table.hash(&okey);
-        // The primary's bucket is read last: its miss overlaps the reply node's.
-        s.table.prefetch(oh);
-        let Some((rkey, r_lo)) = next()? else {
+        let first = match first {
+            Some(k) => Some(k),
+            None => next()?,
+        };
+        let Some((rkey, r_lo)) = first else {
             return Ok(None);
         };
         if rkey == okey {

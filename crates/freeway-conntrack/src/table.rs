@@ -237,6 +237,7 @@ impl Conn {
 
     /// Makes the unpublished `conn` and `reply` the two nodes of one translated connection:
     /// `reply` (keyed by the reply direction's tuple) becomes its reply node.
+    #[inline(always)]
     pub fn pair(conn: &mut Conn, reply: &mut Conn) {
         conn.twin = reply as *const Conn;
         reply.twin = conn as *const Conn;
