@@ -1251,7 +1251,9 @@ impl CtWorker {
         rkey.set_zone(zone);
         let (okey, o_lo) = Key::new(orig, zone);
         let oh = self.hash_ahead(&okey);
-        match self.create_translated(g, okey, oh, o_lo, &l4, zone, Some((rkey, r_lo)), || Ok::<_, ()>(None)) {
+        match self.create_translated(g, okey, oh, o_lo, &l4, zone, Some((rkey, r_lo, None)), || {
+            Ok::<_, ()>(None)
+        }) {
             Ok(Some(r)) => NatCommit::Done(r),
             _ => NatCommit::Taken,
         }
@@ -1270,7 +1272,8 @@ impl CtWorker {
     /// `oh`, [`CtWorker::hash_ahead`]; `o_lo`: its originator is the key's low endpoint),
     /// trying the reply key `first` and then those `next` gives (each with its low
     /// endpoint's direction) until the table takes one: the reply node first, then the
-    /// primary. A reply key equal to `okey` is an untranslated connection, created as such.
+    /// primary. `first` may come with the rewrite from the original tuple to its own
+    /// ([`Rewrite4::new`]), which the primary then stores as it is. A reply key equal to `okey` is an untranslated connection, created as such.
     /// `Ok(None)`: `next` ran out, every key was taken; `Err`: `next` failed. The place and
     /// the nodes are reserved once for all the tries. Always inlined, as
     /// [`crate::nat::commit_new`] is: its keys went through memory otherwise.
@@ -1284,15 +1287,15 @@ impl CtWorker {
         o_lo: bool,
         l4: &L4Info,
         zone: u16,
-        first: Option<(Key, bool)>,
+        first: Option<(Key, bool, Option<Rewrite4>)>,
         mut next: impl FnMut() -> Result<Option<(Key, bool)>, E>,
     ) -> Result<Option<CtResult>, E> {
         let s = &self.s;
         let first = match first {
             Some(k) => Some(k),
-            None => next()?,
+            None => next()?.map(|(k, lo)| (k, lo, None)),
         };
-        let Some((rkey, r_lo)) = first else {
+        let Some((rkey, r_lo, rw)) = first else {
             return Ok(None);
         };
         if rkey == okey {
@@ -1314,7 +1317,11 @@ impl CtWorker {
             Conn::value(okey, o_lo, kind, state, 0, tcp, self.now + to.ms(class)),
             Conn::value(rkey, r_lo, kind, 0, 0, TcpConn::default(), Tick::MAX),
         );
-        Conn::pair(&mut p, &mut a);
+        Conn::link(&mut p, &mut a);
+        match rw {
+            Some(rw) => p.set_nat4_of(&rw),
+            None => p.set_nat4(&a),
+        }
         let a = loop {
             match s.table.insert(a, rh, g) {
                 Ok(a) => break a,

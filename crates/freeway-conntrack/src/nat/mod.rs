@@ -139,7 +139,7 @@ pub fn commit_new(
     let (okey, o_lo) = Key::new(orig, zone);
     let oh = ct.hash_ahead(&okey);
     let first = match one {
-        Some(t) => Some(candidate(pkt, &cur, t, zone)?),
+        Some(t) => Some(first_candidate(pkt, orig, &cur, t, zone)?),
         None => None,
     };
     let mut walk = walk.map(|(addr, range)| Walk {
@@ -160,6 +160,35 @@ pub fn commit_new(
             Err(NatFail::Exhausted)
         }
     }
+}
+
+/// [`candidate`] for the first candidate `t` of a connection whose tuple was `orig` before
+/// any translation, with the rewrite from `orig` to `t` ([`Rewrite4::new`]) for its
+/// primary: an IPv4 packet not translated before (`cur` is `orig`) is rewritten with it, so
+/// the checksum changes are computed once.
+#[inline(always)]
+fn first_candidate(
+    pkt: &mut Packet,
+    orig: &Tuple,
+    cur: &Tuple,
+    t: Tuple,
+    zone: u16,
+) -> Result<(Key, bool, Option<Rewrite4>), NatFail> {
+    let rw = Rewrite4::new(orig, &t);
+    let done = match rw {
+        Some(rw) if orig == cur => {
+            !rw.changes(Half::Both) || {
+                let (l3, l4) = (usize::from(pkt.meta.l3_off), usize::from(pkt.meta.l4_off));
+                rewrite4(pkt.data_mut(), l3, l4, &rw, Half::Both)
+            }
+        }
+        _ => rewrite_pkt(pkt, cur, &t),
+    };
+    if !done {
+        return Err(NatFail::Malformed);
+    }
+    let (k, lo) = Key::new(&t, zone);
+    Ok((k, lo, rw))
 }
 
 /// Rewrites `pkt` from the tuple it carries (`at`) to the candidate `t` and gives `t`'s key
