@@ -784,9 +784,18 @@ impl CtWorker {
                 if staged & (1 << i) != 0 {
                     // SAFETY: as above; `Ahead` is `Copy`: reading it leaves nothing owned twice.
                     let a = unsafe { slots[i].assume_init_read() };
-                    let (r, plan) = self.track_key_hashed::<NAT>(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit);
-                    self.stats.states[r.state.counter()].inc();
-                    done(base + i, p, r, plan);
+                    if NAT {
+                        // The plan handed on where it is made, not merged with the others.
+                        self.track_key_then(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit, |r, plan| {
+                            self.stats.states[r.state.counter()].inc();
+                            done(base + i, p, r, plan);
+                        });
+                    } else {
+                        let (r, plan) =
+                            self.track_key_hashed::<NAT>(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit);
+                        self.stats.states[r.state.counter()].inc();
+                        done(base + i, p, r, plan);
+                    }
                 } else {
                     let class = walk::<(Key, bool)>(p.data(), &p.meta, flags.l3_csum_verified);
                     let (r, plan) = self.track_class::<NAT>(g, class, zone, flags.commit);
@@ -890,6 +899,47 @@ impl CtWorker {
             return (r, plan);
         }
         (self.create(g, key, h, src_lo, l4, zone, commit), None)
+    }
+
+    /// [`CtWorker::track_key_hashed`] with translation, whose result and plan go to `then`
+    /// from each path (a packet found, its plan made; a new one, none) instead of being
+    /// merged into one value first: a plan of a translated IPv4 connection is then written
+    /// once, where `then` keeps it, rather than built, moved and copied.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn track_key_then(
+        &self,
+        g: &Guard,
+        key: Key,
+        h: u64,
+        src_lo: bool,
+        l4: L4Info,
+        zone: u16,
+        commit: bool,
+        then: impl FnOnce(CtResult, Option<NatPlan>),
+    ) {
+        let s = &self.s;
+        let global = s.global.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(c) = s.table.lookup(&key, h, g) {
+            let reply = src_lo != c.orig_lo();
+            let r = self.update(c.primary(), reply, &l4, zone, commit);
+            // `packet_plan`, each kind of plan handed on where it is made.
+            let plan = match c.twin() {
+                Some(twin) => match stored_rewrite4(c, twin, &key, src_lo, reply) {
+                    Some(rw) => {
+                        drop(global);
+                        return then(r, Some(NatPlan::Packet4(rw)));
+                    }
+                    None => tuple_plan(c, &key, src_lo),
+                },
+                None => None,
+            };
+            drop(global);
+            return then(r, plan);
+        }
+        let r = self.create(g, key, h, src_lo, l4, zone, commit);
+        drop(global);
+        then(r, None)
     }
 
     /// Tracks an ICMP error about the packet with tuple `inner`; with `NAT`, its plan too.
@@ -1081,17 +1131,25 @@ impl CtWorker {
 #[inline(always)]
 fn packet_plan(c: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<NatPlan> {
     let twin = c.twin()?;
-    if !key.is_v6() {
-        let rw = match (c.is_reply_node(), reply) {
-            (false, false) => c.nat4(key, src_lo),
-            (true, true) => twin.nat4(twin.key(), twin.orig_lo()).map(|rw| rw.reversed()),
-            _ => None,
-        };
-        if let Some(rw) = rw {
-            return Some(NatPlan::Packet4(rw));
-        }
+    if let Some(rw) = stored_rewrite4(c, twin, key, src_lo, reply) {
+        return Some(NatPlan::Packet4(rw));
     }
     tuple_plan(c, key, src_lo)
+}
+
+/// The IPv4 rewrite a packet found under `c` (a node of a translated connection, whose other
+/// node is `twin`) needs, from the primary's hot line (see [`packet_plan`]); `None` for
+/// IPv6, or a packet that needs no rewrite.
+#[inline(always)]
+fn stored_rewrite4(c: &Conn, twin: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<Rewrite4> {
+    if key.is_v6() {
+        return None;
+    }
+    match (c.is_reply_node(), reply) {
+        (false, false) => c.nat4(key, src_lo),
+        (true, true) => twin.nat4(twin.key(), twin.orig_lo()).map(|rw| rw.reversed()),
+        _ => None,
+    }
 }
 
 /// [`packet_plan`] in tuples: the plan of a packet of a translated connection that has no
