@@ -784,9 +784,18 @@ impl CtWorker {
                 if staged & (1 << i) != 0 {
                     // SAFETY: as above; `Ahead` is `Copy`: reading it leaves nothing owned twice.
                     let a = unsafe { slots[i].assume_init_read() };
-                    let (r, plan) = self.track_key_hashed::<NAT>(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit);
-                    self.stats.states[r.state.counter()].inc();
-                    done(base + i, p, r, plan);
+                    if NAT {
+                        // The plan handed on where it is made, not merged with the others.
+                        self.track_key_then(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit, |r, plan| {
+                            self.stats.states[r.state.counter()].inc();
+                            done(base + i, p, r, plan);
+                        });
+                    } else {
+                        let (r, plan) =
+                            self.track_key_hashed::<NAT>(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit);
+                        self.stats.states[r.state.counter()].inc();
+                        done(base + i, p, r, plan);
+                    }
                 } else {
                     let class = walk::<(Key, bool)>(p.data(), &p.meta, flags.l3_csum_verified);
                     let (r, plan) = self.track_class::<NAT>(g, class, zone, flags.commit);
@@ -890,6 +899,47 @@ impl CtWorker {
             return (r, plan);
         }
         (self.create(g, key, h, src_lo, l4, zone, commit), None)
+    }
+
+    /// [`CtWorker::track_key_hashed`] with translation, whose result and plan go to `then`
+    /// from each path (a packet found, its plan made; a new one, none) instead of being
+    /// merged into one value first: a plan of a translated IPv4 connection is then written
+    /// once, where `then` keeps it, rather than built, moved and copied.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn track_key_then(
+        &self,
+        g: &Guard,
+        key: Key,
+        h: u64,
+        src_lo: bool,
+        l4: L4Info,
+        zone: u16,
+        commit: bool,
+        then: impl FnOnce(CtResult, Option<NatPlan>),
+    ) {
+        let s = &self.s;
+        let global = s.global.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(c) = s.table.lookup(&key, h, g) {
+            let reply = src_lo != c.orig_lo();
+            let r = self.update(c.primary(), reply, &l4, zone, commit);
+            // `packet_plan`, each kind of plan handed on where it is made.
+            let plan = match c.twin() {
+                Some(twin) => match stored_rewrite4(c, twin, &key, src_lo, reply) {
+                    Some(rw) => {
+                        drop(global);
+                        return then(r, Some(NatPlan::Packet4(rw)));
+                    }
+                    None => tuple_plan(c, &key, src_lo),
+                },
+                None => None,
+            };
+            drop(global);
+            return then(r, plan);
+        }
+        let r = self.create(g, key, h, src_lo, l4, zone, commit);
+        drop(global);
+        then(r, None)
     }
 
     /// Tracks an ICMP error about the packet with tuple `inner`; with `NAT`, its plan too.
@@ -1075,19 +1125,38 @@ impl CtWorker {
 /// under node `c` (`reply`: it travels in the reply direction). A translated IPv4
 /// connection's rewrite is on its primary's hot line, which the packet's update read: an
 /// original-direction packet reads no other line, a reply reads its primary's key (the
-/// original tuple) besides.
+/// original tuple) besides. An untranslated connection (no twin, on the key's line) has no
+/// plan; the tuples' plan (IPv6, or a packet that needs no rewrite) is built out of line, so
+/// that the common one is the only value the caller merges.
 #[inline(always)]
 fn packet_plan(c: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<NatPlan> {
-    if !key.is_v6() {
-        let rw = match (c.is_reply_node(), reply) {
-            (false, false) => c.nat4(key, src_lo),
-            (true, true) => c.twin().and_then(|p| Some(p.nat4(p.key(), p.orig_lo())?.reversed())),
-            _ => None,
-        };
-        if let Some(rw) = rw {
-            return Some(NatPlan::Packet4(rw));
-        }
+    let twin = c.twin()?;
+    if let Some(rw) = stored_rewrite4(c, twin, key, src_lo, reply) {
+        return Some(NatPlan::Packet4(rw));
     }
+    tuple_plan(c, key, src_lo)
+}
+
+/// The IPv4 rewrite a packet found under `c` (a node of a translated connection, whose other
+/// node is `twin`) needs, from the primary's hot line (see [`packet_plan`]); `None` for
+/// IPv6, or a packet that needs no rewrite.
+#[inline(always)]
+fn stored_rewrite4(c: &Conn, twin: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<Rewrite4> {
+    if key.is_v6() {
+        return None;
+    }
+    match (c.is_reply_node(), reply) {
+        (false, false) => c.nat4(key, src_lo),
+        (true, true) => twin.nat4(twin.key(), twin.orig_lo()).map(|rw| rw.reversed()),
+        _ => None,
+    }
+}
+
+/// [`packet_plan`] in tuples: the plan of a packet of a translated connection that has no
+/// stored IPv4 rewrite.
+#[cold]
+#[inline(never)]
+fn tuple_plan(c: &Conn, key: &Key, src_lo: bool) -> Option<NatPlan> {
     node_target(c, src_lo, false).map(|to| NatPlan::Packet {
         from: key.tuple(src_lo),
         to,
@@ -1239,34 +1308,52 @@ impl CtWorker {
         };
         rkey.set_zone(zone);
         let (okey, o_lo) = Key::new(orig, zone);
-        let mut first = Some((rkey, r_lo));
-        match self.create_translated(g, okey, o_lo, &l4, zone, || Ok::<_, ()>(first.take())) {
+        let oh = self.hash_ahead(&okey);
+        match self.create_translated(g, okey, oh, o_lo, &l4, zone, Some((rkey, r_lo, None)), || {
+            Ok::<_, ()>(None)
+        }) {
             Ok(Some(r)) => NatCommit::Done(r),
             _ => NatCommit::Taken,
         }
     }
 
-    /// Creates a translated connection whose original direction is keyed `okey` (`o_lo`: its
-    /// originator is the key's low endpoint), trying the reply keys `next` gives (each with
-    /// its low endpoint's direction) until the table takes one: the reply node first, then
-    /// the primary. A reply key equal to `okey` is an untranslated connection, created as
-    /// such. `Ok(None)`: `next` ran out, every key was taken; `Err`: `next` failed. The
-    /// place and the nodes are reserved once for all the tries.
-    #[inline]
+    /// The hash of `key`, whose bucket is fetched meanwhile (a new connection's primary: its
+    /// bucket is read last, [`CtWorker::create_translated`]).
+    #[inline(always)]
+    pub(crate) fn hash_ahead(&self, key: &Key) -> u64 {
+        let h = self.s.table.hash(key);
+        self.s.table.prefetch(h);
+        h
+    }
+
+    /// Creates a translated connection whose original direction is keyed `okey` (its hash
+    /// `oh`, [`CtWorker::hash_ahead`]; `o_lo`: its originator is the key's low endpoint),
+    /// trying the reply key `first` and then those `next` gives (each with its low
+    /// endpoint's direction) until the table takes one: the reply node first, then the
+    /// primary. `first` may come with the rewrite from the original tuple to its own
+    /// ([`Rewrite4::new`]), which the primary then stores as it is. A reply key equal to `okey` is an untranslated connection, created as such.
+    /// `Ok(None)`: `next` ran out, every key was taken; `Err`: `next` failed. The place and
+    /// the nodes are reserved once for all the tries. Always inlined, as
+    /// [`crate::nat::commit_new`] is: its keys went through memory otherwise.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) fn create_translated<E>(
         &mut self,
         g: &Guard,
         okey: Key,
+        oh: u64,
         o_lo: bool,
         l4: &L4Info,
         zone: u16,
+        first: Option<(Key, bool, Option<Rewrite4>)>,
         mut next: impl FnMut() -> Result<Option<(Key, bool)>, E>,
     ) -> Result<Option<CtResult>, E> {
         let s = &self.s;
-        let oh = s.table.hash(&okey);
-        // The primary's bucket is read last: its miss overlaps the reply node's.
-        s.table.prefetch(oh);
-        let Some((rkey, r_lo)) = next()? else {
+        let first = match first {
+            Some(k) => Some(k),
+            None => next()?.map(|(k, lo)| (k, lo, None)),
+        };
+        let Some((rkey, r_lo, rw)) = first else {
             return Ok(None);
         };
         if rkey == okey {
@@ -1288,7 +1375,11 @@ impl CtWorker {
             Conn::value(okey, o_lo, kind, state, 0, tcp, self.now + to.ms(class)),
             Conn::value(rkey, r_lo, kind, 0, 0, TcpConn::default(), Tick::MAX),
         );
-        Conn::pair(&mut p, &mut a);
+        Conn::link(&mut p, &mut a);
+        match rw {
+            Some(rw) => p.set_nat4_of(&rw),
+            None => p.set_nat4(&a),
+        }
         let a = loop {
             match s.table.insert(a, rh, g) {
                 Ok(a) => break a,

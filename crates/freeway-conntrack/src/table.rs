@@ -237,11 +237,30 @@ impl Conn {
 
     /// Makes the unpublished `conn` and `reply` the two nodes of one translated connection:
     /// `reply` (keyed by the reply direction's tuple) becomes its reply node.
+    #[inline(always)]
     pub fn pair(conn: &mut Conn, reply: &mut Conn) {
+        Conn::link(conn, reply);
+        conn.set_nat4(reply);
+    }
+
+    /// [`Conn::pair`] without the primary's stored rewrite, which the caller sets
+    /// ([`Conn::set_nat4`] or [`Conn::set_nat4_of`]).
+    #[inline(always)]
+    pub(crate) fn link(conn: &mut Conn, reply: &mut Conn) {
         conn.twin = reply as *const Conn;
         reply.twin = conn as *const Conn;
         reply.reply_node = true;
-        conn.set_nat4(reply);
+    }
+
+    /// What [`Conn::set_nat4`] stores, from the rewrite `rw` of the original tuple to the
+    /// reply node's translated one (as [`Rewrite4::new`] gives it), whose checksum changes
+    /// are not computed again.
+    #[inline(always)]
+    pub(crate) fn set_nat4_of(&mut self, rw: &Rewrite4) {
+        self.hot.nat4 = Some(Nat4 {
+            to: [rw.to[0], rw.to[1], rw.to_ports],
+            delta: rw.delta,
+        });
     }
 
     /// Copies the unpublished reply node's tuple, as the original direction's packets carry

@@ -95,8 +95,11 @@ pub fn apply(pkt: &mut Packet, plan: &NatPlan) -> bool {
 /// rewritten to the final tuple. Tries the candidates of [`NatPorts::candidates`] until the
 /// table takes one (the table's insert is the test of a candidate: no lookup before it), with
 /// the nodes and the place reserved once.
+///
+/// Always inlined into its caller (the datapath's postrouting hook): called, its tuples and
+/// translation went through memory.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 pub fn commit_new(
     ct: &mut CtWorker,
     ports: &mut NatPorts,
@@ -130,47 +133,122 @@ pub fn commit_new(
             }
         }
     }
-    let mut ports = Some(ports);
-    let mut cands = None;
-    let mut at = cur;
-    let next = || -> Result<Option<(Key, bool)>, NatFail> {
-        let t = match one.take() {
-            Some(t) => t,
-            None => {
-                let Some((addr, range)) = walk else {
-                    return Ok(None);
-                };
-                if let Some(ports) = ports.take() {
-                    let mut c = ports.candidates(range, cur.sport);
-                    if range.contains(cur.sport) {
-                        // The own port, tried first above: it counts as one of the tries.
-                        let _ = c.next();
-                    }
-                    cands = Some(c);
-                }
-                match cands.as_mut().and_then(Iterator::next) {
-                    Some(p) => Tuple {
-                        src: addr,
-                        sport: p,
-                        ..cur
-                    },
-                    None => return Ok(None),
-                }
-            }
-        };
-        if !rewrite_pkt(pkt, &at, &t) {
-            return Err(NatFail::Malformed);
-        }
-        at = t;
-        Ok(Some(Key::new(&t, zone)))
-    };
+    // The primary's bucket is fetched first: its miss overlaps the rewrite and the reply
+    // node's preparation. The first candidate is tried without a call: the packet rewritten
+    // to it and its key built here; the port walk (out of line) only when it is taken.
     let (okey, o_lo) = Key::new(orig, zone);
-    match ct.create_translated(g, okey, o_lo, &l4, zone, next)? {
+    let oh = ct.hash_ahead(&okey);
+    let first = match one {
+        Some(t) => Some(first_candidate(pkt, orig, &cur, t, zone)?),
+        None => None,
+    };
+    let mut walk = walk.map(|(addr, range)| Walk {
+        ports: Some(ports),
+        cands: None,
+        addr,
+        range,
+        at: first.map(|_| cur.sport),
+    });
+    let more = || match walk.as_mut() {
+        Some(w) => w.next(pkt, &cur, zone),
+        None => Ok(None),
+    };
+    match ct.create_translated(g, okey, oh, o_lo, &l4, zone, first, more)? {
         Some(r) => Ok(r),
         None => {
             ct.note_nat_exhausted();
             Err(NatFail::Exhausted)
         }
+    }
+}
+
+/// [`candidate`] for the first candidate `t` of a connection whose tuple was `orig` before
+/// any translation, with the rewrite from `orig` to `t` ([`Rewrite4::new`]) for its
+/// primary: an IPv4 packet not translated before (`cur` is `orig`) is rewritten with it, so
+/// the checksum changes are computed once.
+#[inline(always)]
+fn first_candidate(
+    pkt: &mut Packet,
+    orig: &Tuple,
+    cur: &Tuple,
+    t: Tuple,
+    zone: u16,
+) -> Result<(Key, bool, Option<Rewrite4>), NatFail> {
+    let rw = Rewrite4::new(orig, &t);
+    let done = match rw {
+        Some(rw) if orig == cur => {
+            !rw.changes(Half::Both) || {
+                let (l3, l4) = (usize::from(pkt.meta.l3_off), usize::from(pkt.meta.l4_off));
+                rewrite4(pkt.data_mut(), l3, l4, &rw, Half::Both)
+            }
+        }
+        _ => rewrite_pkt(pkt, cur, &t),
+    };
+    if !done {
+        return Err(NatFail::Malformed);
+    }
+    let (k, lo) = Key::new(&t, zone);
+    Ok((k, lo, rw))
+}
+
+/// Rewrites `pkt` from the tuple it carries (`at`) to the candidate `t` and gives `t`'s key
+/// in `zone`.
+#[inline(always)]
+fn candidate(pkt: &mut Packet, at: &Tuple, t: Tuple, zone: u16) -> Result<(Key, bool), NatFail> {
+    if !rewrite_pkt(pkt, at, &t) {
+        return Err(NatFail::Malformed);
+    }
+    Ok(Key::new(&t, zone))
+}
+
+/// The port walk of a new connection whose first candidate (its own port) was taken or is
+/// out of its range: the candidates of [`NatPorts::candidates`], each the connection's tuple
+/// with source `addr` and the candidate's port.
+struct Walk<'a> {
+    /// The worker's ports, until the walk is set up.
+    ports: Option<&'a mut NatPorts>,
+    /// The walk, once set up.
+    cands: Option<ports::Candidates<'a>>,
+    addr: u128,
+    range: PortRange,
+    /// The source port of the candidate the packet carries (`None`: it carries its tuple
+    /// before the source translation).
+    at: Option<u16>,
+}
+
+impl Walk<'_> {
+    /// Rewrites `pkt` (whose tuple before the source translation is `cur`) to the next
+    /// candidate and gives its key in `zone`; `Ok(None)` when the candidates ran out.
+    #[cold]
+    #[inline(never)]
+    fn next(&mut self, pkt: &mut Packet, cur: &Tuple, zone: u16) -> Result<Option<(Key, bool)>, NatFail> {
+        if let Some(ports) = self.ports.take() {
+            let mut c = ports.candidates(self.range, cur.sport);
+            if self.range.contains(cur.sport) {
+                // The own port, tried first: it counts as one of the tries.
+                let _ = c.next();
+            }
+            self.cands = Some(c);
+        }
+        let Some(p) = self.cands.as_mut().and_then(Iterator::next) else {
+            return Ok(None);
+        };
+        let at = match self.at {
+            Some(sport) => Tuple {
+                src: self.addr,
+                sport,
+                ..*cur
+            },
+            None => *cur,
+        };
+        let t = Tuple {
+            src: self.addr,
+            sport: p,
+            ..*cur
+        };
+        let k = candidate(pkt, &at, t, zone)?;
+        self.at = Some(p);
+        Ok(Some(k))
     }
 }
 

@@ -293,6 +293,7 @@ pub fn ports_word(t: &Tuple) -> u32 {
 impl Rewrite4 {
     /// The rewrite of an IPv4 tuple `from` to `to` (`None` for IPv6), with its changes
     /// computed here.
+    #[inline]
     pub fn new(from: &Tuple, to: &Tuple) -> Option<Rewrite4> {
         if from.v6 || to.v6 {
             return None;
@@ -362,11 +363,22 @@ impl Rewrite4 {
 /// what [`rewrite`] of [`Rewrite4::tuples`] does, with the stored changes of the addresses.
 /// `false`, and nothing changed, if the packet does not carry the tuple `half` starts from
 /// (its addresses) or is too short.
-#[inline]
+///
+/// The fixed-size rewrite of TCP, UDP and ICMP echo is always inlined (a call site beside
+/// another in the same function no longer takes it out of line); anything else goes to the
+/// tuples' rewrite, out of line.
+#[inline(always)]
 pub fn rewrite4(f: &mut [u8], l3: usize, l4: usize, rw: &Rewrite4, half: Half) -> bool {
     if let Some(done) = rewrite4_fast(f, l3, l4, rw, half) {
         return done;
     }
+    rewrite4_tuples(f, l3, l4, rw, half)
+}
+
+/// [`rewrite4`] by [`rewrite`] of [`Rewrite4::tuples`].
+#[cold]
+#[inline(never)]
+fn rewrite4_tuples(f: &mut [u8], l3: usize, l4: usize, rw: &Rewrite4, half: Half) -> bool {
     let (from, to) = rw.tuples(half);
     rewrite(f, l3, l4, rw.proto, &from, &to)
 }
