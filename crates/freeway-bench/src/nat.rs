@@ -67,11 +67,19 @@ pub struct NatArgs {
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Measured seconds of each fragment reassembly figure (0: leave reassembly out).
-    #[arg(long, default_value_t = 1.0, value_parser = freeway_datapath::config::parse_seconds)]
+    #[arg(long, default_value_t = 1.0, value_parser = frag_seconds)]
     pub frag_seconds: f64,
     /// Write results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+}
+
+/// `--frag-seconds`: a duration, or 0 (no reassembly figures).
+fn frag_seconds(s: &str) -> Result<f64, String> {
+    if s.trim().parse::<f64>() == Ok(0.0) {
+        return Ok(0.0);
+    }
+    freeway_datapath::config::parse_seconds(s)
 }
 
 /// One configuration's results.
@@ -456,6 +464,9 @@ mod tests {
             .map(|r| r["work"].as_str().unwrap())
             .collect();
         assert_eq!(works, ["reassemble", "reassemble+refragment"], "{v}");
+        assert_eq!(frag_seconds("0"), Ok(0.0));
+        assert_eq!(frag_seconds("0.5"), Ok(0.5));
+        assert!(frag_seconds("-1").is_err());
         for r in v["reassembly"].as_array().unwrap() {
             assert!(r["datagrams_per_s"].as_f64().unwrap() > 0.0, "{v}");
         }
