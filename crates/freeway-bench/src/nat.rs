@@ -13,7 +13,12 @@
 //!   pseudo-random point of the worker's blocks (seeded: every run the same), the rewrite,
 //!   two inserts, the first of which tests the candidate. The ruleset's own judging is left
 //!   out of both. The two variants alternate, each in a fresh table, at every worker count;
-//!   the ratio is NAT over plain.
+//!   the ratio is NAT over plain. Each variant is timed twice: in the fresh table, where
+//!   every new connection's nodes (two for a translated one) and buckets are memory the
+//!   kernel (and, in a virtual machine, the host) must first provide and zero, as while a
+//!   datapath's table grows to its peak; then, the table flushed and its nodes recycled,
+//!   the same connections again ("warm"), as in a datapath whose connections come and go:
+//!   no fresh memory is touched.
 //! * **Established packets**: `flows` connections per worker are created first, then each
 //!   worker sends packets of them in turn (original direction) in batches of 32, either
 //!   tracked (`track_each`, as the datapath's stage tracks a batch) or tracked and translated
@@ -62,11 +67,19 @@ pub struct NatArgs {
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Measured seconds of each fragment reassembly figure (0: leave reassembly out).
-    #[arg(long, default_value_t = 1.0, value_parser = freeway_datapath::config::parse_seconds)]
+    #[arg(long, default_value_t = 1.0, value_parser = frag_seconds)]
     pub frag_seconds: f64,
     /// Write results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+}
+
+/// `--frag-seconds`: a duration, or 0 (no reassembly figures).
+fn frag_seconds(s: &str) -> Result<f64, String> {
+    if s.trim().parse::<f64>() == Ok(0.0) {
+        return Ok(0.0);
+    }
+    freeway_datapath::config::parse_seconds(s)
 }
 
 /// One configuration's results.
@@ -78,6 +91,11 @@ pub struct NatRow {
     pub new_plain: f64,
     /// See `new_plain`.
     pub new_nat: f64,
+    /// New connections per second per worker as `new_plain`, in a table that held them
+    /// before (flushed, its node memory recycled): no fresh memory touched.
+    pub new_plain_warm: f64,
+    /// See `new_plain_warm`.
+    pub new_nat_warm: f64,
     /// Nanoseconds per established packet per worker: plain tracking, tracking + NAT.
     pub ns_plain: f64,
     /// See `ns_plain`.
@@ -88,6 +106,7 @@ pub struct NatRow {
 
 const PUBLIC: u32 = 0xc000_0201; // 192.0.2.1
 const SERVER: u32 = 0xc633_0000; // 198.51.0.0, and up
+const PORT_SEED: u64 = 0x5eed;
 
 fn table() -> Conntrack {
     let clock = Clock::manual();
@@ -138,6 +157,7 @@ fn set_client(p: &mut Packet, addr: u32, port: u16, i: usize) {
 /// One benchmark worker's tools: its tracker, its share of the ports, the translation, the
 /// tracking flags.
 struct Bw {
+    ct: Conntrack,
     w: freeway_conntrack::CtWorker,
     ports: NatPorts,
     snat: SrcNat,
@@ -159,7 +179,8 @@ fn on_workers<R: Send + 'static>(
             std::thread::spawn(move || {
                 let bw = Bw {
                     w: ct.worker(),
-                    ports: NatPorts::seeded(id, workers, 0x5eed),
+                    ct,
+                    ports: NatPorts::seeded(id, workers, PORT_SEED),
                     snat: SrcNat {
                         addr: (u128::from(PUBLIC), u128::from(PUBLIC)),
                         ports: None,
@@ -184,44 +205,71 @@ fn tracked_of(p: &Packet) -> (freeway_conntrack::Tuple, extract::L4Info) {
     }
 }
 
-/// New connections per second per worker (slowest worker).
-fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, u64) {
-    let rs = on_workers(workers, move |id, mut b, barrier| {
-        let mut p = template();
-        p.meta.flags |= meta_flags::IPV4_CSUM_OK;
-        let mut bad = 0u64;
-        let ingress = TrackFlags {
-            commit: false,
-            ..b.flags
-        };
-        barrier.wait();
-        let t0 = Instant::now();
-        for start in (0..conns).step_by(32) {
-            let g = b.w.pin();
-            for i in start..(start + 32).min(conns) {
-                set_client(&mut p, client(id, i), client_port(id, i), i);
-                // The ingress lookup, which finds no connection and creates none. (The
-                // datapath's under nat chains is `track_nat`, which on a miss does what
-                // `track` does: its translation part reads a node found. A second call site
-                // of `track_nat` here would take its inlining away from the established
-                // phase below.)
-                let r = b.w.track(&g, p.data(), &p.meta, 0, ingress);
-                bad += u64::from(!r.uncommitted);
-                let r = if translate {
-                    // Prerouting's classification, postrouting's creation.
-                    let (orig, l4) = tracked_of(&p);
-                    nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, l4, Some(b.snat))
-                } else {
-                    // The accepting filter hook's commit.
-                    Ok(b.w.track(&g, p.data(), &p.meta, 0, b.flags))
-                };
-                bad += u64::from(r.map_or(true, |r| r.state != CtState::New || r.uncommitted));
-            }
+/// One pass of `conns` new connections by worker `id` (see the module doc); returns the
+/// connections per second and how many did not go as expected.
+fn new_conns_pass(id: usize, conns: usize, translate: bool, b: &mut Bw) -> (f64, u64) {
+    let mut p = template();
+    p.meta.flags |= meta_flags::IPV4_CSUM_OK;
+    let mut bad = 0u64;
+    let ingress = TrackFlags {
+        commit: false,
+        ..b.flags
+    };
+    let t0 = Instant::now();
+    for start in (0..conns).step_by(32) {
+        let g = b.w.pin();
+        for i in start..(start + 32).min(conns) {
+            set_client(&mut p, client(id, i), client_port(id, i), i);
+            // The ingress lookup, which finds no connection and creates none. (The
+            // datapath's under nat chains is `track_nat`, which on a miss does what
+            // `track` does: its translation part reads a node found. A second call site
+            // of `track_nat` here would take its inlining away from the established
+            // phase below.)
+            let r = b.w.track(&g, p.data(), &p.meta, 0, ingress);
+            bad += u64::from(!r.uncommitted);
+            let r = if translate {
+                // Prerouting's classification, postrouting's creation.
+                let (orig, l4) = tracked_of(&p);
+                nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, l4, Some(b.snat))
+            } else {
+                // The accepting filter hook's commit.
+                Ok(b.w.track(&g, p.data(), &p.meta, 0, b.flags))
+            };
+            bad += u64::from(r.map_or(true, |r| r.state != CtState::New || r.uncommitted));
         }
-        (conns as f64 / t0.elapsed().as_secs_f64(), bad)
+    }
+    (conns as f64 / t0.elapsed().as_secs_f64(), bad)
+}
+
+/// New connections per second per worker (slowest worker): in a fresh table, then again in
+/// the same table once flushed, its nodes recycled. Returns both rates and how many
+/// connections did not go as expected.
+fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, f64, u64) {
+    let rs = on_workers(workers, move |id, mut b, barrier| {
+        barrier.wait();
+        let (fresh, mut bad) = new_conns_pass(id, conns, translate, &mut b);
+        barrier.wait();
+        if id == 0 {
+            bad += (b.ct.flush() != conns * workers) as u64;
+        }
+        barrier.wait();
+        // The flushed nodes' grace period: every thread pins and hands its deferred work on
+        // until the recycling has run (the table frees them to its free-node store).
+        for _ in 0..256 {
+            freeway_sync::reclaim::flush();
+        }
+        barrier.wait();
+        for _ in 0..256 {
+            freeway_sync::reclaim::flush();
+        }
+        // The same connections again, with the worker's ports as they were at the start.
+        b.ports = NatPorts::seeded(id, workers, PORT_SEED);
+        barrier.wait();
+        let (warm, more) = new_conns_pass(id, conns, translate, &mut b);
+        (fresh, warm, bad + more)
     });
-    let slowest = rs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
-    (slowest, rs.iter().map(|r| r.1).sum())
+    let slowest = |f: fn(&(f64, f64, u64)) -> f64| rs.iter().map(f).fold(f64::INFINITY, f64::min);
+    (slowest(|r| r.0), slowest(|r| r.1), rs.iter().map(|r| r.2).sum())
 }
 
 /// Nanoseconds per established packet per worker (slowest worker).
@@ -324,17 +372,23 @@ pub fn nat_cmd(a: NatArgs) -> Result<(), String> {
         Vec::new()
     };
     println!("bench nat: new connections per second per worker, and ns per established packet per worker");
-    println!("workers  new plain M/s  new NAT M/s  NAT/plain   plain ns/pkt  NAT ns/pkt  NAT/plain");
+    println!("new: in a fresh table, and warm (again, the table flushed and its nodes recycled)");
+    println!(
+        "workers  new plain M/s  new NAT M/s  NAT/plain  warm plain  warm NAT  NAT/plain   plain ns/pkt  NAT ns/pkt  NAT/plain"
+    );
     let mut rows = Vec::new();
     for &n in &a.workers {
         let (mut np, mut nn, mut pp, mut pn) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut wp, mut wn) = (Vec::new(), Vec::new());
         let mut unexpected = 0;
         for _ in 0..a.runs.max(1) {
-            let (r, b) = new_conns(n, a.conns, false);
+            let (r, w, b) = new_conns(n, a.conns, false);
             np.push(r);
+            wp.push(w);
             unexpected += b;
-            let (r, b) = new_conns(n, a.conns, true);
+            let (r, w, b) = new_conns(n, a.conns, true);
             nn.push(r);
+            wn.push(w);
             unexpected += b;
             let (r, b) = per_packet(n, a.flows, a.packets, false);
             pp.push(r);
@@ -347,15 +401,20 @@ pub fn nat_cmd(a: NatArgs) -> Result<(), String> {
             workers: n,
             new_plain: median(&np),
             new_nat: median(&nn),
+            new_plain_warm: median(&wp),
+            new_nat_warm: median(&wn),
             ns_plain: median(&pp),
             ns_nat: median(&pn),
             unexpected,
         };
         println!(
-            "{n:>7}  {:>13.2}  {:>11.2}  {:>9.2}   {:>12.1}  {:>10.1}  {:>9.2}",
+            "{n:>7}  {:>13.2}  {:>11.2}  {:>9.2}  {:>10.2}  {:>8.2}  {:>9.2}   {:>12.1}  {:>10.1}  {:>9.2}",
             row.new_plain / 1e6,
             row.new_nat / 1e6,
             row.new_nat / row.new_plain,
+            row.new_plain_warm / 1e6,
+            row.new_nat_warm / 1e6,
+            row.new_nat_warm / row.new_plain_warm,
             row.ns_plain,
             row.ns_nat,
             row.ns_nat / row.ns_plain
@@ -405,13 +464,23 @@ mod tests {
             .map(|r| r["work"].as_str().unwrap())
             .collect();
         assert_eq!(works, ["reassemble", "reassemble+refragment"], "{v}");
+        assert_eq!(frag_seconds("0"), Ok(0.0));
+        assert_eq!(frag_seconds("0.5"), Ok(0.5));
+        assert!(frag_seconds("-1").is_err());
         for r in v["reassembly"].as_array().unwrap() {
             assert!(r["datagrams_per_s"].as_f64().unwrap() > 0.0, "{v}");
         }
         let rows = v["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 1, "{v}");
         assert_eq!(rows[0]["unexpected"], 0, "{v}");
-        for k in ["new_plain", "new_nat", "ns_plain", "ns_nat"] {
+        for k in [
+            "new_plain",
+            "new_nat",
+            "new_plain_warm",
+            "new_nat_warm",
+            "ns_plain",
+            "ns_nat",
+        ] {
             assert!(rows[0][k].as_f64().unwrap() > 0.0, "{k}: {v}");
         }
     }
