@@ -94,7 +94,7 @@ use freeway_sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering}
 use freeway_sync::Tick;
 
 use crate::key::Key;
-use crate::nat::rewrite::{addr_delta, Rewrite4};
+use crate::nat::rewrite::{Rewrite4, Stored4};
 use crate::tcp::TcpConn;
 
 #[cfg(loom)]
@@ -135,22 +135,14 @@ pub struct Hot {
     /// [`SEEN_REPLY`], [`ASSURED`].
     pub(crate) status: AtomicU8,
     lock: AtomicBool,
+    /// Whether `nat4` holds the rewrite of a translated IPv4 connection (in the primary).
+    nat4_set: bool,
     tcp: UnsafeCell<TcpConn>,
     /// A translated IPv4 connection's original direction as translated, with the checksum
-    /// changes of its rewrite, in the primary (`None` otherwise): a packet of either
-    /// direction finds its rewrite here, on the line its update reads anyway, instead of in
-    /// the reply node's key. Set before publication, immutable after.
-    nat4: Option<Nat4>,
-}
-
-/// A translated IPv4 connection's original direction as translated: source, destination,
-/// `source port << 16 | destination port`, and the changes its rewrite makes to a checksum
-/// ([`crate::nat::rewrite::addr_delta`] of the source and of the destination address),
-/// computed once when the connection is created.
-#[derive(Clone, Copy)]
-struct Nat4 {
-    to: [u32; 3],
-    delta: [u16; 2],
+    /// changes of its rewrite, in the primary (when `nat4_set`): a packet of either direction
+    /// finds its rewrite here, on the line its update reads anyway, instead of in the reply
+    /// node's key. Set before publication, immutable after.
+    nat4: Stored4,
 }
 
 /// One connection, or the reply node of a translated one (see "NAT" in the module doc).
@@ -215,8 +207,9 @@ impl Conn {
                 state: AtomicU8::new(state),
                 status: AtomicU8::new(status),
                 lock: AtomicBool::new(false),
+                nat4_set: false,
                 tcp: UnsafeCell::new(tcp),
-                nat4: None,
+                nat4: Stored4::default(),
             },
         }
     }
@@ -257,10 +250,8 @@ impl Conn {
     /// are not computed again.
     #[inline(always)]
     pub(crate) fn set_nat4_of(&mut self, rw: &Rewrite4) {
-        self.hot.nat4 = Some(Nat4 {
-            to: [rw.to[0], rw.to[1], rw.to_ports],
-            delta: rw.delta,
-        });
+        self.hot.nat4 = rw.stored();
+        self.hot.nat4_set = true;
     }
 
     /// Copies the unpublished reply node's tuple, as the original direction's packets carry
@@ -268,16 +259,13 @@ impl Conn {
     /// rewrite (IPv4 only: see [`Conn::nat4`]).
     #[inline(always)]
     pub(crate) fn set_nat4(&mut self, reply: &Conn) {
-        self.hot.nat4 = None;
+        self.hot.nat4_set = false;
         if self.key.is_v6() || reply.key.is_v6() {
             return;
         }
-        let (from, _) = self.key.v4_words(self.orig_lo());
-        let (to, ports) = reply.key.v4_words(reply.orig_lo());
-        self.hot.nat4 = Some(Nat4 {
-            to: [to[0], to[1], ports],
-            delta: [addr_delta(from[0], to[0]), addr_delta(from[1], to[1])],
-        });
+        let (from, from_ports) = self.key.v4_words(self.orig_lo());
+        let (to, to_ports) = reply.key.v4_words(reply.orig_lo());
+        self.set_nat4_of(&Rewrite4::of_words(from, from_ports, to, to_ports, self.key.proto()));
     }
 
     /// A primary's rewrite of its original direction, whose untranslated tuple is `key`'s
@@ -285,16 +273,11 @@ impl Conn {
     /// (`None`: read the twin's key). Its [`Rewrite4::reversed`] is the reply direction's.
     #[inline(always)]
     pub fn nat4(&self, key: &Key, lo_sends: bool) -> Option<Rewrite4> {
-        let n = self.hot.nat4?;
+        if !self.hot.nat4_set {
+            return None;
+        }
         let (from, from_ports) = key.v4_words(lo_sends);
-        Some(Rewrite4 {
-            from,
-            from_ports,
-            to: [n.to[0], n.to[1]],
-            to_ports: n.to[2],
-            delta: n.delta,
-            proto: key.proto(),
-        })
+        Some(Rewrite4::of_stored(from, from_ports, &self.hot.nat4, key.proto()))
     }
 
     /// Whether this is the reply node of a translated connection.

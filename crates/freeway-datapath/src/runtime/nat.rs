@@ -107,29 +107,7 @@ const TUPLE_LEN: usize = 38;
 /// the rewrite).
 const NOTE_LEN: usize = 1 + 2 * TUPLE_LEN;
 /// Bytes of a [`Rewrite4`] in a note.
-const REWRITE4_LEN: usize = 29;
-
-fn put_rewrite4(b: &mut [u8; REWRITE4_LEN], r: &Rewrite4) {
-    let words = [r.from[0], r.from[1], r.from_ports, r.to[0], r.to[1], r.to_ports];
-    for (i, w) in words.iter().enumerate() {
-        b[4 * i..4 * i + 4].copy_from_slice(&w.to_ne_bytes());
-    }
-    b[24..26].copy_from_slice(&r.delta[0].to_ne_bytes());
-    b[26..28].copy_from_slice(&r.delta[1].to_ne_bytes());
-    b[28] = r.proto;
-}
-
-fn get_rewrite4(b: &[u8; REWRITE4_LEN]) -> Rewrite4 {
-    let w = |i: usize| u32::from_ne_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
-    Rewrite4 {
-        from: [w(0), w(1)],
-        from_ports: w(2),
-        to: [w(3), w(4)],
-        to_ports: w(5),
-        delta: [u16::from_ne_bytes([b[24], b[25]]), u16::from_ne_bytes([b[26], b[27]])],
-        proto: b[28],
-    }
-}
+const REWRITE4_LEN: usize = Rewrite4::LEN;
 
 fn put_tuple(b: &mut [u8], t: &Tuple) {
     b[0..16].copy_from_slice(&t.src.to_le_bytes());
@@ -171,8 +149,8 @@ pub(crate) fn put_note(pkt: &mut Packet, plan: Option<NatPlan>) {
         None => n[0] = 0,
         Some(NatPlan::Packet4(r)) => {
             n[0] = 3;
-            if let Some(b) = n[1..].first_chunk_mut() {
-                put_rewrite4(b, &r);
+            if let Some(b) = n[1..].first_chunk_mut::<REWRITE4_LEN>() {
+                *b = r.to_bytes();
             }
         }
         Some(NatPlan::Packet { from, to } | NatPlan::IcmpError { from, to }) => {
@@ -205,7 +183,7 @@ pub(crate) fn take_note(pkt: &mut Packet) -> Option<Option<NatPlan>> {
     let n = &b[NOTE_AT..NOTE_AT + NOTE_LEN];
     let plan = match n[0] {
         0 => None,
-        3 => n[1..].first_chunk().map(|b| NatPlan::Packet4(get_rewrite4(b))),
+        3 => n[1..].first_chunk().map(|b| NatPlan::Packet4(Rewrite4::from_bytes(b))),
         k => {
             let (from, to) = (get_tuple(&n[1..]), get_tuple(&n[1 + TUPLE_LEN..]));
             Some(if k == 1 {
@@ -498,14 +476,27 @@ mod tests {
             None,
             Some(NatPlan::Packet { from, to }),
             Some(NatPlan::IcmpError { from: to, to: from }),
-            Some(NatPlan::Packet4(Rewrite4 {
-                from: [1, 2],
-                from_ports: 3,
-                to: [u32::MAX, 5],
-                to_ports: 0xfedc_ba98,
-                delta: [7, 0xfffe],
-                proto: 17,
-            })),
+            Some(NatPlan::Packet4(
+                Rewrite4::new(
+                    &Tuple {
+                        src: 1,
+                        dst: 2,
+                        sport: 3,
+                        dport: 4,
+                        proto: 17,
+                        v6: false,
+                    },
+                    &Tuple {
+                        src: u128::from(u32::MAX),
+                        dst: 5,
+                        sport: 0xfedc,
+                        dport: 0xba98,
+                        proto: 17,
+                        v6: false,
+                    },
+                )
+                .expect("IPv4"),
+            )),
         ] {
             put_note(&mut p, plan);
             assert_ne!(p.meta.flags & meta_flags::NAT_NOTE, 0);
