@@ -1139,12 +1139,9 @@ fn packet_plan(c: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<NatPlan
 
 /// The IPv4 rewrite a packet found under `c` (a node of a translated connection, whose other
 /// node is `twin`) needs, from the primary's hot line (see [`packet_plan`]); `None` for
-/// IPv6, or a packet that needs no rewrite.
+/// IPv6 (whose primary stores none: [`Conn::nat4`]), or a packet that needs no rewrite.
 #[inline(always)]
 fn stored_rewrite4(c: &Conn, twin: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<Rewrite4> {
-    if key.is_v6() {
-        return None;
-    }
     match (c.is_reply_node(), reply) {
         (false, false) => c.nat4(key, src_lo),
         (true, true) => twin.nat4(twin.key(), twin.orig_lo()).map(|rw| rw.reversed()),

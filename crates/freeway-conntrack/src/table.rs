@@ -89,6 +89,7 @@
 //! so the twin waits for the same grace period).
 
 use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
 
 use freeway_sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use freeway_sync::Tick;
@@ -135,14 +136,16 @@ pub struct Hot {
     /// [`SEEN_REPLY`], [`ASSURED`].
     pub(crate) status: AtomicU8,
     lock: AtomicBool,
-    /// Whether `nat4` holds the rewrite of a translated IPv4 connection (in the primary).
+    /// Whether `nat4` holds the rewrite of a translated IPv4 connection (in the primary):
+    /// only then is it initialised.
     nat4_set: bool,
     tcp: UnsafeCell<TcpConn>,
     /// A translated IPv4 connection's original direction as translated, with the checksum
     /// changes of its rewrite, in the primary (when `nat4_set`): a packet of either direction
     /// finds its rewrite here, on the line its update reads anyway, instead of in the reply
-    /// node's key. Set before publication, immutable after.
-    nat4: Stored4,
+    /// node's key. Set before publication, immutable after; left uninitialised otherwise (a
+    /// new connection's node writes no 20 bytes it never reads).
+    nat4: MaybeUninit<Stored4>,
 }
 
 /// One connection, or the reply node of a translated one (see "NAT" in the module doc).
@@ -209,7 +212,7 @@ impl Conn {
                 lock: AtomicBool::new(false),
                 nat4_set: false,
                 tcp: UnsafeCell::new(tcp),
-                nat4: Stored4::default(),
+                nat4: MaybeUninit::uninit(),
             },
         }
     }
@@ -250,7 +253,7 @@ impl Conn {
     /// are not computed again.
     #[inline(always)]
     pub(crate) fn set_nat4_of(&mut self, rw: &Rewrite4) {
-        self.hot.nat4 = rw.stored();
+        self.hot.nat4 = MaybeUninit::new(rw.stored());
         self.hot.nat4_set = true;
     }
 
@@ -276,8 +279,11 @@ impl Conn {
         if !self.hot.nat4_set {
             return None;
         }
+        // SAFETY: `nat4_set` is set only right after `nat4` was written (`set_nat4_of`), and
+        // neither changes once the node is published.
+        let s = unsafe { self.hot.nat4.assume_init_ref() };
         let (from, from_ports) = key.v4_words(lo_sends);
-        Some(Rewrite4::of_stored(from, from_ports, &self.hot.nat4, key.proto()))
+        Some(Rewrite4::of_stored(from, from_ports, s, key.proto()))
     }
 
     /// Whether this is the reply node of a translated connection.

@@ -535,7 +535,7 @@ fn echo_id(p: u32) -> u16 {
 
 /// What a translated IPv4 connection's primary keeps of its original direction's
 /// [`Rewrite4`] (all but the untranslated tuple, which its key holds): 20 bytes.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Stored4 {
     /// The translated addresses and ports, as [`Rewrite4`] keeps them.
     to: [u32; 3],
