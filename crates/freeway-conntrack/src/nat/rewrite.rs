@@ -564,9 +564,9 @@ pub fn rewrite4(f: &mut [u8], l3: usize, l4: usize, rw: &Rewrite4, half: Half) -
 #[inline(never)]
 fn rewrite4_tuples(f: &mut [u8], l3: usize, l4: usize, rw: &Rewrite4, half: Half) -> bool {
     let (from, to) = rw.tuples(half);
+    let ports = l4.checked_add(4).and_then(|e| f.get(l4..e));
     if matches!(rw.proto, IPPROTO_TCP | IPPROTO_UDP)
-        && f.get(l4..l4 + 4)
-            .is_some_and(|p| wire32(p, 0) != to_wire32(ports_word(&from)))
+        && ports.is_some_and(|p| wire32(p, 0) != to_wire32(ports_word(&from)))
     {
         return false;
     }
