@@ -205,9 +205,18 @@ fn tracked_of(p: &Packet) -> (freeway_conntrack::Tuple, extract::L4Info) {
     }
 }
 
-/// One pass of `conns` new connections by worker `id` (see the module doc); returns the
-/// connections per second and how many did not go as expected.
-fn new_conns_pass(id: usize, conns: usize, translate: bool, b: &mut Bw) -> (f64, u64) {
+/// One pass of `conns` new connections by worker `id` (see the module doc), each created by
+/// `commit` after the ingress lookup; returns the connections per second and how many did not
+/// go as expected. Always inlined into the two variants' own functions
+/// ([`new_plain_pass`], [`new_nat_pass`]), so that neither's inlining shifts the other's
+/// count.
+#[inline(always)]
+fn new_conns_pass(
+    id: usize,
+    conns: usize,
+    b: &mut Bw,
+    mut commit: impl FnMut(&mut Bw, &freeway_conntrack::Guard, &mut Packet) -> bool,
+) -> (f64, u64) {
     let mut p = template();
     p.meta.flags |= meta_flags::IPV4_CSUM_OK;
     let mut bad = 0u64;
@@ -227,18 +236,32 @@ fn new_conns_pass(id: usize, conns: usize, translate: bool, b: &mut Bw) -> (f64,
             // phase below.)
             let r = b.w.track(&g, p.data(), &p.meta, 0, ingress);
             bad += u64::from(!r.uncommitted);
-            let r = if translate {
-                // Prerouting's classification, postrouting's creation.
-                let (orig, l4) = tracked_of(&p);
-                nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, l4, Some(b.snat))
-            } else {
-                // The accepting filter hook's commit.
-                Ok(b.w.track(&g, p.data(), &p.meta, 0, b.flags))
-            };
-            bad += u64::from(r.map_or(true, |r| r.state != CtState::New || r.uncommitted));
+            bad += u64::from(!commit(b, &g, &mut p));
         }
     }
     (conns as f64 / t0.elapsed().as_secs_f64(), bad)
+}
+
+/// Whether a new connection's commit went as expected: created, in state new.
+fn created(r: Result<freeway_conntrack::CtResult, nat::NatFail>) -> bool {
+    r.is_ok_and(|r| r.state == CtState::New && !r.uncommitted)
+}
+
+/// [`new_conns_pass`] of plain tracking: the accepting filter hook's commit.
+#[inline(never)]
+fn new_plain_pass(id: usize, conns: usize, b: &mut Bw) -> (f64, u64) {
+    new_conns_pass(id, conns, b, |b, g, p| {
+        created(Ok(b.w.track(g, p.data(), &p.meta, 0, b.flags)))
+    })
+}
+
+/// [`new_conns_pass`] translated: prerouting's classification, postrouting's creation.
+#[inline(never)]
+fn new_nat_pass(id: usize, conns: usize, b: &mut Bw) -> (f64, u64) {
+    new_conns_pass(id, conns, b, |b, g, p| {
+        let (orig, l4) = tracked_of(p);
+        created(nat::commit_new(&mut b.w, &mut b.ports, g, p, 0, &orig, orig, l4, Some(b.snat)))
+    })
 }
 
 /// New connections per second per worker (slowest worker): in a fresh table, then again in
@@ -247,7 +270,8 @@ fn new_conns_pass(id: usize, conns: usize, translate: bool, b: &mut Bw) -> (f64,
 fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, f64, u64) {
     let rs = on_workers(workers, move |id, mut b, barrier| {
         barrier.wait();
-        let (fresh, mut bad) = new_conns_pass(id, conns, translate, &mut b);
+        let pass = if translate { new_nat_pass } else { new_plain_pass };
+        let (fresh, mut bad) = pass(id, conns, &mut b);
         barrier.wait();
         if id == 0 {
             bad += (b.ct.flush() != conns * workers) as u64;
@@ -265,7 +289,7 @@ fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, f64, u64) {
         // The same connections again, with the worker's ports as they were at the start.
         b.ports = NatPorts::seeded(id, workers, PORT_SEED);
         barrier.wait();
-        let (warm, more) = new_conns_pass(id, conns, translate, &mut b);
+        let (warm, more) = pass(id, conns, &mut b);
         (fresh, warm, bad + more)
     });
     let slowest = |f: fn(&(f64, f64, u64)) -> f64| rs.iter().map(f).fold(f64::INFINITY, f64::min);
