@@ -260,7 +260,17 @@ fn new_plain_pass(id: usize, conns: usize, b: &mut Bw) -> (f64, u64) {
 fn new_nat_pass(id: usize, conns: usize, b: &mut Bw) -> (f64, u64) {
     new_conns_pass(id, conns, b, |b, g, p| {
         let (orig, l4) = tracked_of(p);
-        created(nat::commit_new(&mut b.w, &mut b.ports, g, p, 0, &orig, orig, l4, Some(b.snat)))
+        created(nat::commit_new(
+            &mut b.w,
+            &mut b.ports,
+            g,
+            p,
+            0,
+            &orig,
+            orig,
+            l4,
+            Some(b.snat),
+        ))
     })
 }
 
