@@ -46,7 +46,7 @@ use crate::extract::{walk, Class, L4Info, TcpSeg};
 use crate::key::{Key, Tuple};
 use crate::nat::rewrite::{Half, Rewrite4};
 use crate::shared::{Remover, Shared, WorkerStats};
-use crate::table::{pin, Conn, ConnPtr, Guard, Kind, NodeCache, Table, ASSURED, SEEN_REPLY};
+use crate::table::{pin, Conn, ConnPtr, Guard, Kind, Nat4, NodeCache, Table, ASSURED, SEEN_REPLY};
 use crate::tcp::{self, state as ts, TcpConn, Update};
 use crate::timeout::{LiveTimeouts, TimeoutClass, Timeouts};
 use crate::{CtResult, CtState, InvalidReason};
@@ -898,6 +898,9 @@ impl CtWorker {
             let plan = if NAT { packet_plan(c, &key, src_lo, reply) } else { None };
             return (r, plan);
         }
+        if !commit {
+            return (self.uncommitted(&l4), None);
+        }
         (self.create(g, key, h, src_lo, l4, zone, commit), None)
     }
 
@@ -937,7 +940,11 @@ impl CtWorker {
             drop(global);
             return then(r, plan);
         }
-        let r = self.create(g, key, h, src_lo, l4, zone, commit);
+        let r = if commit {
+            self.create(g, key, h, src_lo, l4, zone, commit)
+        } else {
+            self.uncommitted(&l4)
+        };
         drop(global);
         then(r, None)
     }
@@ -1072,6 +1079,20 @@ impl CtWorker {
         })
     }
 
+    /// The result of a new packet that is not committed (its connection not created): new,
+    /// or invalid if it cannot start one. Nothing is built (inlined where its commit flag is
+    /// known, the miss of an ingress lookup costs no call).
+    #[inline(always)]
+    fn uncommitted(&self, l4: &L4Info) -> CtResult {
+        match self.start(l4) {
+            Ok(_) => CtResult {
+                uncommitted: true,
+                ..CtResult::orig(CtState::New)
+            },
+            Err(r) => r,
+        }
+    }
+
     /// Checks the worker's queue and reserves a place in `zone` for a new connection.
     #[inline(always)]
     fn admit(&self, zone: u16) -> Result<(), CtResult> {
@@ -1083,24 +1104,24 @@ impl CtWorker {
 
     #[allow(clippy::too_many_arguments)]
     fn create(&self, g: &Guard, key: Key, h: u64, src_lo: bool, l4: L4Info, zone: u16, commit: bool) -> CtResult {
+        if !commit {
+            return self.uncommitted(&l4);
+        }
         let to = self.s.timeouts(zone);
         let (kind, state, tcp, class) = match self.start(&l4) {
             Ok(v) => v,
             Err(r) => return r,
         };
-        if !commit {
-            return CtResult {
-                uncommitted: true,
-                ..CtResult::orig(CtState::New)
-            };
-        }
         if let Err(r) = self.admit(zone) {
             return r;
         }
-        let node =
+        let expires = self.now + to.ms(class);
+        // SAFETY: `Conn::init` initialises the node in full.
+        let node = unsafe {
             self.nodes
                 .borrow_mut()
-                .alloc(Conn::value(key, src_lo, kind, state, 0, tcp, self.now + to.ms(class)));
+                .alloc_with(|n| Conn::init(n, key, src_lo, kind, false, std::ptr::null(), state, tcp, expires, None))
+        };
         let s = &self.s;
         match s.table.insert(node, h, g) {
             Ok(c) => {
@@ -1371,15 +1392,20 @@ impl CtWorker {
         if let Err(r) = self.admit(zone) {
             return Ok(Some(r));
         }
-        let (mut p, mut a) = self.nodes.borrow_mut().alloc_pair(
-            Conn::value(okey, o_lo, kind, state, 0, tcp, self.now + to.ms(class)),
-            Conn::value(rkey, r_lo, kind, 0, 0, TcpConn::default(), Tick::MAX),
-        );
-        Conn::link(&mut p, &mut a);
-        match rw {
-            Some(rw) => p.set_nat4_of(&rw),
-            None => p.set_nat4(&a),
-        }
+        let expires = self.now + to.ms(class);
+        let nat4 = match rw {
+            Some(rw) => Some(Nat4::of(&rw)),
+            None => Nat4::between(&okey, o_lo, &rkey, r_lo),
+        };
+        // The two nodes made in place, linked (each the other's twin) and the primary's
+        // stored rewrite set as they are written.
+        // SAFETY: `Conn::init` initialises both nodes in full.
+        let (mut p, mut a) = unsafe {
+            self.nodes.borrow_mut().alloc_pair_with(|p, a| {
+                Conn::init(p, okey, o_lo, kind, false, a, state, tcp, expires, nat4);
+                Conn::init(a, rkey, r_lo, kind, true, p, 0, TcpConn::default(), Tick::MAX, None);
+            })
+        };
         let a = loop {
             match s.table.insert(a, rh, g) {
                 Ok(a) => break a,
