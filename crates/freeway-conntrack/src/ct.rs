@@ -1153,21 +1153,19 @@ impl CtWorker {
         }
     }
 
-    /// The tracker a new connection of `l4` starts with: kind, state, TCP tracker, timeout
-    /// class; `Err` for a packet that cannot start one.
+    /// The tracker a new connection of `l4` starts with: kind, state, TCP tracker (`None`:
+    /// not TCP, the default one), timeout class; `Err` for a packet that cannot start one.
     #[inline(always)]
-    fn start(&self, l4: &L4Info) -> Result<(Kind, u8, TcpConn, TimeoutClass), CtResult> {
+    fn start(&self, l4: &L4Info) -> Result<(Kind, u8, Option<TcpConn>, TimeoutClass), CtResult> {
         Ok(match l4 {
             L4Info::Tcp(seg) => match tcp::init(seg, self.s.tcp_loose) {
-                Ok((t, st)) => (Kind::Tcp, st, t, tcp_class(st)),
+                Ok((t, st)) => (Kind::Tcp, st, Some(t), tcp_class(st)),
                 Err(r) => return Err(invalid(r, false)),
             },
-            L4Info::Udp => (Kind::Udp, 0, TcpConn::default(), TimeoutClass::UdpSingle),
-            L4Info::Echo { request: true } => (Kind::Echo, 0, TcpConn::default(), TimeoutClass::Icmp),
+            L4Info::Udp => (Kind::Udp, 0, None, TimeoutClass::UdpSingle),
+            L4Info::Echo { request: true } => (Kind::Echo, 0, None, TimeoutClass::Icmp),
             L4Info::Echo { request: false } => return Err(invalid(InvalidReason::NoConnection, false)),
-            L4Info::Generic | L4Info::Sctp { starts: true } => {
-                (Kind::Generic, 0, TcpConn::default(), TimeoutClass::Generic)
-            }
+            L4Info::Generic | L4Info::Sctp { starts: true } => (Kind::Generic, 0, None, TimeoutClass::Generic),
             L4Info::Sctp { starts: false } => return Err(invalid(InvalidReason::NoConnection, false)),
         })
     }
@@ -1568,7 +1566,7 @@ impl CtWorker {
         let (mut p, mut a) = unsafe {
             self.nodes.borrow_mut().alloc_pair_with(|p, a| {
                 Conn::init(p, okey, o_lo, kind, false, a, state, tcp, expires, nat4);
-                Conn::init(a, rkey, r_lo, kind, true, p, 0, TcpConn::default(), Tick::MAX, None);
+                Conn::init(a, rkey, r_lo, kind, true, p, 0, None, Tick::MAX, None);
             })
         };
         let a = loop {

@@ -251,7 +251,8 @@ impl Conn {
 
     /// Writes a new node into the memory at `slot`, field by field: the node is made where
     /// it lives, not built as a value and copied there. `twin` and `reply_node` as
-    /// [`Conn::pair`] sets them, `nat4` as [`Conn::set_nat4`] does.
+    /// [`Conn::pair`] sets them, `nat4` as [`Conn::set_nat4`] does; the TCP tracker `tcp`, or
+    /// with `None` the default one (all zero: written as zero bytes, not built and copied).
     ///
     /// # Safety
     ///
@@ -267,7 +268,7 @@ impl Conn {
         reply_node: bool,
         twin: *const Conn,
         state: u8,
-        tcp: TcpConn,
+        tcp: Option<TcpConn>,
         expires: Tick,
         nat4: Option<Nat4>,
     ) {
@@ -286,7 +287,12 @@ impl Conn {
             addr_of_mut!((*hot).state).write(AtomicU8::new(state));
             addr_of_mut!((*hot).status).write(AtomicU8::new(0));
             addr_of_mut!((*hot).lock).write(AtomicBool::new(false));
-            addr_of_mut!((*hot).tcp).write(UnsafeCell::new(tcp));
+            match tcp {
+                Some(t) => addr_of_mut!((*hot).tcp).write(UnsafeCell::new(t)),
+                // `TcpConn::default()` is integers all zero: zero bytes are that value
+                // (`UnsafeCell` has its content's layout).
+                None => std::ptr::write_bytes(addr_of_mut!((*hot).tcp), 0, 1),
+            }
             addr_of_mut!((*hot).nat4).write(nat4);
         }
     }
@@ -1225,6 +1231,32 @@ mod tests {
     }
 
     /// Inserts a fresh UDP connection for `key(i)`; returns it.
+    #[test]
+    fn a_node_made_in_place_without_a_tcp_tracker_has_the_default_one() {
+        let t = Table::new(16, 5);
+        let mut nodes = t.node_cache();
+        // A stale node's memory first: the in-place writes must leave none of it.
+        let seg = crate::extract::TcpSeg {
+            flags: 0x02,
+            seq: 1000,
+            ack: 0,
+            win: 1000,
+            len: 0,
+            wscale: Some(3),
+        };
+        let (busy, _) = crate::tcp::init(&seg, false).expect("a SYN starts one");
+        assert_ne!(busy, TcpConn::default());
+        let stale = nodes.alloc(Conn::value(key(1), true, Kind::Tcp, 3, 3, busy, 9));
+        nodes.free(stale);
+        // SAFETY: `Conn::init` initialises the node in full.
+        let n = unsafe {
+            nodes.alloc_with(|p| Conn::init(p, key(2), false, Kind::Udp, false, std::ptr::null(), 0, None, 7, None))
+        };
+        assert_eq!(*n.lock().tcp(), TcpConn::default());
+        assert_eq!((n.expires(), n.state(), n.status(), n.orig_lo()), (7, 0, 0, false));
+        assert!(n.twin().is_none() && !n.is_reply_node());
+    }
+
     fn insert_udp<'g>(t: &'g Table, nodes: &mut NodeCache, i: u16, g: &'g Guard) -> *const Conn {
         let k = key(i);
         t.insert(
