@@ -7,8 +7,10 @@
 //!   one): the ingress lookup without commit (`runtime/stateful.rs`), then either plainly the
 //!   commit that the accepting filter hook makes (`track` again, with commit: a second
 //!   lookup, one insert; `runtime/firewall.rs`) or, translated as postrouting does
-//!   (`runtime/nat.rs`), the packet classified once more (prerouting's tuple) and
-//!   `nat::commit_new` with a source translation to one public address: the client's own
+//!   (`runtime/nat.rs`), from what the ingress lookup (`track_new`, as under nat chains)
+//!   handed on in the packet's note ([`NewConn`], written as bytes and read back, its key
+//!   hashed again): prerouting's tuple, then `nat::commit_seen` with a source translation to
+//!   one public address: the client's own
 //!   port when no other connection to the same server uses it, else a candidate from a
 //!   pseudo-random point of the worker's blocks (seeded: every run the same), the rewrite,
 //!   two inserts, the first of which tests the candidate. The ruleset's own judging is left
@@ -42,7 +44,7 @@ use std::time::Instant;
 use clap::Args;
 use freeway_conntrack::frames;
 use freeway_conntrack::nat::{self, NatPorts, SrcNat};
-use freeway_conntrack::{extract, Conntrack, CtConfig, CtState, NatPlan, TrackFlags};
+use freeway_conntrack::{extract, Conntrack, CtConfig, CtState, NatPlan, NewConn, TrackFlags};
 use freeway_packet::bytes::{wr16, wr32};
 use freeway_packet::{meta_flags, Packet};
 use freeway_sync::Clock;
@@ -207,40 +209,74 @@ fn tracked_of(p: &Packet) -> (freeway_conntrack::Tuple, extract::L4Info) {
     }
 }
 
-/// One pass of `conns` new connections by worker `id` (see the module doc); returns the
-/// connections per second and how many did not go as expected.
-fn new_conns_pass(id: usize, conns: usize, translate: bool, b: &mut Bw) -> (f64, u64) {
+/// One pass of `conns` new connections by worker `id` (see the module doc): `first(b, g, p)`
+/// does what the datapath does with a new connection's first packet `p` and says how many
+/// things did not go as expected; returns the connections per second and that count.
+/// Always inlined into the two variants' own functions ([`new_plain_pass`],
+/// [`new_nat_pass`]), so that neither's inlining shifts the other's count.
+#[inline(always)]
+fn new_conns_pass(
+    id: usize,
+    conns: usize,
+    b: &mut Bw,
+    mut first: impl FnMut(&mut Bw, &freeway_conntrack::Guard, &mut Packet) -> u64,
+) -> (f64, u64) {
     let mut p = template();
     p.meta.flags |= meta_flags::IPV4_CSUM_OK;
     let mut bad = 0u64;
-    let ingress = TrackFlags {
-        commit: false,
-        ..b.flags
-    };
     let t0 = Instant::now();
     for start in (0..conns).step_by(32) {
         let g = b.w.pin();
         for i in start..(start + 32).min(conns) {
             set_client(&mut p, client(id, i), client_port(id, i), i);
-            // The ingress lookup, which finds no connection and creates none. (The
-            // datapath's under nat chains is `track_nat`, which on a miss does what
-            // `track` does: its translation part reads a node found. A second call site
-            // of `track_nat` here would take its inlining away from the established
-            // phase below.)
-            let r = b.w.track(&g, p.data(), &p.meta, 0, ingress);
-            bad += u64::from(!r.uncommitted);
-            let r = if translate {
-                // Prerouting's classification, postrouting's creation.
-                let (orig, l4) = tracked_of(&p);
-                nat::commit_new(&mut b.w, &mut b.ports, &g, &mut p, 0, &orig, orig, l4, Some(b.snat))
-            } else {
-                // The accepting filter hook's commit.
-                Ok(b.w.track(&g, p.data(), &p.meta, 0, b.flags))
-            };
-            bad += u64::from(r.map_or(true, |r| r.state != CtState::New || r.uncommitted));
+            bad += first(b, &g, &mut p);
         }
     }
     (conns as f64 / t0.elapsed().as_secs_f64(), bad)
+}
+
+/// Whether a new connection's commit went as expected: created, in state new.
+fn created(r: Result<freeway_conntrack::CtResult, nat::NatFail>) -> bool {
+    r.is_ok_and(|r| r.state == CtState::New && !r.uncommitted)
+}
+
+/// [`new_conns_pass`] of plain tracking: the ingress lookup, which finds no connection and
+/// creates none, then the accepting filter hook's commit.
+#[inline(never)]
+fn new_plain_pass(id: usize, conns: usize, b: &mut Bw) -> (f64, u64) {
+    let ingress = TrackFlags {
+        commit: false,
+        ..b.flags
+    };
+    new_conns_pass(id, conns, b, |b, g, p| {
+        let r = b.w.track(g, p.data(), &p.meta, 0, ingress);
+        let made = b.w.track(g, p.data(), &p.meta, 0, b.flags);
+        u64::from(!r.uncommitted) + u64::from(!created(Ok(made)))
+    })
+}
+
+/// [`new_conns_pass`] translated: the ingress lookup under nat chains, which finds no
+/// connection, creates none and hands on what the creation needs ([`NewConn`]), left in
+/// the packet's note as bytes and read back (as `runtime/stateful.rs` and `runtime/nat.rs`
+/// do); prerouting's tuple from it; postrouting's creation from it.
+#[inline(never)]
+fn new_nat_pass(id: usize, conns: usize, b: &mut Bw) -> (f64, u64) {
+    let ingress = TrackFlags {
+        commit: false,
+        ..b.flags
+    };
+    let mut note = [0u8; NewConn::LEN];
+    new_conns_pass(id, conns, b, |b, g, p| {
+        let (r, _, new) = b.w.track_new(g, p.data(), &p.meta, 0, ingress);
+        let Some(new) = new else { return 1 };
+        new.write(&mut note);
+        let Some(seen) = b.w.read_new(black_box(&note)) else {
+            return 1;
+        };
+        let orig = seen.tuple();
+        let made = nat::commit_seen(&mut b.w, &mut b.ports, g, p, &seen, &orig, orig, Some(b.snat));
+        u64::from(!r.uncommitted) + u64::from(!created(made))
+    })
 }
 
 /// New connections per second per worker (slowest worker): in a fresh table, then again in
@@ -249,7 +285,8 @@ fn new_conns_pass(id: usize, conns: usize, translate: bool, b: &mut Bw) -> (f64,
 fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, f64, u64) {
     let rs = on_workers(workers, move |id, mut b, barrier| {
         barrier.wait();
-        let (fresh, mut bad) = new_conns_pass(id, conns, translate, &mut b);
+        let pass = if translate { new_nat_pass } else { new_plain_pass };
+        let (fresh, mut bad) = pass(id, conns, &mut b);
         barrier.wait();
         if id == 0 {
             bad += (b.ct.flush() != conns * workers) as u64;
@@ -267,7 +304,7 @@ fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, f64, u64) {
         // The same connections again, with the worker's ports as they were at the start.
         b.ports = NatPorts::seeded(id, workers, PORT_SEED);
         barrier.wait();
-        let (warm, more) = new_conns_pass(id, conns, translate, &mut b);
+        let (warm, more) = pass(id, conns, &mut b);
         (fresh, warm, bad + more)
     });
     let slowest = |f: fn(&(f64, f64, u64)) -> f64| rs.iter().map(f).fold(f64::INFINITY, f64::min);

@@ -46,7 +46,7 @@ use crate::extract::{walk, Class, L4Info, TcpSeg};
 use crate::key::{Key, Tuple};
 use crate::nat::rewrite::{Half, Rewrite4};
 use crate::shared::{Remover, Shared, WorkerStats};
-use crate::table::{pin, Conn, ConnPtr, Guard, Kind, NodeCache, Table, ASSURED, SEEN_REPLY};
+use crate::table::{pin, Conn, ConnPtr, Guard, Kind, Nat4, NodeCache, Table, ASSURED, SEEN_REPLY};
 use crate::tcp::{self, state as ts, TcpConn, Update};
 use crate::timeout::{LiveTimeouts, TimeoutClass, Timeouts};
 use crate::{CtResult, CtState, InvalidReason};
@@ -715,7 +715,7 @@ impl CtWorker {
         args: impl FnMut(usize, &Packet) -> (u16, TrackFlags),
         mut done: impl FnMut(usize, &mut Packet, CtResult),
     ) {
-        self.track_ahead::<false>(g, pkts, args, |i, p, r, _| done(i, p, r));
+        self.track_ahead::<false>(g, pkts, args, |i, p, r, _, _| done(i, p, r));
     }
 
     /// [`CtWorker::track_each`] with what [`CtWorker::track_nat`] gives: each packet's
@@ -726,7 +726,21 @@ impl CtWorker {
         g: &Guard,
         pkts: &mut [Packet],
         args: impl FnMut(usize, &Packet) -> (u16, TrackFlags),
-        done: impl FnMut(usize, &mut Packet, CtResult, Option<NatPlan>),
+        mut done: impl FnMut(usize, &mut Packet, CtResult, Option<NatPlan>),
+    ) {
+        self.track_ahead::<true>(g, pkts, args, |i, p, r, plan, _| done(i, p, r, plan));
+    }
+
+    /// [`CtWorker::track_nat_each`] that also hands on, for each packet of a new connection
+    /// that is not committed, what its creation needs ([`NewConn`], as
+    /// [`CtWorker::track_new`] gives it).
+    #[inline]
+    pub fn track_nat_new_each(
+        &mut self,
+        g: &Guard,
+        pkts: &mut [Packet],
+        args: impl FnMut(usize, &Packet) -> (u16, TrackFlags),
+        done: impl FnMut(usize, &mut Packet, CtResult, Option<NatPlan>, Option<NewConn>),
     ) {
         self.track_ahead::<true>(g, pkts, args, done);
     }
@@ -741,14 +755,26 @@ impl CtWorker {
         g: &Guard,
         pkts: &mut [Packet],
         mut args: impl FnMut(usize, &Packet) -> (u16, TrackFlags),
-        mut done: impl FnMut(usize, &mut Packet, CtResult, Option<NatPlan>),
+        mut done: impl FnMut(usize, &mut Packet, CtResult, Option<NatPlan>, Option<NewConn>),
     ) {
         if self.s.count.load(Ordering::Relaxed) < PREFETCH_MIN {
             for (i, p) in pkts.iter_mut().enumerate() {
                 let (zone, flags) = args(i, p);
                 let class = walk::<(Key, bool)>(p.data(), &p.meta, flags.l3_csum_verified);
+                if NAT {
+                    if let Class::Track((mut key, src_lo), l4) = class {
+                        // As `track_class` does, with the new connection handed on.
+                        key.set_zone(zone);
+                        let h = self.s.table.hash(&key);
+                        self.track_key_then(g, key, h, src_lo, l4, zone, flags.commit, |r, plan, new| {
+                            self.stats.states[r.state.counter()].inc();
+                            done(i, p, r, plan, new);
+                        });
+                        continue;
+                    }
+                }
                 let (r, plan) = self.track_class::<NAT>(g, class, zone, flags.commit);
-                done(i, p, r, plan);
+                done(i, p, r, plan, None);
             }
             return;
         }
@@ -786,20 +812,20 @@ impl CtWorker {
                     let a = unsafe { slots[i].assume_init_read() };
                     if NAT {
                         // The plan handed on where it is made, not merged with the others.
-                        self.track_key_then(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit, |r, plan| {
+                        self.track_key_then(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit, |r, plan, new| {
                             self.stats.states[r.state.counter()].inc();
-                            done(base + i, p, r, plan);
+                            done(base + i, p, r, plan, new);
                         });
                     } else {
                         let (r, plan) =
                             self.track_key_hashed::<NAT>(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit);
                         self.stats.states[r.state.counter()].inc();
-                        done(base + i, p, r, plan);
+                        done(base + i, p, r, plan, None);
                     }
                 } else {
                     let class = walk::<(Key, bool)>(p.data(), &p.meta, flags.l3_csum_verified);
                     let (r, plan) = self.track_class::<NAT>(g, class, zone, flags.commit);
-                    done(base + i, p, r, plan);
+                    done(base + i, p, r, plan, None);
                 }
             }
             base += group.len();
@@ -835,6 +861,66 @@ impl CtWorker {
     ) -> (CtResult, Option<NatPlan>) {
         let class = walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified);
         self.track_class::<true>(g, class, zone, flags.commit)
+    }
+
+    /// Tracks one packet as [`CtWorker::track_nat`] does and, when it is a new connection's
+    /// that is not committed, says what its creation needs ([`NewConn`]): the ingress lookup
+    /// of a datapath whose ruleset has nat chains.
+    #[inline(always)]
+    pub fn track_new(
+        &mut self,
+        g: &Guard,
+        frame: &[u8],
+        meta: &Meta,
+        zone: u16,
+        flags: TrackFlags,
+    ) -> (CtResult, Option<NatPlan>, Option<NewConn>) {
+        match walk::<(Key, bool)>(frame, meta, flags.l3_csum_verified) {
+            Class::Track((mut key, src_lo), l4) => {
+                key.set_zone(zone);
+                let h = self.s.table.hash(&key);
+                let mut out = (CtResult::orig(CtState::Untracked), None, None);
+                self.track_key_then(g, key, h, src_lo, l4, zone, flags.commit, |r, plan, new| {
+                    out = (r, plan, new)
+                });
+                self.stats.states[out.0.state.counter()].inc();
+                out
+            }
+            class => {
+                let (r, plan) = self.track_class::<true>(g, class, zone, flags.commit);
+                (r, plan, None)
+            }
+        }
+    }
+
+    /// The [`NewConn`] that [`NewConn::write`] wrote in `b`, its key hashed again; `None` for
+    /// bytes it cannot have written.
+    #[inline]
+    pub fn read_new(&self, b: &[u8; NewConn::LEN]) -> Option<NewConn> {
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
+        let l4 = match b[41] {
+            0 => L4Info::Tcp(TcpSeg {
+                flags: b[42],
+                seq: u32_at(43),
+                ack: u32_at(47),
+                win: u16::from_le_bytes([b[51], b[52]]),
+                len: u32_at(53),
+                wscale: (b[57] != 0).then_some(b[58]),
+            }),
+            1 => L4Info::Udp,
+            k @ (2 | 3) => L4Info::Sctp { starts: k == 3 },
+            k @ (4 | 5) => L4Info::Echo { request: k == 5 },
+            6 => L4Info::Generic,
+            _ => return None,
+        };
+        let key = Key::from_words([u64_at(0), u64_at(8), u64_at(16), u64_at(24), u64_at(32)]);
+        Some(NewConn {
+            key,
+            hash: self.s.table.hash(&key),
+            src_lo: b[40] != 0,
+            l4,
+        })
     }
 
     /// Tracks a packet as its headers classify it and counts its state; with `NAT`, gives
@@ -898,6 +984,9 @@ impl CtWorker {
             let plan = if NAT { packet_plan(c, &key, src_lo, reply) } else { None };
             return (r, plan);
         }
+        if !commit {
+            return (self.uncommitted(&l4), None);
+        }
         (self.create(g, key, h, src_lo, l4, zone, commit), None)
     }
 
@@ -916,7 +1005,7 @@ impl CtWorker {
         l4: L4Info,
         zone: u16,
         commit: bool,
-        then: impl FnOnce(CtResult, Option<NatPlan>),
+        then: impl FnOnce(CtResult, Option<NatPlan>, Option<NewConn>),
     ) {
         let s = &self.s;
         let global = s.global.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
@@ -928,18 +1017,29 @@ impl CtWorker {
                 Some(twin) => match stored_rewrite4(c, twin, &key, src_lo, reply) {
                     Some(rw) => {
                         drop(global);
-                        return then(r, Some(NatPlan::Packet4(rw)));
+                        return then(r, Some(NatPlan::Packet4(rw)), None);
                     }
                     None => tuple_plan(c, &key, src_lo),
                 },
                 None => None,
             };
             drop(global);
-            return then(r, plan);
+            return then(r, plan, None);
         }
-        let r = self.create(g, key, h, src_lo, l4, zone, commit);
+        if commit {
+            let r = self.create(g, key, h, src_lo, l4, zone, commit);
+            drop(global);
+            return then(r, None, None);
+        }
+        let r = self.uncommitted(&l4);
         drop(global);
-        then(r, None)
+        let new = (r.state == CtState::New).then_some(NewConn {
+            key,
+            hash: h,
+            src_lo,
+            l4,
+        });
+        then(r, None, new)
     }
 
     /// Tracks an ICMP error about the packet with tuple `inner`; with `NAT`, its plan too.
@@ -1053,23 +1153,35 @@ impl CtWorker {
         }
     }
 
-    /// The tracker a new connection of `l4` starts with: kind, state, TCP tracker, timeout
-    /// class; `Err` for a packet that cannot start one.
+    /// The tracker a new connection of `l4` starts with: kind, state, TCP tracker (`None`:
+    /// not TCP, the default one), timeout class; `Err` for a packet that cannot start one.
     #[inline(always)]
-    fn start(&self, l4: &L4Info) -> Result<(Kind, u8, TcpConn, TimeoutClass), CtResult> {
+    fn start(&self, l4: &L4Info) -> Result<(Kind, u8, Option<TcpConn>, TimeoutClass), CtResult> {
         Ok(match l4 {
             L4Info::Tcp(seg) => match tcp::init(seg, self.s.tcp_loose) {
-                Ok((t, st)) => (Kind::Tcp, st, t, tcp_class(st)),
+                Ok((t, st)) => (Kind::Tcp, st, Some(t), tcp_class(st)),
                 Err(r) => return Err(invalid(r, false)),
             },
-            L4Info::Udp => (Kind::Udp, 0, TcpConn::default(), TimeoutClass::UdpSingle),
-            L4Info::Echo { request: true } => (Kind::Echo, 0, TcpConn::default(), TimeoutClass::Icmp),
+            L4Info::Udp => (Kind::Udp, 0, None, TimeoutClass::UdpSingle),
+            L4Info::Echo { request: true } => (Kind::Echo, 0, None, TimeoutClass::Icmp),
             L4Info::Echo { request: false } => return Err(invalid(InvalidReason::NoConnection, false)),
-            L4Info::Generic | L4Info::Sctp { starts: true } => {
-                (Kind::Generic, 0, TcpConn::default(), TimeoutClass::Generic)
-            }
+            L4Info::Generic | L4Info::Sctp { starts: true } => (Kind::Generic, 0, None, TimeoutClass::Generic),
             L4Info::Sctp { starts: false } => return Err(invalid(InvalidReason::NoConnection, false)),
         })
+    }
+
+    /// The result of a new packet that is not committed (its connection not created): new,
+    /// or invalid if it cannot start one. Nothing is built (inlined where its commit flag is
+    /// known, the miss of an ingress lookup costs no call).
+    #[inline(always)]
+    fn uncommitted(&self, l4: &L4Info) -> CtResult {
+        match self.start(l4) {
+            Ok(_) => CtResult {
+                uncommitted: true,
+                ..CtResult::orig(CtState::New)
+            },
+            Err(r) => r,
+        }
     }
 
     /// Checks the worker's queue and reserves a place in `zone` for a new connection.
@@ -1083,24 +1195,24 @@ impl CtWorker {
 
     #[allow(clippy::too_many_arguments)]
     fn create(&self, g: &Guard, key: Key, h: u64, src_lo: bool, l4: L4Info, zone: u16, commit: bool) -> CtResult {
+        if !commit {
+            return self.uncommitted(&l4);
+        }
         let to = self.s.timeouts(zone);
         let (kind, state, tcp, class) = match self.start(&l4) {
             Ok(v) => v,
             Err(r) => return r,
         };
-        if !commit {
-            return CtResult {
-                uncommitted: true,
-                ..CtResult::orig(CtState::New)
-            };
-        }
         if let Err(r) = self.admit(zone) {
             return r;
         }
-        let node =
+        let expires = self.now + to.ms(class);
+        // SAFETY: `Conn::init` initialises the node in full.
+        let node = unsafe {
             self.nodes
                 .borrow_mut()
-                .alloc(Conn::value(key, src_lo, kind, state, 0, tcp, self.now + to.ms(class)));
+                .alloc_with(|n| Conn::init(n, key, src_lo, kind, false, std::ptr::null(), state, tcp, expires, None))
+        };
         let s = &self.s;
         match s.table.insert(node, h, g) {
             Ok(c) => {
@@ -1158,6 +1270,71 @@ fn tuple_plan(c: &Conn, key: &Key, src_lo: bool) -> Option<NatPlan> {
         from: key.tuple(src_lo),
         to,
     })
+}
+
+/// A new connection's first packet as its ingress lookup saw it, not committed
+/// ([`CtWorker::track_new`], [`CtWorker::track_nat_new_each`]): its key in its zone, the
+/// key's hash, its direction and its transport state. Its creation later
+/// ([`crate::nat::commit_seen`]) starts from it instead of parsing the packet and building
+/// its key again. It can travel with the packet as [`NewConn::LEN`] bytes
+/// ([`NewConn::write`], [`CtWorker::read_new`]; the hash does not travel: it is computed
+/// again from the key, so that bytes changed on the way can give a wrong tuple, never a
+/// key in the wrong bucket).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NewConn {
+    pub(crate) key: Key,
+    pub(crate) hash: u64,
+    pub(crate) src_lo: bool,
+    pub(crate) l4: L4Info,
+}
+
+impl NewConn {
+    /// Bytes of [`NewConn::write`].
+    pub const LEN: usize = 59;
+
+    /// The packet's tuple.
+    #[inline]
+    pub fn tuple(&self) -> Tuple {
+        self.key.tuple(self.src_lo)
+    }
+
+    /// The packet's transport state.
+    #[inline]
+    pub fn l4(&self) -> L4Info {
+        self.l4
+    }
+
+    /// The zone it was looked up in.
+    #[inline]
+    pub fn zone(&self) -> u16 {
+        self.key.zone()
+    }
+
+    /// Writes it as bytes: the key's words, the direction, then the transport state (a kind
+    /// and, for TCP, the segment's fields).
+    #[inline]
+    pub fn write(&self, b: &mut [u8; NewConn::LEN]) {
+        for (i, w) in self.key.words().iter().enumerate() {
+            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b[40] = u8::from(self.src_lo);
+        b[41] = match self.l4 {
+            L4Info::Tcp(_) => 0,
+            L4Info::Udp => 1,
+            L4Info::Sctp { starts } => 2 + u8::from(starts),
+            L4Info::Echo { request } => 4 + u8::from(request),
+            L4Info::Generic => 6,
+        };
+        if let L4Info::Tcp(seg) = self.l4 {
+            b[42] = seg.flags;
+            b[43..47].copy_from_slice(&seg.seq.to_le_bytes());
+            b[47..51].copy_from_slice(&seg.ack.to_le_bytes());
+            b[51..53].copy_from_slice(&seg.win.to_le_bytes());
+            b[53..57].copy_from_slice(&seg.len.to_le_bytes());
+            b[57] = u8::from(seg.wscale.is_some());
+            b[58] = seg.wscale.unwrap_or(0);
+        }
+    }
 }
 
 /// What [`CtWorker::commit_nat`] did.
@@ -1323,6 +1500,13 @@ impl CtWorker {
         h
     }
 
+    /// Fetches the bucket of hash `h` (a new connection's primary whose hash is known:
+    /// [`crate::nat::commit_seen`]).
+    #[inline(always)]
+    pub(crate) fn prefetch_bucket(&self, h: u64) {
+        self.s.table.prefetch(h);
+    }
+
     /// Creates a translated connection whose original direction is keyed `okey` (its hash
     /// `oh`, [`CtWorker::hash_ahead`]; `o_lo`: its originator is the key's low endpoint),
     /// trying the reply key `first` and then those `next` gives (each with its low
@@ -1368,15 +1552,20 @@ impl CtWorker {
         if let Err(r) = self.admit(zone) {
             return Ok(Some(r));
         }
-        let (mut p, mut a) = self.nodes.borrow_mut().alloc_pair(
-            Conn::value(okey, o_lo, kind, state, 0, tcp, self.now + to.ms(class)),
-            Conn::value(rkey, r_lo, kind, 0, 0, TcpConn::default(), Tick::MAX),
-        );
-        Conn::link(&mut p, &mut a);
-        match rw {
-            Some(rw) => p.set_nat4_of(&rw),
-            None => p.set_nat4(&a),
-        }
+        let expires = self.now + to.ms(class);
+        let nat4 = match rw {
+            Some(rw) => Some(Nat4::of(&rw)),
+            None => Nat4::between(&okey, o_lo, &rkey, r_lo),
+        };
+        // The two nodes made in place, linked (each the other's twin) and the primary's
+        // stored rewrite set as they are written.
+        // SAFETY: `Conn::init` initialises both nodes in full.
+        let (mut p, mut a) = unsafe {
+            self.nodes.borrow_mut().alloc_pair_with(|p, a| {
+                Conn::init(p, okey, o_lo, kind, false, a, state, tcp, expires, nat4);
+                Conn::init(a, rkey, r_lo, kind, true, p, 0, None, Tick::MAX, None);
+            })
+        };
         let a = loop {
             match s.table.insert(a, rh, g) {
                 Ok(a) => break a,

@@ -180,6 +180,18 @@ impl Key {
         )
     }
 
+    /// The key's five words.
+    #[inline(always)]
+    pub(crate) fn words(&self) -> [u64; 5] {
+        self.w
+    }
+
+    /// The key of five words [`Key::words`] gave.
+    #[inline(always)]
+    pub(crate) fn from_words(w: [u64; 5]) -> Key {
+        Key { w }
+    }
+
     /// Sets the zone of a key built in zone 0.
     #[inline(always)]
     pub(crate) fn set_zone(&mut self, zone: u16) {

@@ -52,7 +52,7 @@ pub mod table;
 pub mod tcp;
 pub mod timeout;
 
-pub use ct::{Conntrack, CtConfig, CtStats, CtWorker, NatCommit, NatPlan, TrackFlags};
+pub use ct::{Conntrack, CtConfig, CtStats, CtWorker, NatCommit, NatPlan, NewConn, TrackFlags};
 pub use dump::{ConnRecord, TupleRecord};
 pub use expiry::{Expirer, ExpiryThread};
 pub use firewall::{Firewall, FirewallPolicy, FwStats, FwWorker, Verdict};

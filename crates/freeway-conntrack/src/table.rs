@@ -148,6 +148,40 @@ pub struct Hot {
     nat4: MaybeUninit<Stored4>,
 }
 
+/// What a translated IPv4 connection's primary keeps of its original direction's rewrite
+/// ([`Stored4`]: the translated tuple and each half's checksum changes, computed once when
+/// the connection is created).
+#[derive(Clone, Copy)]
+pub(crate) struct Nat4(Stored4);
+
+impl Nat4 {
+    /// What a primary stores from the rewrite `rw` of its original tuple to its reply node's
+    /// translated one (as [`Rewrite4::new`] gives it), whose checksum changes are not
+    /// computed again.
+    #[inline(always)]
+    pub(crate) fn of(rw: &Rewrite4) -> Nat4 {
+        Nat4(rw.stored())
+    }
+
+    /// What a primary keyed `key` (its originator the low endpoint: `lo`) stores for a reply
+    /// node keyed `reply` (`reply_lo`): `None` unless both are IPv4 ([`Conn::nat4`]).
+    #[inline(always)]
+    pub(crate) fn between(key: &Key, lo: bool, reply: &Key, reply_lo: bool) -> Option<Nat4> {
+        if key.is_v6() || reply.is_v6() {
+            return None;
+        }
+        let (from, from_ports) = key.v4_words(lo);
+        let (to, to_ports) = reply.v4_words(reply_lo);
+        Some(Nat4::of(&Rewrite4::of_words(
+            from,
+            from_ports,
+            to,
+            to_ports,
+            key.proto(),
+        )))
+    }
+}
+
 /// One connection, or the reply node of a translated one (see "NAT" in the module doc).
 #[repr(C, align(64))]
 pub struct Conn {
@@ -217,6 +251,57 @@ impl Conn {
         }
     }
 
+    /// Writes a new node into the memory at `slot`, field by field: the node is made where
+    /// it lives, not built as a value and copied there. `twin` and `reply_node` as
+    /// [`Conn::pair`] sets them, `nat4` as [`Conn::set_nat4`] does; the TCP tracker `tcp`, or
+    /// with `None` the default one (all zero: written as zero bytes, not built and copied).
+    ///
+    /// # Safety
+    ///
+    /// `slot` is valid for writes of a `Conn`, aligned, and not reachable by any other
+    /// thread (a node's memory from [`NodeCache`], not published).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) unsafe fn init(
+        slot: *mut Conn,
+        key: Key,
+        orig_lo: bool,
+        kind: Kind,
+        reply_node: bool,
+        twin: *const Conn,
+        state: u8,
+        tcp: Option<TcpConn>,
+        expires: Tick,
+        nat4: Option<Nat4>,
+    ) {
+        use std::ptr::addr_of_mut;
+        // SAFETY: per the contract, every field's place is valid for writes and aligned; no
+        // field has drop glue (a stale node's old value leaks nothing when overwritten).
+        unsafe {
+            addr_of_mut!((*slot).key).write(key);
+            addr_of_mut!((*slot).next).write(AtomicPtr::new(std::ptr::null_mut()));
+            addr_of_mut!((*slot).orig_lo).write(AtomicBool::new(orig_lo));
+            addr_of_mut!((*slot).kind).write(kind);
+            addr_of_mut!((*slot).reply_node).write(reply_node);
+            addr_of_mut!((*slot).twin).write(twin);
+            let hot = addr_of_mut!((*slot).hot);
+            addr_of_mut!((*hot).expires).write(AtomicU64::new(expires));
+            addr_of_mut!((*hot).state).write(AtomicU8::new(state));
+            addr_of_mut!((*hot).status).write(AtomicU8::new(0));
+            addr_of_mut!((*hot).lock).write(AtomicBool::new(false));
+            match tcp {
+                Some(t) => addr_of_mut!((*hot).tcp).write(UnsafeCell::new(t)),
+                // `TcpConn::default()` is integers all zero: zero bytes are that value
+                // (`UnsafeCell` has its content's layout).
+                None => std::ptr::write_bytes(addr_of_mut!((*hot).tcp), 0, 1),
+            }
+            addr_of_mut!((*hot).nat4_set).write(nat4.is_some());
+            if let Some(n) = nat4 {
+                addr_of_mut!((*hot).nat4).write(MaybeUninit::new(n.0));
+            }
+        }
+    }
+
     /// The key.
     #[inline(always)]
     pub fn key(&self) -> &Key {
@@ -235,26 +320,10 @@ impl Conn {
     /// `reply` (keyed by the reply direction's tuple) becomes its reply node.
     #[inline(always)]
     pub fn pair(conn: &mut Conn, reply: &mut Conn) {
-        Conn::link(conn, reply);
-        conn.set_nat4(reply);
-    }
-
-    /// [`Conn::pair`] without the primary's stored rewrite, which the caller sets
-    /// ([`Conn::set_nat4`] or [`Conn::set_nat4_of`]).
-    #[inline(always)]
-    pub(crate) fn link(conn: &mut Conn, reply: &mut Conn) {
         conn.twin = reply as *const Conn;
         reply.twin = conn as *const Conn;
         reply.reply_node = true;
-    }
-
-    /// What [`Conn::set_nat4`] stores, from the rewrite `rw` of the original tuple to the
-    /// reply node's translated one (as [`Rewrite4::new`] gives it), whose checksum changes
-    /// are not computed again.
-    #[inline(always)]
-    pub(crate) fn set_nat4_of(&mut self, rw: &Rewrite4) {
-        self.hot.nat4 = MaybeUninit::new(rw.stored());
-        self.hot.nat4_set = true;
+        conn.set_nat4(reply);
     }
 
     /// Copies the unpublished reply node's tuple, as the original direction's packets carry
@@ -262,13 +331,13 @@ impl Conn {
     /// rewrite (IPv4 only: see [`Conn::nat4`]).
     #[inline(always)]
     pub(crate) fn set_nat4(&mut self, reply: &Conn) {
-        self.hot.nat4_set = false;
-        if self.key.is_v6() || reply.key.is_v6() {
-            return;
+        match Nat4::between(&self.key, self.orig_lo(), &reply.key, reply.orig_lo()) {
+            Some(n) => {
+                self.hot.nat4 = MaybeUninit::new(n.0);
+                self.hot.nat4_set = true;
+            }
+            None => self.hot.nat4_set = false,
         }
-        let (from, from_ports) = self.key.v4_words(self.orig_lo());
-        let (to, to_ports) = reply.key.v4_words(reply.orig_lo());
-        self.set_nat4_of(&Rewrite4::of_words(from, from_ports, to, to_ports, self.key.proto()));
     }
 
     /// A primary's rewrite of its original direction, whose untranslated tuple is `key`'s
@@ -279,8 +348,8 @@ impl Conn {
         if !self.hot.nat4_set {
             return None;
         }
-        // SAFETY: `nat4_set` is set only right after `nat4` was written (`set_nat4_of`), and
-        // neither changes once the node is published.
+        // SAFETY: `nat4_set` is set only with or right after `nat4` was written (`Conn::init`,
+        // `Conn::set_nat4`), and neither changes once the node is published.
         let s = unsafe { self.hot.nat4.assume_init_ref() };
         let (from, from_ports) = key.v4_words(lo_sends);
         Some(Rewrite4::of_stored(from, from_ports, s, key.proto()))
@@ -625,9 +694,45 @@ impl NodeCache {
         }
     }
 
-    /// [`NodeCache::alloc`], inlined.
+    /// A node made in place ([`Conn::init`]) by `init`, given its memory: no value built and
+    /// copied.
+    ///
+    /// # Safety
+    ///
+    /// `init` initialises the node in full (with [`Conn::init`]).
     #[inline(always)]
-    fn place(&mut self, c: Conn) -> NodeBox {
+    pub(crate) unsafe fn alloc_with(&mut self, init: impl FnOnce(*mut Conn)) -> NodeBox {
+        let p = self.slot();
+        init(p);
+        // SAFETY: `slot` is never null; `p` is initialised (the contract) and owned here.
+        NodeBox(unsafe { std::ptr::NonNull::new_unchecked(p) })
+    }
+
+    /// The two nodes of a translated connection made in place by `init(primary, reply)`
+    /// ([`NodeCache::alloc_with`]), each knowing the other's address from the start (its
+    /// `twin`).
+    ///
+    /// # Safety
+    ///
+    /// `init` initialises both nodes in full (with [`Conn::init`]).
+    #[inline(always)]
+    pub(crate) unsafe fn alloc_pair_with(&mut self, init: impl FnOnce(*mut Conn, *mut Conn)) -> (NodeBox, NodeBox) {
+        let (p, a) = (self.slot(), self.slot());
+        init(p, a);
+        // SAFETY: as in `alloc_with`, for both.
+        unsafe {
+            (
+                NodeBox(std::ptr::NonNull::new_unchecked(p)),
+                NodeBox(std::ptr::NonNull::new_unchecked(a)),
+            )
+        }
+    }
+
+    /// A free node's memory, owned by the caller, to be initialised (or a stale node's; it
+    /// is never null): a recycled node when there is one, else a fresh one carved from the
+    /// worker's slab.
+    #[inline(always)]
+    fn slot(&mut self) -> *mut Conn {
         #[cfg(not(loom))]
         {
             // An empty queue is seen by two loads (a failed pop costs several times that): a
@@ -636,7 +741,7 @@ impl NodeCache {
             if self.free.is_empty() && !self.shared.q.is_empty() {
                 self.refill();
             }
-            let p = match self.free.pop() {
+            match self.free.pop() {
                 Some(p) => {
                     // The free node `PREFETCH_NODES` places down the stack will be a
                     // connection's a few connections from now: fetch its lines for writing,
@@ -650,20 +755,26 @@ impl NodeCache {
                     p as *mut Conn
                 }
                 None => self.carve(),
-            };
-            // SAFETY: `p` is a node of a live slab owned by this cache alone: recycled
-            // (unlinked, its grace period passed: invariant 2) or never used; `Conn` has no
-            // drop glue, so overwriting a stale value leaks nothing. Not null.
-            unsafe {
-                p.write(c);
-                NodeBox(std::ptr::NonNull::new_unchecked(p))
             }
         }
         #[cfg(loom)]
         {
             let _ = &self.shared;
-            // SAFETY: `Box::into_raw` is never null.
-            NodeBox(unsafe { std::ptr::NonNull::new_unchecked(Box::into_raw(Box::new(c))) })
+            // A box of its own, freed by `NodeBox`'s drop as a `Box<Conn>` (same layout).
+            Box::into_raw(Box::<Conn>::new_uninit()).cast::<Conn>()
+        }
+    }
+
+    /// [`NodeCache::alloc`], inlined.
+    #[inline(always)]
+    fn place(&mut self, c: Conn) -> NodeBox {
+        let p = self.slot();
+        // SAFETY: `p` is a node's memory owned by this cache alone ([`NodeCache::slot`]: a
+        // recycled node, unlinked and past its grace period (invariant 2), or never used);
+        // `Conn` has no drop glue, so overwriting a stale value leaks nothing. Not null.
+        unsafe {
+            p.write(c);
+            NodeBox(std::ptr::NonNull::new_unchecked(p))
         }
     }
 
@@ -1129,6 +1240,32 @@ mod tests {
     }
 
     /// Inserts a fresh UDP connection for `key(i)`; returns it.
+    #[test]
+    fn a_node_made_in_place_without_a_tcp_tracker_has_the_default_one() {
+        let t = Table::new(16, 5);
+        let mut nodes = t.node_cache();
+        // A stale node's memory first: the in-place writes must leave none of it.
+        let seg = crate::extract::TcpSeg {
+            flags: 0x02,
+            seq: 1000,
+            ack: 0,
+            win: 1000,
+            len: 0,
+            wscale: Some(3),
+        };
+        let (busy, _) = crate::tcp::init(&seg, false).expect("a SYN starts one");
+        assert_ne!(busy, TcpConn::default());
+        let stale = nodes.alloc(Conn::value(key(1), true, Kind::Tcp, 3, 3, busy, 9));
+        nodes.free(stale);
+        // SAFETY: `Conn::init` initialises the node in full.
+        let n = unsafe {
+            nodes.alloc_with(|p| Conn::init(p, key(2), false, Kind::Udp, false, std::ptr::null(), 0, None, 7, None))
+        };
+        assert_eq!(*n.lock().tcp(), TcpConn::default());
+        assert_eq!((n.expires(), n.state(), n.status(), n.orig_lo()), (7, 0, 0, false));
+        assert!(n.twin().is_none() && !n.is_reply_node());
+    }
+
     fn insert_udp<'g>(t: &'g Table, nodes: &mut NodeCache, i: u16, g: &'g Guard) -> *const Conn {
         let k = key(i);
         t.insert(

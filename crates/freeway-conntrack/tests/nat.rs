@@ -541,3 +541,70 @@ proptest! {
         }
     }
 }
+
+/// The ingress lookup's hand-off: an uncommitted new packet's [`NewConn`] gives its tuple
+/// and transport state, survives being written as bytes and read back (TCP with its
+/// segment, UDP, echo; IPv4 and IPv6), and `commit_seen` creates from it what
+/// `commit_new` creates from the parsed packet; a committed or known packet hands nothing
+/// on.
+#[test]
+fn an_uncommitted_new_packet_hands_on_its_creation() {
+    let (_ct, mut w, _clock) = setup();
+    let g = w.pin();
+    let ingress = freeway_conntrack::TrackFlags {
+        commit: false,
+        l3_csum_verified: false,
+    };
+    let syn = Seg {
+        wscale: Some(7),
+        ..Seg::new(SYN, 0x1234_5678, 0)
+    };
+    let pkts = [
+        frames::tcp(ip("10.0.0.2"), ip("198.51.100.7"), 40000, 443, syn),
+        frames::udp(ip("10.0.0.3"), ip("198.51.100.7"), 5000, 53, 20),
+        frames::udp(ip("2001:db8::2"), ip("2001:db8:1::7"), 5000, 53, 20),
+        frames::echo(ip("10.0.0.4"), ip("198.51.100.7"), 77, 1, true),
+    ];
+    for p in pkts {
+        let (r, plan, new) = w.track_new(&g, p.data(), &p.meta, 3, ingress);
+        assert!(r.uncommitted && r.state == CtState::New && plan.is_none(), "{r:?}");
+        let new = new.expect("handed on");
+        assert_eq!(new.tuple(), tuple_of(&p));
+        assert_eq!(new.l4(), l4_of(&p));
+        assert_eq!(new.zone(), 3);
+        let mut b = [0u8; freeway_conntrack::NewConn::LEN];
+        new.write(&mut b);
+        assert_eq!(w.read_new(&b), Some(new), "read back as written");
+        b[41] = 0xff;
+        assert_eq!(w.read_new(&b), None, "an unknown transport kind");
+    }
+    // Created from the hand-off as from the parsed packet: translated, found both ways.
+    let mut ports = NatPorts::new(0, 1);
+    let snat = SrcNat {
+        addr: (0xc000_0201, 0xc000_0201),
+        ports: None,
+    };
+    let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 20);
+    let (_, _, new) = w.track_new(&g, p.data(), &p.meta, 0, ingress);
+    let new = new.expect("handed on");
+    let orig = new.tuple();
+    let r = nat::commit_seen(&mut w, &mut ports, &g, &mut p, &new, &orig, orig, Some(snat)).expect("translated");
+    assert_eq!(r.state, CtState::New);
+    let out = tuple_of(&p);
+    assert_eq!(out.src_ip(), ip("192.0.2.1"));
+    assert!(checksums_ok(&p));
+    let commit = freeway_conntrack::TrackFlags {
+        commit: true,
+        l3_csum_verified: false,
+    };
+    let reply = frames::udp(out.dst_ip(), out.src_ip(), out.dport, out.sport, 20);
+    let (r, plan) = w.track_nat(&g, reply.data(), &reply.meta, 0, commit);
+    assert_eq!((r.state, r.reply), (CtState::Established, true));
+    assert_eq!(plan.map(|p| p.tuples().1), Some(orig.reversed()));
+    // A packet of a known connection, or one committed, hands nothing on.
+    let q = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 20);
+    assert!(w.track_new(&g, q.data(), &q.meta, 0, ingress).2.is_none());
+    let q = frames::udp(ip("10.0.0.9"), ip("198.51.100.7"), 5000, 53, 20);
+    let (r, _, new) = w.track_new(&g, q.data(), &q.meta, 0, commit);
+    assert!(r.state == CtState::New && !r.uncommitted && new.is_none());
+}

@@ -11,7 +11,7 @@ pub use rewrite::{rewrite, rewrite4, rewrite_icmp_error, Half, Rewrite4};
 
 use freeway_packet::Packet;
 
-use crate::ct::CtWorker;
+use crate::ct::{CtWorker, NewConn};
 use crate::extract::L4Info;
 use crate::key::{Key, Tuple};
 use crate::table::Guard;
@@ -111,6 +111,62 @@ pub fn commit_new(
     l4: L4Info,
     snat: Option<SrcNat>,
 ) -> Result<CtResult, NatFail> {
+    let (okey, o_lo) = Key::new(orig, zone);
+    let oh = ct.hash_ahead(&okey);
+    commit_keyed(ct, ports, g, pkt, zone, orig, (okey, o_lo, oh), cur, l4, snat)
+}
+
+/// [`commit_new`] of a packet whose ingress lookup gave `new` ([`CtWorker::track_new`]):
+/// its key, hash and transport state are taken from it (the packet is not parsed, its key
+/// not built and hashed again), in `new`'s zone; `orig` is `new`'s tuple
+/// ([`NewConn::tuple`]), which the caller has.
+///
+/// Always inlined, as [`commit_new`] is.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn commit_seen(
+    ct: &mut CtWorker,
+    ports: &mut NatPorts,
+    g: &Guard,
+    pkt: &mut Packet,
+    new: &NewConn,
+    orig: &Tuple,
+    cur: Tuple,
+    snat: Option<SrcNat>,
+) -> Result<CtResult, NatFail> {
+    debug_assert_eq!(*orig, new.tuple());
+    ct.prefetch_bucket(new.hash);
+    commit_keyed(
+        ct,
+        ports,
+        g,
+        pkt,
+        new.zone(),
+        orig,
+        (new.key, new.src_lo, new.hash),
+        cur,
+        new.l4,
+        snat,
+    )
+}
+
+/// The body of [`commit_new`] and [`commit_seen`]: `okey` is the original tuple's key, its
+/// direction and its hash (whose bucket is being fetched).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn commit_keyed(
+    ct: &mut CtWorker,
+    ports: &mut NatPorts,
+    g: &Guard,
+    pkt: &mut Packet,
+    zone: u16,
+    orig: &Tuple,
+    okey: (Key, bool, u64),
+    cur: Tuple,
+    l4: L4Info,
+    snat: Option<SrcNat>,
+) -> Result<CtResult, NatFail> {
+    let (okey, o_lo, oh) = okey;
     // The candidates: one tuple (untranslated, or translated with the connection's own
     // port), then, only when that one is taken, the worker's ports: the walk of
     // `NatPorts::candidates` is not set up for a connection that keeps its port.
@@ -133,11 +189,10 @@ pub fn commit_new(
             }
         }
     }
-    // The primary's bucket is fetched first: its miss overlaps the rewrite and the reply
-    // node's preparation. The first candidate is tried without a call: the packet rewritten
-    // to it and its key built here; the port walk (out of line) only when it is taken.
-    let (okey, o_lo) = Key::new(orig, zone);
-    let oh = ct.hash_ahead(&okey);
+    // The primary's bucket was fetched first (by the caller): its miss overlaps the rewrite
+    // and the reply node's preparation. The first candidate is tried without a call: the
+    // packet rewritten to it and its key built here; the port walk (out of line) only when
+    // it is taken.
     let first = match one {
         Some(t) => Some(first_candidate(pkt, orig, &cur, t, zone)?),
         None => None,

@@ -41,13 +41,21 @@
 //! as before. A note can be stale only if the packet changed in between, and a rewrite
 //! checks that the packet carries the tuple it rewrites from.
 //!
+//! A new connection's first packet, which the ingress lookup did not commit, gets a note of
+//! another kind ([`put_new_note`]): what its creation needs ([`NewConn`]: its key, direction
+//! and transport state). Prerouting takes it ([`take_new_note`]) instead of parsing the
+//! packet again, and postrouting creates the connection from it
+//! ([`nat::commit_seen`]) without building and hashing its key again (the hash is computed
+//! again from the note's key: bytes changed on the way could give a wrong tuple, never a key
+//! in the wrong bucket). A note of another zone than the ingress interface's is not used.
+//!
 //! Threads: a [`NatState`] belongs to its worker's firewall hook.
 
 use std::sync::Arc;
 
 use freeway_conntrack::extract::L4Info;
 use freeway_conntrack::nat::{self, Half, NatFail, NatPorts, PortRange, Rewrite4, SrcNat};
-use freeway_conntrack::{extract, CtState, CtWorker, NatPlan, Tuple};
+use freeway_conntrack::{extract, CtState, CtWorker, NatPlan, NewConn, Tuple};
 use freeway_firewall::ast::{Hook, NatKind};
 use freeway_firewall::{Action, Firewall, FwState, NatChoice};
 use freeway_l3::{Interfaces, L3Drop};
@@ -103,9 +111,13 @@ const NOTE_AT: usize = FragNote::LEN;
 /// Bytes of one tuple in a note.
 const TUPLE_LEN: usize = 38;
 /// Bytes of a note: a kind (0: untranslated, 1: a packet's plan, 2: an ICMP error's, 3: an
-/// IPv4 packet's [`Rewrite4`]) and the plan's two tuples (or the [`REWRITE4_LEN`] bytes of
-/// the rewrite).
+/// IPv4 packet's [`Rewrite4`], 4: a new connection's [`NewConn`]) and the plan's two tuples
+/// (or the [`REWRITE4_LEN`] bytes of the rewrite, or the [`NewConn::LEN`] of the new
+/// connection).
 const NOTE_LEN: usize = 1 + 2 * TUPLE_LEN;
+const _: () = assert!(NewConn::LEN < NOTE_LEN && REWRITE4_LEN < NOTE_LEN);
+/// The kind of a new connection's note.
+const NEW_NOTE: u8 = 4;
 /// Bytes of a [`Rewrite4`] in a note.
 const REWRITE4_LEN: usize = Rewrite4::LEN;
 
@@ -184,7 +196,7 @@ pub(crate) fn take_note(pkt: &mut Packet) -> Option<Option<NatPlan>> {
     let plan = match n[0] {
         0 => None,
         3 => n[1..].first_chunk().map(|b| NatPlan::Packet4(Rewrite4::from_bytes(b))),
-        k => {
+        k @ (1 | 2) => {
             let (from, to) = (get_tuple(&n[1..]), get_tuple(&n[1 + TUPLE_LEN..]));
             Some(if k == 1 {
                 NatPlan::Packet { from, to }
@@ -192,9 +204,54 @@ pub(crate) fn take_note(pkt: &mut Packet) -> Option<Option<NatPlan>> {
                 NatPlan::IcmpError { from, to }
             })
         }
+        // A new connection's note ([`put_new_note`]) is no plan: look the connection up.
+        _ => {
+            pkt.pull_front(h);
+            return None;
+        }
     };
     pkt.pull_front(h);
     Some(plan)
+}
+
+/// Leaves in `pkt`'s headroom what its new connection's creation needs, from its ingress
+/// lookup ([`NewConn`]), and marks it ([`meta_flags::NAT_NOTE`]). Without room for the
+/// note, nothing is marked (prerouting parses the packet).
+#[inline]
+pub(crate) fn put_new_note(pkt: &mut Packet, new: &NewConn) {
+    let h = pkt.headroom();
+    if h < NOTE_AT + NOTE_LEN {
+        return;
+    }
+    let Some(b) = pkt.push_front(h) else { return };
+    let n = &mut b[NOTE_AT..NOTE_AT + NOTE_LEN];
+    n[0] = NEW_NOTE;
+    if let Some(b) = n[1..].first_chunk_mut() {
+        new.write(b);
+    }
+    pkt.pull_front(h);
+    pkt.meta.flags |= meta_flags::NAT_NOTE;
+}
+
+/// Takes the note [`put_new_note`] left (and unmarks the packet): `None` without one.
+#[inline]
+pub(crate) fn take_new_note(pkt: &mut Packet, ct: &CtWorker) -> Option<NewConn> {
+    if pkt.meta.flags & meta_flags::NAT_NOTE == 0 {
+        return None;
+    }
+    pkt.meta.flags &= !meta_flags::NAT_NOTE;
+    let h = pkt.headroom();
+    if h < NOTE_AT + NOTE_LEN {
+        return None;
+    }
+    let b = pkt.push_front(h)?;
+    let n = &b[NOTE_AT..NOTE_AT + NOTE_LEN];
+    let new = match n[0] {
+        NEW_NOTE => n[1..].first_chunk().and_then(|b| ct.read_new(b)),
+        _ => None,
+    };
+    pkt.pull_front(h);
+    new
 }
 
 /// One worker's NAT: its share of the ports, and what prerouting left for postrouting.
@@ -209,6 +266,9 @@ pub(crate) struct NatState {
     /// destination translation (the same without one) and its transport state: it is
     /// created at postrouting, without parsing the packet again.
     new_orig: Option<(Tuple, Tuple, L4Info)>,
+    /// The new connection as its ingress lookup left it ([`take_new_note`]), when it did:
+    /// created from it at postrouting.
+    new_seen: Option<NewConn>,
 }
 
 /// What the NAT hooks of one worker work with: the ruleset and the worker's state of it, its
@@ -327,6 +387,7 @@ impl NatState {
             masq,
             src_half: None,
             new_orig: None,
+            new_seen: None,
         }
     }
 
@@ -348,10 +409,21 @@ impl NatState {
     pub fn prerouting(&mut self, cx: &mut NatCx<'_>, pkt: &mut Packet) -> bool {
         self.src_half = None;
         self.new_orig = None;
+        self.new_seen = None;
         let flags = pkt.meta.flags;
         match flags & meta_flags::CT_MASK {
             meta_flags::CT_NEW if flags & meta_flags::CT_UNCOMMITTED != 0 => {
-                let Some((orig, l4)) = tracked_of(pkt) else { return true };
+                // The ingress lookup's note (of the ingress interface's zone), else the packet
+                // parsed again.
+                let seen = take_new_note(pkt, cx.ct).filter(|n| n.zone() == cx.zone);
+                let (orig, l4) = match seen {
+                    Some(n) => (n.tuple(), n.l4()),
+                    None => {
+                        let Some(t) = tracked_of(pkt) else { return true };
+                        t
+                    }
+                };
+                self.new_seen = seen;
                 match cx.said(Hook::Prerouting, pkt, freeway_firewall::NO_IF) {
                     Said::Drop => false,
                     Said::Nat(c) if c.kind == NatKind::Dnat => {
@@ -398,6 +470,7 @@ impl NatState {
         let Some((orig, cur, l4)) = self.new_orig.take() else {
             return Ok(());
         };
+        let seen = self.new_seen.take();
         let (oif, now) = (cx.oif, cx.now);
         let snat = match cx.said(Hook::Postrouting, pkt, u32::from(oif)) {
             Said::Drop => return Err(L3Drop::Filtered),
@@ -421,7 +494,11 @@ impl NatState {
             Said::Nothing => None,
         };
         let g = cx.ct.pin();
-        match nat::commit_new(cx.ct, &mut self.ports, &g, pkt, cx.zone, &orig, cur, l4, snat) {
+        let made = match seen {
+            Some(n) => nat::commit_seen(cx.ct, &mut self.ports, &g, pkt, &n, &orig, cur, snat),
+            None => nat::commit_new(cx.ct, &mut self.ports, &g, pkt, cx.zone, &orig, cur, l4, snat),
+        };
+        match made {
             // A translated connection that could not be created (a limit) cannot be
             // translated back: its packet is dropped. An untranslated one passes, as it does
             // without NAT.
@@ -509,5 +586,29 @@ mod tests {
         assert!(p.push_front(h - NOTE_AT - NOTE_LEN + 1).is_some());
         put_note(&mut p, None);
         assert_eq!(take_note(&mut p), None);
+    }
+
+    #[test]
+    fn a_new_connections_note_carries_its_creation_and_is_no_plan() {
+        let (ct, _exp) = freeway_conntrack::Conntrack::new(Default::default(), freeway_sync::Clock::manual()).unwrap();
+        let mut w = ct.worker();
+        let g = w.pin();
+        let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 8);
+        let frame = p.data().to_vec();
+        let flags = freeway_conntrack::TrackFlags::default();
+        let (_, _, new) = w.track_new(&g, p.data(), &p.meta, 2, flags);
+        let new = new.expect("an uncommitted new packet hands its creation on");
+        assert_eq!(take_new_note(&mut p, &w), None, "no mark, no note");
+        put_new_note(&mut p, &new);
+        assert_ne!(p.meta.flags & meta_flags::NAT_NOTE, 0);
+        assert_eq!(p.data(), &frame[..], "the frame is untouched");
+        assert_eq!(take_new_note(&mut p, &w), Some(new));
+        assert_eq!(take_new_note(&mut p, &w), None, "taken once");
+        // Taken as a plan's note, it is none: the connection is looked up.
+        put_new_note(&mut p, &new);
+        assert_eq!(take_note(&mut p), None);
+        // A plan's note is no new connection's.
+        put_note(&mut p, None);
+        assert_eq!(take_new_note(&mut p, &w), None);
     }
 }

@@ -220,16 +220,19 @@ fn args(zones: &[u16], p: &Packet, commit: bool) -> (u16, TrackFlags) {
 }
 
 /// Tracking that only records, with nat chains in the ruleset: the same lookup also leaves
-/// each packet's translation for the NAT hooks (`runtime/nat.rs`, "One lookup per packet").
+/// each packet's translation for the NAT hooks, and for a new connection's packet what its
+/// creation needs (`runtime/nat.rs`, "One lookup per packet").
 #[inline(never)]
 fn record_with_nat(ct: &mut CtWorker, g: &freeway_conntrack::Guard, zones: &[u16], batch: &mut Batch) {
-    ct.track_nat_each(
+    ct.track_nat_new_each(
         g,
         batch.as_mut_slice(),
         |_, p| args(zones, p, false),
-        |_, p, r, plan| {
+        |_, p, r, plan, new| {
             record(p, &r);
-            if !r.uncommitted && matches!(r.state, CtState::New | CtState::Established | CtState::Related) {
+            if let Some(new) = new {
+                super::nat::put_new_note(p, &new);
+            } else if !r.uncommitted && matches!(r.state, CtState::New | CtState::Established | CtState::Related) {
                 super::nat::put_note(p, plan);
             }
         },
