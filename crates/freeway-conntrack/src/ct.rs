@@ -178,6 +178,9 @@ pub struct CtStats {
     pub expired: u64,
     /// Connections removed by flushes.
     pub flushed: u64,
+    /// Node slabs a worker mapped itself while creating a connection, none having been
+    /// prepared in time (each a page-faulting pause on the packet path).
+    pub slab_sync_maps: u64,
 }
 
 impl Conntrack {
@@ -205,7 +208,9 @@ impl Conntrack {
             .try_into()
             .expect("ZONES entries");
         let s = Arc::new(Shared {
-            table: Table::new(cfg.max.div_ceil(2), seed),
+            // A translated connection has two nodes: no slab is prepared ahead past twice
+            // the limit.
+            table: Table::with_node_limit(cfg.max.div_ceil(2), seed, cfg.max.saturating_mul(2)),
             clock,
             max: cfg.max,
             credit_chunk: (cfg.max / 4096).clamp(1, CREDIT_CHUNK as usize) as u32,
@@ -240,7 +245,11 @@ impl Conntrack {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(queue.clone());
-        let stats = Arc::new(CachePadded::new(WorkerStats::default()));
+        let nodes = self.s.table.node_cache();
+        let stats = Arc::new(CachePadded::new(WorkerStats {
+            slab_sync_maps: nodes.sync_maps(),
+            ..WorkerStats::default()
+        }));
         self.s
             .workers
             .lock()
@@ -250,7 +259,7 @@ impl Conntrack {
             s: self.s.clone(),
             queue,
             stats,
-            nodes: std::cell::RefCell::new(self.s.table.node_cache()),
+            nodes: std::cell::RefCell::new(nodes),
             now: self.s.clock.now(),
             spare: Cell::new(0),
             spare_zone: Cell::new((0, 0)),
@@ -438,6 +447,7 @@ impl Conntrack {
             st.nat_exhausted += w.nat_exhausted.get();
             st.insert_races += w.races.get();
             st.reopened += w.reopened.get();
+            st.slab_sync_maps += w.slab_sync_maps.get();
             for r in InvalidReason::ALL {
                 inv[r as usize] += state(CtState::Invalid(r));
             }

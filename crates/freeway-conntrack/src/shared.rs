@@ -47,6 +47,8 @@ pub(crate) struct WorkerStats {
     pub(crate) nat_created: Counter,
     /// New translated connections refused: no free port.
     pub(crate) nat_exhausted: Counter,
+    /// Node slabs the worker mapped itself (its node cache's counter).
+    pub(crate) slab_sync_maps: Arc<Counter>,
 }
 
 /// State shared by all handles.

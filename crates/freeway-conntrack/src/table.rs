@@ -46,8 +46,37 @@
 //! and inserters see nothing new. Free nodes are bounded by the nodes that were ever linked
 //! at once plus those in grace periods, plus the uncarved rest of each worker's last slab.
 //!
+//! # Slab preparation
+//!
+//! A fresh slab's pages are faulted in by their first write: for a 2 MiB slab the kernel
+//! provides and zeroes a huge page, 0.03 to 4 ms each as measured in a virtual machine
+//! (`clear_page_erms` took a third of the samples of `freeway bench nat` with two workers).
+//! Made on the packet path, while a packet's connection is created, that is a pause for
+//! every packet of its batch, and the benchmark's new connections into a fresh table ran at
+//! 1.4 to 2.5 M/s per worker (translated) against 2.8 M/s once the nodes were recycled.
+//!
+//! So slabs are prepared off the packet path. Each table has a *preparer*, a thread
+//! (`fw-ct-slabs`) started with its first node cache and stopped and joined when the table
+//! drops. When a worker's carving passes the middle of its current slab, its cache asks the
+//! preparer for the next slab (of the next size), which maps it and writes one byte of every
+//! 4 KiB page (after the huge-page advice, so that the first write of each 2 MiB takes a
+//! huge page; populating at map time would come before the advice) and sends it back on a
+//! channel of one place of that request's own. When the current slab is used up, the cache
+//! takes the prepared slab if it has arrived: no system call, no fault. If it has not, the
+//! cache gives the request up (the preparer drops the late slab), maps the slab itself as
+//! before and counts it ([`NodeCache::sync_maps`], the workers' `slab_sync_maps` statistic);
+//! a cache also asks for its first slab when it is made.
+//!
+//! Memory stays bounded: a cache has at most one request out, so at most one slab per
+//! worker is prepared ahead; none is asked for that would take the slabs in use past the
+//! table's node limit ([`Table::with_node_limit`]; the tracker's is twice its connection
+//! limit, a translated connection having two nodes); a slab prepared and never taken drops
+//! (unmapped or freed) with its channel, when its cache drops or, if it comes later, in the
+//! preparer. If the thread cannot be started, caches map every slab themselves.
+//!
 //! Under `--cfg loom` every node is a `Box` of its own and nothing is recycled (retired nodes
-//! are kept until the table drops, which frees them and the linked ones).
+//! are kept until the table drops, which frees them and the linked ones): there are no slabs,
+//! so no preparer either (the models keep no thread of their own).
 //!
 //! # Node layout
 //!
@@ -507,6 +536,8 @@ struct Slab {
     /// The mapping of a huge-page slab (unmapped when dropped); `None`: from the allocator.
     #[cfg(target_os = "linux")]
     map: Option<memmap2::MmapMut>,
+    /// The table's count of live slabs (up while this one lives).
+    live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 // SAFETY: a slab is plain memory owned by the free-node store; which thread frees it does not
@@ -519,7 +550,10 @@ impl Slab {
     /// A slab of `len` nodes (`len` at most [`SLAB_MAX`]); at [`SLAB_MAX`] on Linux, a 2 MiB
     /// aligned mapping advised for huge pages (nodes handed to new connections are touched
     /// in order, and a worker's busy nodes share a few TLB entries).
-    fn new(len: usize) -> Slab {
+    /// `live` is the table's count of live slabs, which this one joins until it drops.
+    fn new(len: usize, live: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Slab {
+        live.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let live = live.clone();
         #[cfg(target_os = "linux")]
         if len == SLAB_MAX {
             if let Some((mut map, off)) = map_huge(len * std::mem::size_of::<Conn>()) {
@@ -530,6 +564,7 @@ impl Slab {
                     ptr,
                     len,
                     map: Some(map),
+                    live,
                 };
             }
         }
@@ -544,6 +579,22 @@ impl Slab {
             len,
             #[cfg(target_os = "linux")]
             map: None,
+            live,
+        }
+    }
+
+    /// Faults every page of the slab in (the kernel provides and zeroes it now, on the
+    /// calling thread): one write per 4 KiB page; a transparent huge page takes the first
+    /// write of its 2 MiB. The written bytes are uninitialised node memory, never read
+    /// before a node is made in place over them.
+    fn touch(&self) {
+        let bytes = self.len * std::mem::size_of::<Conn>();
+        let base = self.ptr.as_ptr().cast::<u8>();
+        for off in (0..bytes).step_by(4096) {
+            // SAFETY: `off < bytes`: a byte of this slab's memory, which no node uses yet (the
+            // slab is not handed out) and which nothing reads before it is initialised. A
+            // volatile write, so that the touch is not elided.
+            unsafe { base.add(off).write_volatile(0) };
         }
     }
 }
@@ -551,6 +602,7 @@ impl Slab {
 #[cfg(not(loom))]
 impl Drop for Slab {
     fn drop(&mut self) {
+        self.live.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         #[cfg(target_os = "linux")]
         if self.map.is_some() {
             // The mapping is unmapped when the field drops.
@@ -577,6 +629,16 @@ struct FreeNodes {
     q: crossbeam_queue::SegQueue<Vec<usize>>,
     #[cfg(not(loom))]
     slabs: std::sync::Mutex<Vec<Slab>>,
+    /// Nodes of the slabs in `slabs` (slabs taken into use by a worker).
+    #[cfg(not(loom))]
+    nodes: std::sync::atomic::AtomicUsize,
+    /// Most nodes the table may need (see "Slab preparation"): no slab is prepared ahead
+    /// that would take `nodes` past it. `0`: no limit.
+    #[cfg(not(loom))]
+    limit: usize,
+    /// Slabs alive: in `slabs`, prepared and not yet taken, or being prepared.
+    #[cfg(not(loom))]
+    live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl FreeNodes {
@@ -599,6 +661,79 @@ impl FreeNodes {
         }
         self.push(nodes);
     }
+}
+
+/// A request to the slab preparer.
+#[cfg(not(loom))]
+enum PrepRequest {
+    /// Map and fault in a slab of `len` nodes, and send it on `to` (a channel of one place,
+    /// its receiver the asking worker's [`NodeCache`]).
+    Slab {
+        len: usize,
+        to: crossbeam_channel::Sender<Slab>,
+    },
+    /// The table is dropping: end the thread.
+    Stop,
+}
+
+/// The table's slab preparer (see "Slab preparation" above): a thread, started with the
+/// first [`NodeCache`], that maps and faults in the slabs workers ask for; stopped and joined
+/// when the table drops.
+#[cfg(not(loom))]
+struct Preparer {
+    /// Requests from the workers' caches (unbounded, but each cache has at most one request
+    /// out at a time, so it holds at most one per cache, and a `Stop`).
+    tx: crossbeam_channel::Sender<PrepRequest>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[cfg(not(loom))]
+impl Preparer {
+    /// Starts the thread; `None` if it could not be started (workers then map their slabs
+    /// themselves, as without a preparer).
+    fn spawn(live: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Option<Preparer> {
+        let (tx, rx) = crossbeam_channel::unbounded::<PrepRequest>();
+        let thread = std::thread::Builder::new()
+            .name("fw-ct-slabs".into())
+            .spawn(move || {
+                while let Ok(PrepRequest::Slab { len, to }) = rx.recv() {
+                    let slab = Slab::new(len, &live);
+                    slab.touch();
+                    // The channel has one place and its worker asks again only once it took
+                    // the slab or gave the request up, so it is never full; if the worker
+                    // gave up or is gone, the slab comes back and drops (unmapped) here.
+                    let _ = to.try_send(slab);
+                }
+            })
+            .ok()?;
+        Some(Preparer {
+            tx,
+            thread: Some(thread),
+        })
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Preparer {
+    fn drop(&mut self) {
+        // Requests queued before the stop are served first (their slabs go to their caches'
+        // channels, or drop); later ones drop, unserved, with the channel.
+        let _ = self.tx.send(PrepRequest::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A worker's link to its table's preparer.
+#[cfg(not(loom))]
+struct PrepLink {
+    req: crossbeam_channel::Sender<PrepRequest>,
+    /// The channel of the request out, if one is: the prepared slab arrives on it.
+    pending: Option<crossbeam_channel::Receiver<Slab>>,
+    /// A prepared slab received ahead of need (only by the tests' `wait_prepared`).
+    #[cfg(test)]
+    ready: Option<Slab>,
 }
 
 /// How far ahead on its free stack a worker prefetches nodes (measured on the churn
@@ -659,9 +794,18 @@ pub struct NodeCache {
     carve: *mut Conn,
     #[cfg(not(loom))]
     carve_end: *mut Conn,
+    /// Where carving next stops to look at the slab: the middle of the current slab (there
+    /// the next one is asked for), then its end (there the next one is taken).
+    #[cfg(not(loom))]
+    carve_mark: *mut Conn,
     /// Nodes of the next slab.
     #[cfg(not(loom))]
     next_slab: usize,
+    /// The table's slab preparer, if it has one.
+    #[cfg(not(loom))]
+    prep: Option<PrepLink>,
+    /// Slabs this cache mapped itself, on a packet's path (none prepared in time).
+    sync_maps: std::sync::Arc<freeway_sync::Counter>,
 }
 
 // SAFETY: the free nodes and the uncarved rest of the slab are owned by this cache alone, in
@@ -782,13 +926,59 @@ impl NodeCache {
     #[cfg(not(loom))]
     #[inline(always)]
     fn carve(&mut self) -> *mut Conn {
-        if self.carve == self.carve_end {
-            self.new_slab();
+        if self.carve == self.carve_mark {
+            self.at_mark();
         }
         let p = self.carve;
-        // SAFETY: `carve < carve_end`, both in (or one past the end of) the same slab.
+        // SAFETY: `carve < carve_end` (`at_mark` made a new slab if they were equal), both in
+        // (or one past the end of) the same slab.
         self.carve = unsafe { p.add(1) };
         p
+    }
+
+    /// Carving reached the mark: at the slab's end, takes the next slab; in its middle, asks
+    /// for the next one to be prepared.
+    #[cfg(not(loom))]
+    #[cold]
+    #[inline(never)]
+    fn at_mark(&mut self) {
+        if self.carve == self.carve_end {
+            self.new_slab();
+        } else {
+            self.carve_mark = self.carve_end;
+            self.request();
+        }
+    }
+
+    /// Asks the preparer for a slab of the next size, unless a request is out already, there
+    /// is no preparer, or the slab would take the table's nodes past its limit.
+    #[cfg(not(loom))]
+    fn request(&mut self) {
+        let Some(link) = self.prep.as_mut() else {
+            return;
+        };
+        let len = self.next_slab;
+        let nodes = self.shared.nodes.load(std::sync::atomic::Ordering::Relaxed);
+        if link.pending.is_some() || (self.shared.limit != 0 && nodes + len > self.shared.limit) {
+            return;
+        }
+        let (to, from) = crossbeam_channel::bounded(1);
+        if link.req.send(PrepRequest::Slab { len, to }).is_ok() {
+            link.pending = Some(from);
+        }
+    }
+
+    /// The slab prepared for this cache, if it has arrived. A request still out is given up
+    /// (the caller maps the slab itself; the preparer drops the late one), so that a
+    /// prepared slab always has the size of the next slab and at most one is ahead.
+    #[cfg(not(loom))]
+    fn take_prepared(&mut self) -> Option<Slab> {
+        let link = self.prep.as_mut()?;
+        #[cfg(test)]
+        if let Some(slab) = link.ready.take() {
+            return Some(slab);
+        }
+        link.pending.take()?.try_recv().ok()
     }
 
     #[cfg(not(loom))]
@@ -797,11 +987,40 @@ impl NodeCache {
     fn new_slab(&mut self) {
         let len = self.next_slab;
         self.next_slab = (len * 2).min(SLAB_MAX);
-        let slab = Slab::new(len);
+        let slab = match self.take_prepared() {
+            Some(slab) => slab,
+            None => {
+                self.sync_maps.inc();
+                Slab::new(len, &self.shared.live)
+            }
+        };
+        debug_assert_eq!(slab.len, len);
         self.carve = slab.ptr.as_ptr();
-        // SAFETY: the slab holds `len` nodes.
-        self.carve_end = unsafe { self.carve.add(len) };
+        // SAFETY: the slab holds `len` nodes; `len / 2` is within it.
+        (self.carve_mark, self.carve_end) = unsafe { (self.carve.add(len / 2), self.carve.add(len)) };
+        self.shared.nodes.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
         self.shared.slabs.lock().unwrap_or_else(|e| e.into_inner()).push(slab);
+    }
+
+    /// Slabs this cache mapped itself (none was prepared in time): a counter its worker's
+    /// statistics share.
+    pub fn sync_maps(&self) -> std::sync::Arc<freeway_sync::Counter> {
+        self.sync_maps.clone()
+    }
+
+    /// Waits until the slab asked for, if any, has arrived (tests: makes preparation
+    /// deterministic). Returns whether a prepared slab is waiting.
+    #[cfg(all(test, not(loom)))]
+    fn wait_prepared(&mut self) -> bool {
+        let Some(link) = self.prep.as_mut() else {
+            return false;
+        };
+        if link.ready.is_none() {
+            if let Some(rx) = link.pending.take() {
+                link.ready = rx.recv().ok();
+            }
+        }
+        link.ready.is_some()
     }
 
     /// Takes back a node that was never published (its insert found the key taken): it is
@@ -822,8 +1041,12 @@ impl Drop for NodeCache {
         {
             let mut free = std::mem::take(&mut self.free);
             while self.carve != self.carve_end {
-                free.push(self.carve() as usize);
+                free.push(self.carve as usize);
+                // SAFETY: `carve < carve_end`, in the same slab.
+                self.carve = unsafe { self.carve.add(1) };
             }
+            // A prepared slab not taken drops (unmapped) with its channel: here if it has
+            // arrived, else in the preparer once it finds the channel closed.
             self.shared.push_chunked(free);
         }
     }
@@ -949,6 +1172,9 @@ pub struct Table {
     seed: u64,
     free: std::sync::Arc<FreeNodes>,
     retired: Retired<Conn>,
+    /// The slab preparer, started with the first node cache (`None`: it could not start).
+    #[cfg(not(loom))]
+    prep: std::sync::OnceLock<Option<Preparer>>,
 }
 
 // SAFETY: nodes are reached only through atomics; the insert/remove discipline above and
@@ -960,19 +1186,41 @@ unsafe impl Sync for Table {}
 impl Table {
     /// A table with at least `buckets` buckets (rounded up to a power of two, at least 16).
     pub fn new(buckets: usize, seed: u64) -> Table {
+        Table::with_node_limit(buckets, seed, 0)
+    }
+
+    /// A table with at least `buckets` buckets that prepares no slab ahead beyond `nodes`
+    /// nodes in all (`0`: no limit; see "Slab preparation" above). A node limit does not
+    /// limit the nodes themselves: a worker that needs one more slab maps it.
+    pub fn with_node_limit(buckets: usize, seed: u64, nodes: usize) -> Table {
         let n = buckets.max(16).next_power_of_two();
+        #[cfg(not(loom))]
+        let free = FreeNodes {
+            limit: nodes,
+            ..FreeNodes::default()
+        };
+        // Under loom there are no slabs to limit.
+        #[cfg(loom)]
+        let free = {
+            let _ = nodes;
+            FreeNodes::default()
+        };
         Table {
             buckets: Buckets::new(n),
             mask: n - 1,
             seed,
-            free: std::sync::Arc::new(FreeNodes::default()),
+            free: std::sync::Arc::new(free),
             retired: Retired::new(),
+            #[cfg(not(loom))]
+            prep: std::sync::OnceLock::new(),
         }
     }
 
-    /// A worker's cache of free nodes, fed by this table's recycled nodes.
+    /// A worker's cache of free nodes, fed by this table's recycled nodes. The first cache
+    /// starts the table's slab preparer, and each asks it for its first slab at once.
     pub fn node_cache(&self) -> NodeCache {
-        NodeCache {
+        #[cfg_attr(loom, allow(unused_mut))]
+        let mut c = NodeCache {
             #[cfg(not(loom))]
             free: Vec::new(),
             shared: self.free.clone(),
@@ -981,8 +1229,31 @@ impl Table {
             #[cfg(not(loom))]
             carve_end: std::ptr::null_mut(),
             #[cfg(not(loom))]
+            carve_mark: std::ptr::null_mut(),
+            #[cfg(not(loom))]
             next_slab: SLAB_MIN,
-        }
+            #[cfg(not(loom))]
+            prep: self
+                .prep
+                .get_or_init(|| Preparer::spawn(self.free.live.clone()))
+                .as_ref()
+                .map(|p| PrepLink {
+                    req: p.tx.clone(),
+                    pending: None,
+                    #[cfg(test)]
+                    ready: None,
+                }),
+            sync_maps: Default::default(),
+        };
+        #[cfg(not(loom))]
+        c.request();
+        c
+    }
+
+    /// Slabs of node memory alive (taken into use, prepared, or being prepared).
+    #[cfg(all(test, not(loom)))]
+    fn slabs_live(&self) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        self.free.live.clone()
     }
 
     /// Number of buckets.
@@ -1382,6 +1653,102 @@ mod tests {
             }
         }
         assert_eq!(rest, SLAB_MAX - 1);
+    }
+
+    /// Carves `n` fresh nodes from `cache` (forgotten: their memory stays in their slabs),
+    /// first waiting, before each, for a slab asked for to arrive when `wait` is set.
+    fn carve_nodes(cache: &mut NodeCache, n: usize, wait: bool) {
+        for i in 0..n {
+            if wait {
+                cache.wait_prepared();
+            }
+            drop(cache.alloc(Conn::value(key(i as u16), true, Kind::Udp, 0, 0, TcpConn::default(), 1)));
+        }
+    }
+
+    #[test]
+    fn a_growing_worker_gets_prepared_slabs() {
+        let t = Table::new(16, 5);
+        let mut cache = t.node_cache();
+        // Every slab size, then two more of the largest, and past the middle of a third.
+        let (mut nodes, mut slabs, mut len) = (0, 0, SLAB_MIN);
+        while len < SLAB_MAX {
+            nodes += len;
+            slabs += 1;
+            len *= 2;
+        }
+        nodes += 2 * SLAB_MAX + SLAB_MAX / 2 + 1;
+        slabs += 3;
+        carve_nodes(&mut cache, nodes, true);
+        assert_eq!(cache.sync_maps().get(), 0, "every slab was prepared");
+        let held = t.free.slabs.lock().unwrap();
+        assert_eq!(held.len(), slabs);
+        let lens: Vec<usize> = held.iter().map(|s| s.len).collect();
+        assert_eq!(lens[..3], [SLAB_MIN, 2 * SLAB_MIN, 4 * SLAB_MIN]);
+        assert_eq!(lens[slabs - 3..], [SLAB_MAX; 3]);
+        #[cfg(target_os = "linux")]
+        assert!(held[slabs - 1].map.is_some(), "a prepared largest slab is a mapping");
+        drop(held);
+        // Past the middle of the last slab the next is asked for: one slab ahead, no more.
+        assert!(cache.wait_prepared());
+        assert_eq!(t.slabs_live().load(std::sync::atomic::Ordering::Relaxed), slabs + 1);
+    }
+
+    #[test]
+    fn a_worker_maps_its_slab_itself_when_none_was_prepared() {
+        let t = Table::new(16, 5);
+        let mut cache = t.node_cache();
+        carve_nodes(&mut cache, SLAB_MIN / 2 + 1, true);
+        // The next slab is asked for; a worker that needs it before it arrives maps it.
+        // Whether it arrived is up to the threads, so both counts are allowed here, and the
+        // request is given up either way: none is out afterwards.
+        carve_nodes(&mut cache, SLAB_MIN, false);
+        assert!(cache.sync_maps().get() <= 1);
+        assert!(cache.prep.as_ref().unwrap().pending.is_none());
+        assert_eq!(t.free.slabs.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_unused_prepared_slab_is_freed() {
+        let t = Table::new(16, 5);
+        let live = t.slabs_live();
+        let count = || live.load(std::sync::atomic::Ordering::Relaxed);
+        // Past the middle of the first slab: the second is prepared and waits, unused.
+        let mut cache = t.node_cache();
+        carve_nodes(&mut cache, SLAB_MIN / 2 + 1, true);
+        assert!(cache.wait_prepared());
+        assert_eq!(count(), 2);
+        drop(cache);
+        assert_eq!(count(), 1, "the unused slab went with its cache");
+        drop(t);
+        assert_eq!(count(), 0);
+
+        // A slab still being prepared when the table drops: the preparer finishes it before
+        // it stops (the drop joins it), and it goes with the cache.
+        let t = Table::new(16, 5);
+        let live = t.slabs_live();
+        let count = || live.load(std::sync::atomic::Ordering::Relaxed);
+        let mut cache = t.node_cache();
+        carve_nodes(&mut cache, SLAB_MIN / 2 + 1, false);
+        drop(t);
+        assert!(count() >= 1);
+        drop(cache);
+        assert_eq!(count(), 0, "no slab outlives the table and its caches");
+    }
+
+    #[test]
+    fn no_slab_is_prepared_past_the_node_limit() {
+        // Room for the first two slabs only.
+        let t = Table::with_node_limit(16, 5, 3 * SLAB_MIN);
+        let mut cache = t.node_cache();
+        carve_nodes(&mut cache, SLAB_MIN + 2 * SLAB_MIN / 2 + 1, true);
+        assert_eq!(cache.sync_maps().get(), 0);
+        assert!(!cache.wait_prepared(), "the third slab would pass the limit");
+        assert_eq!(t.slabs_live().load(std::sync::atomic::Ordering::Relaxed), 2);
+        // Nodes are not limited: a worker that needs one more slab maps it.
+        carve_nodes(&mut cache, SLAB_MIN, true);
+        assert_eq!(cache.sync_maps().get(), 1);
+        assert_eq!(t.slabs_live().load(std::sync::atomic::Ordering::Relaxed), 3);
     }
 
     #[test]

@@ -852,7 +852,12 @@ fn batch_as_one_by_one(preloaded: u32) {
         let res: Vec<_> = got.iter().map(|x| x.1).collect();
         assert_eq!(res, one);
         assert_eq!(ct2.len(), ct1.len());
-        assert_eq!(ct2.stats(), ct1.stats());
+        // Whether a worker's slab was prepared in time depends on the preparer thread.
+        let tracked = |ct: &Conntrack| freeway_conntrack::CtStats {
+            slab_sync_maps: 0,
+            ..ct.stats()
+        };
+        assert_eq!(tracked(&ct2), tracked(&ct1));
         assert_eq!(ct2.state_counts(), ct1.state_counts());
     }
     // The batch saw its own connections: answers established, the error related.
