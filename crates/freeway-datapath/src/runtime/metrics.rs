@@ -218,7 +218,8 @@ fn router(r: &mut Registry, rt: &RouterSnap) {
     );
 }
 
-/// Tracked connections and their bound, packets by state, connections created and expired.
+/// Tracked connections and their bound, packets by state, connections created and expired,
+/// node slabs mapped on the packet path.
 fn conntrack(r: &mut Registry, c: &CtStats) {
     gauge(r, "conntrack_connections", "Tracked connections", c.connections as i64);
     gauge(r, "conntrack_max", "Most tracked connections", c.max as i64);
@@ -230,6 +231,12 @@ fn conntrack(r: &mut Registry, c: &CtStats) {
     );
     counters(r, "conntrack_created", "Connections created", [(vec![], c.created)]);
     counters(r, "conntrack_expired", "Connections expired", [(vec![], c.expired)]);
+    counters(
+        r,
+        "conntrack_slab_sync_maps",
+        "Node slabs a worker mapped itself while creating a connection (none prepared in time)",
+        [(vec![], c.slab_sync_maps)],
+    );
 }
 
 /// Fragment reassembly: what came in and out, what is held (its drops are in `drops`).
