@@ -23,7 +23,7 @@
 //! a default policy and optional per-zone policies; the control plane replaces them while
 //! workers track ([`crate::Conntrack::set_timeouts`]).
 //!
-//! Threads: plain values; the table's copies ([`LiveTimeouts`]) are read by workers with
+//! Threads: plain values; the table's copies (`LiveTimeouts`) are read by workers with
 //! relaxed loads and written by one control thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,5 +1,5 @@
-//! Network address translation: rewriting packets ([`rewrite`]) and choosing translated
-//! ports ([`ports`]). The table side (a translated connection's two nodes) is in
+//! Network address translation: rewriting packets ([`rewrite`](mod@rewrite)) and choosing
+//! translated ports ([`ports`]). The table side (a translated connection's two nodes) is in
 //! [`crate::table`], the tracker's NAT calls ([`CtWorker::commit_nat`](crate::CtWorker::commit_nat),
 //! [`CtWorker::nat_of`](crate::CtWorker::nat_of)) in [`crate::ct`].
 
