@@ -58,23 +58,29 @@
 //! So slabs are prepared off the packet path. Each table has a *preparer*, a thread
 //! (`fw-ct-slabs`) started with its first node cache and stopped and joined when the table
 //! drops. As soon as a worker's cache takes a slab into use (and when the cache is made), it
-//! asks the preparer for the next slab (of the next size), which maps it and writes one byte of every
-//! 4 KiB page (after the huge-page advice, so that the first write of each 2 MiB takes a
-//! huge page; populating at map time would come before the advice) and sends it back on a
-//! channel of one place of that request's own. When the current slab is used up, the cache
-//! takes the prepared slab if it has arrived: no system call, no fault. If it has not, the
-//! cache gives the request up (the preparer drops the late slab), maps the slab itself as
-//! before and counts it ([`NodeCache::sync_maps`], the workers' `slab_sync_maps` statistic).
-//! The request goes out when a slab is taken rather than when it is half used: asked for at
-//! half, the preparer (a thread competing for the same cores) often missed, and `perf` still
-//! saw 8% of `bench nat`'s samples zeroing huge pages under the worker's connection creation.
+//! asks the preparer for the next slab (of the next size), which maps it and writes one byte
+//! of every 4 KiB page (after the huge-page advice, so that the first write of each 2 MiB
+//! takes a huge page; populating at map time would come before the advice) and sends it back
+//! on the cache's reply channel: one channel of one place, made with the cache and used for
+//! all its requests. When the current slab is used up, the cache takes the prepared slab if
+//! it has arrived: no system call, no fault. If it has not, the cache maps the slab itself as
+//! before and counts it ([`NodeCache::sync_maps`], the workers' `slab_sync_maps` statistic),
+//! and keeps the request out: the late slab, when it comes, is the cache's next slab (of the
+//! size it was asked for; the sizes after it grow as before), so its zeroing is not wasted. The request goes out when a slab is
+//! taken rather than when it is half used: asked for at half, the preparer (a thread
+//! competing for the same cores) often missed, and `perf` still saw 8% of `bench nat`'s
+//! samples zeroing huge pages under the worker's connection creation.
 //!
-//! Memory stays bounded: a cache has at most one request out, so at most one slab per
-//! worker is prepared ahead; none is asked for that would take the slabs in use past the
-//! table's node limit ([`Table::with_node_limit`]; the tracker's is twice its connection
-//! limit, a translated connection having two nodes); a slab prepared and never taken drops
-//! (unmapped or freed) with its channel, when its cache drops or, if it comes later, in the
-//! preparer. If the thread cannot be started, caches map every slab themselves.
+//! Memory stays bounded: a cache has at most one request out (a late one included, until its
+//! slab is taken), so at most one slab per worker is prepared ahead; none is asked for that
+//! would take the slabs in use past the table's node limit ([`Table::with_node_limit`]; the
+//! tracker's is twice its connection limit, a translated connection having two nodes), and a
+//! late one is kept only while it still fits with the slab its cache mapped meanwhile:
+//! otherwise the cache gives it up with its reply channel (and makes a new one), and the
+//! preparer drops the slab when it finds that channel closed. A slab prepared and never
+//! taken drops (unmapped or freed) with its channel, when its cache drops or, if it comes
+//! later, in the preparer. If the thread cannot be started, caches map every slab
+//! themselves.
 //!
 //! Under `--cfg loom` every node is a `Box` of its own and nothing is recycled (retired nodes
 //! are kept until the table drops, which frees them and the linked ones): there are no slabs,
@@ -668,8 +674,8 @@ impl FreeNodes {
 /// A request to the slab preparer.
 #[cfg(not(loom))]
 enum PrepRequest {
-    /// Map and fault in a slab of `len` nodes, and send it on `to` (a channel of one place,
-    /// its receiver the asking worker's [`NodeCache`]).
+    /// Map and fault in a slab of `len` nodes, and send it on `to` (the asking
+    /// [`NodeCache`]'s reply channel, of one place).
     Slab {
         len: usize,
         to: crossbeam_channel::Sender<Slab>,
@@ -687,6 +693,10 @@ struct Preparer {
     /// out at a time, so it holds at most one per cache, and a `Stop`).
     tx: crossbeam_channel::Sender<PrepRequest>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Taken by the thread before it makes each slab: a test holding it makes the slabs
+    /// asked for meanwhile late.
+    #[cfg(test)]
+    gate: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
 #[cfg(not(loom))]
@@ -695,15 +705,23 @@ impl Preparer {
     /// themselves, as without a preparer).
     fn spawn(live: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Option<Preparer> {
         let (tx, rx) = crossbeam_channel::unbounded::<PrepRequest>();
+        #[cfg(test)]
+        let gate = std::sync::Arc::new(std::sync::Mutex::new(()));
+        #[cfg(test)]
+        let held = gate.clone();
         let thread = std::thread::Builder::new()
             .name("fw-ct-slabs".into())
             .spawn(move || {
                 while let Ok(PrepRequest::Slab { len, to }) = rx.recv() {
+                    // Tests hold the gate to make a slab late.
+                    #[cfg(test)]
+                    drop(held.lock().unwrap_or_else(|e| e.into_inner()));
                     let slab = Slab::new(len, &live);
                     slab.touch();
-                    // The channel has one place and its worker asks again only once it took
-                    // the slab or gave the request up, so it is never full; if the worker
-                    // gave up or is gone, the slab comes back and drops (unmapped) here.
+                    // The channel has one place and its worker asks again only once it
+                    // received the slab of its last request or gave that request up (with
+                    // the channel), so it is empty; if the worker gave up or is gone, the
+                    // slab comes back and drops (unmapped) here.
                     let _ = to.try_send(slab);
                 }
             })
@@ -711,6 +729,8 @@ impl Preparer {
         Some(Preparer {
             tx,
             thread: Some(thread),
+            #[cfg(test)]
+            gate,
         })
     }
 }
@@ -731,11 +751,43 @@ impl Drop for Preparer {
 #[cfg(not(loom))]
 struct PrepLink {
     req: crossbeam_channel::Sender<PrepRequest>,
-    /// The channel of the request out, if one is: the prepared slab arrives on it.
-    pending: Option<crossbeam_channel::Receiver<Slab>>,
+    /// The cache's reply channel, of one place, made with the cache: every slab it asks for
+    /// arrives on it (each request carries a clone of `to`). Made again only when a late
+    /// request is given up ([`NodeCache::request`]).
+    to: crossbeam_channel::Sender<Slab>,
+    from: crossbeam_channel::Receiver<Slab>,
+    /// The nodes of the slab asked for and not received yet, if a request is out (at most
+    /// one is).
+    out: Option<usize>,
     /// A prepared slab received ahead of need (only by the tests' `wait_prepared`).
     #[cfg(test)]
     ready: Option<Slab>,
+}
+
+#[cfg(not(loom))]
+impl PrepLink {
+    fn new(req: crossbeam_channel::Sender<PrepRequest>) -> PrepLink {
+        let (to, from) = crossbeam_channel::bounded(1);
+        PrepLink {
+            req,
+            to,
+            from,
+            out: None,
+            #[cfg(test)]
+            ready: None,
+        }
+    }
+
+    /// Gives the request out up, with the reply channel: the preparer drops its slab when it
+    /// finds the channel closed (or it drops with the channel if it came already), and later
+    /// requests are answered on a new one.
+    #[cold]
+    fn give_up(&mut self) {
+        let (to, from) = crossbeam_channel::bounded(1);
+        self.to = to;
+        self.from = from;
+        self.out = None;
+    }
 }
 
 /// How far ahead on its free stack a worker prefetches nodes (measured on the churn
@@ -935,26 +987,40 @@ impl NodeCache {
     }
 
     /// Asks the preparer for a slab of the next size, unless a request is out already, there
-    /// is no preparer, or the slab would take the table's nodes past its limit.
+    /// is no preparer, or the slab would take the table's nodes past its limit. A request
+    /// out is late here (the slab just taken was mapped by this cache): its slab is kept for
+    /// the next slab if it still fits under the limit, else the request is given up.
     #[cfg(not(loom))]
     fn request(&mut self) {
         let Some(link) = self.prep.as_mut() else {
             return;
         };
-        let len = self.next_slab;
         let nodes = self.shared.nodes.load(std::sync::atomic::Ordering::Relaxed);
-        if link.pending.is_some() || (self.shared.limit != 0 && nodes + len > self.shared.limit) {
-            return;
+        let limit = self.shared.limit;
+        let fits = |len: usize| limit == 0 || nodes + len <= limit;
+        if let Some(late) = link.out {
+            if fits(late) {
+                return;
+            }
+            link.give_up();
         }
-        let (to, from) = crossbeam_channel::bounded(1);
-        if link.req.send(PrepRequest::Slab { len, to }).is_ok() {
-            link.pending = Some(from);
+        let len = self.next_slab;
+        if fits(len)
+            && link
+                .req
+                .send(PrepRequest::Slab {
+                    len,
+                    to: link.to.clone(),
+                })
+                .is_ok()
+        {
+            link.out = Some(len);
         }
     }
 
-    /// The slab prepared for this cache, if it has arrived. A request still out is given up
-    /// (the caller maps the slab itself; the preparer drops the late one), so that a
-    /// prepared slab always has the size of the next slab and at most one is ahead.
+    /// The slab prepared for this cache, if it has arrived: of the next slab's size, or of a
+    /// late request's (smaller). A request still out stays out (the caller maps the slab
+    /// itself; [`NodeCache::request`] keeps the late one or gives it up).
     #[cfg(not(loom))]
     fn take_prepared(&mut self) -> Option<Slab> {
         let link = self.prep.as_mut()?;
@@ -962,23 +1028,29 @@ impl NodeCache {
         if let Some(slab) = link.ready.take() {
             return Some(slab);
         }
-        link.pending.take()?.try_recv().ok()
+        link.out?;
+        let slab = link.from.try_recv().ok()?;
+        link.out = None;
+        Some(slab)
     }
 
     #[cfg(not(loom))]
     #[cold]
     #[inline(never)]
     fn new_slab(&mut self) {
-        let len = self.next_slab;
-        self.next_slab = (len * 2).min(SLAB_MAX);
         let slab = match self.take_prepared() {
             Some(slab) => slab,
             None => {
                 self.sync_maps.inc();
-                Slab::new(len, &self.shared.live)
+                Slab::new(self.next_slab, &self.shared.live)
             }
         };
-        debug_assert_eq!(slab.len, len);
+        let len = slab.len;
+        // A late slab kept is smaller than the next size, which stays the next.
+        debug_assert!(len <= self.next_slab);
+        if len == self.next_slab {
+            self.next_slab = (len * 2).min(SLAB_MAX);
+        }
         self.carve = slab.ptr.as_ptr();
         // SAFETY: the slab holds `len` nodes.
         self.carve_end = unsafe { self.carve.add(len) };
@@ -1002,10 +1074,8 @@ impl NodeCache {
         let Some(link) = self.prep.as_mut() else {
             return false;
         };
-        if link.ready.is_none() {
-            if let Some(rx) = link.pending.take() {
-                link.ready = rx.recv().ok();
-            }
+        if link.ready.is_none() && link.out.take().is_some() {
+            link.ready = link.from.recv().ok();
         }
         link.ready.is_some()
     }
@@ -1032,8 +1102,8 @@ impl Drop for NodeCache {
                 // SAFETY: `carve < carve_end`, in the same slab.
                 self.carve = unsafe { self.carve.add(1) };
             }
-            // A prepared slab not taken drops (unmapped) with its channel: here if it has
-            // arrived, else in the preparer once it finds the channel closed.
+            // A prepared slab not taken drops (unmapped) with the cache's reply channel: here
+            // if it has arrived, else in the preparer once it finds the channel closed.
             self.shared.push_chunked(free);
         }
     }
@@ -1222,17 +1292,19 @@ impl Table {
                 .prep
                 .get_or_init(|| Preparer::spawn(self.free.live.clone()))
                 .as_ref()
-                .map(|p| PrepLink {
-                    req: p.tx.clone(),
-                    pending: None,
-                    #[cfg(test)]
-                    ready: None,
-                }),
+                .map(|p| PrepLink::new(p.tx.clone())),
             sync_maps: Default::default(),
         };
         #[cfg(not(loom))]
         c.request();
         c
+    }
+
+    /// The preparer's gate: while a test holds it, no slab is made.
+    #[cfg(all(test, not(loom)))]
+    fn prep_gate(&self) -> std::sync::Arc<std::sync::Mutex<()>> {
+        let p = self.prep.get().and_then(Option::as_ref).expect("a preparer");
+        p.gate.clone()
     }
 
     /// Slabs of node memory alive (taken into use, prepared, or being prepared).
@@ -1596,6 +1668,9 @@ mod tests {
         let mut prev: Option<*const Conn> = None;
         let mut steps = 0;
         for i in 0..carved {
+            // Each slab prepared in time, so that the sizes are the growing ones (a late slab
+            // would be kept for the next, one size repeated).
+            cache.wait_prepared();
             let n = cache.alloc(Conn::value(
                 key(i as u16),
                 true,
@@ -1685,13 +1760,90 @@ mod tests {
         let mut cache = t.node_cache();
         // Not waiting for the preparer: a worker that needs a slab before it arrives maps it.
         // Whether each arrived is up to the threads, so any count is allowed here, but a late
-        // one is given up: the sizes are those of the slabs asked for, and one request is out.
+        // one is kept for a later slab: the sizes are those of slabs asked for, the first the
+        // first size, and one request is out.
         carve_nodes(&mut cache, 3 * SLAB_MIN + 1, false);
-        assert!(cache.sync_maps().get() <= 3);
         let lens: Vec<usize> = t.free.slabs.lock().unwrap().iter().map(|s| s.len).collect();
-        assert_eq!(lens, [SLAB_MIN, 2 * SLAB_MIN, 4 * SLAB_MIN]);
+        assert!(cache.sync_maps().get() <= lens.len() as u64);
+        assert_eq!(lens[0], SLAB_MIN);
+        assert!(lens
+            .iter()
+            .all(|&n| n.is_power_of_two() && (SLAB_MIN..=4 * SLAB_MIN).contains(&n)));
+        assert!(lens.iter().sum::<usize>() > 3 * SLAB_MIN);
         assert!(cache.wait_prepared());
-        assert_eq!(t.slabs_live().load(std::sync::atomic::Ordering::Relaxed), 4);
+        assert_eq!(
+            t.slabs_live().load(std::sync::atomic::Ordering::Relaxed),
+            lens.len() + 1
+        );
+    }
+
+    /// The reply channel `cache` has now.
+    fn reply_channel(cache: &NodeCache) -> crossbeam_channel::Sender<Slab> {
+        cache.prep.as_ref().expect("a preparer").to.clone()
+    }
+
+    #[test]
+    fn a_late_slab_is_kept_for_the_next_on_the_same_channel() {
+        let t = Table::new(16, 5);
+        let live = t.slabs_live();
+        let count = || live.load(std::sync::atomic::Ordering::Relaxed);
+        let mut cache = t.node_cache();
+        let gate = t.prep_gate();
+        let channel = reply_channel(&cache);
+        // The first slab prepared; the second, asked for when the first is taken, held back:
+        // the cache maps it itself.
+        assert!(cache.wait_prepared());
+        let held = gate.lock().unwrap();
+        carve_nodes(&mut cache, SLAB_MIN + 1, false);
+        assert_eq!(cache.sync_maps().get(), 1, "the second slab was late");
+        assert_eq!(count(), 2, "the late one is not made yet");
+        drop(held);
+        // The late slab comes all the same, one ahead, and is the third: no map, no new
+        // request until it is taken.
+        assert!(cache.wait_prepared());
+        assert_eq!(count(), 3);
+        carve_nodes(&mut cache, 2 * SLAB_MIN, true);
+        assert_eq!(cache.sync_maps().get(), 1, "the kept slab was taken");
+        // The sizes go on as asked for before: the fourth is the third size, prepared.
+        carve_nodes(&mut cache, 2 * SLAB_MIN, true);
+        assert_eq!(cache.sync_maps().get(), 1);
+        let lens: Vec<usize> = t.free.slabs.lock().unwrap().iter().map(|s| s.len).collect();
+        assert_eq!(lens, [SLAB_MIN, 2 * SLAB_MIN, 2 * SLAB_MIN, 4 * SLAB_MIN]);
+        assert!(cache.wait_prepared());
+        assert_eq!(count(), 5, "one slab ahead, no more");
+        assert!(
+            reply_channel(&cache).same_channel(&channel),
+            "one reply channel for every request"
+        );
+        drop(cache);
+        assert_eq!(count(), 4, "the unused slab went with its cache");
+    }
+
+    #[test]
+    fn a_late_slab_past_the_node_limit_is_given_up() {
+        // Room for the first two slabs: the second, late, is mapped by the cache, and the
+        // late one would take the nodes past the limit.
+        let t = Table::with_node_limit(16, 5, 3 * SLAB_MIN);
+        let live = t.slabs_live();
+        let count = || live.load(std::sync::atomic::Ordering::Relaxed);
+        let mut cache = t.node_cache();
+        let gate = t.prep_gate();
+        let channel = reply_channel(&cache);
+        assert!(cache.wait_prepared());
+        let held = gate.lock().unwrap();
+        carve_nodes(&mut cache, SLAB_MIN + 1, false);
+        assert_eq!(cache.sync_maps().get(), 1);
+        assert!(
+            !reply_channel(&cache).same_channel(&channel),
+            "given up with its channel"
+        );
+        assert!(!cache.wait_prepared(), "nothing is asked for past the limit");
+        drop(held);
+        // The preparer makes the late slab and drops it; the table's drop joins it.
+        drop(t);
+        assert_eq!(count(), 2);
+        drop(cache);
+        assert_eq!(count(), 0);
     }
 
     #[test]
