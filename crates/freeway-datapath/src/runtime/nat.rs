@@ -146,6 +146,29 @@ fn get_tuple(b: &[u8]) -> Tuple {
     }
 }
 
+/// Takes a marked packet's note: unmarks the packet and reads the note's bytes with `f`.
+/// `None` without a mark, without room for a note (the frame grew into it), or when `f`
+/// finds none of its kind.
+#[inline(always)]
+fn take_with<R>(pkt: &mut Packet, f: impl FnOnce(&[u8]) -> Option<R>) -> Option<R> {
+    if pkt.meta.flags & meta_flags::NAT_NOTE == 0 {
+        return None;
+    }
+    pkt.meta.flags &= !meta_flags::NAT_NOTE;
+    let h = pkt.headroom();
+    if h < NOTE_AT + NOTE_LEN {
+        return None;
+    }
+    let b = pkt.push_front(h)?;
+    let r = f(&b[NOTE_AT..NOTE_AT + NOTE_LEN]);
+    pkt.pull_front(h);
+    r
+}
+
+// The two writers below open the headroom themselves rather than through a closure like
+// `take_with`'s: a closure writing the plan made the compiler copy the whole plan (112
+// bytes) to the stack first, on every packet of the ingress lookup under nat chains.
+
 /// Leaves in `pkt`'s headroom what its connection's ingress lookup found of its translation
 /// (`None`: not translated) and marks it ([`meta_flags::NAT_NOTE`]). Without room for the
 /// note, nothing is marked (prerouting looks the connection up).
@@ -183,35 +206,20 @@ pub(crate) fn put_note(pkt: &mut Packet, plan: Option<NatPlan>) {
 /// `None` when the connection must be looked up.
 #[inline]
 pub(crate) fn take_note(pkt: &mut Packet) -> Option<Option<NatPlan>> {
-    if pkt.meta.flags & meta_flags::NAT_NOTE == 0 {
-        return None;
-    }
-    pkt.meta.flags &= !meta_flags::NAT_NOTE;
-    let h = pkt.headroom();
-    if h < NOTE_AT + NOTE_LEN {
-        return None;
-    }
-    let b = pkt.push_front(h)?;
-    let n = &b[NOTE_AT..NOTE_AT + NOTE_LEN];
-    let plan = match n[0] {
-        0 => None,
-        3 => n[1..].first_chunk().map(|b| NatPlan::Packet4(Rewrite4::from_bytes(b))),
+    take_with(pkt, |n| match n[0] {
+        0 => Some(None),
+        3 => Some(n[1..].first_chunk().map(|b| NatPlan::Packet4(Rewrite4::from_bytes(b)))),
         k @ (1 | 2) => {
             let (from, to) = (get_tuple(&n[1..]), get_tuple(&n[1 + TUPLE_LEN..]));
-            Some(if k == 1 {
+            Some(Some(if k == 1 {
                 NatPlan::Packet { from, to }
             } else {
                 NatPlan::IcmpError { from, to }
-            })
+            }))
         }
         // A new connection's note ([`put_new_note`]) is no plan: look the connection up.
-        _ => {
-            pkt.pull_front(h);
-            return None;
-        }
-    };
-    pkt.pull_front(h);
-    Some(plan)
+        _ => None,
+    })
 }
 
 /// Leaves in `pkt`'s headroom what its new connection's creation needs, from its ingress
@@ -236,22 +244,10 @@ pub(crate) fn put_new_note(pkt: &mut Packet, new: &NewConn) {
 /// Takes the note [`put_new_note`] left (and unmarks the packet): `None` without one.
 #[inline]
 pub(crate) fn take_new_note(pkt: &mut Packet, ct: &CtWorker) -> Option<NewConn> {
-    if pkt.meta.flags & meta_flags::NAT_NOTE == 0 {
-        return None;
-    }
-    pkt.meta.flags &= !meta_flags::NAT_NOTE;
-    let h = pkt.headroom();
-    if h < NOTE_AT + NOTE_LEN {
-        return None;
-    }
-    let b = pkt.push_front(h)?;
-    let n = &b[NOTE_AT..NOTE_AT + NOTE_LEN];
-    let new = match n[0] {
+    take_with(pkt, |n| match n[0] {
         NEW_NOTE => n[1..].first_chunk().and_then(|b| ct.read_new(b)),
         _ => None,
-    };
-    pkt.pull_front(h);
-    new
+    })
 }
 
 /// One worker's NAT: its share of the ports, and what prerouting left for postrouting.
@@ -609,6 +605,65 @@ mod tests {
         assert_eq!(take_note(&mut p), None);
         // A plan's note is no new connection's.
         put_note(&mut p, None);
+        assert_eq!(take_new_note(&mut p, &w), None);
+    }
+
+    #[test]
+    fn a_damaged_or_overgrown_note_is_none_and_unmarks() {
+        let (ct, _exp) = freeway_conntrack::Conntrack::new(Default::default(), freeway_sync::Clock::manual()).unwrap();
+        let mut w = ct.worker();
+        let g = w.pin();
+        let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 8);
+        let frame = p.data().to_vec();
+        let flags = freeway_conntrack::TrackFlags::default();
+        let (_, _, new) = w.track_new(&g, p.data(), &p.meta, 2, flags);
+        let new = new.expect("an uncommitted new packet hands its creation on");
+        let marked = |p: &Packet| p.meta.flags & meta_flags::NAT_NOTE != 0;
+        // Sets byte `i` of the note in `p`'s headroom.
+        let damage = |p: &mut Packet, i: usize, v: u8| {
+            let h = p.headroom();
+            p.push_front(h).expect("the headroom")[NOTE_AT + i] = v;
+            assert!(p.pull_front(h));
+        };
+        // A kind no writer writes: no note of either kind, and the mark is gone.
+        put_note(&mut p, None);
+        damage(&mut p, 0, NEW_NOTE + 1);
+        assert_eq!(take_note(&mut p), None);
+        assert!(!marked(&p));
+        put_new_note(&mut p, &new);
+        damage(&mut p, 0, NEW_NOTE + 1);
+        assert_eq!(take_new_note(&mut p, &w), None);
+        assert!(!marked(&p));
+        // A new connection's note whose transport kind (the byte after its key and
+        // direction) is none: no note.
+        put_new_note(&mut p, &new);
+        damage(&mut p, 1 + 41, 0xff);
+        assert_eq!(take_new_note(&mut p, &w), None);
+        assert!(!marked(&p));
+        assert_eq!(p.data(), &frame[..], "the frame is untouched");
+        // A marked packet whose frame grew into its note since: no note, and unmarked.
+        for plan_note in [true, false] {
+            let mut q = p.clone();
+            if plan_note {
+                put_note(&mut q, None);
+            } else {
+                put_new_note(&mut q, &new);
+            }
+            let h = q.headroom();
+            assert!(q.push_front(h - NOTE_AT - NOTE_LEN + 1).is_some());
+            assert!(marked(&q));
+            if plan_note {
+                assert_eq!(take_note(&mut q), None);
+            } else {
+                assert_eq!(take_new_note(&mut q, &w), None);
+            }
+            assert!(!marked(&q));
+        }
+        // Without room, a new connection's note is not written: no mark.
+        let h = p.headroom();
+        assert!(p.push_front(h - NOTE_AT - NOTE_LEN + 1).is_some());
+        put_new_note(&mut p, &new);
+        assert!(!marked(&p));
         assert_eq!(take_new_note(&mut p, &w), None);
     }
 }
