@@ -66,21 +66,22 @@
 //! it has arrived: no system call, no fault. If it has not, the cache maps the slab itself as
 //! before and counts it ([`NodeCache::sync_maps`], the workers' `slab_sync_maps` statistic),
 //! and keeps the request out: the late slab, when it comes, is the cache's next slab (of the
-//! size it was asked for; the sizes after it grow as before), so its zeroing is not wasted. The request goes out when a slab is
-//! taken rather than when it is half used: asked for at half, the preparer (a thread
-//! competing for the same cores) often missed, and `perf` still saw 8% of `bench nat`'s
-//! samples zeroing huge pages under the worker's connection creation.
+//! size it was asked for; the sizes after it grow as before), so its zeroing is not wasted.
+//! The request goes out when a slab is taken rather than when it is half used: asked for at
+//! half, the preparer (a thread competing for the same cores) often missed, and `perf` still
+//! saw 8% of `bench nat`'s samples zeroing huge pages under the worker's connection
+//! creation.
 //!
 //! Memory stays bounded: a cache has at most one request out (a late one included, until its
 //! slab is taken), so at most one slab per worker is prepared ahead; none is asked for that
 //! would take the slabs in use past the table's node limit ([`Table::with_node_limit`]; the
 //! tracker's is twice its connection limit, a translated connection having two nodes), and a
-//! late one is kept only while it still fits with the slab its cache mapped meanwhile:
-//! otherwise the cache gives it up with its reply channel (and makes a new one), and the
-//! preparer drops the slab when it finds that channel closed. A slab prepared and never
-//! taken drops (unmapped or freed) with its channel, when its cache drops or, if it comes
-//! later, in the preparer. If the thread cannot be started, caches map every slab
-//! themselves.
+//! late one is kept only if it still fits with the slabs in use, the one its cache mapped
+//! meanwhile included (checked at each slab the cache maps while it is late): otherwise the
+//! cache gives it up with its reply channel (and makes a new one), and the preparer drops the
+//! slab when it finds that channel closed. A slab prepared and never taken drops (unmapped or
+//! freed) with its channel, when its cache drops or, if it comes later, in the preparer. If
+//! the thread cannot be started, caches map every slab themselves.
 //!
 //! Under `--cfg loom` every node is a `Box` of its own and nothing is recycled (retired nodes
 //! are kept until the table drops, which frees them and the linked ones): there are no slabs,
