@@ -111,9 +111,9 @@ pub fn commit_new(
     l4: L4Info,
     snat: Option<SrcNat>,
 ) -> Result<CtResult, NatFail> {
-    let (okey, o_lo) = Key::new(orig, zone);
-    let oh = ct.hash_ahead(&okey);
-    commit_keyed(ct, ports, g, pkt, zone, orig, (okey, o_lo, oh), cur, l4, snat)
+    let (key, src_lo) = Key::new(orig, zone);
+    let hash = ct.hash_of(&key);
+    commit_seen(ct, ports, g, pkt, &NewConn { key, hash, src_lo, l4 }, orig, cur, snat)
 }
 
 /// [`commit_new`] of a packet whose ingress lookup gave `new` ([`CtWorker::track_new`]):
@@ -135,38 +135,10 @@ pub fn commit_seen(
     snat: Option<SrcNat>,
 ) -> Result<CtResult, NatFail> {
     debug_assert_eq!(*orig, new.tuple());
+    // The primary's bucket is fetched first: its miss overlaps the rewrite and the reply
+    // node's preparation.
     ct.prefetch_bucket(new.hash);
-    commit_keyed(
-        ct,
-        ports,
-        g,
-        pkt,
-        new.zone(),
-        orig,
-        (new.key, new.src_lo, new.hash),
-        cur,
-        new.l4,
-        snat,
-    )
-}
-
-/// The body of [`commit_new`] and [`commit_seen`]: `okey` is the original tuple's key, its
-/// direction and its hash (whose bucket is being fetched).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn commit_keyed(
-    ct: &mut CtWorker,
-    ports: &mut NatPorts,
-    g: &Guard,
-    pkt: &mut Packet,
-    zone: u16,
-    orig: &Tuple,
-    okey: (Key, bool, u64),
-    cur: Tuple,
-    l4: L4Info,
-    snat: Option<SrcNat>,
-) -> Result<CtResult, NatFail> {
-    let (okey, o_lo, oh) = okey;
+    let (zone, l4) = (new.zone(), new.l4);
     // The candidates: one tuple (untranslated, or translated with the connection's own
     // port), then, only when that one is taken, the worker's ports: the walk of
     // `NatPorts::candidates` is not set up for a connection that keeps its port.
@@ -189,10 +161,8 @@ fn commit_keyed(
             }
         }
     }
-    // The primary's bucket was fetched first (by the caller): its miss overlaps the rewrite
-    // and the reply node's preparation. The first candidate is tried without a call: the
-    // packet rewritten to it and its key built here; the port walk (out of line) only when
-    // it is taken.
+    // The first candidate is tried without a call: the packet rewritten to it and its key
+    // built here; the port walk (out of line) only when it is taken.
     let first = match one {
         Some(t) => Some(first_candidate(pkt, orig, &cur, t, zone)?),
         None => None,
@@ -208,7 +178,7 @@ fn commit_keyed(
         Some(w) => w.next(pkt, &cur, zone),
         None => Ok(None),
     };
-    match ct.create_translated(g, okey, oh, o_lo, &l4, zone, first, more)? {
+    match ct.create_translated(g, new.key, new.hash, new.src_lo, &l4, zone, first, more)? {
         Some(r) => Ok(r),
         None => {
             ct.note_nat_exhausted();
