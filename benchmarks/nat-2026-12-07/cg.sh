@@ -1,4 +1,6 @@
 #!/bin/sh
+# Superseded by ../natperf-2026-12-07b/cg.sh: since conntrack's slab preparer thread and the
+# reassembly figures run in `bench nat`, the dump numbers below no longer name these phases.
 # cg.sh BIN TAG [OUTDIR]: callgrind of `bench nat`, one dump per worker thread (2: new plain,
 # 4: new NAT, 6: established plain, 8: established NAT), C = 20,000 and 40,000 connections,
 # P = 5C packets, 4,096 flows; per new connection (dumps 2, 4) and per established packet
