@@ -1,33 +1,22 @@
-//! Sleeping until a receive queue has something: one `epoll` instance over the descriptors of
-//! a worker's queues ([`RxQueue::wait_fd`]).
+//! Sleeping until a receive queue has something: one `poll(2)` on the descriptors of a
+//! worker's queues ([`RxQueue::wait_fd`]).
 //!
 //! A worker builds one [`Waiter`] for all its receive queues when it starts (only if every
 //! queue gives a descriptor: a queue that cannot wake it up must be polled) and calls
 //! [`Waiter::wait`] when it has found nothing for a while. The fast path never calls it: a
 //! worker with traffic makes no syscall to wait.
 //!
-//! Why `epoll` and not `poll(2)`: the descriptors are registered once, when the waiter is built,
-//! and stay registered; a `poll()` call hooks a wait-queue entry onto every descriptor as it
-//! goes to sleep, and on its return unhooks them all and asks every descriptor again whether it
-//! is readable. That return is on the path of a frame that wakes a sleeping worker (a ping
-//! through an idle Freeway waits for it), where `epoll_wait` takes the ready descriptor off the
-//! instance's ready list and asks only it. The registrations are level-triggered, so a
-//! descriptor is reported for as long as it is readable, as `poll()` would.
-//!
 //! A sleeping worker must also hear that the run stops, without a timeout that wakes it a few
 //! hundred times a second to look at its stop flag: a [`StopWake`] is one `eventfd` that every
-//! worker's waiter watches beside its queues ([`Waiter::with_stop`]). It is written once, when
-//! the run stops, and never read: it stays readable, so every wait from then on returns at once
-//! and no worker can miss it (one that was between its stop-flag check and `epoll_wait` when it
-//! was written returns from that `epoll_wait` at once).
-//! Timeouts are then only for the worker's own deadlines (frames waiting for a neighbour,
-//! fragments to expire).
+//! worker's waiter polls beside its queues ([`Waiter::with_stop`]). It is written once, when the
+//! run stops, and never read: it stays readable, so every wait from then on returns at once and
+//! no worker can miss it (one that was between its stop-flag check and `poll()` when it was
+//! written returns from that `poll()` at once). Timeouts are then only for the worker's own
+//! deadlines (frames waiting for a neighbour, fragments to expire).
 //!
-//! Threads: a `Waiter` belongs to one worker; the descriptors stay owned by the queues (and the
-//! stop signal), which outlive it: the worker drops the waiter before its queues, and builds a
-//! new one when a port is added or removed. (A descriptor closed while registered leaves the
-//! instance by itself: the kernel drops a registration when the last reference to its file
-//! goes.)
+//! Threads: a `Waiter` belongs to one worker; the descriptors stay owned by the queues, which
+//! outlive it (the worker drops the waiter before its queues). A `StopWake` is shared (`Arc`)
+//! by the workers and the thread that stops them.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -35,10 +24,10 @@ use std::time::Duration;
 
 use crate::RxQueue;
 
-/// An `epoll` instance watching one worker's receive queues.
+/// The `pollfd` array of one worker's receive queues.
 #[derive(Debug)]
 pub struct Waiter {
-    epfd: OwnedFd,
+    fds: Vec<libc::pollfd>,
 }
 
 /// What [`Waiter::wait`] saw.
@@ -52,56 +41,27 @@ pub enum Woken {
 
 impl Waiter {
     /// A waiter for `queues`, or `None` if one of them gives no descriptor (or there are
-    /// none), or the kernel refuses the `epoll` instance: such a worker must keep polling.
+    /// none): such a worker must keep polling.
     pub fn new<'a>(queues: impl IntoIterator<Item = &'a dyn RxQueue>) -> Option<Waiter> {
         let fds = queues
             .into_iter()
-            .map(|q| q.wait_fd())
+            .map(|q| q.wait_fd().map(Waiter::pollfd))
             .collect::<Option<Vec<_>>>()?;
-        if fds.is_empty() {
-            return None;
-        }
-        // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new descriptor
-        // that nothing else owns.
-        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epfd < 0 {
-            return None;
-        }
-        // SAFETY: `epfd` was just returned by epoll_create1 and is owned by no one else.
-        let w = Waiter {
-            epfd: unsafe { OwnedFd::from_raw_fd(epfd) },
-        };
-        fds.into_iter().try_for_each(|fd| w.add(fd)).ok()?;
-        Some(w)
+        (!fds.is_empty()).then_some(Waiter { fds })
     }
 
-    /// Registers `fd` for readability (level-triggered). Registering a descriptor twice (two
-    /// queues on one socket) is the same as once.
-    fn add(&self, fd: RawFd) -> io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
-        // SAFETY: `ev` is a live, initialised epoll_event for the whole call, which the kernel
-        // only reads; `epfd` is live while `self` is, and `fd` is a descriptor its owner keeps
-        // open (a bad one makes the call fail, nothing worse).
-        let r = unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EEXIST) {
-            Ok(())
-        } else {
-            Err(e)
+    fn pollfd(fd: RawFd) -> libc::pollfd {
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
         }
     }
 
-    /// Also wakes when `stop` is signalled (see [`StopWake`]); `None` if the kernel refuses to
-    /// watch it (the worker must then keep polling, or it could sleep through the stop).
-    pub fn with_stop(self, stop: &StopWake) -> Option<Waiter> {
-        self.add(stop.fd.as_raw_fd()).ok()?;
-        Some(self)
+    /// Also wakes when `stop` is signalled (see [`StopWake`]).
+    pub fn with_stop(mut self, stop: &StopWake) -> Waiter {
+        self.fds.push(Waiter::pollfd(stop.fd.as_raw_fd()));
+        self
     }
 
     /// Sleeps until a queue's descriptor is readable or `timeout` passes (rounded up to a
@@ -110,11 +70,10 @@ impl Waiter {
     /// arrived after the last `rx_burst` is never slept through.
     pub fn wait(&mut self, timeout: Duration) -> io::Result<Woken> {
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
-        // One event is enough: the caller polls every queue after any wake-up.
-        let mut ev = libc::epoll_event { events: 0, u64: 0 };
-        // SAFETY: `ev` is a live, writable array of one epoll_event for the whole call, and
-        // maxevents says one; `epfd` is live while `self` is.
-        let r = unsafe { libc::epoll_wait(self.epfd.as_raw_fd(), &mut ev, 1, ms) };
+        // SAFETY: `fds` is a live, writable array of `len` initialised `pollfd`s for the whole
+        // call; the kernel writes only their `revents`. The descriptors are owned by the
+        // queues, which outlive the waiter.
+        let r = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
         match r {
             0 => Ok(Woken::Timeout),
             r if r > 0 => Ok(Woken::Ready),
@@ -152,8 +111,8 @@ impl StopWake {
         })
     }
 
-    /// Makes the descriptor readable for good: every [`Waiter::wait`] that watches it returns
-    /// at once from now on. Calling it again changes nothing that matters (the counter grows).
+    /// Makes the descriptor readable for good: every [`Waiter::wait`] that polls it returns at
+    /// once from now on. Calling it again changes nothing that matters (the counter grows).
     pub fn signal(&self) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: `one` is 8 readable bytes for the whole call, as eventfd's write wants; the
@@ -211,8 +170,8 @@ mod tests {
         let (r, _w) = pipe();
         let a = Q(Some(r.as_raw_fd()));
         let stop = StopWake::new().unwrap();
-        let mut w1 = Waiter::new([&a as &dyn RxQueue]).unwrap().with_stop(&stop).unwrap();
-        let mut w2 = Waiter::new([&a as &dyn RxQueue]).unwrap().with_stop(&stop).unwrap();
+        let mut w1 = Waiter::new([&a as &dyn RxQueue]).unwrap().with_stop(&stop);
+        let mut w2 = Waiter::new([&a as &dyn RxQueue]).unwrap().with_stop(&stop);
         assert_eq!(w1.wait(Duration::from_millis(1)).unwrap(), Woken::Timeout);
         stop.signal();
         for _ in 0..3 {

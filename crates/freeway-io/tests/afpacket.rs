@@ -217,10 +217,10 @@ fn fanout_keeps_flows_on_one_queue() {
     });
 }
 
-/// A queue with nothing to read lets its worker sleep in `epoll_wait` on its socket; one frame
+/// A queue with nothing to read lets its worker sleep in `poll()` on its socket; one frame
 /// wakes it, and that frame alone is readable at once (a ring slot is handed over per frame,
 /// with no block to fill or timer to wait for). Once it is taken the socket stops being
-/// readable, so an idle worker does not spin through `epoll_wait`.
+/// readable, so an idle worker does not spin through `poll()`.
 #[test]
 fn a_lone_frame_wakes_a_sleeping_queue_and_is_readable_at_once() {
     on_veth(1, 1500, |_| {

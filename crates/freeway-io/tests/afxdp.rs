@@ -80,7 +80,7 @@ fn native_xdp_delivers_and_sends_frames_on_every_queue_wakes_idle_workers_and_de
         assert!(a.native && a.queues == 2 && a.zerocopy_queues == 0, "{a:?}");
         assert_eq!((q.rx.len(), q.tx.len()), (2, 1));
         round_trip(&mut q, 64);
-        // An idle worker sleeping in epoll_wait on the sockets wakes for a lone frame.
+        // An idle worker sleeping in poll() on the sockets wakes for a lone frame.
         lone_frames_wake(&mut q.rx, &Raw::new("fwb"));
         let s = port.stats();
         assert_eq!((s.rx_packets, s.tx_packets), (64 + 3, 64), "{s:?}");

@@ -11,7 +11,7 @@
 //!   and queues what the kernel sends ([`Twins::pop`], a bounded queue: full is a counted
 //!   drop); one worker takes it between its batches and routes it out through its L3 stage,
 //!   so ARP and neighbour discovery are Freeway's. A thread, not the workers' poll: the taps'
-//!   descriptors then never join a worker's `epoll` set and a busy worker pays one queue
+//!   descriptors then never join a worker's `poll()` set and a busy worker pays one queue
 //!   check per batch, not a `read()` per tap.
 //!
 //! The twins are `IFF_NOARP`: the kernel resolves nothing on them (it sends every frame to the

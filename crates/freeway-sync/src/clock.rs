@@ -7,7 +7,7 @@
 //! a hot entry is written at most once per tick.
 //!
 //! Idle: while every thread that announces its sleeps ([`Clock::sleeper`]: the workers that
-//! sleep in `epoll_wait`) is asleep, nothing needs the clock to move every few milliseconds, so
+//! sleep in `poll()`) is asleep, nothing needs the clock to move every few milliseconds, so
 //! the ticker slows to one step per [`IDLE_PERIOD_MS`] (an idle process then wakes up ten
 //! times a second for it, not 250). A sleeper that wakes brings the clock up to date itself
 //! ([`Sleeper::sleep`]) before it reads it, and one that woke for work wakes the ticker

@@ -421,7 +421,7 @@ fn clock_ticks_per_sec() -> u64 {
 }
 
 /// A lone frame crosses an idle Freeway at once: of pings 200 ms apart (each one finding the
-/// workers asleep in `epoll_wait`), the fastest takes under a millisecond, and the workers'
+/// workers asleep in `poll()`), the fastest takes under a millisecond, and the workers'
 /// counters show they slept and frames woke them. The fastest, not the average, so that a
 /// busy machine (builds beside the test) cannot fail it; `scripts/e2e-bench.sh` measures the
 /// average on a quiet one (the Linux bridge does about 0.1 ms here; the former TPACKET_V3
@@ -443,7 +443,7 @@ fn an_idle_bridge_forwards_a_lone_ping_at_once() {
 }
 
 /// An idle Freeway on AF_PACKET sleeps: over 3 s without traffic it uses less than a fifth of
-/// one core (its workers wait in `epoll_wait`; when they polled, yielded and napped 50 µs at a
+/// one core (its workers wait in `poll()`; when they polled, yielded and napped 50 µs at a
 /// time instead, the process used about 12% of a core here). Loose on purpose:
 /// `scripts/e2e-bench.sh` measures the real figure.
 #[test]
@@ -491,7 +491,7 @@ fn afxdp_ports_bridge_ping_and_tcp_between_namespaces() {
     assert!(bed.ping("h1", "10.0.0.2"), "h1 pings h2 through the bridge");
     assert!(bed.ping("h3", "10.0.0.1"), "h3 pings h1 through the bridge");
     bed.transfer_intact("h1", "h2", 5011, 4);
-    // Idle again, a lone ping goes through at once: the workers sleep in epoll_wait on their
+    // Idle again, a lone ping goes through at once: the workers sleep in poll() on their
     // sockets and the first frame wakes them.
     let o = bed.exec("h1", &["ping", "-q", "-c", "20", "-i", "0.2", "-W", "1", "10.0.0.2"]);
     let text = String::from_utf8_lossy(&o.stdout).to_string();

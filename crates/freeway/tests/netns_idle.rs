@@ -1,4 +1,4 @@
-//! An idle Freeway sleeps: its workers wait in `epoll_wait` on their sockets and the run's stop
+//! An idle Freeway sleeps: its workers wait in `poll()` on their sockets and the run's stop
 //! signal, with a timeout only as long as nothing is due (no packet waiting for a neighbour, no
 //! fragment to expire), so each wakes at most ten times a second without traffic. Counted by
 //! the workers' own statistics (`sleeps`: waits begun; `wakeups`: waits a frame or the stop

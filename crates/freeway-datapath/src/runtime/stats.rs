@@ -44,7 +44,7 @@ pub struct WorkerStats {
     pub parses: Counter,
     /// Polls of all queues that found nothing.
     pub idle_polls: Counter,
-    /// Times the worker slept in `epoll_wait` on its queues' descriptors, idle.
+    /// Times the worker slept in `poll()` on its queues' descriptors, idle.
     pub sleeps: Counter,
     /// Sleeps a frame ended (the others ran to their timeout).
     pub wakeups: Counter,
@@ -104,7 +104,7 @@ pub struct WorkerSnap {
     pub parses: u64,
     /// Empty polls.
     pub idle_polls: u64,
-    /// Sleeps in `epoll_wait` while idle (see [`WorkerStats::sleeps`]).
+    /// Sleeps in `poll()` while idle (see [`WorkerStats::sleeps`]).
     pub sleeps: u64,
     /// Sleeps ended by a frame.
     pub wakeups: u64,

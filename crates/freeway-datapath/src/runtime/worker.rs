@@ -2,7 +2,7 @@
 //!
 //! Idle: after an empty poll a worker spins ([`SPIN_POLLS`] polls), then yields its core (until
 //! [`YIELD_POLLS`] polls or [`YIELD_WINDOW`] has passed, whichever comes first), then sleeps in
-//! `epoll_wait` on its queues' descriptors and the run's stop signal (`freeway_io::wait`), woken
+//! `poll()` on its queues' descriptors and the run's stop signal (`freeway_io::wait`), woken
 //! by the first frame. The sleep's timeout is the next thing due without a frame: 5 ms while
 //! packets wait for a neighbour or fragments for reassembly (or on worker 0 when it routes the
 //! kernel twins' output), else [`SLEEP_QUIET`]; stopping the run signals an eventfd every
@@ -137,7 +137,7 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
     // sleeps then (see `idle_wait`).
     let mut waiter = waiter_of(&rx, stop_wake.as_deref());
     let long_sleeps = stop_wake.is_some();
-    // A worker that sleeps in `epoll_wait` tells the clock, which slows down while all do.
+    // A worker that sleeps in `poll()` tells the clock, which slows down while all do.
     let mut sleeper = waiter.as_ref().map(|_| clock.sleeper());
     let mut ticker = TickerWake::default();
     let mut idle = 0u32;
@@ -224,7 +224,7 @@ pub(crate) fn worker_main<L: Layout, T: TapPoint>(
 fn waiter_of(rx: &[(u16, Box<dyn RxQueue>)], stop: Option<&StopWake>) -> Option<Waiter> {
     let w = Waiter::new(rx.iter().map(|(_, q)| q.as_ref()));
     match stop {
-        Some(sw) => w.and_then(|wt| wt.with_stop(sw)),
+        Some(sw) => w.map(|wt| wt.with_stop(sw)),
         None => w,
     }
 }
@@ -323,11 +323,11 @@ const YIELD_POLLS: u32 = 1024;
 /// threads want, each `yield_now` can give the core away for a whole time slice, and 960
 /// yields would then keep an idle worker awake (and runnable) for seconds.
 const YIELD_WINDOW: Duration = Duration::from_millis(1);
-/// The longest a worker sleeps in `epoll_wait` while something is due without a frame: packets
+/// The longest a worker sleeps in `poll()` while something is due without a frame: packets
 /// waiting for a neighbour (re-sent requests, timeouts: [`poll_router`]), fragments to expire,
 /// the kernel twins' output; or when it has no stop signal to wake it.
 const SLEEP_MAX: Duration = Duration::from_millis(5);
-/// The longest a worker sleeps in `epoll_wait` when nothing is due: a frame or the run's stop
+/// The longest a worker sleeps in `poll()` when nothing is due: a frame or the run's stop
 /// signal ([`StopWake`]) wakes it, so the timeout only bounds how late it notices what changed
 /// without waking it (a tap attached, whose writer then waits for the worker's progress; a
 /// replaced tap list it still holds; transmit frames a kick left on an AF_XDP ring): at most
@@ -335,11 +335,11 @@ const SLEEP_MAX: Duration = Duration::from_millis(5);
 const SLEEP_QUIET: Duration = Duration::from_millis(100);
 
 /// What a worker does after its `idle`-th empty poll in a row: spin, yield, then sleep. It
-/// sleeps in `epoll_wait` on its queues' descriptors, woken by the first frame, when it has a
+/// sleeps in `poll()` on its queues' descriptors, woken by the first frame, when it has a
 /// [`Waiter`] (every queue gives a descriptor: no generator or pcap file) and no tap is
 /// attached (the taps' writers merge by the workers' progress marks, which a sleeping worker
 /// would not advance); else 50 µs at a time. A waiter that fails is dropped for good.
-/// Returns whether it slept in `epoll_wait` and a descriptor woke it.
+/// Returns whether it slept in `poll()` and a descriptor woke it.
 fn idle_wait(
     idle: u32,
     waiter: &mut Option<Waiter>,

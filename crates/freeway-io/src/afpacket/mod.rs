@@ -58,7 +58,7 @@
 //! # Idle workers sleep
 //!
 //! [`AfPacketRx`] gives its socket as [`RxQueue::wait_fd`]: a worker whose queues all give
-//! one sleeps in `epoll_wait` on them after a short spin without frames ([`crate::wait`]), and
+//! one sleeps in `poll()` on them after a short spin without frames ([`crate::wait`]), and
 //! wakes on the next frame. Under load it never gets there: `rx_burst` stays syscall-free.
 //!
 //! # Offloads

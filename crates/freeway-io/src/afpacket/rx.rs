@@ -5,7 +5,7 @@
 //! The ring is `frames` fixed slots of `frame_size` bytes (see [`super`] for why frames and
 //! not TPACKET_V3's blocks). The kernel writes each frame into the next free slot and hands it
 //! over at once by setting `TP_STATUS_USER` in the slot's header (after the frame, with a
-//! write barrier), then wakes any `poll()` or `epoll_wait` waiting on the socket. The queue reads slots
+//! write barrier), then wakes any `poll()` waiting on the socket. The queue reads slots
 //! strictly in ring order: it checks the status of the slot at its cursor (an acquire load,
 //! pairing with the kernel's barrier), copies the frame out, and hands the slot back by storing
 //! `TP_STATUS_KERNEL` (a release store, so every read of the slot happens before the kernel may
@@ -13,7 +13,7 @@
 //!
 //! `rx_burst` never blocks and makes no syscall: when the slot at the cursor still belongs to
 //! the kernel there is nothing to read. A worker with nothing to do waits for the next frame
-//! in `epoll_wait` on the socket ([`RxQueue::wait_fd`]): the kernel reports it readable while the
+//! in `poll()` on the socket ([`RxQueue::wait_fd`]): the kernel reports it readable while the
 //! slot it filled last still belongs to user space.
 //!
 //! # Per frame

@@ -72,7 +72,7 @@
 //!
 //! What a ping through an idle bridge of two AF_XDP ports costs (counted on the test bed of
 //! `scripts/e2e-bench.sh`, 200 pings 10 ms apart, counts that do not depend on the load):
-//! one wake-up of one worker, which sleeps in `epoll_wait` on its sockets: the redirect's flush
+//! one wake-up of one worker, which sleeps in `poll()` on its sockets: the redirect's flush
 //! makes the socket readable, so a frame wakes the worker, which never sleeps to its
 //! timeout. Two batches: the request, then the reply, which the far host's stack sends
 //! inside the worker's own transmit kick (veth runs the receiver's stack in the sender's

@@ -9,7 +9,7 @@
 //! frames flow. When the kernel sets `XDP_RING_NEED_WAKEUP` on the FILL ring (zero-copy
 //! drivers that ran out of chunks) the queue kicks it with an empty `recvfrom`. A frame that
 //! does not fit a pool buffer is counted `too_big` and dropped, never truncated. An idle
-//! worker sleeps in `epoll_wait` on the socket ([`RxQueue::wait_fd`]), which is readable while
+//! worker sleeps in `poll()` on the socket ([`RxQueue::wait_fd`]), which is readable while
 //! the RX ring holds a frame.
 //!
 //! # Transmit ([`AfXdpTx`])
