@@ -9,14 +9,9 @@ use freeway_io::gen::{GenConfig, GenPort};
 use freeway_io::pcap::{PcapConfig, PcapPort, PcapReader, PcapWriter};
 use freeway_io::{Port, RxQueue};
 use freeway_packet::{Batch, Packet, PacketPool};
+use freeway_testkit::TempDir;
 use pcap_file::pcap::{PcapHeader, PcapPacket};
 use pcap_file::{DataLink, Endianness, TsResolution};
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("freeway-io-pcap-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
-}
 
 fn read_direct(path: &Path) -> (PcapHeader, Vec<Vec<u8>>) {
     let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
@@ -73,8 +68,9 @@ fn read_port(cfg: PcapConfig, buf_size: usize) -> (Vec<Vec<u8>>, PcapPort) {
 
 #[test]
 fn round_trip_two_workers() {
+    let dir = TempDir::new("io-pcap-roundtrip");
     let frames = gen_frames(1000);
-    let path = tmp("roundtrip.pcap");
+    let path = dir.join("roundtrip.pcap");
     let mut port = PcapPort::new(PcapConfig {
         write: Some(path.clone()),
         ..Default::default()
@@ -120,7 +116,8 @@ fn round_trip_two_workers() {
 
 #[test]
 fn concurrent_workers_with_backpressure() {
-    let path = tmp("concurrent.pcap");
+    let dir = TempDir::new("io-pcap-concurrent");
+    let path = dir.join("concurrent.pcap");
     // A tiny channel: workers block on the writer thread (backpressure), nothing is lost.
     let mut port = PcapPort::new(PcapConfig {
         write: Some(path.clone()),
@@ -168,9 +165,10 @@ fn concurrent_workers_with_backpressure() {
 
 #[test]
 fn reader_handles_nanoseconds_big_endian_loops_and_too_big() {
+    let dir = TempDir::new("io-pcap-nano-be");
     let mut frames = gen_frames(50);
     frames.push(vec![0xab; 1000]);
-    let path = tmp("nano-be.pcap");
+    let path = dir.join("nano-be.pcap");
     let header = PcapHeader {
         ts_resolution: TsResolution::NanoSecond,
         endianness: Endianness::Big,
@@ -201,8 +199,9 @@ fn reader_handles_nanoseconds_big_endian_loops_and_too_big() {
 
 #[test]
 fn bad_files_give_clear_errors() {
+    let dir = TempDir::new("io-pcap-bad-files");
     let err = |bytes: &[u8], name: &str| {
-        let p = tmp(name);
+        let p = dir.join(name);
         std::fs::write(&p, bytes).unwrap();
         PcapPort::new(PcapConfig {
             read: Some(p),
@@ -219,7 +218,7 @@ fn bad_files_give_clear_errors() {
     let e = err(b"", "empty.pcap");
     assert!(e.contains("truncated"), "{e}");
     // Linktype raw IP (101) is refused.
-    let p = tmp("raw.pcap");
+    let p = dir.join("raw.pcap");
     write_direct(
         &p,
         PcapHeader {
@@ -236,7 +235,7 @@ fn bad_files_give_clear_errors() {
     .to_string();
     assert!(e.contains("linktype") && e.contains("Ethernet"), "{e}");
     let e = PcapPort::new(PcapConfig {
-        read: Some(tmp("does-not-exist.pcap")),
+        read: Some(dir.join("does-not-exist.pcap")),
         ..Default::default()
     })
     .unwrap_err()
@@ -248,8 +247,9 @@ fn bad_files_give_clear_errors() {
 
 #[test]
 fn a_file_cut_inside_a_record_delivers_what_precedes_and_reports_the_error() {
+    let dir = TempDir::new("io-pcap-cut");
     let frames = gen_frames(20);
-    let p = tmp("cut.pcap");
+    let p = dir.join("cut.pcap");
     write_direct(&p, PcapHeader::default(), &frames);
     let bytes = std::fs::read(&p).unwrap();
     std::fs::write(&p, &bytes[..bytes.len() - 10]).unwrap();
@@ -272,8 +272,9 @@ fn a_file_cut_inside_a_record_delivers_what_precedes_and_reports_the_error() {
 
 #[test]
 fn read_and_write_on_one_port_and_sink_tx_without_write() {
+    let dir = TempDir::new("io-pcap-read-write");
     let frames = gen_frames(10);
-    let (inp, out) = (tmp("both-in.pcap"), tmp("both-out.pcap"));
+    let (inp, out) = (dir.join("both-in.pcap"), dir.join("both-out.pcap"));
     write_direct(&inp, PcapHeader::default(), &frames);
     let mut port = PcapPort::new(PcapConfig {
         read: Some(inp.clone()),
@@ -346,7 +347,7 @@ fn tcpdump_reads(path: &Path, frames: usize) {
 
 /// A little-endian microsecond pcap file with snap length `snaplen` and `records` given as
 /// (seconds, microseconds, stored bytes, original length).
-fn raw_pcap(name: &str, snaplen: u32, records: &[(u32, u32, Vec<u8>, u32)]) -> PathBuf {
+fn raw_pcap(dir: &TempDir, name: &str, snaplen: u32, records: &[(u32, u32, Vec<u8>, u32)]) -> PathBuf {
     let mut b = Vec::new();
     for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, snaplen, 1] {
         b.extend_from_slice(&w.to_le_bytes());
@@ -357,7 +358,7 @@ fn raw_pcap(name: &str, snaplen: u32, records: &[(u32, u32, Vec<u8>, u32)]) -> P
         }
         b.extend_from_slice(data);
     }
-    let p = tmp(name);
+    let p = dir.join(name);
     std::fs::write(&p, b).unwrap();
     p
 }
@@ -374,11 +375,13 @@ fn tcpdump_lines(path: &Path, args: &[&str]) -> Option<Vec<String>> {
 /// bytes is still 1,200 bytes long, at the input's time, in the output.
 #[test]
 fn records_keep_their_timestamp_and_wire_length_through_read_and_write() {
+    let dir = TempDir::new("io-pcap-long-records");
     let arp =
         freeway_packet::build::build_arp_request([2, 0, 0, 0, 0, 1], None, [10, 0, 0, 1].into(), [10, 0, 0, 2].into());
     let mut long = arp.clone();
     long.resize(100, 0);
     let input = raw_pcap(
+        &dir,
         "long-records.pcap",
         64,
         &[
@@ -408,7 +411,7 @@ fn records_keep_their_timestamp_and_wire_length_through_read_and_write() {
     );
     assert_eq!(b.as_slice()[0].data(), &long[..64]);
 
-    let out = tmp("long-records-out.pcap");
+    let out = dir.join("long-records-out.pcap");
     let mut w = PcapWriter::create(&out, 4, 1).unwrap();
     let mut q = w.tx_queue(0);
     assert_eq!(freeway_io::TxQueue::tx_burst(&mut q, &mut b, &mut pool), 2);
@@ -437,9 +440,11 @@ fn records_keep_their_timestamp_and_wire_length_through_read_and_write() {
 /// delivered.
 #[test]
 fn an_impossible_captured_length_is_reported_as_such() {
+    let dir = TempDir::new("io-pcap-huge-record");
     let arp =
         freeway_packet::build::build_arp_request([2, 0, 0, 0, 0, 1], None, [10, 0, 0, 1].into(), [10, 0, 0, 2].into());
     let mut bytes = std::fs::read(raw_pcap(
+        &dir,
         "huge-record.pcap",
         65535,
         &[(1, 0, arp.clone(), arp.len() as u32)],
@@ -449,7 +454,7 @@ fn an_impossible_captured_length_is_reported_as_such() {
         bytes.extend_from_slice(&w.to_le_bytes());
     }
     bytes.extend_from_slice(&[0; 64]);
-    let p = tmp("huge-record.pcap");
+    let p = dir.join("huge-record.pcap");
     std::fs::write(&p, bytes).unwrap();
     let mut r = PcapReader::open(&p, 1).unwrap();
     assert_eq!(take(&mut r, 10), vec![arp]);

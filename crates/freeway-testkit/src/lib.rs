@@ -15,6 +15,12 @@
 //!   panics instead: CI provides what the tests need, and a test that cannot run there
 //!   fails.
 //!
+//! # Scratch files
+//!
+//! [`TempDir`] is a test's own directory under the system's temporary directory, removed when
+//! the test ends (kept, and named on standard error, when it fails), so that a test run leaves
+//! nothing behind.
+//!
 //! # Reading captures back
 //!
 //! [`tcpdump`] runs `tcpdump` on a file a test wrote, and skips (as above) where it cannot
@@ -23,7 +29,7 @@
 
 use std::fmt::Display;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Whether the environment variable `CI` asks skips to fail: set, and not empty, `0` or
 /// `false`.
@@ -80,6 +86,50 @@ pub fn tcpdump(path: &Path, args: &[&str]) -> Option<String> {
                 path.display()
             ));
             None
+        }
+    }
+}
+
+/// A per-test directory under the system temp dir, removed at the end (kept when the test
+/// fails, to look at its files).
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh, empty `freeway-{name}-{pid}`.
+    pub fn new(name: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("freeway-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    /// The directory itself.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The path of the file `name` in the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The path of the file `name` in the directory, as text.
+    pub fn file(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+
+    /// The paths of the files `names` in the directory.
+    pub fn files<const N: usize>(&self, names: [&str; N]) -> [String; N] {
+        names.map(|n| self.file(n))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test files kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 }

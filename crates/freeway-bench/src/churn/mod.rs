@@ -459,15 +459,17 @@ pub fn run(opts: &ChurnOptions) -> Result<ChurnReport, RunError> {
         Some(reg.clone()),
         ports,
     );
-    if let Some(p) = &cfg_path {
-        let _ = std::fs::remove_file(p);
-    }
     // Whatever happened, end the other threads.
     shared.gen_stop.store(true, SeqCst);
     stop.store(true, SeqCst);
-    let ctl = control
-        .join()
-        .map_err(|_| RunError("the control thread panicked".into()))?;
+    let ctl = control.join();
+    // The files the run and its control side wrote (the configuration it reloads, the ruleset
+    // of `firewall load`), once nothing writes them again.
+    if let Some(p) = &cfg_path {
+        let _ = std::fs::remove_file(p);
+    }
+    let _ = std::fs::remove_file(sock.with_extension("nft"));
+    let ctl = ctl.map_err(|_| RunError("the control thread panicked".into()))?;
     let (rss_warm, rss_max, elapsed) = monitor
         .join()
         .map_err(|_| RunError("the monitor thread panicked".into()))?;

@@ -1,54 +1,17 @@
-//! Helpers shared by the integration tests: a scratch directory, pcap files in and out, the
-//! config text of ports and of the two-subnet router most tests route through, and one
-//! offline run of a config.
+//! Helpers shared by the integration tests: a scratch directory (the test kit's), pcap files
+//! in and out, the config text of ports and of the two-subnet router most tests route
+//! through, and one offline run of a config.
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use freeway_bridge::Padded;
 use freeway_datapath::config;
 use freeway_datapath::runtime::{self, RunOptions, RunResult};
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 
-/// A per-test directory under the system temp dir, removed at the end (kept when the test
-/// fails, to look at the pcaps).
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    /// A fresh, empty `freeway-{name}-{pid}`.
-    pub fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("freeway-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    /// The directory itself.
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// The path of the file `name` in the directory.
-    pub fn file(&self, name: &str) -> String {
-        self.0.join(name).display().to_string()
-    }
-
-    /// The paths of the files `names` in the directory.
-    pub fn files<const N: usize>(&self, names: [&str; N]) -> [String; N] {
-        names.map(|n| self.file(n))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("test files kept in {}", self.0.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+pub use freeway_testkit::TempDir;
 
 /// The Internet checksum of `data` (RFC 1071), computed here independently of the datapath.
 pub fn csum(data: &[u8]) -> u16 {
