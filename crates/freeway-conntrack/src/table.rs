@@ -1783,22 +1783,34 @@ mod tests {
         cache.prep.as_ref().expect("a preparer").to.clone()
     }
 
+    /// A node cache of `t` whose second slab comes late: the first prepared and taken, the
+    /// second asked for while the preparer's gate is held, so the cache maps it itself.
+    /// `held` runs before the gate is let go, with the cache and its reply channel from before
+    /// the second slab; the two are handed back.
+    fn second_slab_late(
+        t: &Table,
+        held: impl FnOnce(&mut NodeCache, &crossbeam_channel::Sender<Slab>),
+    ) -> (NodeCache, crossbeam_channel::Sender<Slab>) {
+        let mut cache = t.node_cache();
+        let gate = t.prep_gate();
+        let channel = reply_channel(&cache);
+        assert!(cache.wait_prepared());
+        let lock = gate.lock().unwrap();
+        carve_nodes(&mut cache, SLAB_MIN + 1, false);
+        assert_eq!(cache.sync_maps().get(), 1, "the second slab was late");
+        held(&mut cache, &channel);
+        drop(lock);
+        (cache, channel)
+    }
+
     #[test]
     fn a_late_slab_is_kept_for_the_next_on_the_same_channel() {
         let t = Table::new(16, 5);
         let live = t.slabs_live();
         let count = || live.load(std::sync::atomic::Ordering::Relaxed);
-        let mut cache = t.node_cache();
-        let gate = t.prep_gate();
-        let channel = reply_channel(&cache);
-        // The first slab prepared; the second, asked for when the first is taken, held back:
-        // the cache maps it itself.
-        assert!(cache.wait_prepared());
-        let held = gate.lock().unwrap();
-        carve_nodes(&mut cache, SLAB_MIN + 1, false);
-        assert_eq!(cache.sync_maps().get(), 1, "the second slab was late");
-        assert_eq!(count(), 2, "the late one is not made yet");
-        drop(held);
+        let (mut cache, channel) = second_slab_late(&t, |_, _| {
+            assert_eq!(count(), 2, "the late one is not made yet");
+        });
         // The late slab comes all the same, one ahead, and is the third: no map, no new
         // request until it is taken.
         assert!(cache.wait_prepared());
@@ -1827,19 +1839,10 @@ mod tests {
         let t = Table::with_node_limit(16, 5, 3 * SLAB_MIN);
         let live = t.slabs_live();
         let count = || live.load(std::sync::atomic::Ordering::Relaxed);
-        let mut cache = t.node_cache();
-        let gate = t.prep_gate();
-        let channel = reply_channel(&cache);
-        assert!(cache.wait_prepared());
-        let held = gate.lock().unwrap();
-        carve_nodes(&mut cache, SLAB_MIN + 1, false);
-        assert_eq!(cache.sync_maps().get(), 1);
-        assert!(
-            !reply_channel(&cache).same_channel(&channel),
-            "given up with its channel"
-        );
-        assert!(!cache.wait_prepared(), "nothing is asked for past the limit");
-        drop(held);
+        let (cache, _) = second_slab_late(&t, |cache, channel| {
+            assert!(!reply_channel(cache).same_channel(channel), "given up with its channel");
+            assert!(!cache.wait_prepared(), "nothing is asked for past the limit");
+        });
         // The preparer makes the late slab and drops it; the table's drop joins it.
         drop(t);
         assert_eq!(count(), 2);

@@ -584,16 +584,31 @@ mod tests {
         assert_eq!(take_note(&mut p), None);
     }
 
-    #[test]
-    fn a_new_connections_note_carries_its_creation_and_is_no_plan() {
-        let (ct, _exp) = freeway_conntrack::Conntrack::new(Default::default(), freeway_sync::Clock::manual()).unwrap();
+    /// A tracker, one of its workers and an uncommitted new UDP packet (with a copy of its
+    /// frame) whose creation the worker handed on.
+    fn new_udp_conn() -> (
+        freeway_conntrack::Conntrack,
+        freeway_conntrack::Expirer,
+        freeway_conntrack::CtWorker,
+        Packet,
+        Vec<u8>,
+        freeway_conntrack::NewConn,
+    ) {
+        let (ct, exp) = freeway_conntrack::Conntrack::new(Default::default(), freeway_sync::Clock::manual()).unwrap();
         let mut w = ct.worker();
         let g = w.pin();
-        let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 8);
+        let p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 8);
         let frame = p.data().to_vec();
         let flags = freeway_conntrack::TrackFlags::default();
         let (_, _, new) = w.track_new(&g, p.data(), &p.meta, 2, flags);
         let new = new.expect("an uncommitted new packet hands its creation on");
+        drop(g);
+        (ct, exp, w, p, frame, new)
+    }
+
+    #[test]
+    fn a_new_connections_note_carries_its_creation_and_is_no_plan() {
+        let (_ct, _exp, w, mut p, frame, new) = new_udp_conn();
         assert_eq!(take_new_note(&mut p, &w), None, "no mark, no note");
         put_new_note(&mut p, &new);
         assert_ne!(p.meta.flags & meta_flags::NAT_NOTE, 0);
@@ -610,14 +625,7 @@ mod tests {
 
     #[test]
     fn a_damaged_or_overgrown_note_is_none_and_unmarks() {
-        let (ct, _exp) = freeway_conntrack::Conntrack::new(Default::default(), freeway_sync::Clock::manual()).unwrap();
-        let mut w = ct.worker();
-        let g = w.pin();
-        let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000, 53, 8);
-        let frame = p.data().to_vec();
-        let flags = freeway_conntrack::TrackFlags::default();
-        let (_, _, new) = w.track_new(&g, p.data(), &p.meta, 2, flags);
-        let new = new.expect("an uncommitted new packet hands its creation on");
+        let (_ct, _exp, w, mut p, frame, new) = new_udp_conn();
         let marked = |p: &Packet| p.meta.flags & meta_flags::NAT_NOTE != 0;
         // Sets byte `i` of the note in `p`'s headroom.
         let damage = |p: &mut Packet, i: usize, v: u8| {
