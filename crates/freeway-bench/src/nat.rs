@@ -22,7 +22,9 @@
 //!   the same connections again ("warm"), as in a datapath whose connections come and go:
 //!   no fresh memory is touched.
 //! * **Established packets**: `flows` connections per worker are created first, then each
-//!   worker sends packets of them in turn (original direction) in batches of 32, either
+//!   worker sends packets of them in turn in batches of 32 (`--directions`: by default both
+//!   directions, each flow's original packet and its reply in turn, as a flow's traffic
+//!   goes; or only one of them), either
 //!   tracked (`track_each`, as the datapath's stage tracks a batch) or tracked and translated
 //!   as the datapath does (`track_nat_each`, whose one lookup gives each packet's
 //!   translation too, then the rewrite).
@@ -67,6 +69,9 @@ pub struct NatArgs {
     /// Packets per worker for the per-packet part.
     #[arg(long, default_value_t = 5_000_000)]
     pub packets: usize,
+    /// Which packets of the established flows are sent: both directions in turn, or one.
+    #[arg(long, value_enum, default_value_t = Directions::Both)]
+    pub directions: Directions,
     /// Runs per configuration (the median is shown).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -76,6 +81,18 @@ pub struct NatArgs {
     /// Write results as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+}
+
+/// The packets of the established flows that `bench nat` sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Directions {
+    /// Each flow's original-direction packet and its reply, in turn.
+    Both,
+    /// Original-direction packets only (the client's, translated at its source).
+    Original,
+    /// Replies only (the server's, to the translated address, translated back).
+    Reply,
 }
 
 /// `--frag-seconds`: a duration, or 0 (no reassembly figures).
@@ -311,12 +328,13 @@ fn new_conns(workers: usize, conns: usize, translate: bool) -> (f64, f64, u64) {
     (slowest(|r| r.0), slowest(|r| r.1), rs.iter().map(|r| r.2).sum())
 }
 
-/// Nanoseconds per established packet per worker (slowest worker).
-fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> (f64, u64) {
+/// Nanoseconds per established packet per worker (slowest worker), the flows' packets sent
+/// in `dirs`.
+fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool, dirs: Directions) -> (f64, u64) {
     let rs = on_workers(workers, move |id, mut b, barrier| {
         // The flows, each created (translated or not) and answered once.
         let mut bad = 0u64;
-        let mut templates = Vec::with_capacity(flows);
+        let mut templates = Vec::with_capacity(2 * flows);
         {
             let g = b.w.pin();
             for i in 0..flows {
@@ -335,8 +353,15 @@ fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool) -> 
                 // The reply, so that the connection is established.
                 let (t, _) = tracked_of(&q);
                 let r = frames::udp(t.dst_ip(), t.src_ip(), t.dport, t.sport, 16);
+                let mut r = r;
+                r.meta.flags |= meta_flags::IPV4_CSUM_OK;
                 let _ = b.w.track(&g, r.data(), &r.meta, 0, b.flags);
-                templates.push(p);
+                if dirs != Directions::Reply {
+                    templates.push(p);
+                }
+                if dirs != Directions::Original {
+                    templates.push(r);
+                }
             }
         }
         barrier.wait();
@@ -447,7 +472,12 @@ pub fn nat_cmd(a: NatArgs) -> Result<(), String> {
     } else {
         Vec::new()
     };
-    println!("bench nat: new connections per second per worker, and ns per established packet per worker");
+    let dirs = match a.directions {
+        Directions::Both => "both directions in turn",
+        Directions::Original => "original direction",
+        Directions::Reply => "replies",
+    };
+    println!("bench nat: new connections per second per worker, and ns per established packet per worker ({dirs})");
     println!("new: in a fresh table, and warm (again, the table flushed and its nodes recycled)");
     println!(
         "workers  new plain M/s  new NAT M/s  NAT/plain  warm plain  warm NAT  NAT/plain   plain ns/pkt  NAT ns/pkt  NAT/plain"
@@ -466,10 +496,10 @@ pub fn nat_cmd(a: NatArgs) -> Result<(), String> {
             nn.push(r);
             wn.push(w);
             unexpected += b;
-            let (r, b) = per_packet(n, a.flows, a.packets, false);
+            let (r, b) = per_packet(n, a.flows, a.packets, false, a.directions);
             pp.push(r);
             unexpected += b;
-            let (r, b) = per_packet(n, a.flows, a.packets, true);
+            let (r, b) = per_packet(n, a.flows, a.packets, true, a.directions);
             pn.push(r);
             unexpected += b;
         }
@@ -508,7 +538,7 @@ pub fn nat_cmd(a: NatArgs) -> Result<(), String> {
         Some(path) => write_report(
             path,
             None,
-            serde_json::json!({ "rows": rows, "reassembly": reassembly }),
+            serde_json::json!({ "rows": rows, "reassembly": reassembly, "directions": a.directions }),
         ),
         None => Ok(()),
     }
@@ -526,6 +556,7 @@ mod tests {
             conns: 64,
             flows: 16,
             packets: 256,
+            directions: Directions::Both,
             runs: 1,
             frag_seconds: 0.01,
             json: Some(path.clone()),
@@ -549,6 +580,7 @@ mod tests {
         let rows = v["rows"].as_array().unwrap();
         assert_eq!(rows.len(), 1, "{v}");
         assert_eq!(rows[0]["unexpected"], 0, "{v}");
+        assert_eq!(v["directions"], "both", "{v}");
         for k in [
             "new_plain",
             "new_nat",
@@ -558,6 +590,20 @@ mod tests {
             "ns_nat",
         ] {
             assert!(rows[0][k].as_f64().unwrap() > 0.0, "{k}: {v}");
+        }
+    }
+
+    /// Each direction of the established flows, alone, goes as expected: every packet found
+    /// established and, translated, rewritten by its stored plan (a reply's is its reply
+    /// node's).
+    #[test]
+    fn each_direction_of_the_established_flows_goes_as_expected() {
+        for dirs in [Directions::Original, Directions::Reply, Directions::Both] {
+            for translate in [false, true] {
+                let (ns, bad) = per_packet(2, 40, 640, translate, dirs);
+                assert_eq!(bad, 0, "{dirs:?}, translated: {translate}");
+                assert!(ns > 0.0);
+            }
         }
     }
 }
