@@ -429,7 +429,9 @@ fn track_nat_gives_the_plan_of_nat_of() {
 }
 
 /// A translated connection whose first candidate tuples are taken gets the next free one,
-/// and the tries reserve one place only: the table counts exactly its connections.
+/// and the tries reserve one place only: the table counts exactly its connections. The
+/// replies of each, those whose reply node took another key before it was published
+/// included, are translated back to their client by the rewrite their node stores.
 #[test]
 fn taken_candidates_are_skipped_with_one_reservation() {
     let (ct, mut w, _clock) = setup();
@@ -443,6 +445,7 @@ fn taken_candidates_are_skipped_with_one_reservation() {
     // finds them taken and goes on to 7002 and 7003.
     let mut fresh = NatPorts::new(0, 1);
     let mut outs = Vec::new();
+    let mut flows = Vec::new();
     for i in 0..4 {
         let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5000 + i, 53, 4);
         let orig = tuple_of(&p);
@@ -451,8 +454,25 @@ fn taken_candidates_are_skipped_with_one_reservation() {
         nat::commit_new(&mut w, ports, &g, &mut p, 0, &orig, orig, l4, Some(snat)).expect("a port is free");
         assert!(checksums_ok(&p));
         outs.push(tuple_of(&p).sport);
+        flows.push((orig, tuple_of(&p)));
     }
     assert_eq!(outs, vec![7000, 7001, 7002, 7003], "every port once");
+    let flags = freeway_conntrack::TrackFlags {
+        commit: false,
+        l3_csum_verified: false,
+    };
+    for (orig, out) in flows {
+        let mut reply = frames::udp(out.dst_ip(), out.src_ip(), out.dport, out.sport, 4);
+        let (r, plan) = w.track_nat(&g, reply.data(), &reply.meta, 0, flags);
+        assert_eq!((r.state, r.reply), (CtState::Established, true), "{out:?}");
+        let Some(plan @ NatPlan::Packet4(_)) = plan else {
+            panic!("a stored IPv4 rewrite for the reply to {out:?}, got {plan:?}");
+        };
+        assert_eq!(plan.tuples(), (out.reversed(), orig.reversed()));
+        assert!(nat::apply(&mut reply, &plan));
+        assert_eq!(tuple_of(&reply), orig.reversed());
+        assert!(checksums_ok(&reply));
+    }
     let mut p = frames::udp(ip("10.0.0.2"), ip("198.51.100.7"), 5999, 53, 4);
     let orig = tuple_of(&p);
     let l4 = l4_of(&p);
