@@ -1026,7 +1026,7 @@ impl CtWorker {
             let r = self.update(c.primary(), reply, &l4, zone, commit);
             // `packet_plan`, each kind of plan handed on where it is made.
             let plan = match c.twin() {
-                Some(_) => match stored_rewrite4(c, &key, src_lo, reply) {
+                Some(twin) => match stored_rewrite4(c, twin, &key, src_lo, reply) {
                     Some(rw) => {
                         drop(global);
                         return then(r, Some(NatPlan::Packet4(rw)), None);
@@ -1247,30 +1247,28 @@ impl CtWorker {
 
 /// The plan of a packet with key `key` (its source the key's low endpoint: `src_lo`) found
 /// under node `c` (`reply`: it travels in the reply direction). A translated IPv4
-/// connection's rewrite of each direction is on the second line of the node that direction
-/// finds: for an original-direction packet the primary's, which its update reads anyway;
-/// for a reply the reply node's, beside the key its lookup read (the primary's key is not
-/// read: only the state line it updates). An untranslated connection (no twin, on the key's line) has no
+/// connection's rewrite is on its primary's hot line, which the packet's update read: an
+/// original-direction packet reads no other line, a reply reads its primary's key (the
+/// original tuple) besides. An untranslated connection (no twin, on the key's line) has no
 /// plan; the tuples' plan (IPv6, or a packet that needs no rewrite) is built out of line, so
 /// that the common one is the only value the caller merges.
 #[inline(always)]
 fn packet_plan(c: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<NatPlan> {
-    c.twin()?;
-    if let Some(rw) = stored_rewrite4(c, key, src_lo, reply) {
+    let twin = c.twin()?;
+    if let Some(rw) = stored_rewrite4(c, twin, key, src_lo, reply) {
         return Some(NatPlan::Packet4(rw));
     }
     tuple_plan(c, key, src_lo)
 }
 
-/// The IPv4 rewrite a packet found under `c` (a node of a translated connection) needs, as
-/// `c` stores it (see [`packet_plan`]): an original-direction packet found under the
-/// primary, a reply under the reply node; `None` for IPv6 (whose nodes store none:
-/// [`Conn::nat4`]), or a packet that needs no rewrite (one that carries the tuple of the
-/// other direction of the node it was found under).
+/// The IPv4 rewrite a packet found under `c` (a node of a translated connection, whose other
+/// node is `twin`) needs, from the primary's hot line (see [`packet_plan`]); `None` for
+/// IPv6 (whose primary stores none: [`Conn::nat4`]), or a packet that needs no rewrite.
 #[inline(always)]
-fn stored_rewrite4(c: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<Rewrite4> {
+fn stored_rewrite4(c: &Conn, twin: &Conn, key: &Key, src_lo: bool, reply: bool) -> Option<Rewrite4> {
     match (c.is_reply_node(), reply) {
-        (false, false) | (true, true) => c.nat4(key, src_lo),
+        (false, false) => c.nat4(key, src_lo),
+        (true, true) => twin.nat4(twin.key(), twin.orig_lo()).map(|rw| rw.reversed()),
         _ => None,
     }
 }
@@ -1573,17 +1571,17 @@ impl CtWorker {
             return Ok(Some(r));
         }
         let expires = self.now + to.ms(class);
-        let (nat4, reply_nat4) = match rw {
-            Some(rw) => (Some(Nat4::of(&rw)), Some(Nat4::reply_of(&rw))),
-            None => Nat4::between(&okey, o_lo, &rkey, r_lo).unzip(),
+        let nat4 = match rw {
+            Some(rw) => Some(Nat4::of(&rw)),
+            None => Nat4::between(&okey, o_lo, &rkey, r_lo),
         };
-        // The two nodes made in place, linked (each the other's twin) and their stored
-        // rewrites set as they are written.
+        // The two nodes made in place, linked (each the other's twin) and the primary's
+        // stored rewrite set as they are written.
         // SAFETY: `Conn::init` initialises both nodes in full.
         let (mut p, mut a) = unsafe {
             self.nodes.borrow_mut().alloc_pair_with(|p, a| {
                 Conn::init(p, okey, o_lo, kind, false, a, state, tcp, expires, nat4);
-                Conn::init(a, rkey, r_lo, kind, true, p, 0, None, Tick::MAX, reply_nat4);
+                Conn::init(a, rkey, r_lo, kind, true, p, 0, None, Tick::MAX, None);
             })
         };
         let a = loop {
@@ -1595,7 +1593,7 @@ impl CtWorker {
                     match more {
                         Ok(Some((k, lo))) if k != okey => {
                             a.rekey(k, lo);
-                            p.set_nat4(&mut a);
+                            p.set_nat4(&a);
                             rh = s.table.hash(&k);
                             continue;
                         }

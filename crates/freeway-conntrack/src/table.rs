@@ -93,9 +93,6 @@
 //! direction of the originator, the NAT twin); the second holds what the connection's own packets write
 //! (expiry tick, state, status flags, the per-connection lock and the TCP tracker). A busy
 //! connection therefore never dirties the line that lookups of its chain neighbours read.
-//! A translated IPv4 connection's nodes keep on their second line the rewrite of the packets
-//! each is found by (the reply node's second line holds no state): no packet of either
-//! direction reads a line of the other node's but the primary's state.
 //!
 //! # Invariants
 //!
@@ -181,50 +178,45 @@ pub struct Hot {
     /// only then is it initialised.
     nat4_set: bool,
     tcp: UnsafeCell<TcpConn>,
-    /// A translated IPv4 connection's rewrite of the packets found under this node (when
-    /// `nat4_set`): in the primary, the original direction as translated, on the line the
-    /// packet's update reads anyway; in the reply node (whose second line holds no state),
-    /// the reply direction's, next to the key its lookup read, so that a reply reads neither
-    /// line of the primary's but the state it updates. With the checksum changes of each
-    /// half. Set before publication, immutable after; left uninitialised otherwise (a new
-    /// connection's node writes no 20 bytes it never reads).
+    /// A translated IPv4 connection's original direction as translated, with the checksum
+    /// changes of its rewrite, in the primary (when `nat4_set`): a packet of either direction
+    /// finds its rewrite here, on the line its update reads anyway, instead of in the reply
+    /// node's key. Set before publication, immutable after; left uninitialised otherwise (a
+    /// new connection's node writes no 20 bytes it never reads).
     nat4: MaybeUninit<Stored4>,
 }
 
-/// What a node of a translated IPv4 connection keeps of the rewrite of the packets it is
-/// found by ([`Stored4`]: the tuple they are translated to and each half's checksum changes,
-/// computed once when the connection is created).
+/// What a translated IPv4 connection's primary keeps of its original direction's rewrite
+/// ([`Stored4`]: the translated tuple and each half's checksum changes, computed once when
+/// the connection is created).
 #[derive(Clone, Copy)]
 pub(crate) struct Nat4(Stored4);
 
 impl Nat4 {
-    /// What the primary of a translated connection stores of the rewrite `rw` of its
-    /// original tuple to its reply node's translated one (as [`Rewrite4::new`] gives it),
-    /// whose checksum changes are not computed again.
+    /// What a primary stores from the rewrite `rw` of its original tuple to its reply node's
+    /// translated one (as [`Rewrite4::new`] gives it), whose checksum changes are not
+    /// computed again.
     #[inline(always)]
     pub(crate) fn of(rw: &Rewrite4) -> Nat4 {
         Nat4(rw.stored())
     }
 
-    /// What the reply node stores of the same `rw`: that of the reply direction's rewrite
-    /// ([`Rewrite4::reversed`]).
+    /// What a primary keyed `key` (its originator the low endpoint: `lo`) stores for a reply
+    /// node keyed `reply` (`reply_lo`): `None` unless both are IPv4 ([`Conn::nat4`]).
     #[inline(always)]
-    pub(crate) fn reply_of(rw: &Rewrite4) -> Nat4 {
-        Nat4(rw.reversed_stored())
-    }
-
-    /// What a primary keyed `key` (its originator the low endpoint: `lo`) and its reply node
-    /// keyed `reply` (`reply_lo`) store ([`Nat4::of`], [`Nat4::reply_of`]): `None` unless
-    /// both are IPv4 ([`Conn::nat4`]).
-    #[inline(always)]
-    pub(crate) fn between(key: &Key, lo: bool, reply: &Key, reply_lo: bool) -> Option<(Nat4, Nat4)> {
+    pub(crate) fn between(key: &Key, lo: bool, reply: &Key, reply_lo: bool) -> Option<Nat4> {
         if key.is_v6() || reply.is_v6() {
             return None;
         }
         let (from, from_ports) = key.v4_words(lo);
         let (to, to_ports) = reply.v4_words(reply_lo);
-        let rw = Rewrite4::of_words(from, from_ports, to, to_ports, key.proto());
-        Some((Nat4::of(&rw), Nat4::reply_of(&rw)))
+        Some(Nat4::of(&Rewrite4::of_words(
+            from,
+            from_ports,
+            to,
+            to_ports,
+            key.proto(),
+        )))
     }
 }
 
@@ -372,29 +364,23 @@ impl Conn {
         conn.set_nat4(reply);
     }
 
-    /// Stores in the unpublished primary and `reply` node the rewrites of the packets each is
-    /// found by, with their checksum changes ([`Nat4::between`]; IPv4 only: see
-    /// [`Conn::nat4`]).
+    /// Copies the unpublished reply node's tuple, as the original direction's packets carry
+    /// it once translated, into the primary's hot line with the checksum changes of the
+    /// rewrite (IPv4 only: see [`Conn::nat4`]).
     #[inline(always)]
-    pub(crate) fn set_nat4(&mut self, reply: &mut Conn) {
+    pub(crate) fn set_nat4(&mut self, reply: &Conn) {
         match Nat4::between(&self.key, self.orig_lo(), &reply.key, reply.orig_lo()) {
-            Some((n, r)) => {
+            Some(n) => {
                 self.hot.nat4 = MaybeUninit::new(n.0);
                 self.hot.nat4_set = true;
-                reply.hot.nat4 = MaybeUninit::new(r.0);
-                reply.hot.nat4_set = true;
             }
-            None => {
-                self.hot.nat4_set = false;
-                reply.hot.nat4_set = false;
-            }
+            None => self.hot.nat4_set = false,
         }
     }
 
-    /// The rewrite of the packets found under this node in the direction it is keyed for (a
-    /// primary's original direction, a reply node's reply direction), whose untranslated
-    /// tuple is `key`'s sent by its low endpoint (`lo_sends`) or high one, when it is an IPv4
-    /// connection's (`None`: build it from both nodes' keys).
+    /// A primary's rewrite of its original direction, whose untranslated tuple is `key`'s
+    /// sent by its low endpoint (`lo_sends`) or high one, when it is an IPv4 connection's
+    /// (`None`: read the twin's key). Its [`Rewrite4::reversed`] is the reply direction's.
     #[inline(always)]
     pub fn nat4(&self, key: &Key, lo_sends: bool) -> Option<Rewrite4> {
         if !self.hot.nat4_set {

@@ -290,22 +290,6 @@ fn neg_delta(d: u16) -> u16 {
     }
 }
 
-/// The changes of [`Rewrite4::reversed`] from `d`: each half's change negated
-/// ([`neg_delta`]) and given to the other half (`[d1, d0, d3, d2]` negated), all four at
-/// once in one 64-bit word. A connection's creation computes them for its reply node.
-#[inline(always)]
-fn neg_swapped_deltas(d: [u16; 4]) -> [u16; 4] {
-    const LOW: u64 = 0x7fff_7fff_7fff_7fff;
-    let x = u64::from(d[0]) | u64::from(d[1]) << 16 | u64::from(d[2]) << 32 | u64::from(d[3]) << 48;
-    let z = !x;
-    // Bit 15 of a lane set where that lane of `z` is zero (`d`'s lane was 0xffff).
-    let zero = !(((z & LOW) + LOW) | z | LOW);
-    let n = z | ((zero >> 15) * 0xffff);
-    // Swap the lanes of each 32-bit half.
-    let n = ((n & 0x0000_ffff_0000_ffff) << 16) | ((n >> 16) & 0x0000_ffff_0000_ffff);
-    [n as u16, (n >> 16) as u16, (n >> 32) as u16, (n >> 48) as u16]
-}
-
 /// Which half of a translation a rewrite applies: the datapath rewrites the destination at
 /// prerouting (before the route lookup) and the source at postrouting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -516,8 +500,8 @@ impl Rewrite4 {
         }
     }
 
-    /// What a node of a translated connection keeps of the rewrite of the packets it is found
-    /// by (whose untranslated tuple its key gives): the translated tuple and the changes.
+    /// What a connection's primary keeps of the rewrite of its original direction (whose
+    /// untranslated tuple its key gives): the translated tuple and the changes.
     #[inline(always)]
     pub(crate) fn stored(&self) -> Stored4 {
         Stored4 {
@@ -526,17 +510,7 @@ impl Rewrite4 {
         }
     }
 
-    /// What the reply node keeps of [`Rewrite4::reversed`] (the reply direction's rewrite):
-    /// its [`Rewrite4::stored`], made without the rest of it.
-    #[inline(always)]
-    pub(crate) fn reversed_stored(&self) -> Stored4 {
-        Stored4 {
-            to: [self.from[1], self.from[0], self.from_ports.rotate_left(16)],
-            delta: neg_swapped_deltas(self.delta),
-        }
-    }
-
-    /// The rewrite of `s` (a node's, [`Rewrite4::stored`]) for the untranslated tuple of
+    /// The rewrite of `s` (a primary's, [`Rewrite4::stored`]) for the untranslated tuple of
     /// addresses `from` and ports `from_ports` (numbers, as [`Rewrite4::of_words`] takes
     /// them) and protocol `proto`.
     #[inline(always)]
@@ -559,8 +533,8 @@ fn echo_id(p: u32) -> u16 {
     (p >> 16) as u16 | p as u16
 }
 
-/// What a node of a translated IPv4 connection keeps of the [`Rewrite4`] of the packets it is
-/// found by (all but the untranslated tuple, which its key holds): 20 bytes.
+/// What a translated IPv4 connection's primary keeps of its original direction's
+/// [`Rewrite4`] (all but the untranslated tuple, which its key holds): 20 bytes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Stored4 {
     /// The translated addresses and ports, as [`Rewrite4`] keeps them.
@@ -768,24 +742,6 @@ mod tests {
     use proptest::prelude::*;
     use std::net::{IpAddr, Ipv4Addr};
 
-    /// The reply node's changes, made in one word, are each lane's [`neg_delta`] with the
-    /// halves' lanes swapped, for every combination of the edge values (both zeros, the
-    /// sign bit's neighbours) and ordinary ones.
-    #[test]
-    fn reversed_changes_negate_each_lane_and_swap_within_halves() {
-        let vals = [0u16, 1, 0x7ffe, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff, 0x1234, 0xedcb];
-        for a in vals {
-            for b in vals {
-                for c in vals {
-                    for e in vals {
-                        let want = [neg_delta(b), neg_delta(a), neg_delta(e), neg_delta(c)];
-                        assert_eq!(neg_swapped_deltas([a, b, c, e]), want, "{a:#x} {b:#x} {c:#x} {e:#x}");
-                    }
-                }
-            }
-        }
-    }
-
     fn v4_packet(tcp: bool, a: u32, b: u32, sp: u16, dp: u16, len: usize, zero_csum: bool) -> Packet {
         let (a, b) = (IpAddr::V4(Ipv4Addr::from(a)), IpAddr::V4(Ipv4Addr::from(b)));
         let mut p = if tcp {
@@ -896,9 +852,8 @@ mod tests {
             prop_assert_eq!(x, y);
         }
 
-        /// A rewrite kept as bytes ([`Rewrite4::to_bytes`]) comes back as it was, the
-        /// primary's stored part with the untranslated tuple gives it whole, and the reply
-        /// node's with the translated tuple reversed gives the reply direction's.
+        /// A rewrite kept as bytes ([`Rewrite4::to_bytes`]) comes back as it was, and the
+        /// primary's stored part with the untranslated tuple gives it whole.
         #[test]
         fn rewrite4_survives_its_bytes_and_its_stored_form(
             f in any::<(u32, u32, u16, u16)>(), t in any::<(u32, u32, u16, u16)>(), proto in prop::sample::select(vec![1u8, 6, 17, 47]),
@@ -911,10 +866,6 @@ mod tests {
             prop_assert_eq!(again, rw);
             prop_assert_eq!(rw.tuples(Half::Both), (from, to));
             prop_assert_eq!(rw.reversed().reversed(), rw);
-            // What a reply node stores gives the reply direction's rewrite from its tuple.
-            let back = to.reversed();
-            let reply = Rewrite4::of_stored([t.1, t.0], ports_word(&back), &rw.reversed_stored(), proto);
-            prop_assert_eq!(reply, rw.reversed());
         }
     }
 }
