@@ -352,8 +352,7 @@ fn per_packet(workers: usize, flows: usize, packets: usize, translate: bool, dir
                 }
                 // The reply, so that the connection is established.
                 let (t, _) = tracked_of(&q);
-                let r = frames::udp(t.dst_ip(), t.src_ip(), t.dport, t.sport, 16);
-                let mut r = r;
+                let mut r = frames::udp(t.dst_ip(), t.src_ip(), t.dport, t.sport, 16);
                 r.meta.flags |= meta_flags::IPV4_CSUM_OK;
                 let _ = b.w.track(&g, r.data(), &r.meta, 0, b.flags);
                 if dirs != Directions::Reply {
@@ -593,9 +592,9 @@ mod tests {
         }
     }
 
-    /// Each direction of the established flows, alone, goes as expected: every packet found
-    /// established and, translated, rewritten by its stored plan (a reply's is its reply
-    /// node's).
+    /// Each direction of the established flows, alone and in turn, goes as expected: every
+    /// packet found established and, translated, rewritten by the plan its lookup gave (a
+    /// reply's, found under the reply node, made from its primary's rewrite reversed).
     #[test]
     fn each_direction_of_the_established_flows_goes_as_expected() {
         for dirs in [Directions::Original, Directions::Reply, Directions::Both] {

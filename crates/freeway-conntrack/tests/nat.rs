@@ -431,7 +431,7 @@ fn track_nat_gives_the_plan_of_nat_of() {
 /// A translated connection whose first candidate tuples are taken gets the next free one,
 /// and the tries reserve one place only: the table counts exactly its connections. The
 /// replies of each, those whose reply node took another key before it was published
-/// included, are translated back to their client by the rewrite their node stores.
+/// included, are translated back to their client by a stored IPv4 rewrite.
 #[test]
 fn taken_candidates_are_skipped_with_one_reservation() {
     let (ct, mut w, _clock) = setup();
