@@ -439,7 +439,7 @@ impl Conntrack {
         for w in self.s.workers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             let state = |s: CtState| w.states[s.counter()].get();
             st.new += state(CtState::New);
-            st.established += state(CtState::Established);
+            st.established += w.established.get();
             st.related += state(CtState::Related);
             st.untracked += state(CtState::Untracked);
             st.created += w.created.get();
@@ -779,7 +779,7 @@ impl CtWorker {
                         key.set_zone(zone);
                         let h = self.s.table.hash(&key);
                         self.track_key_then(g, key, h, src_lo, l4, zone, flags.commit, |r, plan, new| {
-                            self.stats.states[r.state.counter()].inc();
+                            self.stats.count(r.state);
                             done(i, p, r, plan, new);
                         });
                         continue;
@@ -825,13 +825,13 @@ impl CtWorker {
                     if NAT {
                         // The plan handed on where it is made, not merged with the others.
                         self.track_key_then(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit, |r, plan, new| {
-                            self.stats.states[r.state.counter()].inc();
+                            self.stats.count(r.state);
                             done(base + i, p, r, plan, new);
                         });
                     } else {
                         let (r, plan) =
                             self.track_key_hashed::<NAT>(g, a.key, a.hash, a.src_lo, a.l4, zone, flags.commit);
-                        self.stats.states[r.state.counter()].inc();
+                        self.stats.count(r.state);
                         done(base + i, p, r, plan, None);
                     }
                 } else {
@@ -895,7 +895,7 @@ impl CtWorker {
                 self.track_key_then(g, key, h, src_lo, l4, zone, flags.commit, |r, plan, new| {
                     out = (r, plan, new)
                 });
-                self.stats.states[out.0.state.counter()].inc();
+                self.stats.count(out.0.state);
                 out
             }
             class => {
@@ -955,7 +955,7 @@ impl CtWorker {
             Class::Untracked => (CtResult::orig(CtState::Untracked), None),
             Class::Invalid(r) => (invalid(r, false), None),
         };
-        self.stats.states[r.state.counter()].inc();
+        self.stats.count(r.state);
         (r, plan)
     }
 
