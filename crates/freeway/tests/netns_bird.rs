@@ -141,8 +141,11 @@ fn bird_announces_over_bgp_through_the_punt_path_and_freeway_forwards() {
     // Traffic to an announced prefix flows through Freeway to the peer, at the highest rate
     // the bed carries (TCP, four streams) for 60 s, and the session stays up meanwhile: its
     // state line (state and since when) is the same after, so it never went down.
-    let since = b_local.session();
-    let peer_since = b_peer.session();
+    // Each side's line once it has held for a second: at start-up both sides connect, and
+    // the first session can be replaced by the other connection's within a second (a run
+    // saw the local side's since-time move 282 ms after the routes were mirrored).
+    let since = settled(|| b_local.session());
+    let peer_since = settled(|| b_peer.session());
     assert!(bed.ping("h1", "172.16.5.1"), "h1 reaches an announced prefix");
     let got = iperf3(&bed, "h1", "h2", "172.16.5.1", 60);
     assert!(got > 1 << 20, "the stream flowed for 60 s: {got} bytes");
@@ -195,6 +198,21 @@ fn bird_announces_over_bgp_through_the_punt_path_and_freeway_forwards() {
 /// differ by a millisecond or two between two queries (BIRD prints it converted from its
 /// monotonic clock). A session that went down and came back got there again seconds later
 /// (BIRD waits before it reconnects), far beyond that.
+/// The BGP state line `read` gives once two readings a second apart are the same session
+/// ([`same_session`]); the last reading after 15 s if they never are.
+fn settled(read: impl Fn() -> String) -> String {
+    let mut last = read();
+    for _ in 0..15 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = read();
+        if same_session(&last, &now) {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
 fn same_session(before: &str, after: &str) -> bool {
     let (a, b): (Vec<&str>, Vec<&str>) = (before.split_whitespace().collect(), after.split_whitespace().collect());
     if a.len() != b.len() || a.len() < 5 {
